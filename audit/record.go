@@ -1,0 +1,59 @@
+// Package audit owns the append-only, hash-chained decision log: the writer
+// that every entry point queues records to before acting, the reader, and the
+// verifier behind `egressd audit verify|show`.
+package audit
+
+import "time"
+
+// Record is one line of the audit log. Zero-valued optional fields are
+// omitted from the line. Seq, TS, Prev and Hash are set by the Writer.
+type Record struct {
+	Seq uint64    `json:"seq"`
+	TS  time.Time `json:"ts"`
+	// Kind is the decision kind ("http", "connect", "dns", "sql",
+	// "redirect"), a completion ("http_done", "connect_done"), or a writer
+	// record ("segment", "checkpoint", "recovered_torn_tail", …).
+	Kind     string `json:"kind"`
+	Request  string `json:"request,omitempty"`
+	Identity string `json:"identity,omitempty"`
+	Client   string `json:"client,omitempty"`
+
+	// Target fields; which are set depends on Kind.
+	Method      string `json:"method,omitempty"`
+	Scheme      string `json:"scheme,omitempty"`
+	Host        string `json:"host,omitempty"`
+	Port        uint16 `json:"port,omitempty"`
+	Path        string `json:"path,omitempty"`
+	Name        string `json:"name,omitempty"`
+	QType       string `json:"qtype,omitempty"`
+	Database    string `json:"database,omitempty"`
+	SQL         string `json:"sql,omitempty"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+	IP          string `json:"ip,omitempty"`
+
+	Decision string `json:"decision,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	Rule     string `json:"rule,omitempty"`
+	Policy   string `json:"policy,omitempty"`
+
+	// Completion fields.
+	Status     int    `json:"status,omitempty"`
+	BytesIn    int64  `json:"bytes_in,omitempty"`
+	BytesOut   int64  `json:"bytes_out,omitempty"`
+	DurationUS int64  `json:"duration_us,omitempty"`
+	Error      string `json:"error,omitempty"`
+
+	// Detail carries writer records' extra facts (byte offset of a torn
+	// tail, the previous segment, a signature).
+	Detail map[string]string `json:"detail,omitempty"`
+
+	Prev string `json:"prev"`
+	Hash string `json:"hash"`
+}
+
+// Appender is what entry points need of the log. Append returns only once the
+// record is queued (or durable, with sync: always); an error means the caller
+// must deny with reason "audit_unavailable".
+type Appender interface {
+	Append(r *Record) error
+}

@@ -1,0 +1,120 @@
+// Package config is egressd's one YAML file: decoded strictly over embedded
+// defaults, then validated without I/O. Each section's type and defaults are
+// owned by the package that uses it; this package only composes them.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"go.uber.org/zap/zapcore"
+	"gopkg.in/yaml.v3"
+
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/dnsguard"
+	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy"
+)
+
+// Config is the whole file. Every key has a default, so an empty file (or
+// none) is a working configuration.
+type Config struct {
+	Log    Log             `yaml:"log"`
+	Proxy  proxy.Config    `yaml:"proxy"`
+	Admin  Admin           `yaml:"admin"`
+	Policy policy.Config   `yaml:"policy"`
+	DNS    dnsguard.Config `yaml:"dns"`
+	Audit  audit.Config    `yaml:"audit"`
+}
+
+// Log is the `log:` section: egressd's operational log (not the audit log).
+type Log struct {
+	// Level is debug, info, warn or error. If empty, info is used.
+	Level string `yaml:"level"`
+	// Format is json or console. If empty, json is used.
+	Format string `yaml:"format"`
+}
+
+// Admin is the `admin:` section.
+type Admin struct {
+	// Listen is the admin address (/healthz, /readyz, /metrics, reload). It
+	// must be a loopback address. If empty, 127.0.0.1:9090 is used.
+	Listen string `yaml:"listen"`
+}
+
+// Default returns the configuration egressd runs with when given no file.
+func Default() *Config {
+	return &Config{
+		Log:    Log{Level: "info", Format: "json"},
+		Proxy:  proxy.DefaultConfig(),
+		Admin:  Admin{Listen: "127.0.0.1:9090"},
+		Policy: policy.DefaultConfig(),
+		DNS:    dnsguard.DefaultConfig(),
+		Audit:  audit.DefaultConfig(),
+	}
+}
+
+// Load reads path, or returns the defaults when path is empty.
+func Load(path string) (*Config, error) {
+	if path == "" {
+		return Default(), nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes b strictly over the defaults and validates the result.
+func Parse(b []byte) (*Config, error) {
+	c := Default()
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Validate checks every section and names the failing key in full, e.g.
+// `audit.sync_interval must be > 0, got "-1s"`.
+func (c *Config) Validate() error {
+	if _, err := zapcore.ParseLevel(c.Log.Level); err != nil {
+		return fmt.Errorf("log.level must be debug, info, warn or error, got %q", c.Log.Level)
+	}
+	if c.Log.Format != "json" && c.Log.Format != "console" {
+		return fmt.Errorf("log.format must be json or console, got %q", c.Log.Format)
+	}
+	if err := validateLoopback(c.Admin.Listen); err != nil {
+		return fmt.Errorf("admin.%w", err)
+	}
+	sections := []struct {
+		name string
+		v    interface{ Validate() error }
+	}{
+		{"proxy", &c.Proxy},
+		{"policy", &c.Policy},
+		{"dns", &c.DNS},
+		{"audit", &c.Audit},
+	}
+	for _, s := range sections {
+		if err := s.v.Validate(); err != nil {
+			return fmt.Errorf("%s.%w", s.name, err)
+		}
+	}
+	if c.Admin.Listen == c.Proxy.Listen {
+		return fmt.Errorf("admin.listen must differ from proxy.listen, both are %q", c.Admin.Listen)
+	}
+	return nil
+}

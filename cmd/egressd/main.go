@@ -1,0 +1,92 @@
+// Command egressd is the single edge that terminates all sandbox egress. This
+// file only dispatches subcommands and turns their errors into exit codes;
+// the work lives in the packages.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// command is one subcommand. It returns nil for success, errDenied for a
+// deny (exit 1), or any other error (exit 2 unless it carries its own code).
+type command struct {
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) error
+}
+
+// commands lists the subcommands; each lives in its own file.
+var commands = map[string]command{}
+
+func main() {
+	os.Exit(exitCode(run(os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return usageErrorf("missing subcommand")
+		}
+		return nil
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		usage(stderr)
+		return usageErrorf("unknown subcommand %q", args[0])
+	}
+	return cmd.run(args[1:], stdout, stderr)
+}
+
+func usage(w io.Writer) {
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("usage: egressd <subcommand> [flags] [args]\n\nsubcommands:\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-8s %s\n", n, commands[n].summary)
+	}
+	b.WriteString("\nrun 'egressd <subcommand> -h' for its flags\n")
+	io.WriteString(w, b.String())
+}
+
+// errDenied is returned by checks whose answer is a deny: exit 1, and the
+// decision itself has already been printed.
+var errDenied = errors.New("denied")
+
+// exitError carries an explicit exit code.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, a ...any) error {
+	return &exitError{code: 2, err: fmt.Errorf(format, a...)}
+}
+
+// exitCode is the one place an error becomes an exit status.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if errors.Is(err, errDenied) {
+		return 1
+	}
+	fmt.Fprintf(stderr, "egressd: %v\n", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 2
+}

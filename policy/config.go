@@ -1,0 +1,36 @@
+package policy
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config is the `policy:` section.
+type Config struct {
+	// Dir is a bundle directory (.rego modules plus data.json/data.yaml).
+	// If empty, the bundle embedded from rego/ is used.
+	Dir string `yaml:"dir"`
+	// CacheSize bounds the decision cache (entries). If zero, 10000 is used;
+	// -1 disables caching.
+	CacheSize int `yaml:"cache_size"`
+	// EvalTimeout bounds one Rego evaluation; past it the decision is a deny
+	// with reason "policy_timeout". If zero, 100ms is used.
+	EvalTimeout time.Duration `yaml:"eval_timeout"`
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{CacheSize: 10000, EvalTimeout: 100 * time.Millisecond}
+}
+
+// Validate checks values without I/O. Errors name the key relative to the
+// section.
+func (c *Config) Validate() error {
+	if c.CacheSize < -1 {
+		return fmt.Errorf("cache_size must be >= -1, got %d", c.CacheSize)
+	}
+	if c.EvalTimeout <= 0 {
+		return fmt.Errorf("eval_timeout must be > 0, got %q", c.EvalTimeout)
+	}
+	return nil
+}

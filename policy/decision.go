@@ -1,0 +1,108 @@
+// Package policy owns every egress decision: it loads a Rego bundle, compiles
+// one prepared query per entry point, turns requests into input facts, and
+// answers Decide with an allow/deny, a stable reason and the rule that matched.
+// It fails closed: anything it cannot evaluate is a deny that says why.
+package policy
+
+import (
+	"fmt"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// Kind names a policy entry point and the kind of audit record a decision
+// produces.
+type Kind uint8
+
+// The entry points. KindRedirect is decided by the http package with
+// input.kind = "redirect", so a redirect is judged by the same rules as the
+// request it replaces.
+const (
+	KindHTTP Kind = iota + 1
+	KindConnect
+	KindDNS
+	KindSQL
+	KindRedirect
+)
+
+var kindNames = [...]string{"", "http", "connect", "dns", "sql", "redirect"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) && k != 0 {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Identity is the authenticated sandbox a request comes from. It reaches
+// Rego as input.identity.
+type Identity struct {
+	// ID is the sandbox id; empty means anonymous.
+	ID string `json:"id"`
+	// Attributes are operator-assigned labels (team, sql profile, …). Nil
+	// means none.
+	Attributes map[string]string `json:"attributes,omitempty"`
+}
+
+// Facts are the Go-computed facts one entry point decides on. Implementations
+// live beside their parsers (URL facts here, SQL facts in policy/sqlfacts).
+type Facts interface {
+	// Kind selects the entry point.
+	Kind() Kind
+	// AppendKey appends bytes that identify the facts completely: two facts
+	// with equal keys must get equal decisions. It is the decision cache key.
+	AppendKey(dst []byte) []byte
+	// AddTo inserts the facts' fields into the Rego input object.
+	AddTo(input ast.Object)
+}
+
+// Input is the argument of Decide. It is a struct so that adding a field
+// never breaks a caller.
+type Input struct {
+	Identity Identity
+	Facts    Facts
+}
+
+// Decision is the answer of an entry point.
+type Decision struct {
+	Allow bool `json:"allow"`
+	// Reason is a stable snake_case string; it is set on every deny and may
+	// be set on an allow.
+	Reason string `json:"reason"`
+	// Rule is the id of the rule that decided, empty when none matched.
+	Rule string `json:"rule"`
+	// Policy is the digest of the bundle that decided.
+	Policy string `json:"policy"`
+}
+
+// Deny builds a deny decision with a reason.
+func Deny(reason, rule string) Decision {
+	return Decision{Reason: reason, Rule: rule}
+}
+
+// DenyError is the one typed error for a refusal found outside Rego (a
+// malformed URL, a forbidden address, an unavailable audit log). Callers map
+// it to a client response with errors.As in exactly one place.
+type DenyError struct {
+	// Reason is the stable snake_case reason, e.g. "metadata_address".
+	Reason string
+	// Detail says what was refused, for the operator; it is not sent to
+	// clients when it could reveal internal addresses.
+	Detail string
+	// Err is the underlying cause, if any.
+	Err error
+}
+
+func (e *DenyError) Error() string {
+	switch {
+	case e.Detail != "" && e.Err != nil:
+		return fmt.Sprintf("denied: %s: %s: %v", e.Reason, e.Detail, e.Err)
+	case e.Detail != "":
+		return fmt.Sprintf("denied: %s: %s", e.Reason, e.Detail)
+	case e.Err != nil:
+		return fmt.Sprintf("denied: %s: %v", e.Reason, e.Err)
+	}
+	return "denied: " + e.Reason
+}
+
+func (e *DenyError) Unwrap() error { return e.Err }
