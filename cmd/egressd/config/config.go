@@ -17,6 +17,7 @@ import (
 	"github.com/egressd/egressd/dnsguard"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
+	"github.com/egressd/egressd/proxy/identity"
 )
 
 // Config is the whole file. Every key has a default, so an empty file (or
@@ -28,6 +29,11 @@ type Config struct {
 	Policy policy.Config   `yaml:"policy"`
 	DNS    dnsguard.Config `yaml:"dns"`
 	Audit  audit.Config    `yaml:"audit"`
+	// Identities are the sandboxes egressd knows. If empty, proxy clients
+	// are anonymous (identity id "anonymous") and the Postgres gate admits
+	// no one; once any identity is listed, the proxy requires credentials
+	// or a source mapping.
+	Identities identity.Config `yaml:"identities"`
 }
 
 // Log is the `log:` section: egressd's operational log (not the audit log).
@@ -112,6 +118,9 @@ func (c *Config) Validate() error {
 		if err := s.v.Validate(); err != nil {
 			return fmt.Errorf("%s.%w", s.name, err)
 		}
+	}
+	if err := c.Identities.Validate(); err != nil {
+		return fmt.Errorf("identities%w", err)
 	}
 	if c.Admin.Listen == c.Proxy.Listen {
 		return fmt.Errorf("admin.listen must differ from proxy.listen, both are %q", c.Admin.Listen)

@@ -1,0 +1,154 @@
+// Package identity is the table of sandboxes egressd knows: who may use the
+// proxy (Basic credentials whose token is stored only as a SHA-256 hash), who
+// may log in to the Postgres gate (a SCRAM-SHA-256 verifier), which source
+// addresses stand for a sandbox that cannot send credentials, and the
+// attributes that reach Rego as input.identity.
+package identity
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// Entry is one `identities:` item.
+type Entry struct {
+	// ID is the sandbox id: the proxy Basic user and the Postgres user.
+	ID string `yaml:"id"`
+	// TokenSHA256 is the hex SHA-256 of the proxy token (the Basic
+	// password). If empty, this identity cannot authenticate to the proxy
+	// with credentials.
+	TokenSHA256 string `yaml:"token_sha256"`
+	// SCRAMSHA256 is a PostgreSQL-format verifier
+	// ("SCRAM-SHA-256$<iter>:<salt>$<StoredKey>:<ServerKey>") for the
+	// Postgres gate. If empty, this identity cannot log in to the gate.
+	SCRAMSHA256 string `yaml:"scram_sha256"`
+	// Sources are CIDRs whose connections are this identity without
+	// credentials. If empty, none.
+	Sources []string `yaml:"sources"`
+	// Attributes reach Rego as input.identity.attributes. If nil, none.
+	Attributes map[string]string `yaml:"attributes"`
+}
+
+// Config is the `identities:` section: a list of entries.
+type Config []Entry
+
+// Validate checks values without I/O. Errors name the key relative to the
+// section, e.g. `[2].token_sha256 must be 64 hex digits`.
+func (c Config) Validate() error {
+	seen := make(map[string]bool, len(c))
+	for i, e := range c {
+		if e.ID == "" || strings.ContainsAny(e.ID, ":\x00") {
+			return fmt.Errorf("[%d].id must be non-empty without ':' or NUL, got %q", i, e.ID)
+		}
+		if seen[e.ID] {
+			return fmt.Errorf("[%d].id %q is listed twice", i, e.ID)
+		}
+		seen[e.ID] = true
+		if e.TokenSHA256 != "" {
+			if b, err := hex.DecodeString(e.TokenSHA256); err != nil || len(b) != sha256.Size {
+				return fmt.Errorf("[%d].token_sha256 must be 64 hex digits, got %q", i, e.TokenSHA256)
+			}
+		}
+		if e.SCRAMSHA256 != "" && !strings.HasPrefix(e.SCRAMSHA256, "SCRAM-SHA-256$") {
+			return fmt.Errorf("[%d].scram_sha256 must start with \"SCRAM-SHA-256$\"", i)
+		}
+		for j, s := range e.Sources {
+			if _, err := netip.ParsePrefix(s); err != nil {
+				return fmt.Errorf("[%d].sources[%d] must be a CIDR, got %q", i, j, s)
+			}
+		}
+	}
+	return nil
+}
+
+// Store answers identity questions. It is immutable once built; a reload
+// builds a new one.
+type Store struct {
+	byID    map[string]*record
+	sources []source
+}
+
+type record struct {
+	entry    Entry
+	token    [sha256.Size]byte
+	hasToken bool
+	identity policy.Identity
+}
+
+type source struct {
+	prefix netip.Prefix
+	rec    *record
+}
+
+// New builds a Store from a validated Config.
+func New(c Config) (*Store, error) {
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("identities%w", err)
+	}
+	s := &Store{byID: make(map[string]*record, len(c))}
+	for _, e := range c {
+		r := &record{entry: e, identity: policy.Identity{ID: e.ID, Attributes: e.Attributes}}
+		if e.TokenSHA256 != "" {
+			b, _ := hex.DecodeString(e.TokenSHA256)
+			copy(r.token[:], b)
+			r.hasToken = true
+		}
+		s.byID[e.ID] = r
+		for _, src := range e.Sources {
+			p, _ := netip.ParsePrefix(src)
+			s.sources = append(s.sources, source{prefix: p.Masked(), rec: r})
+		}
+	}
+	return s, nil
+}
+
+// Authenticate checks a proxy Basic user and token. The comparison is
+// constant-time in the token; unknown ids cost the same hash.
+func (s *Store) Authenticate(id, token string) (policy.Identity, bool) {
+	sum := sha256.Sum256([]byte(token))
+	r, ok := s.byID[id]
+	if !ok || !r.hasToken {
+		var zero [sha256.Size]byte
+		subtle.ConstantTimeCompare(sum[:], zero[:])
+		return policy.Identity{}, false
+	}
+	if subtle.ConstantTimeCompare(sum[:], r.token[:]) != 1 {
+		return policy.Identity{}, false
+	}
+	return r.identity, true
+}
+
+// BySource returns the identity mapped to a client address, choosing the
+// longest matching prefix.
+func (s *Store) BySource(addr netip.Addr) (policy.Identity, bool) {
+	addr = addr.Unmap()
+	var best *source
+	for i := range s.sources {
+		src := &s.sources[i]
+		if src.prefix.Contains(addr) && (best == nil || src.prefix.Bits() > best.prefix.Bits()) {
+			best = src
+		}
+	}
+	if best == nil {
+		return policy.Identity{}, false
+	}
+	return best.rec.identity, true
+}
+
+// Lookup returns the entry for id, for the Postgres gate's SCRAM exchange.
+func (s *Store) Lookup(id string) (Entry, policy.Identity, bool) {
+	r, ok := s.byID[id]
+	if !ok {
+		return Entry{}, policy.Identity{}, false
+	}
+	return r.entry, r.identity, true
+}
+
+// Len is the number of identities.
+func (s *Store) Len() int { return len(s.byID) }
