@@ -85,7 +85,7 @@ func Parse(b []byte) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+		return nil, nameKeys(b, err)
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err

@@ -1,0 +1,79 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+var lineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
+
+// nameKeys rewrites yaml.v3's decode errors, which cite only a line number,
+// so that each names the key it is about: a user fixing a file wants
+// `audit.sync_interval: cannot unmarshal …`, not `line 2: …`.
+func nameKeys(src []byte, err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return err
+	}
+	var root yaml.Node
+	if yaml.Unmarshal(src, &root) != nil {
+		return err
+	}
+	msgs := make([]string, 0, len(te.Errors))
+	for _, e := range te.Errors {
+		m := lineRE.FindStringSubmatch(e)
+		if m == nil {
+			msgs = append(msgs, e)
+			continue
+		}
+		line, _ := strconv.Atoi(m[1])
+		if path := keyAt(&root, line, ""); path != "" {
+			msgs = append(msgs, fmt.Sprintf("%s: %s (line %d)", path, m[2], line))
+		} else {
+			msgs = append(msgs, e)
+		}
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+// keyAt returns the dotted path of the deepest key or value on line.
+func keyAt(n *yaml.Node, line int, prefix string) string {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			if p := keyAt(c, line, prefix); p != "" {
+				return p
+			}
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			path := k.Value
+			if prefix != "" {
+				path = prefix + "." + k.Value
+			}
+			if p := keyAt(v, line, path); p != "" {
+				return p
+			}
+			if k.Line == line || v.Line == line {
+				return path
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			path := fmt.Sprintf("%s[%d]", prefix, i)
+			if p := keyAt(c, line, path); p != "" {
+				return p
+			}
+			if c.Line == line {
+				return path
+			}
+		}
+	}
+	return ""
+}
