@@ -21,7 +21,9 @@ type command struct {
 }
 
 // commands lists the subcommands; each lives in its own file.
-var commands = map[string]command{}
+var commands = map[string]command{
+	"health": {summary: "exit 0 if the admin listener reports ready, else 1", run: runHealth},
+}
 
 func main() {
 	os.Exit(exitCode(run(os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
