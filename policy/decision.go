@@ -73,6 +73,11 @@ type Decision struct {
 	Rule string `json:"rule"`
 	// Policy is the digest of the bundle that decided.
 	Policy string `json:"policy"`
+	// TLS is set on an allowed CONNECT whose rule requires TLS inside the
+	// tunnel (a rule's "tls", true by default on port 443): the proxy must
+	// close a tunnel whose first client bytes are not a TLS handshake
+	// record. False on every other decision.
+	TLS bool `json:"tls,omitempty"`
 }
 
 // Deny builds a deny decision with a reason.

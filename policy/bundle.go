@@ -1,0 +1,358 @@
+package policy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/open-policy-agent/opa/v1/tester"
+	"github.com/open-policy-agent/opa/v1/util"
+	"sigs.k8s.io/yaml"
+)
+
+// maxBundleFile bounds one bundle file: a bundle is operator input, but a
+// stray multi-gigabyte file must not take the process down on reload.
+const maxBundleFile = 16 << 20
+
+// source is one bundle file the loader uses.
+type source struct {
+	name string // slash path relative to the bundle root
+	data []byte
+}
+
+// readBundle collects the .rego modules and data.json/data.yaml files of
+// fsys in sorted path order. Other files are ignored.
+func readBundle(fsys fs.FS) ([]source, error) {
+	var srcs []source
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != "." && strings.HasPrefix(d.Name(), ".") {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if !isModule(p) && !isData(p) {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if info.Size() > maxBundleFile {
+			return fmt.Errorf("%s: larger than %d bytes", p, maxBundleFile)
+		}
+		b, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		srcs = append(srcs, source{name: p, data: b})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read bundle: %w", err)
+	}
+	sort.Slice(srcs, func(i, j int) bool { return srcs[i].name < srcs[j].name })
+	return srcs, nil
+}
+
+func isModule(p string) bool { return strings.HasSuffix(p, ".rego") }
+
+func isTestModule(p string) bool { return strings.HasSuffix(p, "_test.rego") }
+
+func isData(p string) bool {
+	b := path.Base(p)
+	return b == "data.json" || b == "data.yaml"
+}
+
+// digestOf is SHA-256 over the sorted paths and contents, each
+// length-prefixed so that no two bundles share an encoding.
+func digestOf(srcs []source) string {
+	h := sha256.New()
+	var n [8]byte
+	put := func(b []byte) {
+		l := uint64(len(b))
+		for i := range n {
+			n[i] = byte(l >> (56 - 8*i))
+		}
+		h.Write(n[:])
+		h.Write(b)
+	}
+	for _, s := range srcs {
+		put([]byte(s.name))
+		put(s.data)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// parsedBundle is a bundle's modules and data before compilation.
+type parsedBundle struct {
+	modules map[string]*ast.Module // all modules, tests included
+	data    ast.Object             // data files merged, rule_index added
+}
+
+// parseBundle parses every module (Rego v1) and data file and builds the
+// rule index. Errors name file:line where the parser knows it.
+func parseBundle(srcs []source) (*parsedBundle, error) {
+	pb := &parsedBundle{modules: make(map[string]*ast.Module)}
+	root := map[string]any{}
+	var errs ast.Errors
+	for _, s := range srcs {
+		if isModule(s.name) {
+			m, err := ast.ParseModuleWithOpts(s.name, string(s.data), ast.ParserOptions{RegoVersion: ast.RegoV1})
+			if err != nil {
+				var aerrs ast.Errors
+				if errors.As(err, &aerrs) {
+					errs = append(errs, aerrs...)
+					continue
+				}
+				return nil, fmt.Errorf("%s: %w", s.name, err)
+			}
+			if m != nil {
+				pb.modules[s.name] = m
+			}
+			continue
+		}
+		v, err := decodeData(s)
+		if err != nil {
+			return nil, err
+		}
+		if err := mount(root, path.Dir(s.name), v); err != nil {
+			return nil, fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	if _, ok := root[indexKey]; ok {
+		return nil, fmt.Errorf("data.%s is reserved: egressd computes it from data.rules", indexKey)
+	}
+	idx, err := buildIndex(root["rules"])
+	if err != nil {
+		return nil, err
+	}
+	root[indexKey] = idx
+	val, err := ast.InterfaceToValue(root)
+	if err != nil {
+		return nil, fmt.Errorf("convert data: %w", err)
+	}
+	pb.data = val.(ast.Object)
+	return pb, nil
+}
+
+func decodeData(s source) (map[string]any, error) {
+	b := s.data
+	if strings.HasSuffix(s.name, ".yaml") {
+		j, err := yaml.YAMLToJSON(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.name, err)
+		}
+		b = j
+	}
+	var v any
+	if err := util.UnmarshalJSON(b, &v); err != nil {
+		return nil, fmt.Errorf("%s: %w", s.name, err)
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%s: top level must be an object", s.name)
+	}
+	return obj, nil
+}
+
+// mount merges v into root at dir, the OPA loader convention: data in
+// subdirectory x/ appears at data.x. A key defined twice is an error.
+func mount(root map[string]any, dir string, v map[string]any) error {
+	node := root
+	if dir != "." {
+		for _, seg := range strings.Split(dir, "/") {
+			next, ok := node[seg]
+			if !ok {
+				m := map[string]any{}
+				node[seg] = m
+				node = m
+				continue
+			}
+			m, ok := next.(map[string]any)
+			if !ok {
+				return fmt.Errorf("data.%s is not an object", seg)
+			}
+			node = m
+		}
+	}
+	for k, val := range v {
+		if _, dup := node[k]; dup {
+			return fmt.Errorf("key %q defined twice", k)
+		}
+		node[k] = val
+	}
+	return nil
+}
+
+// compiled is a bundle ready to decide: immutable, swapped whole on reload.
+type compiled struct {
+	digest  string
+	queries [KindRedirect + 1]*rego.PreparedEvalQuery
+	cache   *lru
+}
+
+// entryPoints maps each Kind to its Rego package.
+var entryPoints = map[Kind]string{
+	KindHTTP:    "http",
+	KindConnect: "connect",
+	KindDNS:     "dns",
+	KindSQL:     "sql",
+}
+
+// compileBundle compiles the production modules (tests excluded), prepares
+// one query per entry point, then runs the bundle's Rego tests. Any failure
+// refuses the whole bundle.
+func compileBundle(ctx context.Context, srcs []source, cacheSize int, withTests bool) (*compiled, error) {
+	pb, err := parseBundle(srcs)
+	if err != nil {
+		return nil, err
+	}
+	prod := make(map[string]*ast.Module, len(pb.modules))
+	for name, m := range pb.modules {
+		if !isTestModule(name) {
+			prod[name] = m.Copy()
+		}
+	}
+	comp := ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1)
+	if comp.Compile(prod); comp.Failed() {
+		return nil, comp.Errors
+	}
+	store := inmem.NewFromASTObject(pb.data)
+	c := &compiled{digest: digestOf(srcs), cache: newLRU(cacheSize)}
+	for k, pkg := range entryPoints {
+		pq, err := rego.New(
+			rego.Query("data.egress."+pkg+".decision"),
+			rego.Compiler(comp),
+			rego.Store(store),
+		).PrepareForEval(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("prepare egress.%s: %w", pkg, err)
+		}
+		c.queries[k] = &pq
+	}
+	// A redirect is judged by the rules of the request it replaces.
+	c.queries[KindRedirect] = c.queries[KindHTTP]
+	if withTests {
+		if _, err := testBundle(ctx, pb, store); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Check reads and compiles the bundle in fsys without running its tests,
+// and returns its digest. Errors name file:line.
+func Check(ctx context.Context, fsys fs.FS) (string, error) {
+	srcs, err := readBundle(fsys)
+	if err != nil {
+		return "", err
+	}
+	c, err := compileBundle(ctx, srcs, 0, false)
+	if err != nil {
+		return "", err
+	}
+	return c.digest, nil
+}
+
+// Test compiles the bundle in fsys and runs its Rego tests. It returns the
+// number that passed; failures are a *TestError.
+func Test(ctx context.Context, fsys fs.FS) (int, error) {
+	srcs, err := readBundle(fsys)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := compileBundle(ctx, srcs, 0, false); err != nil {
+		return 0, err
+	}
+	pb, err := parseBundle(srcs)
+	if err != nil {
+		return 0, err
+	}
+	return testBundle(ctx, pb, inmem.NewFromASTObject(pb.data))
+}
+
+// TestFailure is one failed or erroring Rego test.
+type TestFailure struct {
+	Location string // file:line
+	Name     string // package.rule
+	Err      error  // nil for a plain failure
+}
+
+// TestError lists the failures of a bundle's Rego tests.
+type TestError struct {
+	Failures []TestFailure
+	Passed   int
+}
+
+func (e *TestError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d rego test(s) failed", len(e.Failures))
+	for _, f := range e.Failures {
+		fmt.Fprintf(&b, "\n%s: %s", f.Location, f.Name)
+		if f.Err != nil {
+			fmt.Fprintf(&b, ": %v", f.Err)
+		}
+	}
+	return b.String()
+}
+
+// testBundle runs the bundle's tests and returns how many passed; a
+// failure is a *TestError, a compile error an ast.Errors.
+func testBundle(ctx context.Context, pb *parsedBundle, store storage.Store) (int, error) {
+	mods := make(map[string]*ast.Module, len(pb.modules))
+	for name, m := range pb.modules {
+		mods[name] = m.Copy()
+	}
+	txn, err := store.NewTransaction(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("open store: %w", err)
+	}
+	defer store.Abort(ctx, txn)
+	ch, err := tester.NewRunner().
+		SetCompiler(ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1)).
+		SetDefaultRegoVersion(ast.RegoV1).
+		SetStore(store).
+		SetModules(mods).
+		RaiseBuiltinErrors(true).
+		RunTests(ctx, txn)
+	if err != nil {
+		return 0, fmt.Errorf("rego tests: %w", err)
+	}
+	te := &TestError{}
+	for r := range ch {
+		if r.Pass() {
+			te.Passed++
+			continue
+		}
+		if r.Skip {
+			continue
+		}
+		loc := "?"
+		if r.Location != nil {
+			loc = fmt.Sprintf("%s:%d", r.Location.File, r.Location.Row)
+		}
+		te.Failures = append(te.Failures, TestFailure{Location: loc, Name: r.Package + "." + r.Name, Err: r.Error})
+	}
+	if len(te.Failures) > 0 {
+		sort.Slice(te.Failures, func(i, j int) bool { return te.Failures[i].Location < te.Failures[j].Location })
+		return te.Passed, te
+	}
+	return te.Passed, nil
+}

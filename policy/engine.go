@@ -1,0 +1,241 @@
+package policy
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"go.uber.org/zap"
+
+	defaultbundle "github.com/egressd/egressd/rego"
+)
+
+// Reasons for denies the engine itself produces when Rego gives no usable
+// answer.
+const (
+	ReasonNoFacts           = "no_facts"
+	ReasonNoDecision        = "no_decision"
+	ReasonMalformedDecision = "malformed_decision"
+	ReasonPolicyError       = "policy_error"
+	ReasonPolicyTimeout     = "policy_timeout"
+)
+
+// Engine decides requests with the active bundle. It is safe for
+// concurrent use; Reload swaps bundles atomically.
+type Engine struct {
+	cfg    Config
+	log    *zap.Logger
+	source func() (fs.FS, string)
+	cur    atomic.Pointer[compiled]
+	reload sync.Mutex
+}
+
+// New loads cfg.Dir, or the bundle embedded by package rego when cfg.Dir is
+// empty, compiles it and runs its Rego tests. A bundle that fails either is
+// an error.
+func New(ctx context.Context, cfg Config, log *zap.Logger) (*Engine, error) {
+	def := DefaultConfig()
+	if cfg.CacheSize == 0 {
+		cfg.CacheSize = def.CacheSize
+	}
+	if cfg.EvalTimeout == 0 {
+		cfg.EvalTimeout = def.EvalTimeout
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("policy.%w", err)
+	}
+	e := &Engine{cfg: cfg, log: log.Named("policy"), source: bundleSource(cfg.Dir)}
+	c, err := e.build(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e.cur.Store(c)
+	e.log.Info("policy loaded", zap.String("policy", c.digest), zap.String("dir", cfg.Dir))
+	return e, nil
+}
+
+// bundleSource returns the bundle filesystem and its name for messages.
+func bundleSource(dir string) func() (fs.FS, string) {
+	if dir == "" {
+		return func() (fs.FS, string) { return defaultbundle.FS, "embedded bundle" }
+	}
+	return func() (fs.FS, string) { return os.DirFS(dir), dir }
+}
+
+func (e *Engine) build(ctx context.Context) (*compiled, error) {
+	fsys, name := e.source()
+	srcs, err := readBundle(fsys)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", name, err)
+	}
+	c, err := compileBundle(ctx, srcs, e.cfg.CacheSize, true)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", name, err)
+	}
+	return c, nil
+}
+
+// Reload reads, compiles and tests the bundle again and swaps it in
+// atomically. On any failure the active bundle stays and keeps deciding;
+// the error names file:line where the compiler knows it. The decision
+// cache is dropped with the old bundle.
+func (e *Engine) Reload(ctx context.Context) error {
+	e.reload.Lock()
+	defer e.reload.Unlock()
+	c, err := e.build(ctx)
+	if err != nil {
+		e.log.Warn("policy reload refused; previous bundle stays active", zap.String("policy", e.Digest()), zap.Error(err))
+		return err
+	}
+	old := e.cur.Swap(c)
+	e.log.Info("policy reloaded", zap.String("policy", c.digest), zap.String("previous", old.digest))
+	return nil
+}
+
+// Digest identifies the active bundle ("sha256:…").
+func (e *Engine) Digest() string { return e.cur.Load().digest }
+
+// keyPool holds decision-key buffers so a cached decision allocates
+// nothing.
+var keyPool = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+
+// Decide answers one input with the active bundle. It never fails: what
+// cannot be decided is a deny whose reason says why. Decision.Policy is the
+// digest of the bundle that answered.
+func (e *Engine) Decide(ctx context.Context, in Input) Decision {
+	c := e.cur.Load()
+	if in.Facts == nil {
+		return c.deny(ReasonNoFacts)
+	}
+	kind := in.Facts.Kind()
+	if kind == 0 || int(kind) >= len(c.queries) {
+		return c.deny(ReasonNoDecision)
+	}
+	bp := keyPool.Get().(*[]byte)
+	key := appendInputKey((*bp)[:0], kind, in)
+	d, ok := c.cache.get(key)
+	if !ok {
+		var cacheable bool
+		d, cacheable = c.eval(ctx, e, kind, in)
+		if cacheable {
+			c.cache.add(key, d)
+		}
+	}
+	*bp = key[:0]
+	keyPool.Put(bp)
+	if ce := e.log.Check(zap.DebugLevel, "decision"); ce != nil {
+		ce.Write(zap.Stringer("kind", kind), zap.String("identity", in.Identity.ID),
+			zap.Bool("allow", d.Allow), zap.String("reason", d.Reason), zap.String("rule", d.Rule), zap.Bool("cached", ok))
+	}
+	return d
+}
+
+func (c *compiled) deny(reason string) Decision {
+	return Decision{Reason: reason, Policy: c.digest}
+}
+
+// appendInputKey encodes the kind, the identity (attributes in key order,
+// so that map order never splits the cache) and the facts.
+func appendInputKey(dst []byte, kind Kind, in Input) []byte {
+	dst = append(dst, byte(kind))
+	dst = appendStr(dst, in.Identity.ID)
+	attrs := in.Identity.Attributes
+	dst = binary.AppendUvarint(dst, uint64(len(attrs)))
+	if len(attrs) > 0 {
+		var stack [16]string
+		keys := stack[:0]
+		for k := range attrs {
+			keys = append(keys, k)
+		}
+		insertionSort(keys)
+		for _, k := range keys {
+			dst = appendStr(dst, k)
+			dst = appendStr(dst, attrs[k])
+		}
+	}
+	return in.Facts.AppendKey(dst)
+}
+
+func insertionSort(s []string) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+// eval runs the kind's prepared query. cacheable is false for outcomes
+// that may differ on a retry (timeouts, evaluation errors).
+func (c *compiled) eval(ctx context.Context, e *Engine, kind Kind, in Input) (d Decision, cacheable bool) {
+	pq := c.queries[kind]
+	if pq == nil {
+		return c.deny(ReasonNoDecision), true
+	}
+	input := buildInput(kind, in)
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.EvalTimeout)
+	defer cancel()
+	rs, err := pq.Eval(ctx, rego.EvalParsedInput(input))
+	if err != nil {
+		reason := ReasonPolicyError
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			reason = ReasonPolicyTimeout
+		}
+		e.log.Warn("policy evaluation failed", zap.Stringer("kind", kind), zap.String("reason", reason), zap.Error(err))
+		return c.deny(reason), false
+	}
+	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+		return c.deny(ReasonNoDecision), true
+	}
+	d, ok := decodeDecision(rs[0].Expressions[0].Value)
+	if !ok {
+		e.log.Warn("malformed policy decision", zap.Stringer("kind", kind), zap.Any("value", rs[0].Expressions[0].Value))
+		return c.deny(ReasonMalformedDecision), true
+	}
+	d.Policy = c.digest
+	return d, true
+}
+
+// decodeDecision reads {"allow": bool, "reason": string, "rule": string,
+// "tls"?: bool}. A deny without a reason is malformed: every deny says why.
+func decodeDecision(v any) (Decision, bool) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return Decision{}, false
+	}
+	allow, ok1 := m["allow"].(bool)
+	reason, ok2 := m["reason"].(string)
+	rule, ok3 := m["rule"].(string)
+	if !ok1 || !ok2 || !ok3 || (!allow && reason == "") {
+		return Decision{}, false
+	}
+	d := Decision{Allow: allow, Reason: reason, Rule: rule}
+	if t, present := m["tls"]; present {
+		if d.TLS, ok = t.(bool); !ok {
+			return Decision{}, false
+		}
+	}
+	return d, true
+}
+
+// buildInput makes the Rego input as AST values directly, skipping a JSON
+// round trip.
+func buildInput(kind Kind, in Input) ast.Object {
+	obj := ast.NewObject()
+	obj.Insert(termKind, ast.StringTerm(kind.String()))
+	id := ast.NewObject(ast.Item(termID, ast.StringTerm(in.Identity.ID)))
+	attrs := ast.NewObject()
+	for k, v := range in.Identity.Attributes {
+		attrs.Insert(ast.StringTerm(k), ast.StringTerm(v))
+	}
+	id.Insert(termAttributes, ast.NewTerm(attrs))
+	obj.Insert(termIdentity, ast.NewTerm(id))
+	in.Facts.AddTo(obj)
+	return obj
+}

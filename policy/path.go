@@ -1,0 +1,145 @@
+package policy
+
+import (
+	"encoding/json"
+	"strings"
+)
+
+// PathFlags are the path facts base rules refuse. Each one marks a spelling
+// that two parsers (egressd's and the upstream's) could split into
+// different segments, so a path rule could be dodged.
+type PathFlags uint16
+
+// The flags, in the order Rego sees them; the first one present is the
+// deny reason.
+const (
+	FlagEncodedSeparator PathFlags = 1 << iota // %2F or %5C, any case
+	FlagDoubleEncoding                         // %25 followed by two hex digits
+	FlagEncodedDot                             // %2E, any case
+	FlagDotSegment                             // "." or ".." segment, raw or decoded
+	FlagEmptySegment                           // "//"
+	FlagBackslash                              // a raw "\"
+	FlagControlCharacter                       // bytes 0x00-0x1F or 0x7F, raw or decoded
+	FlagPathParameter                          // ";", raw or decoded
+	flagCount                                  = iota
+)
+
+var flagNames = [flagCount]string{
+	"encoded_separator",
+	"double_encoding",
+	"encoded_dot",
+	"dot_segment",
+	"empty_segment",
+	"backslash",
+	"control_character",
+	"path_parameter",
+}
+
+// Names lists the set flags in order.
+func (f PathFlags) Names() []string {
+	names := make([]string, 0, flagCount)
+	for i := range flagCount {
+		if f&(1<<i) != 0 {
+			names = append(names, flagNames[i])
+		}
+	}
+	return names
+}
+
+func (f PathFlags) String() string { return strings.Join(f.Names(), ",") }
+
+// MarshalJSON writes the flags as an array of names.
+func (f PathFlags) MarshalJSON() ([]byte, error) { return json.Marshal(f.Names()) }
+
+// parsePath flags a raw path and returns it percent-decoded once. A path
+// that does not decode is a *DenyError.
+func parsePath(raw string) (decoded string, flags PathFlags, err error) {
+	if len(raw) > maxPath {
+		return "", 0, deny("path_too_long", "", nil)
+	}
+	hasPct := false
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch {
+		case c == '%':
+			if i+2 >= len(raw) || !isHex(raw[i+1]) || !isHex(raw[i+2]) {
+				return "", 0, deny("malformed_url", "invalid percent-encoding in path", nil)
+			}
+			hasPct = true
+			v := unhex(raw[i+1])<<4 | unhex(raw[i+2])
+			switch v {
+			case '/', '\\':
+				flags |= FlagEncodedSeparator
+			case '.':
+				flags |= FlagEncodedDot
+			case '%':
+				if i+4 < len(raw) && isHex(raw[i+3]) && isHex(raw[i+4]) {
+					flags |= FlagDoubleEncoding
+				}
+			}
+			i += 2
+		case c == '\\':
+			flags |= FlagBackslash
+		case c < 0x20 || c == 0x7f:
+			flags |= FlagControlCharacter
+		case c == ';':
+			flags |= FlagPathParameter
+		}
+	}
+	decoded = raw
+	if hasPct {
+		decoded = percentDecode(raw)
+		for i := 0; i < len(decoded); i++ {
+			switch c := decoded[i]; {
+			case c < 0x20 || c == 0x7f:
+				flags |= FlagControlCharacter
+			case c == ';':
+				flags |= FlagPathParameter
+			}
+		}
+	}
+	flags |= segmentFlags(raw) | segmentFlags(decoded)
+	return decoded, flags, nil
+}
+
+// segmentFlags flags dot and empty segments of p.
+func segmentFlags(p string) PathFlags {
+	var f PathFlags
+	start := 0
+	for i := 0; i <= len(p); i++ {
+		if i < len(p) && p[i] != '/' {
+			continue
+		}
+		seg := p[start:i]
+		if seg == "." || seg == ".." {
+			f |= FlagDotSegment
+		}
+		// An empty segment between two slashes; the root and a trailing
+		// slash are ordinary.
+		if seg == "" && i > 0 && i < len(p) {
+			f |= FlagEmptySegment
+		}
+		start = i + 1
+	}
+	return f
+}
+
+func unhex(c byte) byte {
+	v, _ := digitVal(c)
+	return byte(v)
+}
+
+// percentDecode decodes %XX once; parsePath has checked every escape.
+func percentDecode(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' {
+			b.WriteByte(unhex(s[i+1])<<4 | unhex(s[i+2]))
+			i += 2
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

@@ -1,0 +1,248 @@
+package policy
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// URLFacts are the facts of an HTTP request or a redirect target. Every
+// field is normalized so that one destination has one spelling.
+type URLFacts struct {
+	kind Kind
+	// Method is the request method as sent (methods are case-sensitive).
+	Method string `json:"method"`
+	// Scheme is "http" or "https".
+	Scheme string `json:"scheme"`
+	// Host is lower-case ASCII (IDNA applied, trailing dot removed), or the
+	// canonical address of an IP literal (IPv6 without brackets).
+	Host string `json:"host"`
+	// IP is set when the host is an IP literal, in any spelling.
+	IP netip.Addr `json:"ip,omitzero"`
+	// IPObfuscated marks an IP literal spelled non-canonically (2130706433,
+	// 0177.0.0.1, 0x7f.1, 127.1, full-width digits, …).
+	IPObfuscated bool `json:"ip_obfuscated"`
+	// Port is the explicit port or the scheme's default.
+	Port uint16 `json:"port"`
+	// Path is the path exactly as sent; it is what goes upstream.
+	Path string `json:"path"`
+	// PathDecoded is Path percent-decoded once; rules match it.
+	PathDecoded string `json:"path_decoded"`
+	// PathFlags are the refused spellings found in Path.
+	PathFlags PathFlags `json:"path_flags"`
+	// Query is the raw query, kept for the audit record; rules do not see
+	// it, so it is not part of the decision key.
+	Query string `json:"query,omitempty"`
+	// Userinfo marks credentials in the URL ("user:pass@host").
+	Userinfo bool `json:"userinfo"`
+	// HostMismatch marks a Host header naming another host or port.
+	HostMismatch bool `json:"host_mismatch"`
+}
+
+// ParseHTTP computes the facts of a proxied request from its method, its
+// request-target (absolute-form "http://host/path", or origin-form "/path"
+// with the host taken from hostHeader) and its Host header. kind is
+// KindHTTP or KindRedirect (target is then the absolute Location). Any
+// input it cannot read exactly is a *DenyError.
+func ParseHTTP(kind Kind, method, target, hostHeader string) (*URLFacts, error) {
+	if kind != KindHTTP && kind != KindRedirect {
+		return nil, deny("malformed_url", "kind must be http or redirect, got "+kind.String(), nil)
+	}
+	if len(target) > maxTarget {
+		return nil, deny("target_too_long", "", nil)
+	}
+	if method == "" || len(method) > 32 || !isToken(method) {
+		return nil, deny("malformed_method", "", nil)
+	}
+	if target == "" || strings.IndexByte(target, '#') >= 0 {
+		return nil, deny("malformed_url", "empty target or fragment", nil)
+	}
+	f := &URLFacts{kind: kind, Method: method}
+	var authority, rest string
+	if target[0] == '/' {
+		if hostHeader == "" {
+			return nil, deny("malformed_url", "origin-form target without Host", nil)
+		}
+		f.Scheme, authority, rest = "http", hostHeader, target
+	} else {
+		i := strings.Index(target, "://")
+		if i <= 0 {
+			return nil, deny("malformed_url", "target is neither absolute nor origin-form", nil)
+		}
+		switch strings.ToLower(target[:i]) {
+		case "http":
+			f.Scheme = "http"
+		case "https":
+			f.Scheme = "https"
+		default:
+			return nil, deny("unsupported_scheme", "", nil)
+		}
+		authority = target[i+3:]
+		if j := strings.IndexAny(authority, "/?"); j >= 0 {
+			authority, rest = authority[:j], authority[j:]
+		}
+	}
+	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+		f.Userinfo = true
+		authority = authority[at+1:]
+	}
+	hf, port, err := parseAuthority(authority, f.Scheme)
+	if err != nil {
+		return nil, err
+	}
+	f.Host, f.IP, f.IPObfuscated, f.Port = hf.name, hf.ip, hf.obfuscated, port
+	path := rest
+	if q := strings.IndexByte(rest, '?'); q >= 0 {
+		path, f.Query = rest[:q], rest[q+1:]
+	}
+	if path == "" {
+		path = "/"
+	}
+	f.Path = path
+	if f.PathDecoded, f.PathFlags, err = parsePath(path); err != nil {
+		return nil, err
+	}
+	if hostHeader != "" && target[0] != '/' {
+		hh, hp, err := parseAuthority(hostHeader, f.Scheme)
+		f.HostMismatch = err != nil || hh.name != f.Host || hp != f.Port
+	}
+	return f, nil
+}
+
+// parseAuthority reads "host[:port]" with the scheme's default port.
+func parseAuthority(a, scheme string) (hostFacts, uint16, error) {
+	if strings.IndexByte(a, '\\') >= 0 {
+		// WHATWG parsers read "\" as "/" in http(s) URLs: the host would
+		// end there for them but not for us.
+		return hostFacts{}, 0, deny("malformed_host", "backslash in authority", nil)
+	}
+	h, p, hasPort := splitHostPort(a)
+	port := uint16(80)
+	if scheme == "https" {
+		port = 443
+	}
+	if hasPort && p != "" {
+		var ok bool
+		if port, ok = parsePort(p); !ok {
+			return hostFacts{}, 0, deny("malformed_port", "", nil)
+		}
+	}
+	hf, err := parseHost(h)
+	return hf, port, err
+}
+
+// Kind is KindHTTP or KindRedirect.
+func (f *URLFacts) Kind() Kind { return f.kind }
+
+// AppendKey encodes every field AddTo puts in the input.
+func (f *URLFacts) AppendKey(dst []byte) []byte {
+	dst = appendStr(dst, f.Method)
+	dst = appendStr(dst, f.Scheme)
+	dst = appendStr(dst, f.Host)
+	dst = binary.BigEndian.AppendUint16(dst, f.Port)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(f.PathFlags))
+	dst = append(dst, b2u(f.IP.IsValid()), b2u(f.IPObfuscated), b2u(f.Userinfo), b2u(f.HostMismatch))
+	dst = appendStr(dst, f.Path)
+	if f.PathDecoded != f.Path {
+		dst = appendStr(dst, f.PathDecoded)
+	}
+	return dst
+}
+
+// AddTo inserts the facts into the Rego input.
+func (f *URLFacts) AddTo(in ast.Object) {
+	in.Insert(termMethod, ast.StringTerm(f.Method))
+	in.Insert(termScheme, ast.StringTerm(f.Scheme))
+	in.Insert(termPath, ast.StringTerm(f.Path))
+	in.Insert(termPathDecoded, ast.StringTerm(f.PathDecoded))
+	in.Insert(termPathFlags, flagsTerm(f.PathFlags))
+	in.Insert(termUserinfo, ast.BooleanTerm(f.Userinfo))
+	in.Insert(termHostMismatch, ast.BooleanTerm(f.HostMismatch))
+	addHost(in, f.Host, f.IP, f.IPObfuscated, f.Port)
+}
+
+// Keys of the Rego input, built once.
+var (
+	termKind         = ast.StringTerm("kind")
+	termIdentity     = ast.StringTerm("identity")
+	termID           = ast.StringTerm("id")
+	termAttributes   = ast.StringTerm("attributes")
+	termMethod       = ast.StringTerm("method")
+	termScheme       = ast.StringTerm("scheme")
+	termHost         = ast.StringTerm("host")
+	termHostSuffixes = ast.StringTerm("host_suffixes")
+	termIP           = ast.StringTerm("ip")
+	termIPObfuscated = ast.StringTerm("ip_obfuscated")
+	termPort         = ast.StringTerm("port")
+	termPath         = ast.StringTerm("path")
+	termPathDecoded  = ast.StringTerm("path_decoded")
+	termPathFlags    = ast.StringTerm("path_flags")
+	termUserinfo     = ast.StringTerm("userinfo")
+	termHostMismatch = ast.StringTerm("host_mismatch")
+	flagTerms        [flagCount]*ast.Term
+)
+
+func init() {
+	for i, n := range flagNames {
+		flagTerms[i] = ast.StringTerm(n)
+	}
+}
+
+func flagsTerm(f PathFlags) *ast.Term {
+	var ts []*ast.Term
+	for i := range flagCount {
+		if f&(1<<i) != 0 {
+			ts = append(ts, flagTerms[i])
+		}
+	}
+	return ast.ArrayTerm(ts...)
+}
+
+// addHost inserts the host facts shared by HTTP and CONNECT. The
+// suffixes ("a.b.c" → "b.c", "c") let wildcard rules be looked up by key
+// instead of matched by string functions in Rego.
+func addHost(in ast.Object, host string, ip netip.Addr, obfuscated bool, port uint16) {
+	in.Insert(termHost, ast.StringTerm(host))
+	in.Insert(termPort, ast.IntNumberTerm(int(port)))
+	in.Insert(termIPObfuscated, ast.BooleanTerm(obfuscated))
+	if ip.IsValid() {
+		in.Insert(termIP, ast.StringTerm(ip.String()))
+		in.Insert(termHostSuffixes, ast.ArrayTerm())
+		return
+	}
+	var sfx []*ast.Term
+	for i := 0; i < len(host); i++ {
+		if host[i] == '.' {
+			sfx = append(sfx, ast.StringTerm(host[i+1:]))
+		}
+	}
+	in.Insert(termHostSuffixes, ast.ArrayTerm(sfx...))
+}
+
+func appendStr(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+func b2u(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// isToken reports whether s is an RFC 9110 token (a method name).
+func isToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return s != ""
+}
