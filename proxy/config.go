@@ -6,22 +6,120 @@ package proxy
 import (
 	"fmt"
 	"net/netip"
+	"time"
 )
 
-// Config is the `proxy:` section.
+// Config is the `proxy:` section. Its defaults protect a 2-core box.
 type Config struct {
 	// Listen is the proxy address. If empty, 127.0.0.1:3128 is used.
 	Listen string `yaml:"listen"`
+	// MaxHeaderBytes bounds a client's request head. Default 32 KiB.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// ReadHeaderTimeout bounds reading a request head (slowloris). Default 10s.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// IdleTimeout closes a client keep-alive connection idle this long. Default 60s.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// DialTimeout bounds resolving and connecting upstream. Default 10s.
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// ResponseHeaderTimeout bounds waiting for an upstream response head.
+	// Default 30s.
+	ResponseHeaderTimeout time.Duration `yaml:"response_header_timeout"`
+	// BodyIdleTimeout bounds each read of a request or response body. Default 60s.
+	BodyIdleTimeout time.Duration `yaml:"body_idle_timeout"`
+	// MaxIdleConnsPerHost bounds the upstream keep-alive pool per host. Default 64.
+	MaxIdleConnsPerHost int `yaml:"max_idle_conns_per_host"`
+	// MaxIdleConns bounds the whole upstream keep-alive pool. Default 512.
+	MaxIdleConns int `yaml:"max_idle_conns"`
+	// PeekTimeout bounds waiting for a tunnel's first client bytes (the TLS
+	// ClientHello). Default 10s.
+	PeekTimeout time.Duration `yaml:"peek_timeout"`
+	// TunnelIdleTimeout closes a tunnel with no bytes either way this long.
+	// Default 5m.
+	TunnelIdleTimeout time.Duration `yaml:"tunnel_idle_timeout"`
+	// TunnelMaxLifetime closes any tunnel this old. Default 24h.
+	TunnelMaxLifetime time.Duration `yaml:"tunnel_max_lifetime"`
+	// MaxConns caps client connections (plain and tunnels together); past
+	// it new connections are closed on accept. Default 10000.
+	MaxConns int `yaml:"max_conns"`
+	// PerIdentityMaxConns caps one identity's in-flight requests plus open
+	// tunnels. Default 2000.
+	PerIdentityMaxConns int `yaml:"per_identity_max_conns"`
+	// PerIdentityRate is one identity's sustained requests per second (token
+	// bucket). Default 2000.
+	PerIdentityRate float64 `yaml:"per_identity_rate"`
+	// PerIdentityBurst is the token bucket size. Default 4000.
+	PerIdentityBurst int `yaml:"per_identity_burst"`
+	// DrainTimeout is how long SIGTERM waits for in-flight requests and
+	// tunnels before closing them. Default 30s.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
 }
 
 // DefaultConfig returns the documented defaults.
-func DefaultConfig() Config { return Config{Listen: "127.0.0.1:3128"} }
+func DefaultConfig() Config {
+	return Config{
+		Listen:                "127.0.0.1:3128",
+		MaxHeaderBytes:        32 << 10,
+		ReadHeaderTimeout:     10 * time.Second,
+		IdleTimeout:           60 * time.Second,
+		DialTimeout:           10 * time.Second,
+		ResponseHeaderTimeout: 30 * time.Second,
+		BodyIdleTimeout:       60 * time.Second,
+		MaxIdleConnsPerHost:   64,
+		MaxIdleConns:          512,
+		PeekTimeout:           10 * time.Second,
+		TunnelIdleTimeout:     5 * time.Minute,
+		TunnelMaxLifetime:     24 * time.Hour,
+		MaxConns:              10000,
+		PerIdentityMaxConns:   2000,
+		PerIdentityRate:       2000,
+		PerIdentityBurst:      4000,
+		DrainTimeout:          30 * time.Second,
+	}
+}
 
 // Validate checks values without I/O. Errors name the key relative to the
 // section.
 func (c *Config) Validate() error {
 	if _, err := netip.ParseAddrPort(c.Listen); err != nil {
 		return fmt.Errorf("listen must be IP:port, got %q: %w", c.Listen, err)
+	}
+	durations := []struct {
+		key string
+		v   time.Duration
+	}{
+		{"read_header_timeout", c.ReadHeaderTimeout},
+		{"idle_timeout", c.IdleTimeout},
+		{"dial_timeout", c.DialTimeout},
+		{"response_header_timeout", c.ResponseHeaderTimeout},
+		{"body_idle_timeout", c.BodyIdleTimeout},
+		{"peek_timeout", c.PeekTimeout},
+		{"tunnel_idle_timeout", c.TunnelIdleTimeout},
+		{"tunnel_max_lifetime", c.TunnelMaxLifetime},
+		{"drain_timeout", c.DrainTimeout},
+	}
+	for _, d := range durations {
+		if d.v <= 0 {
+			return fmt.Errorf("%s must be > 0, got %q", d.key, d.v)
+		}
+	}
+	ints := []struct {
+		key string
+		v   int
+	}{
+		{"max_header_bytes", c.MaxHeaderBytes},
+		{"max_idle_conns_per_host", c.MaxIdleConnsPerHost},
+		{"max_idle_conns", c.MaxIdleConns},
+		{"max_conns", c.MaxConns},
+		{"per_identity_max_conns", c.PerIdentityMaxConns},
+		{"per_identity_burst", c.PerIdentityBurst},
+	}
+	for _, n := range ints {
+		if n.v <= 0 {
+			return fmt.Errorf("%s must be > 0, got %d", n.key, n.v)
+		}
+	}
+	if c.PerIdentityRate <= 0 {
+		return fmt.Errorf("per_identity_rate must be > 0, got %v", c.PerIdentityRate)
 	}
 	return nil
 }

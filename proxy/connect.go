@@ -1,0 +1,143 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/elazarl/goproxy"
+	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// onConnect hands every CONNECT to connectHijack: egressd writes its own
+// answers on the raw connection and owns the tunnel.
+func (s *Server) onConnect(string, *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+	return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: s.connectHijack}, ""
+}
+
+// peekBufs holds readers big enough for one whole TLS record; a tunnel
+// returns its reader once the peeked bytes are forwarded.
+var peekBufs = sync.Pool{New: func() any {
+	return bufio.NewReaderSize(nil, tlsRecordHeaderLen+tlsMaxRecordLen)
+}}
+
+// connectHijack identifies, decides, audits and dials a CONNECT, checks the
+// first client bytes, then copies the tunnel until it ends.
+func (s *Server) connectHijack(r *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
+	defer s.conns.Add(-1)
+	defer client.Close()
+	start := time.Now()
+	st := s.state.Load()
+	f := &flowInfo{id: s.newRequestID(), kind: policy.KindConnect, client: clientAddr(r.RemoteAddr),
+		method: http.MethodConnect, start: start}
+	client.SetDeadline(start.Add(s.cfg.DialTimeout + s.cfg.ReadHeaderTimeout))
+
+	if s.draining.Load() {
+		s.refuseConn(f, client, refusal{status: http.StatusServiceUnavailable, reason: reasonShuttingDown})
+		return
+	}
+	id, reason := authenticate(st.ids, r, f.client)
+	if reason != "" {
+		s.refuseConn(f, client, refusalFor(stagePolicy, policy.Deny(reason, ""), nil))
+		return
+	}
+	f.identity = id.ID
+	release, reason := s.limits.acquire(id.ID)
+	if reason != "" {
+		s.refuseConn(f, client, refusalFor(stagePolicy, policy.Deny(reason, ""), nil))
+		return
+	}
+	defer release()
+
+	out := st.decider.DecideConnect(r.Context(), id, r.RequestURI)
+	f.target = out.Target
+	s.metrics.decisionSeconds.Observe(time.Since(start).Seconds())
+	if !out.Decision.Allow {
+		s.refuseConn(f, client, out.refusal())
+		return
+	}
+	if err := s.decided(f, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
+		s.denyConn(f, client, refusal{status: http.StatusServiceUnavailable, reason: reasonAuditUnavailable})
+		return
+	}
+
+	dctx, cancel := context.WithTimeout(context.Background(), s.cfg.DialTimeout)
+	up, err := s.dialer.DialContext(dctx, "tcp", net.JoinHostPort(f.target.Host, strconv.Itoa(int(f.target.Port))))
+	cancel()
+	s.metrics.upstreamSeconds.Observe(time.Since(start).Seconds())
+	t := &tunnel{s: s, f: f, client: client}
+	if err != nil {
+		rf := refusalFor(stageDial, policy.Decision{}, err)
+		t.done(rf.status, rf.reason, rf.detail)
+		s.denyConn(f, client, rf)
+		return
+	}
+	t.up = up
+	defer up.Close()
+	if ap, ok := up.RemoteAddr().(*net.TCPAddr); ok {
+		t.ip = ap.AddrPort().Addr().Unmap().String()
+	}
+	if _, err := client.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+		t.done(0, "", "client gone: "+err.Error())
+		return
+	}
+	if !t.checkFirstFlight(s.requiresTLS(out)) {
+		return
+	}
+	client.SetDeadline(time.Time{})
+	if !s.track(t) {
+		t.done(0, reasonShuttingDown, "")
+		return
+	}
+	defer s.untrack(t)
+	t.run()
+}
+
+// requiresTLS says whether the tunnel's first bytes must be a TLS
+// ClientHello. policy.Decision does not yet carry the rule's tls flag, so
+// the default is applied: port 443 is TLS-only.
+func (s *Server) requiresTLS(o Outcome) bool {
+	return o.Target.Port == 443
+}
+
+// refuseConn audits a CONNECT refusal and writes it on the raw connection.
+func (s *Server) refuseConn(f *flowInfo, c net.Conn, rf refusal) {
+	if err := s.decided(f, false, rf.reason, rf.rule, "", rf.detail); err != nil {
+		rf = refusal{status: http.StatusServiceUnavailable, reason: reasonAuditUnavailable}
+	}
+	s.denyConn(f, c, rf)
+}
+
+func (s *Server) denyConn(f *flowInfo, c net.Conn, rf refusal) {
+	if ce := s.log.Check(zap.DebugLevel, "denied"); ce != nil {
+		ce.Write(zap.String("request", f.id), zap.String("kind", "connect"),
+			zap.String("identity", f.identity), zap.String("reason", rf.reason))
+	}
+	rf.write(c, f.id)
+}
+
+func (s *Server) track(t *tunnel) bool {
+	s.tunnelsMu.Lock()
+	defer s.tunnelsMu.Unlock()
+	if s.draining.Load() {
+		return false
+	}
+	s.tunnels[t] = struct{}{}
+	s.tunnelsWG.Add(1)
+	s.metrics.active.WithLabelValues("tunnels").Inc()
+	return true
+}
+
+func (s *Server) untrack(t *tunnel) {
+	s.tunnelsMu.Lock()
+	delete(s.tunnels, t)
+	s.tunnelsMu.Unlock()
+	s.tunnelsWG.Done()
+	s.metrics.active.WithLabelValues("tunnels").Dec()
+}

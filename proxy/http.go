@@ -1,0 +1,259 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/elazarl/goproxy"
+	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// httpFlow is one allowed plain-HTTP request on its way upstream.
+type httpFlow struct {
+	flowInfo
+	s        *Server
+	decider  *Decider
+	identity policy.Identity
+	base     url.URL // the request URL as the client sent it, for redirects
+	release  func()
+	cancel   context.CancelFunc
+	idle     *time.Timer
+	ip       string
+	sent     countingBody
+	recv     *responseBody
+	done     bool
+}
+
+// onRequest identifies, limits, decides and audits a plain-HTTP request, then
+// rewrites it for the upstream. A non-nil response refuses the request.
+func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
+	start := time.Now()
+	st := s.state.Load()
+	f := &httpFlow{s: s, decider: st.decider, flowInfo: flowInfo{
+		id: s.newRequestID(), kind: policy.KindHTTP, client: clientAddr(r.RemoteAddr),
+		method: r.Method, start: start,
+	}}
+	f.target.Path = r.URL.EscapedPath()
+
+	if s.draining.Load() {
+		return r, s.refuse(f, r, refusal{status: http.StatusServiceUnavailable, reason: reasonShuttingDown})
+	}
+	id, reason := authenticate(st.ids, r, f.client)
+	if reason != "" {
+		return r, s.refuse(f, r, refusalFor(stagePolicy, policy.Deny(reason, ""), nil))
+	}
+	f.identity, f.flowInfo.identity = id, id.ID
+	if r.URL.Scheme != "http" {
+		// An absolute-form https:// URL would make the proxy originate TLS
+		// the client cannot verify; clients must CONNECT instead.
+		return r, s.refuse(f, r, refusal{status: http.StatusBadRequest, reason: reasonAbsoluteHTTPS})
+	}
+	release, reason := s.limits.acquire(id.ID)
+	if reason != "" {
+		return r, s.refuse(f, r, refusalFor(stagePolicy, policy.Deny(reason, ""), nil))
+	}
+	f.release = release
+
+	out := st.decider.DecideHTTP(r.Context(), id, policy.KindHTTP, r.Method, r.RequestURI, r.Host)
+	f.target = out.Target
+	s.metrics.decisionSeconds.Observe(time.Since(start).Seconds())
+	if !out.Decision.Allow {
+		rf := out.refusal()
+		f.finish()
+		return r, s.refuse(f, r, rf)
+	}
+	if err := s.decided(&f.flowInfo, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
+		f.finish()
+		return r, s.deny(f, r, refusal{status: http.StatusServiceUnavailable, reason: reasonAuditUnavailable})
+	}
+
+	f.base = *r.URL
+	outReq, err := f.upstreamRequest(r)
+	if err != nil {
+		f.finish()
+		return r, s.deny(f, r, refusal{status: http.StatusBadRequest, reason: "malformed_url"})
+	}
+	pctx.UserData = f
+	pctx.RoundTripper = f
+	return outReq, nil
+}
+
+// refuse audits a refusal and builds its response. If the audit append
+// fails the client still gets a refusal, now for audit_unavailable.
+func (s *Server) refuse(f *httpFlow, r *http.Request, rf refusal) *http.Response {
+	if err := s.decided(&f.flowInfo, false, rf.reason, rf.rule, "", rf.detail); err != nil {
+		rf = refusal{status: http.StatusServiceUnavailable, reason: reasonAuditUnavailable}
+	}
+	return s.deny(f, r, rf)
+}
+
+func (s *Server) deny(f *httpFlow, r *http.Request, rf refusal) *http.Response {
+	if ce := s.log.Check(zap.DebugLevel, "denied"); ce != nil {
+		ce.Write(zap.String("request", f.id), zap.String("kind", f.kind.String()),
+			zap.String("identity", f.flowInfo.identity), zap.String("reason", rf.reason))
+	}
+	return rf.response(r, f.id)
+}
+
+// upstreamRequest rewrites r for the upstream: hop-by-hop headers removed,
+// the decided host and port dialled, and the request target sent
+// byte-for-byte as the client wrote it (URL.Opaque stops net/http from
+// re-encoding the path).
+func (f *httpFlow) upstreamRequest(r *http.Request) (*http.Request, error) {
+	rawPath := f.target.Path
+	if rawPath == "" {
+		rawPath = "/"
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	f.cancel = cancel
+	f.idle = time.AfterFunc(f.s.cfg.BodyIdleTimeout, cancel)
+	trace := &httptrace.ClientTrace{GotConn: func(ci httptrace.GotConnInfo) {
+		if ap, ok := ci.Conn.RemoteAddr().(*net.TCPAddr); ok {
+			f.ip = ap.AddrPort().Addr().Unmap().String()
+		}
+	}}
+	out := r.WithContext(httptrace.WithClientTrace(ctx, trace))
+	u := *r.URL
+	u.Host = net.JoinHostPort(f.target.Host, strconv.Itoa(int(f.target.Port)))
+	u.Opaque = rawPath
+	if strings.HasPrefix(rawPath, "//") {
+		// A path beginning with "//" would read as an authority in origin
+		// form; send it in absolute form instead.
+		u.Opaque = "//" + u.Host + rawPath
+	}
+	u.RawPath, u.RawQuery, u.ForceQuery = "", f.target.Query, false
+	out.URL = &u
+	out.Header = r.Header.Clone()
+	stripHopByHop(out.Header)
+	if r.Body != nil && r.Body != http.NoBody {
+		f.sent.ReadCloser, f.sent.idle, f.sent.timeout = r.Body, f.idle, f.s.cfg.BodyIdleTimeout
+		out.Body = &f.sent
+	}
+	return out, nil
+}
+
+// RoundTrip sends the request through the pinned transport and checks a
+// redirect before the client sees it. It never returns an error: failures
+// become refusal responses that name no internal address.
+func (f *httpFlow) RoundTrip(req *http.Request, _ *goproxy.ProxyCtx) (*http.Response, error) {
+	s := f.s
+	t0 := time.Now()
+	resp, err := s.tr.RoundTrip(req)
+	s.metrics.upstreamSeconds.Observe(time.Since(t0).Seconds())
+	if err != nil {
+		rf := refusalFor(stageDial, policy.Decision{}, err)
+		f.complete(rf.status, rf.reason, rf.detail)
+		return rf.response(req, f.id), nil
+	}
+	if loc := resp.Header.Get("Location"); loc != "" && isRedirect(resp.StatusCode) {
+		if rf, denied := f.checkRedirect(req, resp.StatusCode, loc); denied {
+			resp.Body.Close()
+			f.complete(rf.status, rf.reason, "")
+			return rf.response(req, f.id), nil
+		}
+	}
+	stripHopByHop(resp.Header)
+	f.recv = &responseBody{countingBody: countingBody{ReadCloser: resp.Body, idle: f.idle, timeout: s.cfg.BodyIdleTimeout}, f: f, status: resp.StatusCode}
+	resp.Body = f.recv
+	return resp, nil
+}
+
+func isRedirect(code int) bool {
+	switch code {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return true
+	}
+	return false
+}
+
+// checkRedirect decides the Location of a 3xx as kind redirect for the same
+// identity, and audits the decision.
+func (f *httpFlow) checkRedirect(req *http.Request, code int, loc string) (refusal, bool) {
+	s := f.s
+	method := req.Method
+	if code == http.StatusSeeOther {
+		method = http.MethodGet
+	}
+	next, err := f.base.Parse(loc)
+	rf := refusal{status: http.StatusForbidden, reason: reasonRedirectDenied}
+	rinfo := f.flowInfo
+	rinfo.kind = policy.KindRedirect
+	rinfo.method = method
+	if err != nil {
+		rinfo.target = Target{}
+		s.decided(&rinfo, false, reasonRedirectDenied, "", "", "unparseable location")
+		return rf, true
+	}
+	out := f.decider.DecideHTTP(req.Context(), f.identity, policy.KindRedirect, method, next.String(), "")
+	rinfo.target = out.Target
+	if out.Decision.Allow {
+		if err := s.decided(&rinfo, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
+			return refusal{status: http.StatusServiceUnavailable, reason: reasonAuditUnavailable}, true
+		}
+		return refusal{}, false
+	}
+	rf.rule = out.Decision.Rule
+	if err := s.decided(&rinfo, false, reasonRedirectDenied, out.Decision.Rule, out.Decision.Policy, "policy reason: "+out.Decision.Reason); err != nil {
+		return refusal{status: http.StatusServiceUnavailable, reason: reasonAuditUnavailable}, true
+	}
+	return rf, true
+}
+
+// complete appends the completion record once and releases the request's
+// limits.
+func (f *httpFlow) complete(status int, reason, detail string) {
+	if f.done {
+		return
+	}
+	f.done = true
+	r := f.record("http_done")
+	r.Status = status
+	r.IP = f.ip
+	r.BytesOut = f.sent.n.Load()
+	if f.recv != nil {
+		r.BytesIn = f.recv.n.Load()
+	}
+	r.DurationUS = time.Since(f.start).Microseconds()
+	if reason != "" {
+		r.Decision, r.Reason, r.Error = "deny", reason, detail
+		f.s.metrics.decided(r.Kind, "deny", reason)
+	}
+	if err := f.s.audit.Append(r); err != nil {
+		f.s.log.Error("audit append failed", zap.String("request", f.id), zap.Error(err))
+	}
+	f.finish()
+}
+
+func (f *httpFlow) finish() {
+	if f.idle != nil {
+		f.idle.Stop()
+		f.cancel()
+	}
+	if f.release != nil {
+		f.release()
+		f.release = nil
+	}
+}
+
+// serveNonProxy answers origin-form requests: egressd is not a web server.
+func (s *Server) serveNonProxy(w http.ResponseWriter, r *http.Request) {
+	f := &httpFlow{s: s, flowInfo: flowInfo{
+		id: s.newRequestID(), kind: policy.KindHTTP, client: clientAddr(r.RemoteAddr), method: r.Method,
+	}}
+	rf := refusal{status: http.StatusBadRequest, reason: reasonNotProxyRequest}
+	if err := s.decided(&f.flowInfo, false, rf.reason, "", "", ""); err != nil {
+		rf = refusal{status: http.StatusServiceUnavailable, reason: reasonAuditUnavailable}
+	}
+	rf.header(w.Header(), f.id)
+	w.WriteHeader(rf.status)
+	w.Write([]byte(rf.body(f.id)))
+}

@@ -1,0 +1,100 @@
+package proxy
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// maxTrackedIdentities bounds the per-identity limiter table; past it the
+// idle entries are dropped so unknown ids cannot grow it without bound.
+const maxTrackedIdentities = 4096
+
+// limiter holds per-identity token buckets and in-flight counters.
+type limiter struct {
+	rate    rate.Limit
+	burst   int
+	maxConc int64
+
+	mu  sync.Mutex
+	ids map[string]*idLimit
+}
+
+type idLimit struct {
+	bucket *rate.Limiter
+	active atomic.Int64
+}
+
+func newLimiter(c Config) *limiter {
+	return &limiter{
+		rate:    rate.Limit(c.PerIdentityRate),
+		burst:   c.PerIdentityBurst,
+		maxConc: int64(c.PerIdentityMaxConns),
+		ids:     make(map[string]*idLimit),
+	}
+}
+
+func (l *limiter) get(id string) *idLimit {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.ids[id]
+	if !ok {
+		if len(l.ids) >= maxTrackedIdentities {
+			for k, v := range l.ids {
+				if v.active.Load() == 0 {
+					delete(l.ids, k)
+				}
+			}
+		}
+		e = &idLimit{bucket: rate.NewLimiter(l.rate, l.burst)}
+		l.ids[id] = e
+	}
+	return e
+}
+
+// acquire admits one request or tunnel of id. It returns a release func, or
+// the refusal reason.
+func (l *limiter) acquire(id string) (func(), string) {
+	e := l.get(id)
+	if !e.bucket.Allow() {
+		return nil, reasonRateLimited
+	}
+	if e.active.Add(1) > l.maxConc {
+		e.active.Add(-1)
+		return nil, reasonConnLimit
+	}
+	return func() { e.active.Add(-1) }, ""
+}
+
+// capListener closes connections accepted past the global cap. It returns
+// the listener's own *net.TCPConn unwrapped, so a hijacked tunnel can still
+// splice; the slot is released by the server's ConnState hook or, for a
+// hijacked connection, by the tunnel when it ends.
+type capListener struct {
+	*net.TCPListener
+	active   *atomic.Int64
+	max      int64
+	rejected func()
+}
+
+func (l *capListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.AcceptTCP()
+		if err != nil {
+			return nil, err
+		}
+		if l.active.Add(1) > l.max {
+			l.active.Add(-1)
+			c.SetLinger(0)
+			c.Close()
+			l.rejected()
+			continue
+		}
+		c.SetKeepAlivePeriod(30 * time.Second)
+		c.SetKeepAlive(true)
+		return c, nil
+	}
+}

@@ -1,0 +1,68 @@
+package proxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the proxy's Prometheus collectors. They are registered on the
+// registry given to NewMetrics, never on the global one.
+type Metrics struct {
+	requests        *prometheus.CounterVec
+	decisionSeconds prometheus.Histogram
+	upstreamSeconds prometheus.Histogram
+	tunnelBytes     *prometheus.CounterVec
+	active          *prometheus.GaugeVec
+	acceptRejected  prometheus.Counter
+	// Reloads counts policy/config reloads by result ("ok", "failed").
+	Reloads *prometheus.CounterVec
+}
+
+// NewMetrics creates the collectors and registers them, plus an audit queue
+// depth gauge read from queueDepth at scrape time when it is not nil.
+func NewMetrics(reg prometheus.Registerer, queueDepth func() int) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressd_proxy_requests_total",
+			Help: "Proxy decisions by kind, decision and reason.",
+		}, []string{"kind", "decision", "reason"}),
+		decisionSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "egressd_proxy_decision_seconds",
+			Help:    "Time from request head to decision (identity, facts, floor, policy, audit).",
+			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 16),
+		}),
+		upstreamSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "egressd_proxy_upstream_seconds",
+			Help:    "Time from dispatch to the upstream response head (HTTP) or connect (tunnels).",
+			Buckets: prometheus.ExponentialBuckets(1e-4, 2, 18),
+		}),
+		tunnelBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressd_proxy_tunnel_bytes_total",
+			Help: "Bytes copied through CONNECT tunnels by direction (up: client to upstream).",
+		}, []string{"direction"}),
+		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "egressd_proxy_active",
+			Help: "Open client connections, in-flight requests and open tunnels.",
+		}, []string{"what"}),
+		acceptRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egressd_proxy_connections_rejected_total",
+			Help: "Client connections closed on accept because max_conns was reached.",
+		}),
+		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressd_reloads_total",
+			Help: "Configuration and policy reloads by result.",
+		}, []string{"result"}),
+	}
+	reg.MustRegister(m.requests, m.decisionSeconds, m.upstreamSeconds, m.tunnelBytes,
+		m.active, m.acceptRejected, m.Reloads)
+	if queueDepth != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "egressd_audit_queue_depth",
+			Help: "Audit records queued and not yet written.",
+		}, func() float64 { return float64(queueDepth()) }))
+	}
+	return m
+}
+
+func (m *Metrics) decided(kind, decision, reason string) {
+	m.requests.WithLabelValues(kind, decision, reason).Inc()
+}

@@ -1,0 +1,185 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// Reasons decided in this package, not by Rego. They appear identically in
+// responses, audit records and metrics.
+const (
+	reasonAuthRequired     = "proxy_auth_required"
+	reasonAuthInvalid      = "proxy_auth_invalid"
+	reasonAbsoluteHTTPS    = "https_requires_connect"
+	reasonNotProxyRequest  = "not_proxy_request"
+	reasonRateLimited      = "rate_limited"
+	reasonConnLimit        = "identity_conn_limit"
+	reasonAuditUnavailable = "audit_unavailable"
+	reasonRedirectDenied   = "redirect_denied"
+	reasonSNIMismatch      = "sni_mismatch"
+	reasonNotTLS           = "tls_required"
+	reasonMalformedTLS     = "malformed_client_hello"
+	reasonUpstreamTimeout  = "upstream_timeout"
+	reasonUpstreamFailed   = "upstream_unreachable"
+	reasonDNSFailed        = "dns_failure"
+	reasonShuttingDown     = "shutting_down"
+)
+
+// stage says where a refusal came from; the same typed error means a 400
+// when the client's request could not be parsed and a 403 when the address
+// floor refused a destination.
+type stage uint8
+
+const (
+	stageParse stage = iota + 1
+	stagePolicy
+	stageDial
+)
+
+// refusal is everything a deny response and its audit record carry.
+type refusal struct {
+	status int
+	reason string
+	rule   string
+	// detail is for the operator's audit log only: it may name internal
+	// addresses and is never sent to the client.
+	detail string
+}
+
+// refusalFor is the one place an error or a policy decision becomes a client
+// status and reason.
+func refusalFor(st stage, d policy.Decision, err error) refusal {
+	if err == nil {
+		reason := d.Reason
+		if reason == "" {
+			reason = "no_matching_rule"
+		}
+		return refusal{status: statusForReason(http.StatusForbidden, reason), reason: reason, rule: d.Rule}
+	}
+	var de *policy.DenyError
+	if errors.As(err, &de) {
+		status := http.StatusForbidden
+		if st == stageParse {
+			status = http.StatusBadRequest
+		}
+		return refusal{status: statusForReason(status, de.Reason), reason: de.Reason, detail: de.Error()}
+	}
+	var dnsErr *net.DNSError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), isTimeout(err):
+		return refusal{status: http.StatusGatewayTimeout, reason: reasonUpstreamTimeout, detail: err.Error()}
+	case errors.As(err, &dnsErr):
+		return refusal{status: http.StatusBadGateway, reason: reasonDNSFailed, detail: err.Error()}
+	}
+	return refusal{status: http.StatusBadGateway, reason: reasonUpstreamFailed, detail: err.Error()}
+}
+
+// statusForReason keeps the classes the reasons imply whatever stage reported
+// them: identity problems are 407, an unavailable audit log is 503.
+func statusForReason(def int, reason string) int {
+	switch reason {
+	case reasonAuthRequired, reasonAuthInvalid:
+		return http.StatusProxyAuthRequired
+	case reasonAuditUnavailable, reasonShuttingDown:
+		return http.StatusServiceUnavailable
+	case reasonRateLimited, reasonConnLimit:
+		return http.StatusTooManyRequests
+	}
+	return def
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// decisionHeader is the X-Egressd-Decision value: machine-readable, with the
+// same fields as the body.
+func decisionHeader(allow bool, reason, rule string) string {
+	var b strings.Builder
+	if allow {
+		b.WriteString("allow")
+	} else {
+		b.WriteString("deny")
+	}
+	if reason != "" {
+		b.WriteString("; reason=")
+		b.WriteString(reason)
+	}
+	if rule != "" {
+		b.WriteString("; rule=")
+		b.WriteString(rule)
+	}
+	return b.String()
+}
+
+// body is the short text/plain explanation a refused client reads. It names
+// only the reason, the rule and the request id: never an address.
+func (r refusal) body(requestID string) string {
+	rule := r.rule
+	if rule == "" {
+		rule = "none"
+	}
+	return "egressd: denied: " + r.reason + " (rule " + rule + ", request " + requestID + ")\n"
+}
+
+// header fills h for a refusal response.
+func (r refusal) header(h http.Header, requestID string) {
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Egressd-Decision", decisionHeader(false, r.reason, r.rule))
+	h.Set("X-Egressd-Request", requestID)
+	h.Set("Cache-Control", "no-store")
+	if r.status == http.StatusProxyAuthRequired {
+		h.Set("Proxy-Authenticate", `Basic realm="egressd"`)
+	}
+}
+
+// response builds the refusal as an *http.Response for goproxy's request
+// and response hooks.
+func (r refusal) response(req *http.Request, requestID string) *http.Response {
+	body := r.body(requestID)
+	resp := &http.Response{
+		Status:        strconv.Itoa(r.status) + " " + http.StatusText(r.status),
+		StatusCode:    r.status,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        make(http.Header, 6),
+		Body:          io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       req,
+	}
+	r.header(resp.Header, requestID)
+	return resp
+}
+
+// write sends the refusal on a raw (hijacked) connection as an HTTP/1.1
+// response, then the caller closes the connection.
+func (r refusal) write(w interface{ Write([]byte) (int, error) }, requestID string) error {
+	h := make(http.Header, 6)
+	r.header(h, requestID)
+	h.Set("Connection", "close")
+	body := r.body(requestID)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	var b strings.Builder
+	b.WriteString("HTTP/1.1 ")
+	b.WriteString(strconv.Itoa(r.status))
+	b.WriteByte(' ')
+	b.WriteString(http.StatusText(r.status))
+	b.WriteString("\r\n")
+	if err := h.Write(&b); err != nil {
+		return err
+	}
+	b.WriteString("\r\n")
+	b.WriteString(body)
+	_, err := w.Write([]byte(b.String()))
+	return err
+}

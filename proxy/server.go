@@ -1,0 +1,215 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elazarl/goproxy"
+	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/proxy/identity"
+)
+
+// Dialer is what the proxy needs of *dnsguard.Dialer: resolve once, check
+// every answer against the floor, dial only a vetted address.
+type Dialer interface {
+	DialContext(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// Options are the proxy's collaborators.
+type Options struct {
+	Config     Config
+	Decider    *Decider
+	Identities *identity.Store
+	Dialer     Dialer
+	Audit      audit.Appender
+	Metrics    *Metrics
+	Log        *zap.Logger
+}
+
+// state is what a reload replaces as a whole; requests read it once.
+type state struct {
+	decider *Decider
+	ids     *identity.Store
+}
+
+// Server is the proxy listener.
+type Server struct {
+	cfg     Config
+	log     *zap.Logger
+	audit   audit.Appender
+	metrics *Metrics
+	dialer  Dialer
+	tr      *http.Transport
+	limits  *limiter
+	state   atomic.Pointer[state]
+	srv     *http.Server
+
+	conns    atomic.Int64
+	reqID    atomic.Uint64
+	idPrefix string
+
+	tunnelsMu sync.Mutex
+	tunnels   map[*tunnel]struct{}
+	tunnelsWG sync.WaitGroup
+	draining  atomic.Bool
+}
+
+// New builds the proxy; Serve starts it.
+func New(o Options) (*Server, error) {
+	if err := o.Config.Validate(); err != nil {
+		return nil, fmt.Errorf("proxy.%w", err)
+	}
+	if o.Decider == nil || o.Dialer == nil || o.Audit == nil || o.Metrics == nil || o.Log == nil {
+		return nil, errors.New("proxy: decider, dialer, audit, metrics and log are required")
+	}
+	var pfx [4]byte
+	if _, err := rand.Read(pfx[:]); err != nil {
+		return nil, fmt.Errorf("request id prefix: %w", err)
+	}
+	s := &Server{
+		cfg:      o.Config,
+		log:      o.Log.Named("proxy"),
+		audit:    o.Audit,
+		metrics:  o.Metrics,
+		dialer:   o.Dialer,
+		limits:   newLimiter(o.Config),
+		idPrefix: hex.EncodeToString(pfx[:]) + "-",
+		tunnels:  make(map[*tunnel]struct{}),
+	}
+	s.tr = newTransport(o.Config, o.Dialer)
+	s.state.Store(&state{decider: o.Decider, ids: o.Identities})
+
+	gp := goproxy.NewProxyHttpServer()
+	gp.Logger = zapPrintf{s.log}
+	gp.Tr = s.tr
+	gp.ConnectDial = nil
+	// Forward Accept-Encoding as the client sent it: the proxy does not
+	// transcode bodies.
+	gp.KeepAcceptEncoding = true
+	gp.NonproxyHandler = http.HandlerFunc(s.serveNonProxy)
+	gp.OnRequest().DoFunc(s.onRequest)
+	gp.OnRequest().HandleConnectFunc(s.onConnect)
+
+	s.srv = &http.Server{
+		Handler:           gp,
+		MaxHeaderBytes:    o.Config.MaxHeaderBytes,
+		ReadHeaderTimeout: o.Config.ReadHeaderTimeout,
+		IdleTimeout:       o.Config.IdleTimeout,
+		ErrorLog:          zap.NewStdLog(s.log.Named("http")),
+		ConnState:         s.connState,
+	}
+	return s, nil
+}
+
+// Reload swaps the decider and identity table; in-flight requests finish
+// with the state they started with.
+func (s *Server) Reload(d *Decider, ids *identity.Store) {
+	s.state.Store(&state{decider: d, ids: ids})
+}
+
+// Serve accepts on ln until Shutdown. It returns http.ErrServerClosed after
+// a Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	tl, ok := ln.(*net.TCPListener)
+	if !ok {
+		return fmt.Errorf("proxy: listener must be TCP, got %T", ln)
+	}
+	return s.srv.Serve(&capListener{
+		TCPListener: tl,
+		active:      &s.conns,
+		max:         int64(s.cfg.MaxConns),
+		rejected:    s.metrics.acceptRejected.Inc,
+	})
+}
+
+// Shutdown stops accepting, waits for in-flight requests and tunnels until
+// ctx is done, then closes what is left.
+func (s *Server) Shutdown(ctx context.Context) error {
+	// Set under the tunnel lock so no tunnel is tracked after Wait starts.
+	s.tunnelsMu.Lock()
+	s.draining.Store(true)
+	s.tunnelsMu.Unlock()
+	err := s.srv.Shutdown(ctx)
+	done := make(chan struct{})
+	go func() { s.tunnelsWG.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.tunnelsMu.Lock()
+		for t := range s.tunnels {
+			t.close()
+		}
+		s.tunnelsMu.Unlock()
+		<-done
+	}
+	s.tr.CloseIdleConnections()
+	return err
+}
+
+func (s *Server) connState(c net.Conn, st http.ConnState) {
+	switch st {
+	case http.StateNew:
+		s.metrics.active.WithLabelValues("connections").Inc()
+	case http.StateClosed:
+		s.metrics.active.WithLabelValues("connections").Dec()
+		s.conns.Add(-1)
+	case http.StateHijacked:
+		// The tunnel owns the connection and its slot from here on.
+		s.metrics.active.WithLabelValues("connections").Dec()
+	}
+}
+
+// newRequestID is unique per process run: a random prefix and a counter.
+func (s *Server) newRequestID() string {
+	n := s.reqID.Add(1)
+	b := make([]byte, 0, len(s.idPrefix)+13)
+	b = append(b, s.idPrefix...)
+	b = strconv.AppendUint(b, n, 36)
+	return string(b)
+}
+
+func clientAddr(remote string) netip.Addr {
+	ap, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}
+
+// zapPrintf routes goproxy's warnings to the operational log.
+type zapPrintf struct{ log *zap.Logger }
+
+func (z zapPrintf) Printf(format string, v ...any) {
+	z.log.Debug("goproxy", zap.String("msg", fmt.Sprintf(format, v...)))
+}
+
+func newTransport(c Config, d Dialer) *http.Transport {
+	return &http.Transport{
+		// Never an environment proxy, and only the pinned dialer: the
+		// vetted address is the dialled address.
+		Proxy:                  nil,
+		DialContext:            d.DialContext,
+		MaxIdleConns:           c.MaxIdleConns,
+		MaxIdleConnsPerHost:    c.MaxIdleConnsPerHost,
+		IdleConnTimeout:        90 * time.Second,
+		ResponseHeaderTimeout:  c.ResponseHeaderTimeout,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: 1 << 20,
+		DisableCompression:     true,
+		ForceAttemptHTTP2:      false,
+		WriteBufferSize:        16 << 10,
+		ReadBufferSize:         16 << 10,
+	}
+}

@@ -1,0 +1,215 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// tunnel is one established CONNECT.
+type tunnel struct {
+	s      *Server
+	f      *flowInfo
+	client net.Conn
+	up     net.Conn
+	ip     string
+
+	up2down, down2up atomic.Int64
+	lastActive       atomic.Int64 // unix nanos
+	closeOnce        sync.Once
+}
+
+// checkFirstFlight peeks at the client's first bytes without consuming them:
+// a ClientHello naming another server than the CONNECT host is refused
+// (sni_mismatch), and so are non-TLS bytes when the rule is TLS-only. What
+// was peeked is then written upstream unchanged. It reports whether the
+// tunnel may proceed.
+func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
+	br := peekBufs.Get().(*bufio.Reader)
+	br.Reset(t.client)
+	defer func() {
+		br.Reset(nil)
+		peekBufs.Put(br)
+	}()
+	t.client.SetReadDeadline(time.Now().Add(t.s.cfg.PeekTimeout))
+	hdr, err := br.Peek(tlsRecordHeaderLen)
+	if err != nil && len(hdr) == 0 {
+		if isTimeout(err) && !tlsOnly {
+			// A server-speaks-first protocol: nothing to check, nothing
+			// buffered.
+			return true
+		}
+		return t.refuseFlight(reasonNotTLS, "no first bytes: "+err.Error())
+	}
+	if !isTLSRecordStart(hdr) {
+		if tlsOnly {
+			return t.refuseFlight(reasonNotTLS, "")
+		}
+		return t.forwardPeeked(br)
+	}
+	n, err := recordLen(hdr)
+	if err != nil {
+		return t.refuseFlight(reasonMalformedTLS, err.Error())
+	}
+	rec, err := br.Peek(tlsRecordHeaderLen + n)
+	if err != nil {
+		return t.refuseFlight(reasonMalformedTLS, err.Error())
+	}
+	sni, err := parseClientHelloSNI(rec)
+	if err != nil {
+		return t.refuseFlight(reasonMalformedTLS, err.Error())
+	}
+	if sni != "" && !sniMatches(sni, t.f.target.Host) {
+		return t.refuseFlight(reasonSNIMismatch, "sni "+sni)
+	}
+	return t.forwardPeeked(br)
+}
+
+func (t *tunnel) forwardPeeked(br *bufio.Reader) bool {
+	if n := br.Buffered(); n > 0 {
+		b, _ := br.Peek(n)
+		if _, err := t.up.Write(b); err != nil {
+			t.done(0, reasonUpstreamFailed, err.Error())
+			return false
+		}
+		t.down2up.Add(int64(n))
+	}
+	return true
+}
+
+// refuseFlight audits a first-flight refusal. The client already has its
+// 200, so the refusal is the closed connection and the audit record.
+func (t *tunnel) refuseFlight(reason, detail string) bool {
+	if err := t.s.decided(t.f, false, reason, "", "", detail); err != nil {
+		t.s.log.Error("audit append failed", zap.String("request", t.f.id), zap.Error(err))
+	}
+	t.done(http.StatusForbidden, reason, detail)
+	return false
+}
+
+// run copies both directions until both end, the tunnel idles out, or it
+// reaches its maximum lifetime.
+func (t *tunnel) run() {
+	t.lastActive.Store(time.Now().UnixNano())
+	end := t.f.start.Add(t.s.cfg.TunnelMaxLifetime)
+	done := make(chan struct{})
+	go func() {
+		t.pipe(t.up, t.client, &t.down2up, end)
+		close(done)
+	}()
+	t.pipe(t.client, t.up, &t.up2down, end)
+	<-done
+	t.s.metrics.tunnelBytes.WithLabelValues("up").Add(float64(t.down2up.Load()))
+	t.s.metrics.tunnelBytes.WithLabelValues("down").Add(float64(t.up2down.Load()))
+	t.done(0, "", "")
+}
+
+// pipe copies src to dst with io.Copy on the raw connections, so Linux can
+// splice TCP to TCP. Deadlines bound each round: a round that moved bytes, or
+// a recent round of the other direction, starts another; a direction that
+// sees EOF half-closes its peer.
+func (t *tunnel) pipe(dst, src net.Conn, n *atomic.Int64, end time.Time) {
+	window := t.s.cfg.TunnelIdleTimeout / 2
+	idle := t.s.cfg.TunnelIdleTimeout.Nanoseconds()
+	for {
+		now := time.Now()
+		if !now.Before(end) {
+			t.close()
+			return
+		}
+		src.SetReadDeadline(minTime(now.Add(window), end))
+		// Wait for bytes before io.Copy: a splice holds a kernel pipe while
+		// it blocks, and thousands of idle tunnels should not.
+		if err := waitReadable(src); err != nil {
+			if isTimeout(err) && time.Now().UnixNano()-t.lastActive.Load() < idle {
+				continue
+			}
+			t.close()
+			return
+		}
+		c, err := io.Copy(dst, src)
+		if c > 0 {
+			n.Add(c)
+			t.lastActive.Store(time.Now().UnixNano())
+		}
+		switch {
+		case err == nil:
+			// EOF: pass the half-close on and let the other direction finish.
+			if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+				cw.CloseWrite()
+				return
+			}
+			t.close()
+			return
+		case isTimeout(err):
+			continue
+		default:
+			t.close()
+			return
+		}
+	}
+}
+
+// waitReadable blocks until src has bytes (or EOF, or an error) or its read
+// deadline passes, without reading: MSG_PEEK asks the socket itself, so
+// bytes left over from an earlier read are seen too.
+func waitReadable(src net.Conn) error {
+	sc, ok := src.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var b [1]byte
+	return rc.Read(func(fd uintptr) bool {
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return !errors.Is(err, syscall.EAGAIN)
+	})
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// close ends the tunnel from either side (idle, lifetime, error, drain).
+func (t *tunnel) close() {
+	t.closeOnce.Do(func() {
+		t.client.Close()
+		if t.up != nil {
+			t.up.Close()
+		}
+	})
+}
+
+// done appends the tunnel's completion record.
+func (t *tunnel) done(status int, reason, detail string) {
+	r := t.f.record("connect_done")
+	r.IP = t.ip
+	r.Status = status
+	r.BytesOut = t.down2up.Load()
+	r.BytesIn = t.up2down.Load()
+	r.DurationUS = time.Since(t.f.start).Microseconds()
+	r.Error = detail
+	if reason != "" {
+		r.Decision, r.Reason = "deny", reason
+		if status != http.StatusForbidden {
+			t.s.metrics.decided("connect", "deny", reason)
+		}
+	}
+	if err := t.s.audit.Append(r); err != nil {
+		t.s.log.Error("audit append failed", zap.String("request", t.f.id), zap.Error(err))
+	}
+}
