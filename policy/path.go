@@ -21,7 +21,7 @@ const (
 	FlagBackslash                              // a raw "\"
 	FlagControlCharacter                       // bytes 0x00-0x1F or 0x7F, raw or decoded
 	FlagPathParameter                          // ";", raw or decoded
-	flagCount                                  = iota
+	flagCount            = iota
 )
 
 var flagNames = [flagCount]string{

@@ -23,6 +23,9 @@ type command struct {
 // commands lists the subcommands; each lives in its own file.
 var commands = map[string]command{
 	"health": {summary: "exit 0 if the admin listener reports ready, else 1", run: runHealth},
+	"serve":  {summary: "run the proxy and admin listeners", run: runServe},
+	"check":  {summary: "decide one request offline, exactly as the listeners would", run: runCheck},
+	"policy": {summary: "compile (check) or test (test) a policy bundle", run: runPolicy},
 }
 
 func main() {

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// checkKind is one `egressd check <kind>`. The DNS and SQL kinds register
+// themselves from their own files (check_dns.go, check_sql.go) in init.
+type checkKind struct {
+	// args is the synopsis of the positional arguments, e.g. "METHOD URL".
+	args string
+	// nargs is how many positional arguments the kind takes.
+	nargs int
+	// setup registers kind-specific flags on fs and returns the function
+	// that decides once the flags are parsed.
+	setup func(fs *flag.FlagSet) decideFunc
+}
+
+// decideFunc parses args into facts and decides them. A parse refusal is
+// not an error: it is returned as a deny in the output, with the facts nil.
+type decideFunc func(ctx context.Context, env *decideEnv, args []string) checkOutput
+
+// checkKinds is the table of kinds; see checkKind.
+var checkKinds = map[string]checkKind{
+	"http":    checkHTTP,
+	"connect": checkConnect,
+}
+
+// checkOutput is the one JSON object a check prints.
+type checkOutput struct {
+	Kind     string `json:"kind"`
+	Identity string `json:"identity"`
+	Allow    bool   `json:"allow"`
+	Reason   string `json:"reason"`
+	Rule     string `json:"rule"`
+	Policy   string `json:"policy"`
+	// TLS is set on an allowed CONNECT whose tunnel must carry TLS.
+	TLS bool `json:"tls,omitempty"`
+	// Detail explains a refusal found before Rego (a malformed URL).
+	Detail string `json:"detail,omitempty"`
+	Facts  any    `json:"facts"`
+}
+
+// decided fills the output from facts and a decision.
+func decided(kind policy.Kind, env *decideEnv, facts any, d policy.Decision) checkOutput {
+	return checkOutput{
+		Kind: kind.String(), Identity: env.identity.ID,
+		Allow: d.Allow, Reason: d.Reason, Rule: d.Rule, Policy: d.Policy, TLS: d.TLS,
+		Facts: facts,
+	}
+}
+
+// refusedBeforePolicy is the output for input that never reaches Rego.
+func refusedBeforePolicy(kind policy.Kind, env *decideEnv, err error) checkOutput {
+	out := checkOutput{Kind: kind.String(), Identity: env.identity.ID, Policy: env.engine.Digest(), Reason: "malformed_request"}
+	var de *policy.DenyError
+	if errors.As(err, &de) {
+		out.Reason, out.Detail = de.Reason, de.Detail
+	} else {
+		out.Detail = err.Error()
+	}
+	return out
+}
+
+func runCheck(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		checkUsage(stderr)
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			return flag.ErrHelp
+		}
+		return usageErrorf("check: missing kind")
+	}
+	kind, ok := checkKinds[args[0]]
+	if !ok {
+		checkUsage(stderr)
+		return usageErrorf("check: unknown kind %q", args[0])
+	}
+	fs := flag.NewFlagSet("check "+args[0], flag.ContinueOnError)
+	var ef engineFlags
+	ef.register(fs)
+	decide := kind.setup(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: egressd check %s [flags] %s\n", args[0], kind.args)
+		fs.PrintDefaults()
+	}
+	pos, err := parseFlags(fs, args[1:], stderr)
+	if err != nil {
+		return err
+	}
+	if len(pos) != kind.nargs {
+		fs.Usage()
+		return usageErrorf("check %s takes %s, got %d argument(s)", args[0], kind.args, len(pos))
+	}
+	ctx := context.Background()
+	env, err := ef.load(ctx)
+	if err != nil {
+		return loadError(err)
+	}
+	out := decide(ctx, env, pos)
+	b, err := json.Marshal(out)
+	if err != nil {
+		return fmt.Errorf("encode decision: %w", err)
+	}
+	b = append(b, '\n')
+	if _, err := stdout.Write(b); err != nil {
+		return fmt.Errorf("write decision: %w", err)
+	}
+	if !out.Allow {
+		return errDenied
+	}
+	return nil
+}
+
+func checkUsage(w io.Writer) {
+	names := make([]string, 0, len(checkKinds))
+	for n := range checkKinds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("usage: egressd check <kind> [flags] args\n\nkinds:\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-8s %s\n", n, checkKinds[n].args)
+	}
+	b.WriteString("\nprints the decision as one JSON object; exit 0 allow, 1 deny, 2 usage or load error\n")
+	io.WriteString(w, b.String())
+}
