@@ -1,0 +1,217 @@
+// Package sqlfacts turns SQL text into the facts the egress.sql policy
+// decides on: one Statement per statement of a query, parsed by pg_query
+// (PostgreSQL's own parser) after a cheap pre-scan that bounds what the C
+// parser is given. Facts describe what a statement does — its command, every
+// relation it reads or writes, every function it calls, COPY, SET,
+// transaction control — never the values it carries.
+package sqlfacts
+
+import (
+	"encoding/binary"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// Relation roles.
+const (
+	RoleRead  = "read"
+	RoleWrite = "write"
+)
+
+// Relation is a table, view or sequence a statement names.
+type Relation struct {
+	// Schema is the resolved schema: as written, else pg_catalog for
+	// pg_-prefixed names (the catalog is searched first), else the first
+	// schema of the session's search_path.
+	Schema string `json:"schema"`
+	Name   string `json:"name"`
+	// Role is RoleRead or RoleWrite (a DML target, SELECT INTO, COPY FROM,
+	// LOCK, TRUNCATE).
+	Role string `json:"role"`
+}
+
+// Function is a function called anywhere in a statement.
+type Function struct {
+	// Schema is empty when unqualified.
+	Schema string `json:"schema"`
+	Name   string `json:"name"`
+}
+
+// Copy describes a COPY statement.
+type Copy struct {
+	// Direction is "from" (into a table) or "to".
+	Direction string `json:"direction"`
+	// Program is set for COPY … PROGRAM.
+	Program bool `json:"program"`
+	// File is set when a server-side file (or program) is named rather
+	// than STDIN/STDOUT.
+	File bool `json:"file"`
+	// Table is set when a whole table is copied rather than a query.
+	Table bool `json:"table"`
+}
+
+// Set describes SET, RESET and SET TRANSACTION.
+type Set struct {
+	// Name is the lower-cased parameter ("role", "session_authorization",
+	// "client_encoding", …); empty for RESET ALL.
+	Name string `json:"name"`
+	// Action is "set", "set_default", "set_current", "set_multi", "reset"
+	// or "reset_all".
+	Action string `json:"action"`
+	Local  bool   `json:"local"`
+}
+
+// Statement is the facts of one SQL statement. It implements policy.Facts.
+type Statement struct {
+	// Database is the session's database.
+	Database string `json:"database"`
+	// Command is the statement kind in snake_case: "select", "insert",
+	// "copy", "do", "create_table", "alter_system", ….
+	Command string `json:"command"`
+	// DDL is set for every command that is not query, DML, session or
+	// transaction control; unknown commands count as DDL.
+	DDL       bool       `json:"ddl"`
+	Relations []Relation `json:"relations"`
+	Functions []Function `json:"functions"`
+	// WritableCTE is set when a WITH query is INSERT/UPDATE/DELETE/MERGE.
+	WritableCTE bool `json:"writable_cte"`
+	// SelectInto is set for SELECT … INTO (which creates a table).
+	SelectInto bool `json:"select_into"`
+	// Locking is set for SELECT … FOR UPDATE/SHARE anywhere.
+	Locking bool `json:"locking"`
+	// HasWhere is set when an UPDATE or DELETE has a WHERE clause.
+	HasWhere bool `json:"has_where"`
+	// ExplainAnalyze is set for EXPLAIN ANALYZE.
+	ExplainAnalyze bool `json:"explain_analyze"`
+	// Transaction is the transaction-control kind: "begin", "commit",
+	// "rollback", "savepoint", "prepare", … Empty otherwise.
+	Transaction string `json:"transaction,omitempty"`
+	// Channel is the LISTEN/NOTIFY/UNLISTEN channel.
+	Channel string `json:"channel,omitempty"`
+	Copy    *Copy  `json:"copy,omitempty"`
+	Set     *Set   `json:"set,omitempty"`
+	// Inner is the statement that EXPLAIN, PREPARE and DECLARE CURSOR wrap.
+	Inner *Statement `json:"inner,omitempty"`
+
+	// Text is this statement's slice of the query text.
+	Text string `json:"-"`
+}
+
+// Kind is policy.KindSQL.
+func (s *Statement) Kind() policy.Kind { return policy.KindSQL }
+
+// AppendKey appends a complete, unambiguous encoding of the facts (Text is
+// not part of it: statements that differ only in literals share a key).
+func (s *Statement) AppendKey(dst []byte) []byte {
+	dst = appendStr(dst, s.Database)
+	return s.appendKey(dst)
+}
+
+func (s *Statement) appendKey(dst []byte) []byte {
+	dst = appendStr(dst, s.Command)
+	var flags byte
+	for i, b := range []bool{s.DDL, s.WritableCTE, s.SelectInto, s.Locking, s.HasWhere, s.ExplainAnalyze} {
+		if b {
+			flags |= 1 << i
+		}
+	}
+	dst = append(dst, flags)
+	dst = binary.AppendUvarint(dst, uint64(len(s.Relations)))
+	for _, r := range s.Relations {
+		dst = appendStr(appendStr(appendStr(dst, r.Schema), r.Name), r.Role)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(s.Functions)))
+	for _, f := range s.Functions {
+		dst = appendStr(appendStr(dst, f.Schema), f.Name)
+	}
+	dst = appendStr(appendStr(dst, s.Transaction), s.Channel)
+	if c := s.Copy; c != nil {
+		dst = append(dst, 'c')
+		dst = appendStr(dst, c.Direction)
+		dst = append(dst, b2b(c.Program), b2b(c.File), b2b(c.Table))
+	} else {
+		dst = append(dst, '-')
+	}
+	if v := s.Set; v != nil {
+		dst = append(dst, 's')
+		dst = appendStr(appendStr(dst, v.Name), v.Action)
+		dst = append(dst, b2b(v.Local))
+	} else {
+		dst = append(dst, '-')
+	}
+	if s.Inner != nil {
+		dst = append(dst, 'i')
+		return s.Inner.appendKey(dst)
+	}
+	return append(dst, '-')
+}
+
+func b2b(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func appendStr(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// AddTo sets input.database and input.statement.
+func (s *Statement) AddTo(input ast.Object) {
+	input.Insert(ast.StringTerm("database"), ast.StringTerm(s.Database))
+	input.Insert(ast.StringTerm("statement"), ast.NewTerm(s.object()))
+}
+
+func (s *Statement) object() ast.Object {
+	rels := make([]*ast.Term, len(s.Relations))
+	for i, r := range s.Relations {
+		rels[i] = ast.ObjectTerm(
+			ast.Item(ast.StringTerm("schema"), ast.StringTerm(r.Schema)),
+			ast.Item(ast.StringTerm("name"), ast.StringTerm(r.Name)),
+			ast.Item(ast.StringTerm("role"), ast.StringTerm(r.Role)),
+		)
+	}
+	funcs := make([]*ast.Term, len(s.Functions))
+	for i, f := range s.Functions {
+		funcs[i] = ast.ObjectTerm(
+			ast.Item(ast.StringTerm("schema"), ast.StringTerm(f.Schema)),
+			ast.Item(ast.StringTerm("name"), ast.StringTerm(f.Name)),
+		)
+	}
+	o := ast.NewObject(
+		ast.Item(ast.StringTerm("command"), ast.StringTerm(s.Command)),
+		ast.Item(ast.StringTerm("ddl"), ast.BooleanTerm(s.DDL)),
+		ast.Item(ast.StringTerm("relations"), ast.ArrayTerm(rels...)),
+		ast.Item(ast.StringTerm("functions"), ast.ArrayTerm(funcs...)),
+		ast.Item(ast.StringTerm("writable_cte"), ast.BooleanTerm(s.WritableCTE)),
+		ast.Item(ast.StringTerm("select_into"), ast.BooleanTerm(s.SelectInto)),
+		ast.Item(ast.StringTerm("locking"), ast.BooleanTerm(s.Locking)),
+		ast.Item(ast.StringTerm("has_where"), ast.BooleanTerm(s.HasWhere)),
+		ast.Item(ast.StringTerm("explain_analyze"), ast.BooleanTerm(s.ExplainAnalyze)),
+		ast.Item(ast.StringTerm("transaction"), ast.StringTerm(s.Transaction)),
+		ast.Item(ast.StringTerm("channel"), ast.StringTerm(s.Channel)),
+	)
+	if c := s.Copy; c != nil {
+		o.Insert(ast.StringTerm("copy"), ast.ObjectTerm(
+			ast.Item(ast.StringTerm("direction"), ast.StringTerm(c.Direction)),
+			ast.Item(ast.StringTerm("program"), ast.BooleanTerm(c.Program)),
+			ast.Item(ast.StringTerm("file"), ast.BooleanTerm(c.File)),
+			ast.Item(ast.StringTerm("table"), ast.BooleanTerm(c.Table)),
+		))
+	}
+	if v := s.Set; v != nil {
+		o.Insert(ast.StringTerm("set"), ast.ObjectTerm(
+			ast.Item(ast.StringTerm("name"), ast.StringTerm(v.Name)),
+			ast.Item(ast.StringTerm("action"), ast.StringTerm(v.Action)),
+			ast.Item(ast.StringTerm("local"), ast.BooleanTerm(v.Local)),
+		))
+	}
+	if s.Inner != nil {
+		o.Insert(ast.StringTerm("inner"), ast.NewTerm(s.Inner.object()))
+	}
+	return o
+}

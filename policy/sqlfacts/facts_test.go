@@ -1,0 +1,194 @@
+package sqlfacts
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/egressd/egressd/policy"
+)
+
+func parseOne(t *testing.T, sql string) *Statement {
+	t.Helper()
+	sts, err := Parse(sql, Options{Database: "app"})
+	if err != nil {
+		t.Fatalf("Parse(%q) = %v; want nil error", sql, err)
+	}
+	if len(sts) != 1 {
+		t.Fatalf("Parse(%q) = %d statements; want 1", sql, len(sts))
+	}
+	return sts[0]
+}
+
+func TestRelations(t *testing.T) {
+	tests := []struct {
+		name string
+		sql  string
+		want []Relation
+	}{
+		{"select", "SELECT * FROM users", []Relation{{"public", "users", RoleRead}}},
+		{"qualified", "SELECT * FROM billing.invoices", []Relation{{"billing", "invoices", RoleRead}}},
+		{"catalog", "SELECT * FROM pg_shadow", []Relation{{"pg_catalog", "pg_shadow", RoleRead}}},
+		{"insert select", "INSERT INTO a SELECT * FROM b", []Relation{{"public", "a", RoleWrite}, {"public", "b", RoleRead}}},
+		{"update from", "UPDATE a SET x = b.x FROM b WHERE a.id = b.id", []Relation{{"public", "a", RoleWrite}, {"public", "b", RoleRead}}},
+		{"delete using", "DELETE FROM a USING b WHERE a.id = b.id", []Relation{{"public", "a", RoleWrite}, {"public", "b", RoleRead}}},
+		{"subquery in where", "SELECT 1 WHERE EXISTS (SELECT 1 FROM secret)", []Relation{{"public", "secret", RoleRead}}},
+		{"lateral", "SELECT * FROM a, LATERAL (SELECT * FROM b WHERE b.id = a.id) s", []Relation{{"public", "a", RoleRead}, {"public", "b", RoleRead}}},
+		{"cte name is not a table", "WITH t AS (SELECT 1) SELECT * FROM t", []Relation{}},
+		{"non-recursive cte reads the table of its own name", "WITH t AS (SELECT * FROM t) SELECT * FROM t", []Relation{{"public", "t", RoleRead}}},
+		{"cte scope ends with its statement", "SELECT * FROM secret, (WITH secret AS (SELECT 1) SELECT * FROM secret) s", []Relation{{"public", "secret", RoleRead}}},
+		{"writable cte", "WITH d AS (DELETE FROM a RETURNING *) SELECT * FROM d", []Relation{{"public", "a", RoleWrite}}},
+		{"select into", "SELECT * INTO newt FROM a", []Relation{{"public", "newt", RoleWrite}, {"public", "a", RoleRead}}},
+		{"copy from", "COPY a FROM STDIN", []Relation{{"public", "a", RoleWrite}}},
+		{"copy query", "COPY (SELECT * FROM a) TO STDOUT", []Relation{{"public", "a", RoleRead}}},
+		{"lock", "LOCK TABLE a", []Relation{{"public", "a", RoleWrite}}},
+		{"merge", "MERGE INTO a USING b ON a.id = b.id WHEN MATCHED THEN DELETE", []Relation{{"public", "a", RoleWrite}, {"public", "b", RoleRead}}},
+		{"explain", "EXPLAIN SELECT * FROM a", []Relation{{"public", "a", RoleRead}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := parseOne(t, tt.sql)
+			if !reflect.DeepEqual(st.Relations, tt.want) {
+				t.Errorf("Parse(%q).Relations = %v; want %v", tt.sql, st.Relations, tt.want)
+			}
+		})
+	}
+}
+
+func TestFunctions(t *testing.T) {
+	tests := []struct {
+		name string
+		sql  string
+		want []Function
+	}{
+		{"select list", "SELECT lower(name) FROM u", []Function{{"", "lower"}}},
+		{"qualified", "SELECT pg_catalog.pg_read_file('/etc/passwd')", []Function{{"pg_catalog", "pg_read_file"}}},
+		{"nested in subquery", "SELECT (SELECT max(x) FROM t WHERE y = abs(-1))", []Function{{"", "max"}, {"", "abs"}}},
+		{"in cte", "WITH c AS (SELECT pg_sleep(1)) SELECT * FROM c", []Function{{"", "pg_sleep"}}},
+		{"from clause", "SELECT * FROM query_to_xml('select 1', true, true, '')", []Function{{"", "query_to_xml"}}},
+		{"in cast", "SELECT CAST(nextval('s') AS text)", []Function{{"", "nextval"}}},
+		{"in default of insert", "INSERT INTO t VALUES (set_config('role', 'x', false))", []Function{{"", "set_config"}}},
+		{"call", "CALL do_things()", []Function{{"", "do_things"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := parseOne(t, tt.sql)
+			if !reflect.DeepEqual(st.Functions, tt.want) {
+				t.Errorf("Parse(%q).Functions = %v; want %v", tt.sql, st.Functions, tt.want)
+			}
+		})
+	}
+}
+
+func TestStatementFacts(t *testing.T) {
+	tests := []struct {
+		name  string
+		sql   string
+		check func(*Statement) bool
+	}{
+		{"select is not ddl", "SELECT 1", func(s *Statement) bool { return s.Command == "select" && !s.DDL }},
+		{"create table is ddl", "CREATE TABLE x (a int)", func(s *Statement) bool { return s.Command == "create_table" && s.DDL }},
+		{"alter system", "ALTER SYSTEM SET work_mem = '1GB'", func(s *Statement) bool { return s.Command == "alter_system" && s.DDL }},
+		{"create extension", "CREATE EXTENSION dblink", func(s *Statement) bool { return s.Command == "create_extension" }},
+		{"create server", "CREATE SERVER s FOREIGN DATA WRAPPER w", func(s *Statement) bool { return s.Command == "create_server" }},
+		{"do", "DO $$BEGIN END$$", func(s *Statement) bool { return s.Command == "do" && !s.DDL }},
+		{"update without where", "UPDATE t SET a = 1", func(s *Statement) bool { return s.Command == "update" && !s.HasWhere }},
+		{"delete with where", "DELETE FROM t WHERE a = 1", func(s *Statement) bool { return s.HasWhere }},
+		{"for update", "SELECT * FROM t FOR UPDATE", func(s *Statement) bool { return s.Locking }},
+		{"copy program", "COPY t FROM PROGRAM 'id'", func(s *Statement) bool { return s.Copy.Program && s.Copy.File && s.Copy.Direction == "from" }},
+		{"copy file", "COPY t TO '/tmp/x'", func(s *Statement) bool { return s.Copy.File && !s.Copy.Program && s.Copy.Table }},
+		{"copy stdout", "COPY t TO STDOUT", func(s *Statement) bool { return !s.Copy.File && s.Copy.Table && s.Copy.Direction == "to" }},
+		{"set role", "SET ROLE admin", func(s *Statement) bool { return s.Set.Name == "role" && s.Set.Action == "set" }},
+		{"set session authorization", "SET SESSION AUTHORIZATION admin", func(s *Statement) bool { return s.Set.Name == "session_authorization" }},
+		{"set names", "SET NAMES 'LATIN1'", func(s *Statement) bool { return s.Set.Name == "client_encoding" }},
+		{"set quoted name", `SET "Standard_Conforming_Strings" = off`, func(s *Statement) bool { return s.Set.Name == "standard_conforming_strings" }},
+		{"reset all", "RESET ALL", func(s *Statement) bool { return s.Set.Action == "reset_all" }},
+		{"begin", "BEGIN", func(s *Statement) bool { return s.Transaction == "begin" }},
+		{"end", "END", func(s *Statement) bool { return s.Transaction == "commit" }},
+		{"prepare transaction", "PREPARE TRANSACTION 'x'", func(s *Statement) bool { return s.Transaction == "prepare" }},
+		{"notify", "NOTIFY ch", func(s *Statement) bool { return s.Command == "notify" && s.Channel == "ch" }},
+		{"explain analyze", "EXPLAIN ANALYZE DELETE FROM t", func(s *Statement) bool { return s.ExplainAnalyze && s.Inner.Command == "delete" }},
+		{"explain analyze off", "EXPLAIN (ANALYZE false) SELECT 1", func(s *Statement) bool { return !s.ExplainAnalyze }},
+		{"prepare", "PREPARE p AS DELETE FROM t", func(s *Statement) bool { return s.Inner.Command == "delete" && !s.Inner.HasWhere }},
+		{"load", "LOAD 'x'", func(s *Statement) bool { return s.Command == "load" && s.DDL }},
+		{"truncate", "TRUNCATE t", func(s *Statement) bool { return s.Command == "truncate" && s.DDL }},
+		{"create subscription", "CREATE SUBSCRIPTION s CONNECTION 'x' PUBLICATION p", func(s *Statement) bool { return s.Command == "create_subscription" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := parseOne(t, tt.sql)
+			if !tt.check(st) {
+				b, _ := json.Marshal(st)
+				t.Errorf("Parse(%q) = %s; check failed", tt.sql, b)
+			}
+		})
+	}
+}
+
+func TestMultiStatementText(t *testing.T) {
+	sts, err := Parse("SELECT 1; UPDATE t SET a = 2 WHERE b = 3 ;", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []string{sts[0].Text, sts[1].Text}
+	want := []string{"SELECT 1", "UPDATE t SET a = 2 WHERE b = 3"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("statement texts = %q; want %q", got, want)
+	}
+}
+
+func TestDenials(t *testing.T) {
+	tests := []struct {
+		name   string
+		sql    string
+		reason string
+	}{
+		{"parse error", "SELEC 1", ReasonParseError},
+		{"100k terms", "SELECT 1" + strings.Repeat("+1", 100000), ReasonTooComplex},
+		{"deep parens", "SELECT " + strings.Repeat("(", 100000) + "1" + strings.Repeat(")", 100000), ReasonTooComplex},
+		{"deep not", "SELECT " + strings.Repeat("NOT ", 5000) + "true", ReasonTooComplex},
+		{"deep cast", "SELECT 1" + strings.Repeat("::int", 5000), ReasonTooComplex},
+		{"deep union", "SELECT 1" + strings.Repeat(" UNION SELECT 1", 5000), ReasonTooComplex},
+		{"too long", "SELECT '" + strings.Repeat("a", 2<<20) + "'", ReasonTooComplex},
+		{"invalid utf8", "SELECT '\xff'", ReasonBadUTF8},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse(tt.sql, Options{})
+			var de *policy.DenyError
+			if !errors.As(err, &de) || de.Reason != tt.reason {
+				t.Errorf("Parse(%.40q…) = %v; want deny %s", tt.sql, err, tt.reason)
+			}
+		})
+	}
+}
+
+func TestPrescanIgnoresLiterals(t *testing.T) {
+	tests := []string{
+		"SELECT '" + strings.Repeat("(", 1000) + "'",
+		"SELECT E'\\'" + strings.Repeat("+", 3000) + "'",
+		"SELECT $x$" + strings.Repeat("((", 1000) + "$x$",
+		"SELECT 1 -- " + strings.Repeat("(", 1000),
+		"SELECT /* /* " + strings.Repeat("(", 1000) + " */ */ 1",
+		`SELECT "` + strings.Repeat("(", 1000) + `"`,
+	}
+	for _, sql := range tests {
+		if err := Prescan(sql, Limits{}); err != nil {
+			t.Errorf("Prescan(%.30q…) = %v; want nil", sql, err)
+		}
+	}
+}
+
+func TestAppendKeyDistinguishes(t *testing.T) {
+	a := parseOne(t, "SELECT * FROM a")
+	b := parseOne(t, "SELECT * FROM b")
+	c := parseOne(t, "SELECT * FROM a WHERE x = 5")
+	if string(a.AppendKey(nil)) == string(b.AppendKey(nil)) {
+		t.Errorf("AppendKey equal for different tables")
+	}
+	if string(a.AppendKey(nil)) != string(c.AppendKey(nil)) {
+		t.Errorf("AppendKey differs for the same facts")
+	}
+}
