@@ -51,6 +51,25 @@ type Record struct {
 	Hash string `json:"hash"`
 }
 
+// Kinds of the records the writer itself adds.
+const (
+	// KindSegment is the first record of every segment file. Its prev is
+	// the last hash of the previous segment; Detail["previous"] names that
+	// file, Detail["reason"] says why the segment began (start, rotate,
+	// recovered_torn_tail, sync_error, accepted_break) and Detail["torn"]
+	// lists unterminated lines left behind as "file@offset".
+	KindSegment = "segment"
+	// KindCheckpoint is a signed statement of the chain head: Detail
+	// "seq" and "hash" of the record before it, "sig" (base64 Ed25519) and
+	// "key" (the first 8 bytes of the public key, hex).
+	KindCheckpoint = "checkpoint"
+	// KindResumed follows an outage: Detail "error", "since", "refused".
+	KindResumed = "resumed"
+	// KindAcceptedBreak records that the operator started egressd past a
+	// broken chain: Detail "file", "line", "seq", "error".
+	KindAcceptedBreak = "accepted_break"
+)
+
 // Appender is what entry points need of the log. Append returns only once the
 // record is queued (or durable, with sync: always); an error means the caller
 // must deny with reason "audit_unavailable".

@@ -1,0 +1,409 @@
+package audit
+
+import (
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// field indexes in the fixed key order; a line's keys must appear in
+// strictly increasing order, so duplicates and unknown keys are refused.
+const (
+	fSeq = iota
+	fTS
+	fKind
+	fRequest
+	fIdentity
+	fClient
+	fMethod
+	fScheme
+	fHost
+	fPort
+	fPath
+	fName
+	fQType
+	fDatabase
+	fSQL
+	fFingerprint
+	fIP
+	fDecision
+	fReason
+	fRule
+	fPolicy
+	fStatus
+	fBytesIn
+	fBytesOut
+	fDurationUS
+	fError
+	fDetail
+	fPrev
+	fHash
+)
+
+var fieldIndex = map[string]int{
+	"seq": fSeq, "ts": fTS, "kind": fKind, "request": fRequest,
+	"identity": fIdentity, "client": fClient, "method": fMethod,
+	"scheme": fScheme, "host": fHost, "port": fPort, "path": fPath,
+	"name": fName, "qtype": fQType, "database": fDatabase, "sql": fSQL,
+	"fingerprint": fFingerprint, "ip": fIP, "decision": fDecision,
+	"reason": fReason, "rule": fRule, "policy": fPolicy, "status": fStatus,
+	"bytes_in": fBytesIn, "bytes_out": fBytesOut, "duration_us": fDurationUS,
+	"error": fError, "detail": fDetail, "prev": fPrev, "hash": fHash,
+}
+
+// ParseRecord decodes one line (without its newline) strictly: the keys of
+// the fixed layout in order, string and integer values only, valid UTF-8.
+// It checks syntax, not the hash; Verifier does that.
+func ParseRecord(line []byte, r *Record) error {
+	*r = Record{}
+	d := decoder{b: line}
+	if err := d.record(r); err != nil {
+		return fmt.Errorf("byte %d: %w", d.i, err)
+	}
+	return nil
+}
+
+type decoder struct {
+	b []byte
+	i int
+}
+
+var errEnd = errors.New("unexpected end of line")
+
+func (d *decoder) expect(c byte) error {
+	if d.i >= len(d.b) {
+		return errEnd
+	}
+	if d.b[d.i] != c {
+		return fmt.Errorf("want %q, got %q", c, d.b[d.i])
+	}
+	d.i++
+	return nil
+}
+
+func (d *decoder) record(r *Record) error {
+	if err := d.expect('{'); err != nil {
+		return err
+	}
+	last := -1
+	for {
+		if last >= 0 {
+			if d.i < len(d.b) && d.b[d.i] == '}' {
+				d.i++
+				break
+			}
+			if err := d.expect(','); err != nil {
+				return err
+			}
+		}
+		key, err := d.str()
+		if err != nil {
+			return err
+		}
+		idx, ok := fieldIndex[key]
+		if !ok {
+			return fmt.Errorf("unknown key %q", key)
+		}
+		if idx <= last {
+			return fmt.Errorf("key %q out of order", key)
+		}
+		last = idx
+		if err := d.expect(':'); err != nil {
+			return err
+		}
+		if err := d.value(r, idx); err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+	}
+	if d.i != len(d.b) {
+		return errors.New("trailing bytes after record")
+	}
+	if last != fHash {
+		return errors.New("hash is not the last key")
+	}
+	if r.Kind == "" || r.TS.IsZero() || r.Prev == "" {
+		return errors.New("missing seq, ts, kind or prev")
+	}
+	return nil
+}
+
+func (d *decoder) value(r *Record, idx int) error {
+	var err error
+	switch idx {
+	case fSeq:
+		r.Seq, err = d.uint(64)
+	case fPort:
+		var p uint64
+		p, err = d.uint(16)
+		r.Port = uint16(p)
+	case fStatus:
+		var s int64
+		s, err = d.int()
+		r.Status = int(s)
+	case fBytesIn:
+		r.BytesIn, err = d.int()
+	case fBytesOut:
+		r.BytesOut, err = d.int()
+	case fDurationUS:
+		r.DurationUS, err = d.int()
+	case fDetail:
+		r.Detail, err = d.object()
+	case fTS:
+		var s string
+		if s, err = d.str(); err == nil {
+			r.TS, err = time.Parse(time.RFC3339Nano, s)
+		}
+	default:
+		var s string
+		s, err = d.str()
+		*stringField(r, idx) = s
+	}
+	return err
+}
+
+func stringField(r *Record, idx int) *string {
+	switch idx {
+	case fKind:
+		return &r.Kind
+	case fRequest:
+		return &r.Request
+	case fIdentity:
+		return &r.Identity
+	case fClient:
+		return &r.Client
+	case fMethod:
+		return &r.Method
+	case fScheme:
+		return &r.Scheme
+	case fHost:
+		return &r.Host
+	case fPath:
+		return &r.Path
+	case fName:
+		return &r.Name
+	case fQType:
+		return &r.QType
+	case fDatabase:
+		return &r.Database
+	case fSQL:
+		return &r.SQL
+	case fFingerprint:
+		return &r.Fingerprint
+	case fIP:
+		return &r.IP
+	case fDecision:
+		return &r.Decision
+	case fReason:
+		return &r.Reason
+	case fRule:
+		return &r.Rule
+	case fPolicy:
+		return &r.Policy
+	case fError:
+		return &r.Error
+	case fPrev:
+		return &r.Prev
+	}
+	return &r.Hash
+}
+
+func (d *decoder) object() (map[string]string, error) {
+	if err := d.expect('{'); err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	if d.i < len(d.b) && d.b[d.i] == '}' {
+		d.i++
+		return m, nil
+	}
+	for {
+		k, err := d.str()
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := m[k]; dup {
+			return nil, fmt.Errorf("duplicate key %q", k)
+		}
+		if err := d.expect(':'); err != nil {
+			return nil, err
+		}
+		v, err := d.str()
+		if err != nil {
+			return nil, err
+		}
+		m[k] = v
+		if d.i >= len(d.b) {
+			return nil, errEnd
+		}
+		if d.b[d.i] == '}' {
+			d.i++
+			return m, nil
+		}
+		if err := d.expect(','); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// uint reads a non-negative decimal without leading zeros.
+func (d *decoder) uint(bits int) (uint64, error) {
+	j := d.i
+	for j < len(d.b) && d.b[j] >= '0' && d.b[j] <= '9' {
+		j++
+	}
+	if j == d.i {
+		return 0, errors.New("want a number")
+	}
+	if d.b[d.i] == '0' && j-d.i > 1 {
+		return 0, errors.New("leading zero")
+	}
+	var v uint64
+	for _, c := range d.b[d.i:j] {
+		if v > (1<<64-1)/10 || v*10 > 1<<64-1-uint64(c-'0') {
+			return 0, errors.New("number out of range")
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	if bits < 64 && v >= 1<<bits {
+		return 0, errors.New("number out of range")
+	}
+	d.i = j
+	return v, nil
+}
+
+func (d *decoder) int() (int64, error) {
+	neg := d.i < len(d.b) && d.b[d.i] == '-'
+	if neg {
+		d.i++
+	}
+	u, err := d.uint(64)
+	if err != nil {
+		return 0, err
+	}
+	if neg {
+		if u > 1<<63 {
+			return 0, errors.New("number out of range")
+		}
+		return -int64(u), nil
+	}
+	if u > 1<<63-1 {
+		return 0, errors.New("number out of range")
+	}
+	return int64(u), nil
+}
+
+// str reads a JSON string. The common unescaped case is one allocation.
+func (d *decoder) str() (string, error) {
+	if err := d.expect('"'); err != nil {
+		return "", err
+	}
+	start := d.i
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			s := d.b[start:d.i]
+			d.i++
+			if !utf8.Valid(s) {
+				return "", errors.New("invalid UTF-8")
+			}
+			return string(s), nil
+		case c == '\\':
+			return d.strEscaped(start)
+		case c < 0x20:
+			return "", errors.New("control character in string")
+		}
+		d.i++
+	}
+	return "", errEnd
+}
+
+func (d *decoder) strEscaped(start int) (string, error) {
+	out := append([]byte(nil), d.b[start:d.i]...)
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			d.i++
+			if !utf8.Valid(out) {
+				return "", errors.New("invalid UTF-8")
+			}
+			return string(out), nil
+		case c < 0x20:
+			return "", errors.New("control character in string")
+		case c != '\\':
+			out = append(out, c)
+			d.i++
+			continue
+		}
+		d.i++
+		if d.i >= len(d.b) {
+			return "", errEnd
+		}
+		e := d.b[d.i]
+		d.i++
+		switch e {
+		case '"', '\\', '/':
+			out = append(out, e)
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, err := d.hex4()
+			if err != nil {
+				return "", err
+			}
+			if utf16.IsSurrogate(r) {
+				r2 := utf8.RuneError
+				if d.i+1 < len(d.b) && d.b[d.i] == '\\' && d.b[d.i+1] == 'u' {
+					save := d.i
+					d.i += 2
+					if lo, err := d.hex4(); err == nil {
+						if dec := utf16.DecodeRune(r, lo); dec != utf8.RuneError {
+							r2 = dec
+						} else {
+							d.i = save
+						}
+					} else {
+						return "", err
+					}
+				}
+				r = r2
+			}
+			out = utf8.AppendRune(out, r)
+		default:
+			return "", fmt.Errorf("bad escape \\%c", e)
+		}
+	}
+	return "", errEnd
+}
+
+func (d *decoder) hex4() (rune, error) {
+	if d.i+4 > len(d.b) {
+		return 0, errEnd
+	}
+	var r rune
+	for _, c := range d.b[d.i : d.i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, errors.New("bad \\u escape")
+		}
+	}
+	d.i += 4
+	return r, nil
+}
