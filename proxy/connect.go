@@ -87,7 +87,7 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, _ *goproxy.Prox
 		t.done(0, "", "client gone: "+err.Error())
 		return
 	}
-	if !t.checkFirstFlight(s.requiresTLS(out)) {
+	if !t.checkFirstFlight(out.Decision.TLS) {
 		return
 	}
 	client.SetDeadline(time.Time{})
@@ -97,13 +97,6 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, _ *goproxy.Prox
 	}
 	defer s.untrack(t)
 	t.run()
-}
-
-// requiresTLS says whether the tunnel's first bytes must be a TLS
-// ClientHello. policy.Decision does not yet carry the rule's tls flag, so
-// the default is applied: port 443 is TLS-only.
-func (s *Server) requiresTLS(o Outcome) bool {
-	return o.Target.Port == 443
 }
 
 // refuseConn audits a CONNECT refusal and writes it on the raw connection.

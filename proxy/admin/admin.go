@@ -1,0 +1,82 @@
+// Package admin is egressd's operator listener, bound to loopback only:
+// liveness, readiness, Prometheus metrics and a reload trigger. Sandboxes
+// never reach it.
+package admin
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+)
+
+// Check is one readiness condition; nil means ready.
+type Check struct {
+	Name string
+	Fn   func(ctx context.Context) error
+}
+
+// Options configure the handler.
+type Options struct {
+	// Gatherer serves /metrics.
+	Gatherer prometheus.Gatherer
+	// Ready are the /readyz conditions, all required.
+	Ready []Check
+	// Reload runs on POST /-/reload; its error is reported with 500.
+	Reload func(ctx context.Context) error
+	// ReadyTimeout bounds the whole /readyz evaluation. If zero, 2s.
+	ReadyTimeout time.Duration
+	Log          *zap.Logger
+}
+
+// Handler returns the admin mux.
+func Handler(o Options) http.Handler {
+	if o.ReadyTimeout <= 0 {
+		o.ReadyTimeout = 2 * time.Second
+	}
+	log := o.Log.Named("admin")
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		text(w, http.StatusOK, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), o.ReadyTimeout)
+		defer cancel()
+		var failed []byte
+		for _, c := range o.Ready {
+			if err := c.Fn(ctx); err != nil {
+				failed = append(failed, c.Name+": "+err.Error()+"\n"...)
+			}
+		}
+		if failed != nil {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write(failed)
+			return
+		}
+		text(w, http.StatusOK, "ready\n")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("POST /-/reload", func(w http.ResponseWriter, r *http.Request) {
+		if o.Reload == nil {
+			text(w, http.StatusNotImplemented, "reload not configured\n")
+			return
+		}
+		if err := o.Reload(r.Context()); err != nil {
+			log.Warn("reload refused", zap.Error(err))
+			text(w, http.StatusInternalServerError, "reload failed: "+err.Error()+"\n")
+			return
+		}
+		text(w, http.StatusOK, "reloaded\n")
+	})
+	return mux
+}
+
+func text(w http.ResponseWriter, status int, s string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write([]byte(s))
+}

@@ -1,0 +1,61 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/egressd/egressd/policy"
+)
+
+func TestRefusalFor(t *testing.T) {
+	deny := &policy.DenyError{Reason: "private_address", Detail: "10.0.0.1 is private"}
+	tests := []struct {
+		name       string
+		st         stage
+		d          policy.Decision
+		err        error
+		wantStatus int
+		wantReason string
+	}{
+		{"policy deny", stagePolicy, policy.Deny("no_matching_rule", ""), nil, http.StatusForbidden, "no_matching_rule"},
+		{"deny without reason", stagePolicy, policy.Decision{}, nil, http.StatusForbidden, "no_matching_rule"},
+		{"auth", stagePolicy, policy.Deny(reasonAuthRequired, ""), nil, http.StatusProxyAuthRequired, reasonAuthRequired},
+		{"parse", stageParse, policy.Decision{}, &policy.DenyError{Reason: "malformed_url"}, http.StatusBadRequest, "malformed_url"},
+		{"floor at dial", stageDial, policy.Decision{}, fmt.Errorf("dial: %w", deny), http.StatusForbidden, "private_address"},
+		{"timeout", stageDial, policy.Decision{}, context.DeadlineExceeded, http.StatusGatewayTimeout, reasonUpstreamTimeout},
+		{"dns", stageDial, policy.Decision{}, &net.DNSError{Err: "no such host", Name: "x"}, http.StatusBadGateway, reasonDNSFailed},
+		{"refused", stageDial, policy.Decision{}, errors.New("connection refused"), http.StatusBadGateway, reasonUpstreamFailed},
+		{"audit", stagePolicy, policy.Deny(reasonAuditUnavailable, ""), nil, http.StatusServiceUnavailable, reasonAuditUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := refusalFor(tt.st, tt.d, tt.err)
+			if got.status != tt.wantStatus || got.reason != tt.wantReason {
+				t.Errorf("refusalFor() = %d %q; want %d %q", got.status, got.reason, tt.wantStatus, tt.wantReason)
+			}
+		})
+	}
+}
+
+func TestRefusalBodyHidesDetail(t *testing.T) {
+	rf := refusalFor(stageDial, policy.Decision{}, &policy.DenyError{Reason: "private_address", Detail: "10.0.0.1 is private"})
+	var b strings.Builder
+	if err := rf.write(&b, "req-1"); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	if strings.Contains(got, "10.0.0.1") {
+		t.Errorf("refusal response = %q; want no internal address", got)
+	}
+	for _, want := range []string{"HTTP/1.1 403 Forbidden\r\n", "X-Egressd-Decision: deny; reason=private_address\r\n",
+		"egressd: denied: private_address (rule none, request req-1)\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("refusal response = %q; want it to contain %q", got, want)
+		}
+	}
+}

@@ -1,0 +1,112 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"net"
+	"testing"
+	"time"
+)
+
+// clientHello captures the first flight a Go TLS client sends for sni.
+func clientHello(t testing.TB, sni string) []byte {
+	t.Helper()
+	c, s := net.Pipe()
+	defer s.Close()
+	go func() {
+		tc := tls.Client(c, &tls.Config{ServerName: sni, InsecureSkipVerify: sni == ""})
+		tc.SetDeadline(time.Now().Add(5 * time.Second))
+		tc.Handshake()
+		c.Close()
+	}()
+	buf := make([]byte, tlsRecordHeaderLen+tlsMaxRecordLen)
+	s.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := s.Read(buf[:tlsRecordHeaderLen])
+	if err != nil || n != tlsRecordHeaderLen {
+		t.Fatalf("read record header: %d, %v", n, err)
+	}
+	l, err := recordLen(buf[:tlsRecordHeaderLen])
+	if err != nil {
+		t.Fatalf("recordLen: %v", err)
+	}
+	if _, err := readFull(s, buf[tlsRecordHeaderLen:tlsRecordHeaderLen+l]); err != nil {
+		t.Fatalf("read record: %v", err)
+	}
+	return buf[:tlsRecordHeaderLen+l]
+}
+
+func readFull(c net.Conn, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := c.Read(b[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+func TestParseClientHelloSNI(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      []byte
+		want    string
+		wantErr bool
+	}{
+		{name: "go client with sni", in: clientHello(t, "example.com"), want: "example.com"},
+		{name: "go client without sni", in: clientHello(t, ""), want: ""},
+		{name: "plain http", in: []byte("GET / HTTP/1.1\r\n\r\n"), wantErr: true},
+		{name: "truncated record", in: clientHello(t, "example.com")[:40], wantErr: true},
+		{name: "empty", in: nil, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseClientHelloSNI(tt.in)
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Errorf("parseClientHelloSNI() = %q, %v; want %q, error %v", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestSNIMatches(t *testing.T) {
+	tests := []struct {
+		name, sni, host string
+		want            bool
+	}{
+		{"same", "example.com", "example.com", true},
+		{"case", "EXAMPLE.com", "example.com", true},
+		{"trailing dot", "example.com.", "example.com", true},
+		{"other host", "evil.example", "example.com", false},
+		{"suffix", "xexample.com", "example.com", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := sniMatches(tt.sni, tt.host); got != tt.want {
+				t.Errorf("sniMatches(%q, %q) = %v; want %v", tt.sni, tt.host, got, tt.want)
+			}
+		})
+	}
+}
+
+func FuzzParseClientHelloSNI(f *testing.F) {
+	f.Add(clientHello(f, "example.com"))
+	f.Add(clientHello(f, ""))
+	f.Add([]byte{22, 3, 1, 0, 4, 1, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sni, err := parseClientHelloSNI(b)
+		if err != nil && sni != "" {
+			t.Errorf("parseClientHelloSNI() = %q with error %v; want no name on error", sni, err)
+		}
+	})
+}
+
+func BenchmarkParseClientHelloSNI(b *testing.B) {
+	hello := clientHello(b, "example.com")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := parseClientHelloSNI(hello); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
