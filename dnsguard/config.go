@@ -4,19 +4,140 @@
 // sandboxes.
 package dnsguard
 
+import (
+	"fmt"
+	"net/netip"
+	"time"
+)
+
 // Config is the `dns:` section.
 type Config struct {
-	// Upstreams are the resolvers egressd asks ("host:port"). If empty, the
-	// nameservers of /etc/resolv.conf are used.
+	// Upstreams are the resolvers egressd asks ("host:port" with an IP
+	// host). If empty, the nameservers of /etc/resolv.conf are used.
 	Upstreams []string `yaml:"upstreams"`
+	// Timeout bounds one try against one upstream. If zero, 2s is used.
+	Timeout time.Duration `yaml:"timeout"`
+	// Attempts is how many times each upstream is tried, in rotation. If
+	// zero, 2 is used.
+	Attempts int `yaml:"attempts"`
+	// MaxCNAME bounds the CNAME chain followed for one name. If zero, 8 is
+	// used.
+	MaxCNAME int `yaml:"max_cname"`
+	// MinTTL and MaxTTL clamp how long an answer is cached. If MaxTTL is
+	// zero, 300s is used; MinTTL zero honours TTL 0 (no caching).
+	MinTTL time.Duration `yaml:"min_ttl"`
+	MaxTTL time.Duration `yaml:"max_ttl"`
+	// NegativeTTL is how long NXDOMAIN, empty and denied answers are cached
+	// at most. If zero, 30s is used.
+	NegativeTTL time.Duration `yaml:"negative_ttl"`
+	// CacheSize bounds the cache (names). If zero, 10000 is used.
+	CacheSize int `yaml:"cache_size"`
+
 	// Listen is the sandbox-facing DNS address (UDP and TCP). If empty, no
 	// DNS listener starts.
 	Listen string `yaml:"listen"`
+	// Refuse is the answer for a name the policy refuses: "refused" or
+	// "nxdomain". If empty, refused is used.
+	Refuse string `yaml:"refuse"`
+	// AnswerTTL caps the TTL of answers served to sandboxes. If zero, 60s
+	// is used.
+	AnswerTTL time.Duration `yaml:"answer_ttl"`
+	// RateLimit is each client's sustained queries per second, Burst its
+	// burst. If zero, 100 and 200 are used.
+	RateLimit float64 `yaml:"rate_limit"`
+	Burst     int     `yaml:"burst"`
 }
 
 // DefaultConfig returns the documented defaults.
-func DefaultConfig() Config { return Config{} }
+func DefaultConfig() Config {
+	return Config{
+		Timeout:     2 * time.Second,
+		Attempts:    2,
+		MaxCNAME:    8,
+		MaxTTL:      300 * time.Second,
+		NegativeTTL: 30 * time.Second,
+		CacheSize:   10000,
+		Refuse:      "refused",
+		AnswerTTL:   60 * time.Second,
+		RateLimit:   100,
+		Burst:       200,
+	}
+}
+
+// withDefaults fills zero values, so a Config built in code works too.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Timeout == 0 {
+		c.Timeout = d.Timeout
+	}
+	if c.Attempts == 0 {
+		c.Attempts = d.Attempts
+	}
+	if c.MaxCNAME == 0 {
+		c.MaxCNAME = d.MaxCNAME
+	}
+	if c.MaxTTL == 0 {
+		c.MaxTTL = d.MaxTTL
+	}
+	if c.NegativeTTL == 0 {
+		c.NegativeTTL = d.NegativeTTL
+	}
+	if c.CacheSize == 0 {
+		c.CacheSize = d.CacheSize
+	}
+	if c.Refuse == "" {
+		c.Refuse = d.Refuse
+	}
+	if c.AnswerTTL == 0 {
+		c.AnswerTTL = d.AnswerTTL
+	}
+	if c.RateLimit == 0 {
+		c.RateLimit = d.RateLimit
+	}
+	if c.Burst == 0 {
+		c.Burst = d.Burst
+	}
+	return c
+}
 
 // Validate checks values without I/O. Errors name the key relative to the
 // section.
-func (c *Config) Validate() error { return nil }
+func (c *Config) Validate() error {
+	for i, u := range c.Upstreams {
+		if _, err := netip.ParseAddrPort(u); err != nil {
+			return fmt.Errorf("upstreams[%d] must be IP:port, got %q", i, u)
+		}
+	}
+	if c.Listen != "" {
+		if _, err := netip.ParseAddrPort(c.Listen); err != nil {
+			return fmt.Errorf("listen must be IP:port, got %q", c.Listen)
+		}
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"timeout", c.Timeout}, {"min_ttl", c.MinTTL}, {"max_ttl", c.MaxTTL}, {"negative_ttl", c.NegativeTTL}, {"answer_ttl", c.AnswerTTL}} {
+		if d.v < 0 {
+			return fmt.Errorf("%s must be >= 0, got %q", d.key, d.v)
+		}
+	}
+	if c.MaxTTL != 0 && c.MinTTL > c.MaxTTL {
+		return fmt.Errorf("min_ttl must be <= max_ttl (%s), got %q", c.MaxTTL, c.MinTTL)
+	}
+	for _, n := range []struct {
+		key string
+		v   int
+		max int
+	}{{"attempts", c.Attempts, 10}, {"max_cname", c.MaxCNAME, 32}, {"cache_size", c.CacheSize, 1 << 24}, {"burst", c.Burst, 1 << 20}} {
+		if n.v < 0 || n.v > n.max {
+			return fmt.Errorf("%s must be between 0 and %d, got %d", n.key, n.max, n.v)
+		}
+	}
+	if c.RateLimit < 0 {
+		return fmt.Errorf("rate_limit must be >= 0, got %v", c.RateLimit)
+	}
+	if c.Refuse != "" && c.Refuse != "refused" && c.Refuse != "nxdomain" {
+		return fmt.Errorf("refuse must be refused or nxdomain, got %q", c.Refuse)
+	}
+	return nil
+}
