@@ -75,12 +75,12 @@ func (w *Writer) run() {
 func (w *Writer) flush(l *loop) {
 	w.mu.Lock()
 	l.batch, w.pending = w.pending, l.spare[:0]
-	w.inflight.Store(int64(len(l.batch)))
+	w.inflight.Store(int64(len(l.batch) + len(l.retry)))
 	w.mu.Unlock()
 	defer func() {
 		clear(l.batch)
 		l.spare = l.batch[:0]
-		w.inflight.Store(0)
+		w.inflight.Store(int64(len(l.retry)))
 	}()
 
 	outage := !l.outage.IsZero()
