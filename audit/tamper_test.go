@@ -63,7 +63,7 @@ func TestVerifyTamper(t *testing.T) {
 		name string
 		// tamper changes the log in dir and returns the file, 1-based line
 		// and seq verify must name.
-		tamper   func(t *testing.T, segs []string) (file string, line int, seq uint64)
+		tamper func(t *testing.T, segs []string) (file string, line int, seq uint64)
 		expect func(segs []string) []Checkpoint
 		reason string
 	}{
