@@ -34,6 +34,10 @@ type Config struct {
 	// no one; once any identity is listed, the proxy requires credentials
 	// or a source mapping.
 	Identities identity.Config `yaml:"identities"`
+	// Internal lists the non-public addresses sandboxes may reach (CIDR +
+	// ports) and addresses they never may. If empty, no loopback, private,
+	// link-local, CGNAT or ULA address is reachable; metadata never is.
+	Internal dnsguard.InternalConfig `yaml:"internal"`
 }
 
 // Log is the `log:` section: egressd's operational log (not the audit log).
@@ -118,6 +122,9 @@ func (c *Config) Validate() error {
 		if err := s.v.Validate(); err != nil {
 			return fmt.Errorf("%s.%w", s.name, err)
 		}
+	}
+	if err := c.Internal.Validate(); err != nil {
+		return fmt.Errorf("internal%w", err)
 	}
 	if err := c.Identities.Validate(); err != nil {
 		return fmt.Errorf("identities%w", err)
