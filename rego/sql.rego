@@ -1,0 +1,140 @@
+# The SQL entry point: one decision per statement that reaches the Postgres
+# gate. Go computes the statement's facts with PostgreSQL's own parser
+# (input.statement: command, relations with read/write role, every function
+# called, COPY, SET, transaction control, …; input.database) and this module
+# decides them against the identity's profile in data.sql.
+#
+# Some statements are refused in every profile (DO, CALL, COPY PROGRAM or a
+# server file, LOAD, ALTER SYSTEM, CREATE EXTENSION/SERVER/SUBSCRIPTION,
+# SET ROLE/SESSION AUTHORIZATION, the SETs that would change how the gate
+# parses, any DDL). Everything else must be allowed by the profile:
+# commands, tables (per role), functions (allow-listed, never deny-listed)
+# and settings.
+package egress.sql
+
+import data.egress.base
+
+# The profile comes from the identity: an operator-set attribute wins over
+# the data.sql.identities map.
+profile_name := n if {
+	n := input.identity.attributes.sql_profile
+} else := n if {
+	n := data.sql.identities[input.identity.id]
+}
+
+profile := data.sql.profiles[profile_name]
+
+stmt := input.statement
+
+# eff is the statement that actually runs: what EXPLAIN, PREPARE and
+# DECLARE CURSOR wrap, or the statement itself. The outer statement's
+# relation and function lists already include the inner ones.
+eff := s if {
+	s := stmt.inner
+} else := stmt
+
+rule_id := concat(".", ["sql", profile_name])
+
+decision := base.deny("sql_no_profile", "") if {
+	not profile
+} else := base.deny("sql_database_denied", rule_id) if {
+	not database_ok
+} else := base.deny(reason, "sql.always") if {
+	reason := forbidden
+} else := base.deny(reason, rule_id) if {
+	reason := refusal
+} else := base.allow(rule_id)
+
+database_ok if "*" in profile.databases
+
+database_ok if input.database in profile.databases
+
+# forbidden holds in every profile, whatever its data says.
+forbidden := "do_denied" if {
+	eff.command == "do"
+} else := "call_denied" if {
+	eff.command == "call"
+} else := "copy_program_denied" if {
+	stmt.copy.program
+} else := "copy_file_denied" if {
+	stmt.copy.file
+} else := "load_denied" if {
+	eff.command == "load"
+} else := "alter_system_denied" if {
+	eff.command == "alter_system"
+} else := "create_extension_denied" if {
+	eff.command == "create_extension"
+} else := "create_server_denied" if {
+	eff.command in {"create_server", "create_fdw", "create_user_mapping", "create_foreign_table"}
+} else := "create_subscription_denied" if {
+	eff.command == "create_subscription"
+} else := "set_role_denied" if {
+	stmt.set.name in {"role", "session_authorization"}
+} else := "set_denied" if {
+	stmt.set.name in data.sql.pinned_settings
+} else := "truncate_denied" if {
+	eff.command == "truncate"
+} else := "select_into_denied" if {
+	eff.select_into
+} else := "ddl_denied" if {
+	some s in [stmt, eff]
+	s.ddl
+} else := "prepared_transaction_denied" if {
+	stmt.transaction in {"prepare", "commit_prepared", "rollback_prepared"}
+}
+
+write_commands := {"insert", "update", "delete", "merge", "lock", "notify"}
+
+# refusal is the first thing the profile does not allow.
+refusal := "write_denied" if {
+	some s in [stmt, eff]
+	s.command in write_commands
+	not s.command in profile.commands
+} else := "statement_denied" if {
+	some s in [stmt, eff]
+	not s.command in profile.commands
+} else := "explain_analyze_denied" if {
+	stmt.explain_analyze
+	eff.command != "select"
+	not profile.explain_analyze_writes
+} else := "writable_cte_denied" if {
+	stmt.writable_cte
+	not profile.writable_cte
+} else := "locking_denied" if {
+	stmt.locking
+	not profile.locking
+} else := "copy_table_denied" if {
+	stmt.copy.table
+	stmt.copy.direction == "to"
+	not profile.copy_table_out
+} else := "missing_where" if {
+	eff.command in {"update", "delete"}
+	not eff.has_where
+	profile.require_where
+} else := "write_denied" if {
+	some r in stmt.relations
+	r.role == "write"
+	not table_allowed(profile.write, r)
+} else := "table_not_allowed" if {
+	some r in stmt.relations
+	r.role == "read"
+	not table_allowed(profile.read, r)
+} else := "function_not_allowed" if {
+	some f in stmt.functions
+	not function_allowed(f)
+} else := "set_denied" if {
+	stmt.set.name != ""
+	not stmt.set.name in profile.settings
+}
+
+# table_allowed matches "schema.table" or "schema.*" patterns.
+table_allowed(patterns, r) if concat(".", [r.schema, r.name]) in patterns
+
+table_allowed(patterns, r) if concat(".", [r.schema, "*"]) in patterns
+
+# Unqualified calls resolve in pg_catalog first, and the sandbox cannot
+# create functions (no DDL), so a listed name means the built-in.
+function_allowed(f) if {
+	f.schema in {"", "pg_catalog"}
+	f.name in data.sql.function_sets[profile.functions[_]]
+}

@@ -1,0 +1,88 @@
+package egress.sql_test
+
+import data.egress.sql
+
+ro := {"id": "agent", "attributes": {"sql_profile": "read_only"}}
+
+rw := {"id": "agent", "attributes": {"sql_profile": "read_write"}}
+
+req(identity, stmt) := {"kind": "sql", "identity": identity, "database": "app", "statement": stmt}
+
+select_users := {"command": "select", "relations": [{"schema": "public", "name": "users", "role": "read"}], "functions": [{"schema": "", "name": "lower"}]}
+
+reason_of(identity, stmt) := r if {
+	r := sql.decision.reason with input as req(identity, stmt)
+}
+
+test_read_only_select_allowed if {
+	d := sql.decision with input as req(ro, select_users)
+	d.allow
+	d.rule == "sql.read_only"
+}
+
+test_profile_from_identity_map if {
+	d := sql.decision with input as req({"id": "bot"}, select_users) with data.sql.identities as {"bot": "read_only"}
+	d.allow
+}
+
+test_no_profile_denied if {
+	reason_of({"id": "nobody"}, select_users) == "sql_no_profile"
+}
+
+test_database_denied if {
+	d := sql.decision with input as req(ro, select_users) with data.sql.profiles.read_only.databases as ["other"]
+	d.reason == "sql_database_denied"
+}
+
+test_read_only_denials if {
+	reason_of(ro, {"command": "insert", "relations": [{"schema": "public", "name": "t", "role": "write"}]}) == "write_denied"
+	reason_of(ro, {"command": "select", "relations": [{"schema": "pg_catalog", "name": "pg_shadow", "role": "read"}]}) == "table_not_allowed"
+	reason_of(ro, {"command": "select", "functions": [{"schema": "", "name": "pg_read_file"}]}) == "function_not_allowed"
+	reason_of(ro, {"command": "select", "functions": [{"schema": "", "name": "nextval"}]}) == "function_not_allowed"
+	reason_of(ro, {"command": "select", "functions": [{"schema": "public", "name": "lower"}]}) == "function_not_allowed"
+	reason_of(ro, {"command": "select", "locking": true}) == "locking_denied"
+	reason_of(ro, {"command": "copy", "copy": {"direction": "to", "table": true}}) == "copy_table_denied"
+	reason_of(ro, {"command": "explain", "explain_analyze": true, "inner": {"command": "delete"}}) == "write_denied"
+	reason_of(ro, {"command": "select", "writable_cte": true}) == "writable_cte_denied"
+	reason_of(ro, {"command": "set", "set": {"name": "work_mem", "action": "set"}}) == "set_denied"
+}
+
+test_read_only_allows if {
+	sql.decision.allow with input as req(ro, {"command": "copy", "copy": {"direction": "to", "table": false}})
+	sql.decision.allow with input as req(ro, {"command": "transaction", "transaction": "begin"})
+	sql.decision.allow with input as req(ro, {"command": "set", "set": {"name": "statement_timeout", "action": "set"}})
+	sql.decision.allow with input as req(ro, {"command": "set", "set": {"name": "", "action": "reset_all"}})
+	sql.decision.allow with input as req(ro, {"command": "explain", "inner": {"command": "select"}})
+}
+
+test_always_forbidden if {
+	every identity in [ro, rw] {
+		reason_of(identity, {"command": "do"}) == "do_denied"
+		reason_of(identity, {"command": "call"}) == "call_denied"
+		reason_of(identity, {"command": "copy", "copy": {"direction": "from", "program": true, "file": true}}) == "copy_program_denied"
+		reason_of(identity, {"command": "copy", "copy": {"direction": "to", "file": true}}) == "copy_file_denied"
+		reason_of(identity, {"command": "load", "ddl": true}) == "load_denied"
+		reason_of(identity, {"command": "alter_system", "ddl": true}) == "alter_system_denied"
+		reason_of(identity, {"command": "create_extension", "ddl": true}) == "create_extension_denied"
+		reason_of(identity, {"command": "create_server", "ddl": true}) == "create_server_denied"
+		reason_of(identity, {"command": "create_subscription", "ddl": true}) == "create_subscription_denied"
+		reason_of(identity, {"command": "set", "set": {"name": "role", "action": "set"}}) == "set_role_denied"
+		reason_of(identity, {"command": "set", "set": {"name": "session_authorization", "action": "set"}}) == "set_role_denied"
+		reason_of(identity, {"command": "set", "set": {"name": "standard_conforming_strings", "action": "set"}}) == "set_denied"
+		reason_of(identity, {"command": "set", "set": {"name": "client_encoding", "action": "set"}}) == "set_denied"
+		reason_of(identity, {"command": "create_table", "ddl": true}) == "ddl_denied"
+		reason_of(identity, {"command": "truncate", "ddl": true}) == "truncate_denied"
+		reason_of(identity, {"command": "select", "select_into": true}) == "select_into_denied"
+		reason_of(identity, {"command": "transaction", "transaction": "prepare"}) == "prepared_transaction_denied"
+	}
+}
+
+test_read_write if {
+	upd := {"command": "update", "has_where": true, "relations": [{"schema": "public", "name": "t", "role": "write"}]}
+	sql.decision.allow with input as req(rw, upd)
+	reason_of(rw, object.union(upd, {"has_where": false})) == "missing_where"
+	reason_of(rw, {"command": "delete", "relations": [{"schema": "public", "name": "t", "role": "write"}]}) == "missing_where"
+	reason_of(rw, {"command": "merge", "relations": [{"schema": "audit", "name": "t", "role": "write"}]}) == "write_denied"
+	sql.decision.allow with input as req(rw, {"command": "insert", "functions": [{"schema": "", "name": "nextval"}], "relations": [{"schema": "public", "name": "t", "role": "write"}]})
+	sql.decision.allow with input as req(rw, {"command": "select", "locking": true})
+}
