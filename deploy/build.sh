@@ -7,9 +7,13 @@
 #
 # cgo is required: the Postgres gate parses SQL with libpg_query.
 set -euo pipefail
+# OUTPUT is relative to the caller's directory, not the repository's.
+out=${1:-}
+if [ -n "$out" ]; then
+  out=$(realpath -m -- "$out")
+fi
 cd "$(dirname "$0")/.."
-
-out=${1:-bin/egressd}
+out=${out:-bin/egressd}
 export CGO_ENABLED=1
 # -trimpath: no builder paths in the binary; -buildvcs=false: the Docker
 # build context has no .git; -s -w: no symbol tables in the image.

@@ -1,0 +1,188 @@
+package deploy
+
+import (
+	"bytes"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/egressd/egressd/cmd/egressd/config"
+)
+
+// compose is the subset of the Compose specification this deployment uses,
+// decoded with unknown keys refused so a misspelt key (say `interal:`)
+// fails here instead of silently giving the sandbox a route out.
+type compose struct {
+	Name     string                    `yaml:"name"`
+	Networks map[string]composeNetwork `yaml:"networks"`
+	Volumes  map[string]struct{}       `yaml:"volumes"`
+	Services map[string]composeService `yaml:"services"`
+}
+
+type composeNetwork struct {
+	Internal bool `yaml:"internal"`
+	IPAM     struct {
+		Config []struct {
+			Subnet string `yaml:"subnet"`
+		} `yaml:"config"`
+	} `yaml:"ipam"`
+}
+
+type composeService struct {
+	Build *struct {
+		Context    string `yaml:"context"`
+		Dockerfile string `yaml:"dockerfile"`
+	} `yaml:"build"`
+	Image       string            `yaml:"image"`
+	Command     []string          `yaml:"command"`
+	ReadOnly    bool              `yaml:"read_only"`
+	User        string            `yaml:"user"`
+	CapDrop     []string          `yaml:"cap_drop"`
+	SecurityOpt []string          `yaml:"security_opt"`
+	Sysctls     map[string]string `yaml:"sysctls"`
+	Volumes     []string          `yaml:"volumes"`
+	Networks    map[string]struct {
+		IPv4Address string `yaml:"ipv4_address"`
+	} `yaml:"networks"`
+	Restart     string            `yaml:"restart"`
+	Environment map[string]string `yaml:"environment"`
+	DNS         []string          `yaml:"dns"`
+	DependsOn   []string          `yaml:"depends_on"`
+}
+
+func loadCompose(t *testing.T) *compose {
+	t.Helper()
+	b, err := os.ReadFile("docker-compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c compose
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		t.Fatalf("decode docker-compose.yaml: %v", err)
+	}
+	return &c
+}
+
+func TestCompose(t *testing.T) {
+	c := loadCompose(t)
+	for _, name := range []string{"sandbox", "db"} {
+		if !c.Networks[name].Internal {
+			t.Errorf("network %s internal = false; want true (no route out)", name)
+		}
+	}
+	networksOf := func(svc string) []string {
+		var ns []string
+		for n := range c.Services[svc].Networks {
+			ns = append(ns, n)
+		}
+		return ns
+	}
+	wantNetworks := map[string][]string{
+		"egressd":  {"sandbox", "db", "egress"},
+		"sandbox":  {"sandbox"},
+		"postgres": {"db"},
+	}
+	for svc, want := range wantNetworks {
+		if got := networksOf(svc); !sameSet(got, want) {
+			t.Errorf("service %s networks = %q; want %q", svc, got, want)
+		}
+	}
+	for name, n := range c.Networks {
+		if n.Internal {
+			continue
+		}
+		for svc, s := range c.Services {
+			if _, on := s.Networks[name]; on && svc != "egressd" {
+				t.Errorf("service %s is on routable network %s; only egressd may be", svc, name)
+			}
+		}
+	}
+
+	egressdIP := c.Services["egressd"].Networks["sandbox"].IPv4Address
+	sb := c.Services["sandbox"]
+	for _, v := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+		if want := "http://" + egressdIP + ":3128"; sb.Environment[v] != want {
+			t.Errorf("sandbox %s = %q; want %q", v, sb.Environment[v], want)
+		}
+	}
+	for k := range sb.Environment {
+		if strings.EqualFold(k, "NO_PROXY") {
+			t.Errorf("sandbox sets %s; want it unset", k)
+		}
+	}
+	if !slices.Equal(sb.DNS, []string{egressdIP}) {
+		t.Errorf("sandbox dns = %q; want [%s]", sb.DNS, egressdIP)
+	}
+	if !strings.Contains(sb.Environment["DATABASE_URL"], "@"+egressdIP+":5432/") {
+		t.Errorf("sandbox DATABASE_URL = %q; want the gate at %s:5432", sb.Environment["DATABASE_URL"], egressdIP)
+	}
+	e := c.Services["egressd"]
+	if !e.ReadOnly || !slices.Equal(e.CapDrop, []string{"ALL"}) || e.User == "" || strings.HasPrefix(e.User, "0") {
+		t.Errorf("egressd read_only=%v cap_drop=%q user=%q; want read-only, drop ALL, non-root", e.ReadOnly, e.CapDrop, e.User)
+	}
+}
+
+// TestComposeConfig parses the mounted egressd.yaml with egressd's loader
+// and checks its listeners and directories match the compose file.
+func TestComposeConfig(t *testing.T) {
+	c := loadCompose(t)
+	e := c.Services["egressd"]
+	mounts := map[string]string{} // container path → "source:mode"
+	for _, v := range e.Volumes {
+		parts := strings.Split(v, ":")
+		if len(parts) < 2 {
+			t.Fatalf("egressd volume %q; want source:target[:mode]", v)
+		}
+		mode := ""
+		if len(parts) == 3 {
+			mode = parts[2]
+		}
+		mounts[parts[1]] = parts[0] + ":" + mode
+	}
+	cfgPath := argAfter(e.Command, "--config")
+	src, ok := mounts[cfgPath]
+	if !ok || !strings.HasSuffix(src, ":ro") {
+		t.Fatalf("config %q mount = %q; want a read-only mount", cfgPath, src)
+	}
+	b, err := os.ReadFile(strings.TrimSuffix(src, ":ro"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(b)
+	if err != nil {
+		t.Fatalf("config.Parse(%s) = %v", src, err)
+	}
+	if m := mounts[cfg.Policy.Dir]; !strings.HasSuffix(m, ":ro") {
+		t.Errorf("policy.dir %q mount = %q; want read-only", cfg.Policy.Dir, m)
+	}
+	if m := mounts[cfg.Audit.Dir]; m == "" || strings.HasPrefix(m, ".") || strings.HasPrefix(m, "/") {
+		t.Errorf("audit.dir %q mount = %q; want a named volume", cfg.Audit.Dir, m)
+	}
+	ip := e.Networks["sandbox"].IPv4Address
+	for key, listen := range map[string]string{"proxy.listen": cfg.Proxy.Listen, "dns.listen": cfg.DNS.Listen} {
+		ap, err := netip.ParseAddrPort(listen)
+		if err != nil || ap.Addr().String() != ip {
+			t.Errorf("%s = %q; want egressd's sandbox-network address %s", key, listen, ip)
+		}
+	}
+	if port(cfg.DNS.Listen) != "53" {
+		t.Errorf("dns.listen = %q; want port 53 (Docker's resolver forwards only there)", cfg.DNS.Listen)
+	}
+	if e.Sysctls["net.ipv4.ip_unprivileged_port_start"] != "53" {
+		t.Errorf("egressd sysctl ip_unprivileged_port_start = %q; want 53 so non-root can bind DNS", e.Sysctls["net.ipv4.ip_unprivileged_port_start"])
+	}
+	sandboxIP := c.Services["sandbox"].Networks["sandbox"].IPv4Address
+	var mapped bool
+	for _, id := range cfg.Identities {
+		mapped = mapped || slices.Contains(id.Sources, sandboxIP+"/32")
+	}
+	if !mapped {
+		t.Errorf("no identity has sources [%s/32]; the example sandbox would be anonymous", sandboxIP)
+	}
+}
