@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/cmd/egressd/config"
+	"github.com/egressd/egressd/dnsguard"
+	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy"
+	"github.com/egressd/egressd/proxy/admin"
+	"github.com/egressd/egressd/proxy/identity"
+)
+
+// runServe is `egressd serve`: the proxy and admin listeners until SIGTERM.
+func runServe(args []string, _, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "config file (default: the embedded defaults)")
+	acceptBreak := fs.Bool("audit-accept-break", false, "start even if the newest audit segment's chain is broken, recording the acceptance")
+	pos, err := parseFlags(fs, args, stderr)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageErrorf("serve takes no arguments, got %q", pos)
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	log, err := newLogger(cfg.Log, stderr)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	defer log.Sync()
+	cfg.Audit.AcceptBreak = *acceptBreak
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	d, err := build(ctx, cfg, *cfgPath, log)
+	if err != nil {
+		return err
+	}
+	defer d.audit.Close()
+	return d.run(ctx)
+}
+
+// daemon is the running serve command.
+type daemon struct {
+	cfg      *config.Config
+	cfgPath  string
+	log      *zap.Logger
+	engine   atomic.Pointer[policy.Engine]
+	floor    *dnsguard.Floor
+	audit    *audit.Writer
+	metrics  *proxy.Metrics
+	registry *prometheus.Registry
+	proxy    *proxy.Server
+	reloadMu sync.Mutex
+}
+
+func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Logger) (*daemon, error) {
+	floor, err := dnsguard.NewFloor(cfg.Internal)
+	if err != nil {
+		return nil, fmt.Errorf("internal: %w", err)
+	}
+	res, err := dnsguard.NewResolver(cfg.DNS, floor, log)
+	if err != nil {
+		return nil, err
+	}
+	engine, err := policy.New(ctx, cfg.Policy, log)
+	if err != nil {
+		return nil, fmt.Errorf("load policy: %w", err)
+	}
+	ids, err := identity.New(cfg.Identities)
+	if err != nil {
+		return nil, err
+	}
+	aw, err := audit.Open(cfg.Audit, log)
+	if err != nil {
+		return nil, fmt.Errorf("open audit log: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d := &daemon{cfg: cfg, cfgPath: cfgPath, log: log, floor: floor, audit: aw,
+		registry: reg, metrics: proxy.NewMetrics(reg, aw.QueueDepth)}
+	d.engine.Store(engine)
+	d.proxy, err = proxy.New(proxy.Options{
+		Config:     cfg.Proxy,
+		Decider:    &proxy.Decider{Engine: engine, Floor: floor},
+		Identities: ids,
+		Dialer:     dnsguard.NewDialer(res, floor, cfg.Proxy.DialTimeout),
+		Audit:      aw,
+		Metrics:    d.metrics,
+		Log:        log,
+	})
+	if err != nil {
+		aw.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *daemon) run(ctx context.Context) error {
+	pln, err := net.Listen("tcp", d.cfg.Proxy.Listen)
+	if err != nil {
+		return fmt.Errorf("proxy listen: %w", err)
+	}
+	aln, err := net.Listen("tcp", d.cfg.Admin.Listen)
+	if err != nil {
+		pln.Close()
+		return fmt.Errorf("admin listen: %w", err)
+	}
+	adminSrv := &http.Server{
+		Handler: admin.Handler(admin.Options{
+			Gatherer: d.registry,
+			Ready: []admin.Check{
+				{Name: "policy", Fn: func(context.Context) error {
+					if d.engine.Load().Digest() == "" {
+						return errors.New("no policy loaded")
+					}
+					return nil
+				}},
+				{Name: "audit", Fn: func(context.Context) error { return d.audit.Ready() }},
+				admin.DNSCheck(d.cfg.DNS.Upstreams),
+			},
+			Reload: d.reload,
+			Log:    d.log,
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog:          zap.NewStdLog(d.log.Named("admin")),
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- d.proxy.Serve(pln) }()
+	go func() { errc <- adminSrv.Serve(aln) }()
+	d.log.Info("serving", zap.String("proxy", pln.Addr().String()), zap.String("admin", aln.Addr().String()),
+		zap.String("policy", d.engine.Load().Digest()))
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	var serveErr error
+loop:
+	for {
+		select {
+		case <-hup:
+			if err := d.reload(ctx); err != nil {
+				d.log.Warn("reload refused; previous configuration stays", zap.Error(err))
+			}
+		case err := <-errc:
+			serveErr = err
+			break loop
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	d.log.Info("draining", zap.Duration("deadline", d.cfg.Proxy.DrainTimeout))
+	sctx, cancel := context.WithTimeout(context.Background(), d.cfg.Proxy.DrainTimeout)
+	defer cancel()
+	if err := d.proxy.Shutdown(sctx); err != nil {
+		d.log.Warn("drain deadline passed; closed remaining connections", zap.Error(err))
+	}
+	adminSrv.Shutdown(sctx)
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	d.log.Info("stopped")
+	return nil
+}
+
+// reload re-reads the config file and the policy bundle. Identities and the
+// policy take effect atomically for new requests; listeners, limits, DNS and
+// `internal:` need a restart. A config or bundle that fails to load is
+// refused and the running state stays.
+func (d *daemon) reload(ctx context.Context) error {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	err := d.reloadLocked(ctx)
+	result := "ok"
+	if err != nil {
+		result = "failed"
+	}
+	d.metrics.Reloads.WithLabelValues(result).Inc()
+	return err
+}
+
+func (d *daemon) reloadLocked(ctx context.Context) error {
+	cfg, err := config.Load(d.cfgPath)
+	if err != nil {
+		return err
+	}
+	ids, err := identity.New(cfg.Identities)
+	if err != nil {
+		return err
+	}
+	engine := d.engine.Load()
+	if cfg.Policy != d.cfg.Policy {
+		if engine, err = policy.New(ctx, cfg.Policy, d.log); err != nil {
+			return fmt.Errorf("load policy: %w", err)
+		}
+	} else if err := engine.Reload(ctx); err != nil {
+		return fmt.Errorf("reload policy: %w", err)
+	}
+	d.proxy.Reload(&proxy.Decider{Engine: engine, Floor: d.floor}, ids)
+	d.engine.Store(engine)
+	d.log.Info("reloaded", zap.String("policy", engine.Digest()), zap.Int("identities", ids.Len()))
+	return nil
+}
+
+func newLogger(c config.Log, w io.Writer) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(c.Level)
+	if err != nil {
+		return nil, err
+	}
+	ec := zap.NewProductionEncoderConfig()
+	ec.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+	enc := zapcore.NewJSONEncoder(ec)
+	if c.Format == "console" {
+		enc = zapcore.NewConsoleEncoder(ec)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)), nil
+}

@@ -1,0 +1,454 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/audit"
+)
+
+// binary is the egressd executable TestMain builds once per `go test` run.
+var binary string
+
+// repoRoot is the module root (the e2e directory's parent).
+var repoRoot string
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	_, file, _, _ := runtime.Caller(0)
+	repoRoot = filepath.Dir(filepath.Dir(file))
+	dir, err := os.MkdirTemp("", "egressd-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binary = filepath.Join(dir, "egressd")
+	cmd := exec.Command("go", "build", "-o", binary, "./cmd/egressd")
+	cmd.Dir = repoRoot
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: build egressd:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// Options describe one egressd instance. The harness always sets
+// proxy.listen, admin.listen, audit.dir, dns.upstreams and policy.dir itself.
+type Options struct {
+	// YAML is extra top-level config: `internal:`, `identities:`, … .
+	YAML string
+	// ProxyYAML is extra keys of the `proxy:` section, one per line,
+	// without indentation ("drain_timeout: 5s").
+	ProxyYAML string
+	// PolicyDir is the bundle; if empty the embedded default is used.
+	PolicyDir string
+	// DNS is the resolver egressd asks ("127.0.0.1:port"), usually a
+	// dnstest server. If empty, 127.0.0.1:1 (nothing answers): tests that
+	// resolve names must set it.
+	DNS string
+	// AuditDir is reused when set (a restart continues a chain); if empty a
+	// fresh directory is used.
+	AuditDir string
+	// Args are extra `serve` flags.
+	Args []string
+	// NotReady skips waiting for /readyz (for tests of an unready start).
+	NotReady bool
+}
+
+// Egressd is one running `egressd serve`.
+type Egressd struct {
+	ProxyAddr  string
+	AdminAddr  string
+	AuditDir   string
+	ConfigPath string
+	LogPath    string
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Start writes a config for o, starts egressd and waits until /readyz
+// answers 200. The process is stopped when the test ends.
+func Start(t testing.TB, o Options) *Egressd {
+	t.Helper()
+	dir := t.TempDir()
+	e := &Egressd{
+		ProxyAddr:  fmt.Sprintf("127.0.0.1:%d", FreePort(t)),
+		AdminAddr:  fmt.Sprintf("127.0.0.1:%d", FreePort(t)),
+		AuditDir:   o.AuditDir,
+		ConfigPath: filepath.Join(dir, "egressd.yaml"),
+		LogPath:    filepath.Join(dir, "egressd.log"),
+		exited:     make(chan struct{}),
+	}
+	if e.AuditDir == "" {
+		e.AuditDir = filepath.Join(dir, "audit")
+	}
+	e.WriteConfig(t, o)
+	logf, err := os.Create(e.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"serve", "--config", e.ConfigPath}, o.Args...)
+	e.cmd = exec.Command(binary, args...)
+	e.cmd.Stdout, e.cmd.Stderr = logf, logf
+	e.cmd.Env = cleanEnv()
+	if err := e.cmd.Start(); err != nil {
+		t.Fatalf("start egressd: %v", err)
+	}
+	go func() {
+		e.err = e.cmd.Wait()
+		logf.Close()
+		close(e.exited)
+	}()
+	t.Cleanup(func() {
+		if err := e.Stop(10 * time.Second); err != nil {
+			t.Logf("egressd stop: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("egressd log:\n%s", e.Log())
+		}
+	})
+	if !o.NotReady {
+		e.WaitReady(t, 20*time.Second)
+	}
+	return e
+}
+
+// WriteConfig (re)writes the config file for o; Reload applies it.
+func (e *Egressd) WriteConfig(t testing.TB, o Options) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "log:\n  level: debug\nproxy:\n  listen: %s\n", e.ProxyAddr)
+	for _, l := range strings.Split(strings.TrimSpace(o.ProxyYAML), "\n") {
+		if l != "" {
+			fmt.Fprintf(&b, "  %s\n", l)
+		}
+	}
+	fmt.Fprintf(&b, "admin:\n  listen: %s\naudit:\n  dir: %s\n", e.AdminAddr, e.AuditDir)
+	dns := o.DNS
+	if dns == "" {
+		dns = "127.0.0.1:1"
+	}
+	fmt.Fprintf(&b, "dns:\n  upstreams: [%q]\n", dns)
+	if o.PolicyDir != "" {
+		fmt.Fprintf(&b, "policy:\n  dir: %s\n", o.PolicyDir)
+	}
+	b.WriteString(o.YAML)
+	if err := os.WriteFile(e.ConfigPath, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cleanEnv keeps proxy variables of the developer's shell away from egressd
+// and from the clients the tests start.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch strings.ToLower(k) {
+		case "http_proxy", "https_proxy", "all_proxy", "no_proxy":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// WaitReady polls /readyz until 200 or the timeout.
+func (e *Egressd) WaitReady(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for time.Now().Before(deadline) {
+		select {
+		case <-e.exited:
+			t.Fatalf("egressd exited before ready: %v\n%s", e.err, e.Log())
+		default:
+		}
+		code, body, err := e.Admin(http.MethodGet, "/readyz")
+		if err == nil && code == http.StatusOK {
+			return
+		}
+		last = fmt.Sprintf("%d %s %v", code, body, err)
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("egressd not ready after %v: %s\n%s", timeout, last, e.Log())
+}
+
+// Admin sends a request to the admin listener.
+func (e *Egressd) Admin(method, path string) (int, string, error) {
+	req, err := http.NewRequest(method, "http://"+e.AdminAddr+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	c := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// Reload asks for a reload over the admin listener and fails the test unless
+// it succeeded.
+func (e *Egressd) Reload(t testing.TB) {
+	t.Helper()
+	code, body, err := e.Admin(http.MethodPost, "/-/reload")
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("reload = %d %q, %v; want 200", code, body, err)
+	}
+}
+
+// Metrics returns the /metrics text.
+func (e *Egressd) Metrics(t testing.TB) string {
+	t.Helper()
+	code, body, err := e.Admin(http.MethodGet, "/metrics")
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("metrics = %d, %v", code, err)
+	}
+	return body
+}
+
+// ProxyURL is the proxy as clients name it.
+func (e *Egressd) ProxyURL(user, token string) *url.URL {
+	u := &url.URL{Scheme: "http", Host: e.ProxyAddr}
+	if user != "" {
+		u.User = url.UserPassword(user, token)
+	}
+	return u
+}
+
+// Client is a Go net/http client using the proxy (as HTTP_PROXY would),
+// optionally with credentials, trusting roots (nil: system roots).
+func (e *Egressd) Client(user, token string) *http.Client {
+	return &http.Client{
+		Transport: &http.Transport{Proxy: http.ProxyURL(e.ProxyURL(user, token))},
+		Timeout:   15 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+}
+
+// Signal sends sig to the process.
+func (e *Egressd) Signal(t testing.TB, sig os.Signal) {
+	t.Helper()
+	if err := e.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %v: %v", sig, err)
+	}
+}
+
+// Wait waits for the process to exit and returns its error (nil on exit 0).
+func (e *Egressd) Wait(timeout time.Duration) error {
+	select {
+	case <-e.exited:
+		return e.err
+	case <-time.After(timeout):
+		return errors.New("egressd did not exit in time")
+	}
+}
+
+// Stop sends SIGTERM and waits; past timeout the process is killed.
+func (e *Egressd) Stop(timeout time.Duration) error {
+	select {
+	case <-e.exited:
+		return e.err
+	default:
+	}
+	e.cmd.Process.Signal(syscall.SIGTERM)
+	if err := e.Wait(timeout); err != nil {
+		select {
+		case <-e.exited:
+			return err
+		default:
+			e.cmd.Process.Kill()
+			<-e.exited
+			return err
+		}
+	}
+	return nil
+}
+
+// Exited reports whether the process has ended.
+func (e *Egressd) Exited() bool {
+	select {
+	case <-e.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// Log returns the process's operational log so far.
+func (e *Egressd) Log() string {
+	b, _ := os.ReadFile(e.LogPath)
+	return string(b)
+}
+
+// Records reads every audit record written so far, in file order.
+func (e *Egressd) Records(t testing.TB) []audit.Record {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(e.AuditDir, "*.jsonl"))
+	sort.Strings(files)
+	var out []audit.Record
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var r audit.Record
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				continue // a torn tail; verify reports it
+			}
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// WaitRecords polls the audit log until want returns a non-empty match (the
+// writer syncs on an interval), failing the test after 5 s.
+func (e *Egressd) WaitRecords(t testing.TB, desc string, match func(audit.Record) bool) []audit.Record {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var got []audit.Record
+		for _, r := range e.Records(t) {
+			if match(r) {
+				got = append(got, r)
+			}
+		}
+		if len(got) > 0 {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no audit record %s in %s", desc, e.AuditDir)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ByRequest finds a request's records by the id in X-Egressd-Request.
+func ByRequest(id string) func(audit.Record) bool {
+	return func(r audit.Record) bool { return r.Request == id }
+}
+
+// RunCLI runs the egressd binary with args and returns stdout, stderr and
+// the exit code.
+func RunCLI(t testing.TB, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.Env = cleanEnv()
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run egressd %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// Rule is one entry of a test bundle's data.rules.
+type Rule struct {
+	ID         string   `json:"id"`
+	Hosts      []string `json:"hosts"`
+	Ports      []int    `json:"ports"`
+	Methods    []string `json:"methods,omitempty"`
+	Paths      []string `json:"paths,omitempty"`
+	Identities []string `json:"identities,omitempty"`
+	TLS        *bool    `json:"tls,omitempty"`
+	Action     string   `json:"action,omitempty"`
+}
+
+// WritePolicy copies the repository's bundle (rego/) into a temporary
+// directory and replaces its data.json rules with rules.
+func WritePolicy(t testing.TB, rules []Rule) string {
+	t.Helper()
+	dst := t.TempDir()
+	src := filepath.Join(repoRoot, "rego")
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		if !strings.HasSuffix(p, ".rego") && !strings.HasSuffix(p, ".json") && !strings.HasSuffix(p, ".yaml") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatalf("copy bundle: %v", err)
+	}
+	b, err := json.MarshalIndent(map[string]any{"rules": rules}, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dst, "data.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// InternalAllow is an `internal:` section allowing exactly addr:port pairs.
+func InternalAllow(addrs ...string) string {
+	var b strings.Builder
+	b.WriteString("internal:\n")
+	for _, a := range addrs {
+		host, port, _ := net.SplitHostPort(a)
+		fmt.Fprintf(&b, "  - cidr: %s\n    ports: [%s]\n    action: allow\n", host, port)
+	}
+	return b.String()
+}

@@ -1,0 +1,125 @@
+package e2e
+
+import (
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Upstream is a loopback HTTP or HTTPS server the tests reach through the
+// proxy. Its handlers:
+//
+//	/bytes/N          N bytes of 'x'
+//	/echo             the request line and headers as received, as text
+//	/redirect?to=URL  302 to URL
+//	/hold?c=ID        blocks until Release(ID), then 200
+type Upstream struct {
+	*httptest.Server
+	// Addr is "127.0.0.1:port"; Port the port.
+	Addr string
+	Port int
+	// CAFile is the PEM of the server's certificate (HTTPS only), for
+	// curl --cacert and friends.
+	CAFile string
+
+	mu    sync.Mutex
+	holds map[string]chan struct{}
+}
+
+func upstreamHandler(u *Upstream) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/bytes/{n}", func(w http.ResponseWriter, r *http.Request) {
+		n, err := strconv.Atoi(r.PathValue("n"))
+		if err != nil || n < 0 || n > 1<<30 {
+			http.Error(w, "bad n", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+		chunk := []byte(strings.Repeat("x", 32<<10))
+		for n > 0 {
+			m := min(n, len(chunk))
+			if _, err := w.Write(chunk[:m]); err != nil {
+				return
+			}
+			n -= m
+		}
+	})
+	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
+	})
+	mux.HandleFunc("/hold", func(w http.ResponseWriter, r *http.Request) {
+		<-u.hold(r.URL.Query().Get("c"))
+		io.WriteString(w, "released\n")
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintf(w, "%s %s %s\n", r.Method, r.RequestURI, r.Proto)
+		fmt.Fprintf(w, "host: %s\n", r.Host)
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				fmt.Fprintf(w, "%s: %s\n", strings.ToLower(k), v)
+			}
+		}
+		fmt.Fprintf(w, "body: %s\n", body)
+	})
+	return mux
+}
+
+func (u *Upstream) hold(id string) chan struct{} {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.holds == nil {
+		u.holds = map[string]chan struct{}{}
+	}
+	c, ok := u.holds[id]
+	if !ok {
+		c = make(chan struct{})
+		u.holds[id] = c
+	}
+	return c
+}
+
+// Release lets every /hold?c=id request answer.
+func (u *Upstream) Release(id string) { close(u.hold(id)) }
+
+// StartHTTP starts a plain HTTP upstream on 127.0.0.1.
+func StartHTTP(t testing.TB) *Upstream {
+	t.Helper()
+	u := &Upstream{}
+	u.Server = httptest.NewServer(upstreamHandler(u))
+	t.Cleanup(u.Close)
+	u.fill()
+	return u
+}
+
+// StartHTTPS starts an HTTPS upstream on 127.0.0.1 whose certificate names
+// example.com (and 127.0.0.1); CAFile trusts it.
+func StartHTTPS(t testing.TB) *Upstream {
+	t.Helper()
+	u := &Upstream{}
+	u.Server = httptest.NewTLSServer(upstreamHandler(u))
+	t.Cleanup(u.Close)
+	u.fill()
+	u.CAFile = filepath.Join(t.TempDir(), "ca.pem")
+	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: u.Certificate().Raw})
+	if err := os.WriteFile(u.CAFile, pemBytes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func (u *Upstream) fill() {
+	u.Addr = u.Listener.Addr().String()
+	_, p, _ := net.SplitHostPort(u.Addr)
+	u.Port, _ = strconv.Atoi(p)
+}
