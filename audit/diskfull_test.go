@@ -1,0 +1,134 @@
+package audit
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// mountTmpfs mounts a tmpfs of size bytes in a temp dir (the tests run as
+// root) and unmounts it in cleanup.
+func mountTmpfs(t *testing.T, size int) string {
+	t.Helper()
+	dir := t.TempDir()
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("mount tmpfs (the disk-full test needs root): %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// snapshot reads every file in dir.
+func snapshot(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	segs, err := ListSegments(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string][]byte{}
+	for _, s := range segs {
+		m[s] = must(os.ReadFile(s))
+	}
+	return m
+}
+
+// TestDiskFull fills a small tmpfs under the writer: appends fail with
+// ErrUnavailable, Ready reports it, nothing already written changes, and
+// appends resume on their own once space is freed.
+func TestDiskFull(t *testing.T) {
+	for _, mode := range []string{"always", "interval"} {
+		t.Run(mode, func(t *testing.T) {
+			root := mountTmpfs(t, 256<<10)
+			filler := filepath.Join(root, "filler")
+			if err := os.WriteFile(filler, make([]byte, 200<<10), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c := DefaultConfig()
+			c.Dir = filepath.Join(root, "audit")
+			c.Sync = mode
+			c.MaxSegmentBytes = 16 << 10
+			w := mustOpen(t, c)
+			defer w.Close()
+
+			acked := map[string]bool{}
+			var failed error
+			for i := 0; i < 5000 && failed == nil; i++ {
+				r := decisionRecord(i)
+				if err := w.Append(r); err != nil {
+					failed = err
+					break
+				}
+				acked[r.Request] = true
+				if mode == "interval" && i%20 == 0 {
+					// Give the writer a chance to hit the full disk.
+					time.Sleep(time.Millisecond)
+				}
+			}
+			if !errors.Is(failed, ErrUnavailable) {
+				t.Fatalf("Append on a full disk = %v; want ErrUnavailable", failed)
+			}
+			if err := w.Ready(); !errors.Is(err, ErrUnavailable) {
+				t.Errorf("Ready() on a full disk = %v; want ErrUnavailable", err)
+			}
+			before := snapshot(t, c.Dir)
+			if err := w.Append(decisionRecord(-1)); !errors.Is(err, ErrUnavailable) {
+				t.Errorf("Append while down = %v; want ErrUnavailable", err)
+			}
+			if st := w.Stats(); st.WriteErrors == 0 || st.Refused == 0 {
+				t.Errorf("Stats() = %+v; want write errors and refusals counted", st)
+			}
+
+			if err := os.Remove(filler); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for w.Ready() != nil && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if err := w.Ready(); err != nil {
+				t.Fatalf("Ready() after space was freed = %v; want nil", err)
+			}
+			r := decisionRecord(100000)
+			if err := w.Append(r); err != nil {
+				t.Fatalf("Append after space was freed = %v", err)
+			}
+			acked[r.Request] = true
+			if err := w.Close(); err != nil {
+				t.Fatalf("Close() = %v", err)
+			}
+
+			for path, old := range before {
+				now := must(os.ReadFile(path))
+				if !bytes.HasPrefix(now, old) {
+					t.Errorf("%s changed while the disk was full; want only appends", path)
+				}
+			}
+			mustVerify(t, c.Dir)
+			seen := requestsIn(t, c.Dir)
+			for id := range acked {
+				if !seen[id] {
+					t.Errorf("acknowledged record %s missing", id)
+				}
+			}
+			resumed := false
+			rd := must(NewReader([]string{c.Dir}))
+			for rec, err := rd.Next(); err == nil; rec, err = rd.Next() {
+				resumed = resumed || rec.Kind == KindResumed
+			}
+			rd.Close()
+			if !resumed {
+				t.Errorf("no %s record after the outage", KindResumed)
+			}
+		})
+	}
+}
