@@ -20,6 +20,7 @@ import (
 //
 //	/bytes/N          N bytes of 'x'
 //	/echo             the request line and headers as received, as text
+//	/close            answers with Connection: close (no reuse upstream)
 //	/redirect?to=URL  302 to URL
 //	/hold?c=ID        blocks until Release(ID), then 200
 type Upstream struct {
@@ -52,6 +53,10 @@ func upstreamHandler(u *Upstream) http.Handler {
 			}
 			n -= m
 		}
+	})
+	mux.HandleFunc("/close", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "close")
+		io.WriteString(w, "closing\n")
 	})
 	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
