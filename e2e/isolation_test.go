@@ -144,8 +144,9 @@ func startInNetns(t *testing.T, ns, cfg string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start egressd in %s: %v", ns, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); logf.Close() }()
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); logf.Close(); close(exited) }()
 	t.Cleanup(func() {
 		// ip netns exec execs egressd in place, so this is egressd's pid.
 		cmd.Process.Signal(syscall.SIGTERM)
@@ -163,9 +164,9 @@ func startInNetns(t *testing.T, ns, cfg string) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		select {
-		case err := <-exited:
+		case <-exited:
 			b, _ := os.ReadFile(logPath)
-			t.Fatalf("egressd exited before ready: %v\n%s", err, b)
+			t.Fatalf("egressd exited before ready: %v\n%s", waitErr, b)
 		default:
 		}
 		out, code := (&topology{}).run(t, ns, binary, "health", "--admin", "127.0.0.1:9090")
