@@ -180,6 +180,15 @@ func (s *Server) serve(w dns.ResponseWriter, req *dns.Msg) {
 	default:
 		resp.Answer = answer
 	}
+	if udp {
+		// Like a real server: what does not fit the client's buffer is
+		// truncated, and the client must retry over TCP.
+		size := dns.MinMsgSize
+		if opt := req.IsEdns0(); opt != nil {
+			size = int(opt.UDPSize())
+		}
+		resp.Truncate(size)
+	}
 	_ = w.WriteMsg(resp)
 }
 

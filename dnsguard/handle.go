@@ -1,0 +1,214 @@
+package dnsguard
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/policy"
+)
+
+// answerable are the record types the server can answer at all (policy may
+// narrow them further): the resolver fetches addresses, nothing else, so
+// TXT, NULL, ANY and friends — tunnelling channels — are refused here.
+func answerable(t uint16) bool {
+	return t == dns.TypeA || t == dns.TypeAAAA || t == dns.TypeCNAME
+}
+
+// outcome is one query's decision as audited.
+type outcome struct {
+	rec   audit.Record
+	rcode int
+	rrs   []dns.RR
+}
+
+// handle decides one accepted query and builds the response. It never
+// forwards a question: an allowed name is resolved by the Resolver, whose
+// answers pass the floor before any of them reaches the sandbox.
+func (s *Server) handle(ctx context.Context, client netip.Addr, req *dns.Msg) *dns.Msg {
+	resp := new(dns.Msg)
+	resp.SetReply(req)
+	resp.RecursionAvailable = true
+	resp.Authoritative = false
+	if opt := req.IsEdns0(); opt != nil {
+		resp.SetEdns0(ednsSize, false)
+	}
+	if !s.limits.allow(client) {
+		// Not audited: a flood would otherwise become an audit-log flood.
+		if ce := s.log.Check(zap.DebugLevel, "dns rate limited"); ce != nil {
+			ce.Write(zap.Stringer("client", client))
+		}
+		resp.Rcode = dns.RcodeRefused
+		return resp
+	}
+	if req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 {
+		// acceptQuery already refuses these; the handler must not rely on
+		// its caller for safety.
+		resp.Rcode = dns.RcodeFormatError
+		return resp
+	}
+	out := s.decide(ctx, client, req.Question[0])
+	if err := s.audit.Append(&out.rec); err != nil {
+		s.log.Error("audit append failed; refusing", zap.String("name", out.rec.Name), zap.Error(err))
+		resp.Rcode = dns.RcodeRefused
+		return resp
+	}
+	resp.Rcode = out.rcode
+	resp.Answer = out.rrs
+	return resp
+}
+
+// decide runs the checks in order: client, question shape, name, metadata
+// names, policy, record type, resolution and the address floor.
+func (s *Server) decide(ctx context.Context, client netip.Addr, q dns.Question) outcome {
+	out := outcome{rec: audit.Record{Kind: "dns", Client: client.String(), QType: qtypeString(q.Qtype)}}
+	out.rec.Name = strings.TrimSuffix(strings.ToLower(q.Name), ".")
+	if len(out.rec.Name) > maxNameLen {
+		out.rec.Name = out.rec.Name[:maxNameLen]
+	}
+	id, ok := s.identify(client)
+	if !ok {
+		return s.refused(out, "unknown_client", "")
+	}
+	out.rec.Identity = id.ID
+	if q.Qclass != dns.ClassINET {
+		return s.refused(out, "qclass_not_allowed", "")
+	}
+	facts, err := NewFacts(q.Name, q.Qtype)
+	if err != nil {
+		return s.refusedErr(out, err)
+	}
+	out.rec.Name = facts.Name
+	if IsMetadataName(facts.Name) {
+		return s.refused(out, "metadata_name", "")
+	}
+	d := s.decider.Decide(ctx, policy.Input{Identity: id, Facts: facts})
+	out.rec.Policy, out.rec.Rule = d.Policy, d.Rule
+	if !d.Allow {
+		reason := d.Reason
+		if reason == "" {
+			reason = "policy_denied"
+		}
+		return s.refused(out, reason, d.Rule)
+	}
+	if !answerable(q.Qtype) {
+		return s.refused(out, "qtype_not_allowed", d.Rule)
+	}
+	ans := s.res.resolve(ctx, facts.Name)
+	if ans.err != nil {
+		return s.failed(out, ans)
+	}
+	out.rec.Decision, out.rec.Reason = "allow", d.Reason
+	out.rcode = dns.RcodeSuccess
+	out.rrs = s.records(q, ans)
+	out.rec.IP = joinAddrs(out.rrs)
+	return out
+}
+
+// refused answers locally: REFUSED, or NXDOMAIN when so configured.
+func (s *Server) refused(out outcome, reason, rule string) outcome {
+	out.rec.Decision, out.rec.Reason, out.rec.Rule = "deny", reason, rule
+	out.rcode = s.refuse
+	return out
+}
+
+func (s *Server) refusedErr(out outcome, err error) outcome {
+	var de *policy.DenyError
+	if errors.As(err, &de) {
+		return s.refused(out, de.Reason, "")
+	}
+	return s.refused(out, "malformed_name", "")
+}
+
+// failed maps a resolution that gave no vetted address: an allowed name
+// that does not exist is NXDOMAIN, one without addresses is an empty
+// answer, a forbidden address refuses the whole answer, and an upstream
+// failure is SERVFAIL.
+func (s *Server) failed(out outcome, ans *answer) outcome {
+	var de *policy.DenyError
+	reason := "dns_failure"
+	if errors.As(ans.err, &de) {
+		reason = de.Reason
+	}
+	out.rec.Decision, out.rec.Reason = "deny", reason
+	switch reason {
+	case "dns_nxdomain":
+		out.rcode = dns.RcodeNameError
+	case "dns_no_address":
+		out.rec.Decision = "allow"
+		out.rcode = dns.RcodeSuccess
+	case "dns_failure":
+		out.rcode = dns.RcodeServerFailure
+	default:
+		out.rcode = s.refuse
+		if de != nil {
+			out.rec.Detail = map[string]string{"detail": de.Detail}
+		}
+	}
+	return out
+}
+
+// records builds the answer for q from a vetted resolution. The CNAME chain
+// is flattened: the addresses are given for the asked name itself, so the
+// sandbox learns no alias it did not ask about.
+func (s *Server) records(q dns.Question, ans *answer) []dns.RR {
+	ttl := s.answerTTL(ans)
+	hdr := func(t uint16) dns.RR_Header {
+		return dns.RR_Header{Name: q.Name, Rrtype: t, Class: dns.ClassINET, Ttl: ttl}
+	}
+	var rrs []dns.RR
+	switch q.Qtype {
+	case dns.TypeCNAME:
+		if len(ans.chain) > 0 {
+			rrs = append(rrs, &dns.CNAME{Hdr: hdr(dns.TypeCNAME), Target: dns.Fqdn(ans.chain[0])})
+		}
+	case dns.TypeA:
+		for _, a := range ans.addrs {
+			if a.Is4() {
+				rrs = append(rrs, &dns.A{Hdr: hdr(dns.TypeA), A: a.AsSlice()})
+			}
+		}
+	case dns.TypeAAAA:
+		for _, a := range ans.addrs {
+			if a.Is6() {
+				rrs = append(rrs, &dns.AAAA{Hdr: hdr(dns.TypeAAAA), AAAA: a.AsSlice()})
+			}
+		}
+	}
+	return rrs
+}
+
+// answerTTL is what is left of the cached TTL, capped by answer_ttl.
+func (s *Server) answerTTL(ans *answer) uint32 {
+	left := time.Until(ans.expires)
+	if ans.ttl <= 0 || left <= 0 {
+		return 0
+	}
+	return uint32(min(left, s.cfg.AnswerTTL) / time.Second)
+}
+
+func joinAddrs(rrs []dns.RR) string {
+	var b strings.Builder
+	for _, rr := range rrs {
+		var s string
+		switch v := rr.(type) {
+		case *dns.A:
+			s = v.A.String()
+		case *dns.AAAA:
+			s = v.AAAA.String()
+		default:
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(s)
+	}
+	return b.String()
+}

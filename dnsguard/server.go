@@ -1,0 +1,171 @@
+package dnsguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/miekg/dns"
+	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/policy"
+)
+
+// Decider is what the server needs of *policy.Engine.
+type Decider interface {
+	Decide(ctx context.Context, in policy.Input) policy.Decision
+}
+
+// ServerOptions are the server's dependencies.
+type ServerOptions struct {
+	Config   Config
+	Decider  Decider
+	Resolver *Resolver
+	Audit    audit.Appender
+	// Identify maps a client address to its sandbox. If nil, every client
+	// is "anonymous"; if it reports false, the query is refused
+	// (unknown_client).
+	Identify func(netip.Addr) (policy.Identity, bool)
+	Log      *zap.Logger
+}
+
+// Server is the DNS listener sandboxes use as their resolver. It answers
+// only names egress.dns allows, only with addresses the floor allows, and
+// answers everything else itself: a refused name is never forwarded, since
+// forwarding alone would leak it to the attacker's nameserver.
+type Server struct {
+	cfg      Config
+	decider  Decider
+	res      *Resolver
+	audit    audit.Appender
+	identify func(netip.Addr) (policy.Identity, bool)
+	log      *zap.Logger
+	limits   *limiter
+	refuse   int
+}
+
+var anonymous = policy.Identity{ID: "anonymous"}
+
+// NewServer builds a server; it listens only once Serve or ListenAndServe
+// is called.
+func NewServer(o ServerOptions) (*Server, error) {
+	if o.Decider == nil || o.Resolver == nil || o.Audit == nil || o.Log == nil {
+		return nil, errors.New("new dns server: decider, resolver, audit and log are required")
+	}
+	cfg := o.Config.withDefaults()
+	refuse := dns.RcodeRefused
+	if cfg.Refuse == "nxdomain" {
+		refuse = dns.RcodeNameError
+	}
+	identify := o.Identify
+	if identify == nil {
+		identify = func(netip.Addr) (policy.Identity, bool) { return anonymous, true }
+	}
+	return &Server{
+		cfg:      cfg,
+		decider:  o.Decider,
+		res:      o.Resolver,
+		audit:    o.Audit,
+		identify: identify,
+		log:      o.Log.Named("dnsguard"),
+		limits:   newLimiter(cfg.RateLimit, cfg.Burst),
+		refuse:   refuse,
+	}, nil
+}
+
+// acceptQuery is stricter than miekg's default, which lets NOTIFY through:
+// only a plain query with one question and at most an OPT record.
+func acceptQuery(dh dns.Header) dns.MsgAcceptAction {
+	const qr = 1 << 15
+	if dh.Bits&qr != 0 {
+		return dns.MsgIgnore
+	}
+	if opcode := int(dh.Bits>>11) & 0xf; opcode != dns.OpcodeQuery {
+		return dns.MsgRejectNotImplemented
+	}
+	if dh.Qdcount != 1 || dh.Ancount != 0 || dh.Nscount != 0 || dh.Arcount > 1 {
+		return dns.MsgReject
+	}
+	return dns.MsgAccept
+}
+
+// ListenAndServe listens on cfg.Listen (UDP and TCP) until ctx ends.
+func (s *Server) ListenAndServe(ctx context.Context) error {
+	pc, err := net.ListenPacket("udp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("dns listen udp: %w", err)
+	}
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		pc.Close()
+		return fmt.Errorf("dns listen tcp: %w", err)
+	}
+	return s.Serve(ctx, pc, ln)
+}
+
+// Serve answers on pc and ln until ctx ends, then shuts both down.
+func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) error {
+	servers := []*dns.Server{
+		{PacketConn: pc, Handler: s, MsgAcceptFunc: acceptQuery, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, UDPSize: ednsSize},
+		{Listener: ln, Handler: s, MsgAcceptFunc: acceptQuery, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxTCPQueries: 128, IdleTimeout: func() time.Duration { return 10 * time.Second }},
+	}
+	errc := make(chan error, len(servers))
+	for _, srv := range servers {
+		go func() { errc <- srv.ActivateAndServe() }()
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, srv := range servers {
+		// Shutdown of a server that failed to start reports that; the
+		// first error is the one worth returning.
+		_ = srv.ShutdownContext(sctx)
+	}
+	if err != nil {
+		return fmt.Errorf("dns serve: %w", err)
+	}
+	return nil
+}
+
+// ServeDNS implements dns.Handler.
+func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
+	client, udp := clientAddr(w.RemoteAddr())
+	ctx, cancel := context.WithTimeout(context.Background(), s.res.budget)
+	defer cancel()
+	resp := s.handle(ctx, client, req)
+	if udp {
+		resp.Truncate(udpLimit(req))
+	}
+	if err := w.WriteMsg(resp); err != nil {
+		if ce := s.log.Check(zap.DebugLevel, "write dns answer"); ce != nil {
+			ce.Write(zap.Stringer("client", client), zap.Error(err))
+		}
+	}
+}
+
+func clientAddr(a net.Addr) (netip.Addr, bool) {
+	switch v := a.(type) {
+	case *net.UDPAddr:
+		return v.AddrPort().Addr().Unmap(), true
+	case *net.TCPAddr:
+		return v.AddrPort().Addr().Unmap(), false
+	}
+	return netip.Addr{}, false
+}
+
+// udpLimit is the largest UDP answer the client accepts: 512 bytes, or its
+// EDNS size up to ours.
+func udpLimit(req *dns.Msg) int {
+	if opt := req.IsEdns0(); opt != nil {
+		return int(min(max(opt.UDPSize(), dns.MinMsgSize), ednsSize))
+	}
+	return dns.MinMsgSize
+}
