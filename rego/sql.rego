@@ -39,6 +39,10 @@ decision := base.deny("sql_no_profile", "") if {
 	not profile
 } else := base.deny("sql_database_denied", rule_id) if {
 	not database_ok
+} else := base.allow(rule_id) if {
+	# The gate asks once per login whether the identity may use the
+	# database at all.
+	stmt.command == "connect"
 } else := base.deny(reason, "sql.always") if {
 	reason := forbidden
 } else := base.deny(reason, rule_id) if {

@@ -86,3 +86,10 @@ test_read_write if {
 	sql.decision.allow with input as req(rw, {"command": "insert", "functions": [{"schema": "", "name": "nextval"}], "relations": [{"schema": "public", "name": "t", "role": "write"}]})
 	sql.decision.allow with input as req(rw, {"command": "select", "locking": true})
 }
+
+test_connect if {
+	sql.decision.allow with input as req(ro, {"command": "connect"})
+	d := sql.decision with input as req(ro, {"command": "connect"}) with data.sql.profiles.read_only.databases as ["other"]
+	d.reason == "sql_database_denied"
+	reason_of({"id": "nobody"}, {"command": "connect"}) == "sql_no_profile"
+}

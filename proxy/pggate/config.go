@@ -1,0 +1,166 @@
+package pggate
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Config is the `postgres:` section.
+type Config struct {
+	// Listen is the gate's address. If empty, the gate does not start.
+	Listen string `yaml:"listen"`
+	// Upstream is the database server as a libpq URL or key=value string
+	// (host, port, user, sslmode, …). The client's database name replaces
+	// any dbname. It must not carry a password.
+	Upstream string `yaml:"upstream"`
+	// PasswordEnv names the environment variable holding the upstream
+	// password. If empty, PasswordFile is used.
+	PasswordEnv string `yaml:"password_env"`
+	// PasswordFile is a file whose first line is the upstream password. If
+	// both are empty, the upstream is expected not to ask for one.
+	PasswordFile string `yaml:"password_file"`
+	// SearchPath is the schema unqualified relation names resolve to; the
+	// gate pins the upstream session's search_path to it. If empty,
+	// "public" is used.
+	SearchPath string `yaml:"search_path"`
+	// TLSCert and TLSKey enable TLS for clients that ask for it (PEM
+	// files). If empty, SSLRequest is answered 'N'.
+	TLSCert string `yaml:"tls_cert"`
+	TLSKey  string `yaml:"tls_key"`
+	// MaxMessageBytes caps one client protocol message. If zero, 8 MiB is
+	// used.
+	MaxMessageBytes int `yaml:"max_message_bytes"`
+	// MaxUpstreamMessageBytes caps one server message (a row). If zero,
+	// 256 MiB is used.
+	MaxUpstreamMessageBytes int `yaml:"max_upstream_message_bytes"`
+	// MaxQueryBytes, MaxNesting and MaxOperators bound the SQL handed to
+	// the parser; past them a query is denied sql_too_complex. If zero,
+	// 1 MiB, 256 and 2000 are used.
+	MaxQueryBytes int `yaml:"max_query_bytes"`
+	MaxNesting    int `yaml:"max_nesting"`
+	MaxOperators  int `yaml:"max_operators"`
+	// StartupTimeout bounds TLS, startup and authentication of a client,
+	// and the upstream login. If zero, 10s is used.
+	StartupTimeout time.Duration `yaml:"startup_timeout"`
+	// IdleTimeout ends a session whose client or server sends nothing for
+	// this long. If zero, 1h is used.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// CacheSize bounds the per-query decision cache (entries); -1 disables
+	// it. If zero, 10000 is used.
+	CacheSize int `yaml:"cache_size"`
+}
+
+// DefaultConfig returns the documented defaults (the gate disabled).
+func DefaultConfig() Config {
+	return Config{
+		SearchPath:              "public",
+		MaxMessageBytes:         8 << 20,
+		MaxUpstreamMessageBytes: 256 << 20,
+		MaxQueryBytes:           1 << 20,
+		MaxNesting:              256,
+		MaxOperators:            2000,
+		StartupTimeout:          10 * time.Second,
+		IdleTimeout:             time.Hour,
+		CacheSize:               10000,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.SearchPath == "" {
+		c.SearchPath = d.SearchPath
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = d.MaxMessageBytes
+	}
+	if c.MaxUpstreamMessageBytes == 0 {
+		c.MaxUpstreamMessageBytes = d.MaxUpstreamMessageBytes
+	}
+	if c.MaxQueryBytes == 0 {
+		c.MaxQueryBytes = d.MaxQueryBytes
+	}
+	if c.MaxNesting == 0 {
+		c.MaxNesting = d.MaxNesting
+	}
+	if c.MaxOperators == 0 {
+		c.MaxOperators = d.MaxOperators
+	}
+	if c.StartupTimeout == 0 {
+		c.StartupTimeout = d.StartupTimeout
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = d.IdleTimeout
+	}
+	if c.CacheSize == 0 {
+		c.CacheSize = d.CacheSize
+	}
+	return c
+}
+
+// Validate checks values without I/O. Errors name the key relative to the
+// section.
+func (c *Config) Validate() error {
+	if c.Listen == "" {
+		return nil
+	}
+	if _, err := netip.ParseAddrPort(c.Listen); err != nil {
+		return fmt.Errorf("listen must be IP:port, got %q: %w", c.Listen, err)
+	}
+	if c.Upstream == "" {
+		return fmt.Errorf("upstream must be set when listen is set")
+	}
+	if strings.Contains(strings.ToLower(c.Upstream), "password") || strings.Contains(upstreamUserinfo(c.Upstream), ":") {
+		return fmt.Errorf("upstream must not carry a password; use password_env or password_file")
+	}
+	if c.PasswordEnv != "" && c.PasswordFile != "" {
+		return fmt.Errorf("password_env and password_file are exclusive, got both")
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return fmt.Errorf("tls_cert and tls_key must be set together")
+	}
+	if strings.ContainsAny(c.SearchPath, ",\"' \x00") {
+		return fmt.Errorf("search_path must be one schema name, got %q", c.SearchPath)
+	}
+	for _, v := range []struct {
+		key string
+		n   int
+	}{
+		{"max_message_bytes", c.MaxMessageBytes}, {"max_upstream_message_bytes", c.MaxUpstreamMessageBytes},
+		{"max_query_bytes", c.MaxQueryBytes}, {"max_nesting", c.MaxNesting}, {"max_operators", c.MaxOperators},
+	} {
+		if v.n < 0 {
+			return fmt.Errorf("%s must be >= 0, got %d", v.key, v.n)
+		}
+	}
+	if c.StartupTimeout < 0 {
+		return fmt.Errorf("startup_timeout must be >= 0, got %q", c.StartupTimeout)
+	}
+	if c.IdleTimeout < 0 {
+		return fmt.Errorf("idle_timeout must be >= 0, got %q", c.IdleTimeout)
+	}
+	if c.CacheSize < -1 {
+		return fmt.Errorf("cache_size must be >= -1, got %d", c.CacheSize)
+	}
+	return nil
+}
+
+// upstreamUserinfo returns the userinfo of a URL-form upstream, where a
+// ':' would introduce a password.
+func upstreamUserinfo(s string) string {
+	rest, ok := strings.CutPrefix(s, "postgres://")
+	if !ok {
+		rest, ok = strings.CutPrefix(s, "postgresql://")
+	}
+	if !ok {
+		return ""
+	}
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		rest = rest[:i]
+	}
+	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
+		return rest[:i]
+	}
+	return ""
+}

@@ -1,0 +1,249 @@
+package pggate
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+
+	pg_query "github.com/pganalyze/pg_query_go/v5"
+	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/policy/sqlfacts"
+)
+
+// Reasons the gate itself denies with.
+const (
+	reasonAuditUnavailable   = "audit_unavailable"
+	reasonFunctionCall       = "function_call_denied"
+	reasonStatementNotVetted = "statement_not_vetted"
+	// reasonSibling marks an allowed statement that did not run because
+	// another statement of the same Query was denied.
+	reasonSibling = "other_statement_denied"
+)
+
+// verdict is the decision on one query text: all its statements, or none.
+// Verdicts are immutable once cached.
+type verdict struct {
+	allow  bool
+	reason string
+	stmts  []stmtAudit
+	// cacheable is false when a decision may differ on retry (policy
+	// timeout or error).
+	cacheable bool
+}
+
+// stmtAudit is one statement's audit line: normalized SQL (no literals),
+// its fingerprint and decision.
+type stmtAudit struct {
+	sql, fingerprint       string
+	allow                  bool
+	reason, rule, policyID string
+}
+
+// decide returns the verdict on text for this session, audited. The
+// decision is cached by the exact text (then by its normalized form) per
+// identity, database and bundle digest; audit records are written every
+// time.
+func (s *session) decide(text string) *verdict {
+	g := s.g
+	key := s.keyPrefix + g.deps.Engine.Digest() + "\x00" + text
+	v, ok := g.cache.get(key)
+	if !ok {
+		v = g.evaluate(context.Background(), s.identity, s.database, s.keyPrefix, text)
+		if v.cacheable {
+			g.cache.add(key, v)
+		}
+	}
+	for i := range v.stmts {
+		a := &v.stmts[i]
+		if err := g.deps.Audit.Append(&audit.Record{
+			Kind: "sql", Identity: s.identity.ID, Client: s.remote, Database: s.database,
+			SQL: a.sql, Fingerprint: a.fingerprint, Decision: decisionWord(a.allow),
+			Reason: a.reason, Rule: a.rule, Policy: a.policyID,
+		}); err != nil {
+			g.log.Error("audit append failed; denying", zap.Error(err))
+			return &verdict{reason: reasonAuditUnavailable}
+		}
+	}
+	return v
+}
+
+// evaluate parses and decides text. It never calls pg_query on text the
+// pre-scan refused: that is the crash the pre-scan exists to prevent.
+func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, text string) *verdict {
+	if err := sqlfacts.Prescan(text, g.limits); err != nil {
+		return g.refused(err)
+	}
+	norm, err := pg_query.Normalize(text)
+	if err != nil {
+		return g.refused(&policy.DenyError{Reason: sqlfacts.ReasonParseError, Err: err})
+	}
+	// Facts carry no literal values, so every text with this normalized
+	// form gets the same verdict.
+	nkey := prefix + g.deps.Engine.Digest() + "\x01" + norm
+	if v, ok := g.cache.get(nkey); ok {
+		return v
+	}
+	sts, err := sqlfacts.Parse(text, sqlfacts.Options{Database: db, SearchPath: []string{g.cfg.SearchPath}, Limits: g.limits})
+	if err != nil {
+		return g.refused(err)
+	}
+	v := &verdict{allow: true, cacheable: true, stmts: make([]stmtAudit, 0, len(sts))}
+	for _, st := range sts {
+		d := g.deps.Engine.Decide(ctx, policy.Input{Identity: ident, Facts: st})
+		if d.Reason == policy.ReasonPolicyTimeout || d.Reason == policy.ReasonPolicyError {
+			v.cacheable = false
+		}
+		a := stmtAudit{allow: d.Allow, reason: d.Reason, rule: d.Rule, policyID: d.Policy}
+		if a.sql, err = pg_query.Normalize(st.Text); err == nil {
+			a.fingerprint, _ = pg_query.Fingerprint(a.sql)
+		}
+		if !d.Allow {
+			a.reason = sanitizeReason(d.Reason)
+			if v.allow {
+				v.allow, v.reason = false, a.reason
+			}
+		}
+		v.stmts = append(v.stmts, a)
+	}
+	if !v.allow {
+		for i := range v.stmts {
+			if v.stmts[i].allow {
+				v.stmts[i].allow, v.stmts[i].reason = false, reasonSibling
+			}
+		}
+	}
+	if v.cacheable {
+		g.cache.add(nkey, v)
+	}
+	return v
+}
+
+// refused is the verdict for text that never reached the policy. Its audit
+// line has no SQL: text that cannot be parsed cannot be normalized, and
+// must not be logged with its literals.
+func (g *Gate) refused(err error) *verdict {
+	reason := sqlfacts.ReasonParseError
+	var de *policy.DenyError
+	if errors.As(err, &de) {
+		reason = sanitizeReason(de.Reason)
+	}
+	digest := g.deps.Engine.Digest()
+	return &verdict{reason: reason, cacheable: true,
+		stmts: []stmtAudit{{reason: reason, policyID: digest}}}
+}
+
+// auditRefusal records a deny that has no SQL (a fast-path call, a Bind of
+// an unknown statement).
+func (s *session) auditRefusal(reason string) {
+	if err := s.audit(policy.Decision{Reason: reason, Policy: s.g.deps.Engine.Digest()}, "", ""); err != nil {
+		s.g.log.Error("audit append failed", zap.Error(err))
+	}
+}
+
+func (s *session) audit(d policy.Decision, sql, fp string) error {
+	return s.g.deps.Audit.Append(&audit.Record{
+		Kind: "sql", Identity: s.identity.ID, Client: s.remote, Database: s.database,
+		SQL: sql, Fingerprint: fp, Decision: decisionWord(d.Allow),
+		Reason: d.Reason, Rule: d.Rule, Policy: d.Policy,
+	})
+}
+
+func decisionWord(allow bool) string {
+	if allow {
+		return "allow"
+	}
+	return "deny"
+}
+
+// sanitizeReason keeps a reason to [a-z0-9_]: it travels inside the marker
+// identifier the server echoes back, and into the client's message.
+func sanitizeReason(r string) string {
+	if r == "" {
+		return "denied"
+	}
+	ok := true
+	for i := 0; i < len(r); i++ {
+		c := r[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			ok = false
+			break
+		}
+	}
+	if ok && len(r) <= 40 {
+		return r
+	}
+	b := []byte(strings.ToLower(r))
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 40 {
+		b = b[:40]
+	}
+	return string(b)
+}
+
+// cacheKeyPrefix identifies who decides: identity id, attributes in key
+// order, and database.
+func cacheKeyPrefix(id policy.Identity, db string) string {
+	var b strings.Builder
+	b.WriteString(id.ID)
+	b.WriteByte(0)
+	keys := make([]string, 0, len(id.Attributes))
+	for k := range id.Attributes {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(id.Attributes[k])
+		b.WriteByte(0)
+	}
+	b.WriteString(db)
+	b.WriteByte(0)
+	return b.String()
+}
+
+// verdictCache is a bounded map; when full it starts over, which keeps
+// every operation O(1) without per-entry bookkeeping.
+type verdictCache struct {
+	mu  sync.RWMutex
+	max int
+	m   map[string]*verdict
+}
+
+func newVerdictCache(max int) *verdictCache {
+	if max <= 0 {
+		return nil
+	}
+	return &verdictCache{max: max, m: make(map[string]*verdict, min(max, 1024))}
+}
+
+func (c *verdictCache) get(key string) (*verdict, bool) {
+	if c == nil {
+		return nil, false
+	}
+	c.mu.RLock()
+	v, ok := c.m[key]
+	c.mu.RUnlock()
+	return v, ok
+}
+
+func (c *verdictCache) add(key string, v *verdict) {
+	if c == nil || len(key) > 64<<10 {
+		return
+	}
+	c.mu.Lock()
+	if len(c.m) >= c.max {
+		clear(c.m)
+	}
+	c.m[key] = v
+	c.mu.Unlock()
+}

@@ -1,0 +1,225 @@
+// Package pggate is the Postgres gate: a PostgreSQL v3 wire-protocol
+// listener that sandboxes use as their database. A client logs in as its
+// sandbox identity (SCRAM-SHA-256 against the identity's stored verifier);
+// the gate logs in upstream with credentials the sandbox never sees. Every
+// statement of every simple Query and extended Parse is parsed with
+// pg_query (policy/sqlfacts), decided by the egress.sql policy and audited
+// before anything reaches the server; a denied statement is answered with
+// SQLSTATE 42501 and the session stays usable.
+package pggate
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/policy/sqlfacts"
+	"github.com/egressd/egressd/proxy/identity"
+)
+
+// Decider is what the gate needs of the policy engine (*policy.Engine).
+type Decider interface {
+	Decide(ctx context.Context, in policy.Input) policy.Decision
+	Digest() string
+}
+
+// Identities is what the gate needs of the identity table
+// (*identity.Store).
+type Identities interface {
+	Lookup(id string) (identity.Entry, policy.Identity, bool)
+}
+
+// DialFunc dials the upstream. In production it is the dnsguard pinned
+// Dialer's DialContext, so the upstream address passes the address floor.
+type DialFunc func(ctx context.Context, network, address string) (net.Conn, error)
+
+// Deps are the gate's collaborators.
+type Deps struct {
+	Engine     Decider
+	Identities Identities
+	Audit      audit.Appender
+	Dial       DialFunc
+	// Log is the operational logger; if nil, nothing is logged.
+	Log *zap.Logger
+}
+
+// Gate serves Postgres clients. It is safe for concurrent use.
+type Gate struct {
+	cfg      Config
+	deps     Deps
+	log      *zap.Logger
+	upstream *pgconn.Config
+	password string
+	tls      *tls.Config
+	limits   sqlfacts.Limits
+	// marker prefixes the SQL the gate sends upstream to fail a denied
+	// statement; it is random per process so no client text can forge it.
+	marker   string
+	fakeSalt []byte
+	cache    *verdictCache
+	cancels  cancelTable
+
+	mu       sync.Mutex
+	lns      map[net.Listener]struct{}
+	conns    map[net.Conn]struct{}
+	shutdown bool
+	wg       sync.WaitGroup
+}
+
+// New builds a gate. It reads the upstream password (environment or file)
+// and the TLS key pair once; cfg must have been validated.
+func New(cfg Config, deps Deps) (*Gate, error) {
+	if deps.Engine == nil || deps.Identities == nil || deps.Audit == nil || deps.Dial == nil {
+		return nil, errors.New("pggate: Engine, Identities, Audit and Dial are required")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("postgres.%w", err)
+	}
+	cfg = cfg.withDefaults()
+	log := deps.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	g := &Gate{
+		cfg: cfg, deps: deps, log: log.Named("pggate"),
+		limits: sqlfacts.Limits{MaxLen: cfg.MaxQueryBytes, MaxDepth: cfg.MaxNesting, MaxOps: cfg.MaxOperators},
+		cache:  newVerdictCache(cfg.CacheSize),
+		lns:    map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
+	}
+	g.cancels.m = map[uint32]*cancelTarget{}
+	nonce := make([]byte, 8)
+	rand.Read(nonce)
+	g.marker = "egressd_denied_" + hex.EncodeToString(nonce) + "_"
+	g.fakeSalt = make([]byte, 16)
+	rand.Read(g.fakeSalt)
+	upstream, err := pgconn.ParseConfig(cfg.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("postgres.upstream: %w", err)
+	}
+	g.upstream = upstream
+	switch {
+	case cfg.PasswordEnv != "":
+		pw, ok := os.LookupEnv(cfg.PasswordEnv)
+		if !ok {
+			return nil, fmt.Errorf("postgres.password_env: environment variable %s is not set", cfg.PasswordEnv)
+		}
+		g.password = pw
+	case cfg.PasswordFile != "":
+		b, err := os.ReadFile(cfg.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("postgres.password_file: %w", err)
+		}
+		g.password, _, _ = strings.Cut(strings.TrimRight(string(b), "\r\n"), "\n")
+	}
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("postgres.tls_cert: %w", err)
+		}
+		g.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	return g, nil
+}
+
+// ErrClosed is returned by Serve after Shutdown.
+var ErrClosed = errors.New("pggate: closed")
+
+// Serve accepts clients on ln until ln fails or Shutdown is called.
+func (g *Gate) Serve(ln net.Listener) error {
+	g.mu.Lock()
+	if g.shutdown {
+		g.mu.Unlock()
+		return ErrClosed
+	}
+	g.lns[ln] = struct{}{}
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		delete(g.lns, ln)
+		g.mu.Unlock()
+	}()
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			g.mu.Lock()
+			closed := g.shutdown
+			g.mu.Unlock()
+			if closed {
+				return ErrClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		if !g.track(c) {
+			c.Close()
+			return ErrClosed
+		}
+		go func() {
+			defer g.untrack(c)
+			g.serveConn(c)
+		}()
+	}
+}
+
+func (g *Gate) track(c net.Conn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shutdown {
+		return false
+	}
+	g.conns[c] = struct{}{}
+	g.wg.Add(1)
+	return true
+}
+
+func (g *Gate) untrack(c net.Conn) {
+	g.mu.Lock()
+	delete(g.conns, c)
+	g.mu.Unlock()
+	g.wg.Done()
+}
+
+// Shutdown stops accepting, waits for sessions to end until ctx is done,
+// then closes the rest.
+func (g *Gate) Shutdown(ctx context.Context) error {
+	g.mu.Lock()
+	g.shutdown = true
+	for ln := range g.lns {
+		ln.Close()
+	}
+	g.mu.Unlock()
+	done := make(chan struct{})
+	go func() { g.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	for c := range g.conns {
+		c.Close()
+	}
+	g.mu.Unlock()
+	<-done
+	return ctx.Err()
+}

@@ -1,0 +1,206 @@
+package pggate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy/identity"
+	"github.com/egressd/egressd/proxy/pggate/pgtest"
+)
+
+// The tests share one PostgreSQL cluster (starting one costs seconds);
+// tests that stop it start their own.
+var pg *pgtest.Server
+
+const (
+	passRO = "pw-read-only"
+	passRW = "pw-read-write"
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	pg, err = pgtest.New(pgtest.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	err = pg.Exec(ctx, "postgres", `CREATE DATABASE app`)
+	if err == nil {
+		err = pg.Exec(ctx, "app", `
+			CREATE TABLE users (id int PRIMARY KEY, name text NOT NULL);
+			INSERT INTO users VALUES (1, 'ada'), (2, 'grace'), (3, 'edsger');
+			CREATE TABLE items (id int PRIMARY KEY, note text);
+			CREATE SCHEMA private;
+			CREATE TABLE private.secrets (k text);
+			INSERT INTO private.secrets VALUES ('s3cr3t');`)
+	}
+	cancel()
+	if err != nil {
+		pg.Close()
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	pg.Close()
+	os.Exit(code)
+}
+
+// memAudit records appended records; fail makes Append fail.
+type memAudit struct {
+	mu   sync.Mutex
+	recs []audit.Record
+	fail bool
+}
+
+func (a *memAudit) Append(r *audit.Record) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.fail {
+		return errors.New("disk full")
+	}
+	a.recs = append(a.recs, *r)
+	return nil
+}
+
+func (a *memAudit) records() []audit.Record {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]audit.Record(nil), a.recs...)
+}
+
+func (a *memAudit) setFail(f bool) {
+	a.mu.Lock()
+	a.fail = f
+	a.mu.Unlock()
+}
+
+var (
+	engineOnce sync.Once
+	engine     *policy.Engine
+	engineErr  error
+)
+
+// testEngine is the real policy engine on the repository's SQL modules
+// (with the base module they share), so the gate's tests decide exactly as
+// the shipped bundle does without depending on the other entry points.
+func testEngine(t testing.TB) *policy.Engine {
+	engineOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "pggate-bundle-")
+		if err != nil {
+			engineErr = err
+			return
+		}
+		defer os.RemoveAll(dir)
+		for _, f := range []string{"base.rego", "sql.rego", "sql_test.rego", "sql/data.json"} {
+			b, err := os.ReadFile(filepath.Join("../../rego", f))
+			if err == nil {
+				err = os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755)
+			}
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, f), b, 0o644)
+			}
+			if err != nil {
+				engineErr = err
+				return
+			}
+		}
+		cfg := policy.DefaultConfig()
+		cfg.Dir = dir
+		engine, engineErr = policy.New(context.Background(), cfg, zap.NewNop())
+	})
+	if engineErr != nil {
+		t.Fatalf("policy.New: %v", engineErr)
+	}
+	return engine
+}
+
+func testIdentities(t testing.TB) *identity.Store {
+	t.Helper()
+	ro, err := SCRAMVerifier(passRO, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, _ := SCRAMVerifier(passRW, nil, 0)
+	st, err := identity.New(identity.Config{
+		{ID: "agent-ro", SCRAMSHA256: ro, Attributes: map[string]string{"sql_profile": "read_only"}},
+		{ID: "agent-rw", SCRAMSHA256: rw, Attributes: map[string]string{"sql_profile": "read_write"}},
+		{ID: "agent-none", SCRAMSHA256: ro},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+type fixture struct {
+	gate  *Gate
+	addr  string
+	audit *memAudit
+	srv   *pgtest.Server
+}
+
+// startGate runs a gate in front of srv on a loopback port.
+func startGate(t testing.TB, srv *pgtest.Server, mod func(*Config)) *fixture {
+	t.Helper()
+	t.Setenv("PGGATE_TEST_PASSWORD", pgtest.SuperPassword)
+	cfg := DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Upstream = fmt.Sprintf("postgres://%s@%s/?sslmode=disable", pgtest.SuperUser, srv.Addr())
+	cfg.PasswordEnv = "PGGATE_TEST_PASSWORD"
+	if mod != nil {
+		mod(&cfg)
+	}
+	a := &memAudit{}
+	var d net.Dialer
+	g, err := New(cfg, Deps{Engine: testEngine(t), Identities: testIdentities(t), Audit: a, Dial: d.DialContext, Log: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		g.Shutdown(ctx)
+	})
+	return &fixture{gate: g, addr: ln.Addr().String(), audit: a, srv: srv}
+}
+
+func (f *fixture) dsn(user, password, db string) string {
+	host, port, _ := net.SplitHostPort(f.addr)
+	return fmt.Sprintf("host=%s port=%s user=%s password=%s dbname=%s sslmode=disable", host, port, user, password, db)
+}
+
+func connect(t testing.TB, dsn string) *pgconn.PgConn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := pgconn.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,262 @@
+package pggate
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// session is one logged-in client and its upstream connection. The client
+// goroutine (run) reads client messages, decides them and writes upstream;
+// the relay goroutine reads upstream and writes to the client. Denials are
+// never written to the client directly: the gate sends upstream a marker
+// statement that fails with a syntax error in the same position, and the
+// relay rewrites that error into the deny. So responses stay in order under
+// pipelining, ReadyForQuery carries the server's own transaction status,
+// and a deny inside an explicit transaction aborts it upstream too.
+type session struct {
+	g         *Gate
+	client    net.Conn
+	be        *pgproto3.Backend
+	upstream  net.Conn
+	fe        *pgproto3.Frontend
+	identity  policy.Identity
+	database  string
+	remote    string
+	keyPrefix string
+	pid       uint32
+
+	// stmts are the prepared statements this session had vetted; Bind
+	// may name only these.
+	stmts map[string]struct{}
+	// discarding is set after a denied extended-protocol message: like
+	// the server, the gate then drops everything until Sync.
+	discarding bool
+
+	wmu       sync.Mutex // serializes writes to the client
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+func (s *session) close() {
+	s.closeOnce.Do(func() {
+		if s.closed != nil {
+			close(s.closed)
+		}
+		s.g.cancels.remove(s.pid)
+		if s.upstream != nil {
+			s.upstream.SetWriteDeadline(time.Now().Add(time.Second))
+			s.upstream.Write([]byte{'X', 0, 0, 0, 4})
+			s.upstream.Close()
+		}
+		s.client.Close()
+	})
+}
+
+func (s *session) isClosed() bool {
+	select {
+	case <-s.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// sendClientFatal ends the client with an error; used by both goroutines.
+func (s *session) sendClientFatal(f *fatal) {
+	s.wmu.Lock()
+	s.client.SetWriteDeadline(time.Now().Add(time.Second))
+	sendFatal(s.be, f)
+	s.wmu.Unlock()
+}
+
+// run serves the client until it leaves or breaks the protocol.
+func (s *session) run() {
+	s.closed = make(chan struct{})
+	defer s.close()
+	s.client.SetDeadline(time.Time{})
+	go s.relay()
+	for {
+		s.client.SetReadDeadline(time.Now().Add(s.g.cfg.IdleTimeout))
+		msg, err := s.be.Receive()
+		if err != nil {
+			if !s.isClosed() && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.sendClientFatal(fatalf(codeProtocolViolation, "egressd: invalid message: %v", err))
+			}
+			return
+		}
+		if f := s.handle(msg); f != nil {
+			if f != errTerminate {
+				s.sendClientFatal(f)
+			}
+			return
+		}
+	}
+}
+
+// errTerminate ends the session without an error message.
+var errTerminate = &fatal{}
+
+// handle acts on one client message. A non-nil result ends the session.
+func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
+	switch m := msg.(type) {
+	case *pgproto3.Query:
+		if !utf8.ValidString(m.String) {
+			return fatalf(codeCharacterNotInRepr, "egressd: invalid UTF-8 in query")
+		}
+		if v := s.decide(m.String); v.allow {
+			s.fe.Send(m)
+		} else {
+			s.fe.Send(&pgproto3.Query{String: s.g.marker + v.reason})
+		}
+		return s.flushUpstream()
+	case *pgproto3.Parse:
+		if s.discarding {
+			return nil
+		}
+		if !utf8.ValidString(m.Query) || !utf8.ValidString(m.Name) {
+			return fatalf(codeCharacterNotInRepr, "egressd: invalid UTF-8 in Parse")
+		}
+		if v := s.decide(m.Query); v.allow {
+			s.stmts[m.Name] = struct{}{}
+			s.fe.Send(m)
+		} else {
+			s.failExtended(v.reason)
+		}
+	case *pgproto3.Bind:
+		if s.discarding {
+			return nil
+		}
+		if _, ok := s.stmts[m.PreparedStatement]; !ok {
+			s.auditRefusal(reasonStatementNotVetted)
+			s.failExtended(reasonStatementNotVetted)
+			return nil
+		}
+		s.fe.Send(m)
+	case *pgproto3.Close:
+		if s.discarding {
+			return nil
+		}
+		if m.ObjectType == 'S' {
+			delete(s.stmts, m.Name)
+		}
+		s.fe.Send(m)
+	case *pgproto3.Describe:
+		if !s.discarding {
+			s.fe.Send(m)
+		}
+	case *pgproto3.Execute:
+		if !s.discarding {
+			s.fe.Send(m)
+		}
+	case *pgproto3.Sync:
+		s.discarding = false
+		s.fe.Send(m)
+		return s.flushUpstream()
+	case *pgproto3.Flush:
+		s.fe.Send(m)
+		return s.flushUpstream()
+	case *pgproto3.FunctionCall:
+		// The fast-path call names a function by OID with no SQL to
+		// inspect: refused in every profile.
+		s.auditRefusal(reasonFunctionCall)
+		s.fe.Send(&pgproto3.Query{String: s.g.marker + reasonFunctionCall})
+		return s.flushUpstream()
+	case *pgproto3.CopyData:
+		s.fe.Send(m)
+		return s.flushUpstream()
+	case *pgproto3.CopyDone:
+		s.fe.Send(m)
+		return s.flushUpstream()
+	case *pgproto3.CopyFail:
+		s.fe.Send(m)
+		return s.flushUpstream()
+	case *pgproto3.Terminate:
+		return errTerminate
+	default:
+		return fatalf(codeProtocolViolation, "egressd: unexpected %T message", msg)
+	}
+	return nil
+}
+
+// failExtended makes the upstream answer the current extended-protocol
+// message with an error (rewritten by the relay) and skip to Sync.
+func (s *session) failExtended(reason string) {
+	s.fe.Send(&pgproto3.Parse{Query: s.g.marker + reason})
+	s.discarding = true
+}
+
+func (s *session) flushUpstream() *fatal {
+	s.upstream.SetWriteDeadline(time.Now().Add(s.g.cfg.IdleTimeout))
+	if err := s.fe.Flush(); err != nil {
+		if !s.isClosed() {
+			s.sendClientFatal(fatalf(codeConnectionFailure, "egressd: upstream connection lost"))
+		}
+		return errTerminate
+	}
+	return nil
+}
+
+// relay copies server messages to the client, rewriting the gate's denial
+// markers and watching the pinned parameters.
+func (s *session) relay() {
+	defer s.close()
+	for {
+		s.upstream.SetReadDeadline(time.Now().Add(s.g.cfg.IdleTimeout))
+		msg, err := s.fe.Receive()
+		if err != nil {
+			if !s.isClosed() {
+				s.g.log.Info("upstream connection ended", zap.String("identity", s.identity.ID), zap.Error(err))
+				s.sendClientFatal(fatalf(codeConnectionFailure, "egressd: upstream connection lost"))
+			}
+			return
+		}
+		switch m := msg.(type) {
+		case *pgproto3.ErrorResponse:
+			if reason, ok := s.g.deniedReason(m); ok {
+				msg = &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeInsufficientPrivs, Message: "egressd: denied: " + reason}
+			}
+		case *pgproto3.ParameterStatus:
+			if want, pinned := pinnedParams[m.Name]; pinned && !strings.EqualFold(m.Value, want) {
+				s.g.log.Warn("upstream changed a pinned parameter; ending session",
+					zap.String("identity", s.identity.ID), zap.String("parameter", m.Name), zap.String("value", m.Value))
+				s.sendClientFatal(fatalf(codeFeatureUnsupported, "egressd: upstream changed %s; session ended", m.Name))
+				return
+			}
+		}
+		s.wmu.Lock()
+		s.be.Send(msg)
+		var ferr error
+		if s.fe.ReadBufferLen() == 0 {
+			s.client.SetWriteDeadline(time.Now().Add(s.g.cfg.IdleTimeout))
+			ferr = s.be.Flush()
+		}
+		s.wmu.Unlock()
+		if ferr != nil {
+			return
+		}
+	}
+}
+
+// deniedReason recognizes the syntax error the server raises for a marker
+// statement and recovers the reason encoded in it.
+func (g *Gate) deniedReason(e *pgproto3.ErrorResponse) (string, bool) {
+	i := strings.Index(e.Message, g.marker)
+	if i < 0 {
+		return "", false
+	}
+	rest := e.Message[i+len(g.marker):]
+	if j := strings.IndexByte(rest, '"'); j >= 0 {
+		rest = rest[:j]
+	}
+	return rest, true
+}

@@ -1,0 +1,206 @@
+package pggate
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/policy/sqlfacts"
+)
+
+// fatal is an error that ends a client with an ErrorResponse.
+type fatal struct {
+	code, msg string
+}
+
+func (f *fatal) Error() string { return f.code + ": " + f.msg }
+
+func fatalf(code, format string, a ...any) *fatal {
+	return &fatal{code: code, msg: fmt.Sprintf(format, a...)}
+}
+
+// SQLSTATEs the gate sends.
+const (
+	codeProtocolViolation   = "08P01"
+	codeConnectionFailure   = "08006"
+	codeCannotConnect       = "08001"
+	codeRejectedConnection  = "08004"
+	codeFeatureUnsupported  = "0A000"
+	codeInvalidPassword     = "28P01"
+	codeInsufficientPrivs   = "42501"
+	codeCharacterNotInRepr  = "22021"
+	codeProgramLimitReached = "54000"
+)
+
+// sendFatal writes a FATAL ErrorResponse; errors are ignored because the
+// connection is closed next anyway.
+func sendFatal(be *pgproto3.Backend, f *fatal) {
+	be.Send(&pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: f.code, Message: f.msg})
+	be.Flush()
+}
+
+// passedParams are the startup parameters a client may set; they go
+// upstream unchanged. Everything else — options (which could carry -c
+// settings), replication, arbitrary GUCs such as role — is refused.
+var passedParams = map[string]bool{
+	"application_name": true, "datestyle": true, "timezone": true,
+	"intervalstyle": true, "extra_float_digits": true,
+}
+
+// serveConn runs one client from its first byte to its close.
+func (g *Gate) serveConn(conn net.Conn) {
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(g.cfg.StartupTimeout))
+	be := g.newBackend(conn)
+	var startup *pgproto3.StartupMessage
+	for startup == nil {
+		msg, err := be.ReceiveStartupMessage()
+		if err != nil {
+			sendFatal(be, fatalf(codeProtocolViolation, "egressd: invalid startup packet: %v", err))
+			return
+		}
+		switch m := msg.(type) {
+		case *pgproto3.SSLRequest:
+			if g.tls == nil {
+				if _, err := conn.Write([]byte{'N'}); err != nil {
+					return
+				}
+				continue
+			}
+			if _, err := conn.Write([]byte{'S'}); err != nil {
+				return
+			}
+			tc := tls.Server(conn, g.tls)
+			if err := tc.Handshake(); err != nil {
+				return
+			}
+			conn = tc
+			be = g.newBackend(conn)
+		case *pgproto3.GSSEncRequest:
+			if _, err := conn.Write([]byte{'N'}); err != nil {
+				return
+			}
+		case *pgproto3.CancelRequest:
+			g.forwardCancel(m)
+			return
+		case *pgproto3.StartupMessage:
+			startup = m
+		}
+	}
+	s, f := g.login(conn, be, startup)
+	if f != nil {
+		sendFatal(be, f)
+		return
+	}
+	s.run()
+}
+
+func (g *Gate) newBackend(conn net.Conn) *pgproto3.Backend {
+	be := pgproto3.NewBackend(conn, conn)
+	be.SetMaxBodyLen(g.cfg.MaxMessageBytes)
+	return be
+}
+
+// login checks the startup parameters, authenticates the client, decides
+// the database, and opens the upstream session.
+func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMessage) (*session, *fatal) {
+	if m.ProtocolVersion != pgproto3.ProtocolVersion30 {
+		// A 3.2 client is told the gate speaks 3.0 (it then uses 3.0
+		// cancel keys), as PostgreSQL itself does.
+		be.Send(&pgproto3.NegotiateProtocolVersion{NewestMinorProtocol: 0})
+	}
+	user, db := m.Parameters["user"], m.Parameters["database"]
+	if user == "" {
+		return nil, fatalf(codeRejectedConnection, "egressd: no user name in startup packet")
+	}
+	if db == "" {
+		db = user
+	}
+	params := map[string]string{}
+	for k, v := range m.Parameters {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return nil, fatalf(codeCharacterNotInRepr, "egressd: invalid UTF-8 in startup packet")
+		}
+		lk := strings.ToLower(k)
+		switch {
+		case lk == "user" || lk == "database" || strings.HasPrefix(lk, "_pq_."):
+		case lk == "client_encoding":
+			// Ignored: the session is UTF8 whatever the client asks
+			// (psql sends its locale's encoding); the client learns
+			// the real one from ParameterStatus.
+		case lk == "standard_conforming_strings" && strings.EqualFold(v, "on"):
+		case passedParams[lk]:
+			params[lk] = v
+		default:
+			return nil, fatalf(codeInsufficientPrivs, "egressd: denied: startup_parameter_denied (%s)", lk)
+		}
+	}
+	entry, ident, known := g.deps.Identities.Lookup(user)
+	var v *verifier
+	if known && entry.SCRAMSHA256 != "" {
+		var err error
+		if v, err = parseVerifier(entry.SCRAMSHA256); err != nil {
+			g.log.Warn("unusable SCRAM verifier", zap.String("identity", user), zap.Error(err))
+		}
+	}
+	if err := scramServer(be, v, g.saltFor(user)); err != nil {
+		if !errors.Is(err, errAuthFailed) {
+			g.log.Debug("authentication exchange failed", zap.String("identity", user), zap.Error(err))
+		}
+		return nil, fatalf(codeInvalidPassword, "password authentication failed for user %q", user)
+	}
+	s := &session{g: g, client: conn, be: be, identity: ident, database: db, remote: conn.RemoteAddr().String(), stmts: map[string]struct{}{}}
+	s.keyPrefix = cacheKeyPrefix(ident, db)
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.StartupTimeout)
+	defer cancel()
+	if f := s.decideConnect(ctx); f != nil {
+		return nil, f
+	}
+	if err := s.connectUpstream(ctx, params); err != nil {
+		var f *fatal
+		if errors.As(err, &f) {
+			return nil, f
+		}
+		var de *policy.DenyError
+		if errors.As(err, &de) {
+			g.log.Warn("upstream refused by address floor", zap.Error(err))
+			return nil, fatalf(codeInsufficientPrivs, "egressd: denied: %s", de.Reason)
+		}
+		g.log.Warn("upstream login failed", zap.String("identity", ident.ID), zap.Error(err))
+		return nil, fatalf(codeCannotConnect, "egressd: upstream unavailable")
+	}
+	return s, nil
+}
+
+// saltFor is the salt shown to an unknown user: stable per user, so a
+// repeated probe cannot tell it from a real one.
+func (g *Gate) saltFor(user string) []byte {
+	h := hmac.New(sha256.New, g.fakeSalt)
+	h.Write([]byte(user))
+	return h.Sum(nil)[:16]
+}
+
+// decideConnect asks egress.sql whether the identity may use the database:
+// a "connect" statement with no relations.
+func (s *session) decideConnect(ctx context.Context) *fatal {
+	st := &sqlfacts.Statement{Command: "connect", Database: s.database, Relations: []sqlfacts.Relation{}, Functions: []sqlfacts.Function{}}
+	d := s.g.deps.Engine.Decide(ctx, policy.Input{Identity: s.identity, Facts: st})
+	if err := s.audit(d, "", ""); err != nil {
+		d = policy.Deny(reasonAuditUnavailable, "")
+	}
+	if !d.Allow {
+		return fatalf(codeInsufficientPrivs, "egressd: denied: %s", d.Reason)
+	}
+	return nil
+}

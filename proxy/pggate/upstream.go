@@ -1,0 +1,83 @@
+package pggate
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"sort"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// pinnedParams are the upstream settings the parser relies on: pg_query
+// parses as PostgreSQL does with standard_conforming_strings on and UTF-8
+// text, so the server must agree or a string literal could mean one thing
+// to the gate and another to the server.
+var pinnedParams = map[string]string{
+	"standard_conforming_strings": "on",
+	"client_encoding":             "UTF8",
+}
+
+// connectUpstream logs in upstream with the gate's credentials (pgconn
+// does SCRAM, MD5 or cleartext as the server asks), takes over the raw
+// connection, and sends the client its login answer: AuthenticationOk, the
+// server's ParameterStatus, a gate-issued BackendKeyData, ReadyForQuery.
+func (s *session) connectUpstream(ctx context.Context, params map[string]string) error {
+	g := s.g
+	cfg := g.upstream.Copy()
+	cfg.Database = s.database
+	cfg.Password = g.password
+	// The dialler resolves and vets the name itself: pgconn must not
+	// resolve it first with the system resolver.
+	cfg.LookupFunc = func(_ context.Context, host string) ([]string, error) { return []string{host}, nil }
+	cfg.DialFunc = pgconn.DialFunc(g.deps.Dial)
+	cfg.ConnectTimeout = g.cfg.StartupTimeout
+	cfg.RuntimeParams = maps.Clone(params)
+	maps.Copy(cfg.RuntimeParams, pinnedParams)
+	cfg.RuntimeParams["search_path"] = g.cfg.SearchPath
+	cfg.OnNotice, cfg.OnNotification = nil, nil
+	pc, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect upstream: %w", err)
+	}
+	hc, err := pc.Hijack()
+	if err != nil {
+		pc.Close(ctx)
+		return fmt.Errorf("take over upstream connection: %w", err)
+	}
+	for k, want := range pinnedParams {
+		if got := hc.ParameterStatuses[k]; !strings.EqualFold(got, want) {
+			hc.Conn.Close()
+			return fatalf(codeFeatureUnsupported, "egressd: upstream reports %s = %q; the gate needs %q", k, got, want)
+		}
+	}
+	s.upstream = hc.Conn
+	s.fe = pgproto3.NewFrontend(hc.Conn, hc.Conn)
+	s.fe.SetMaxBodyLen(g.cfg.MaxUpstreamMessageBytes)
+	s.pid = g.cancels.add(&cancelTarget{upstreamPID: hc.PID, upstreamKey: hc.SecretKey, addr: upstreamAddr(hc.Conn)})
+	s.be.Send(&pgproto3.AuthenticationOk{})
+	keys := make([]string, 0, len(hc.ParameterStatuses))
+	for k := range hc.ParameterStatuses {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		s.be.Send(&pgproto3.ParameterStatus{Name: k, Value: hc.ParameterStatuses[k]})
+	}
+	s.be.Send(&pgproto3.BackendKeyData{ProcessID: s.pid, SecretKey: g.cancels.key(s.pid)})
+	s.be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+	if err := s.be.Flush(); err != nil {
+		s.close()
+		return fmt.Errorf("send login answer: %w", err)
+	}
+	return nil
+}
+
+// upstreamAddr is where cancels for the session go: the address actually
+// dialled, so a cancel cannot be steered elsewhere by DNS.
+func upstreamAddr(c net.Conn) string {
+	return c.RemoteAddr().String()
+}
