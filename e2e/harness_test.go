@@ -425,9 +425,6 @@ func WritePolicy(t testing.TB, rules []Rule) string {
 		if strings.HasSuffix(p, "_test.rego") || (!strings.HasSuffix(p, ".rego") && !strings.HasSuffix(p, ".json")) {
 			return nil
 		}
-		if os.Getenv("E2E_SKIP_REGO") != "" && strings.Contains(os.Getenv("E2E_SKIP_REGO"), d.Name()) {
-			return nil
-		}
 		b, err := os.ReadFile(p)
 		if err != nil {
 			return err
