@@ -204,3 +204,5 @@ func ctxT(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+func pgtestStart(t *testing.T) *pgtest.Server { return pgtest.Start(t, pgtest.Options{}) }
