@@ -143,12 +143,12 @@ func parseBundle(srcs []source) (*parsedBundle, error) {
 	if err != nil {
 		return nil, err
 	}
-	root[indexKey] = idx
 	val, err := ast.InterfaceToValue(root)
 	if err != nil {
 		return nil, fmt.Errorf("convert data: %w", err)
 	}
 	pb.data = val.(ast.Object)
+	pb.data.Insert(ast.StringTerm(indexKey), idx)
 	return pb, nil
 }
 

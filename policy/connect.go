@@ -58,5 +58,6 @@ func (f *ConnectFacts) AppendKey(dst []byte) []byte {
 
 // AddTo inserts the facts into the Rego input.
 func (f *ConnectFacts) AddTo(in ast.Object) {
-	addHost(in, f.Host, f.IP, f.IPObfuscated, f.Port)
+	in.Insert(termFlags, flagsTerm(0, f.IPObfuscated, false, false))
+	addHost(in, f.Host, f.IP, f.Port)
 }

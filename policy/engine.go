@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"go.uber.org/zap"
 
@@ -181,7 +182,7 @@ func (c *compiled) eval(ctx context.Context, e *Engine, kind Kind, in Input) (d 
 	input := buildInput(kind, in)
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.EvalTimeout)
 	defer cancel()
-	rs, err := pq.Eval(ctx, rego.EvalParsedInput(input))
+	rs, err := pq.Eval(ctx, rego.EvalParsedInput(input), evalNoMetrics, evalRawResult)
 	if err != nil {
 		reason := ReasonPolicyError
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -202,26 +203,60 @@ func (c *compiled) eval(ctx context.Context, e *Engine, kind Kind, in Input) (d 
 	return d, true
 }
 
+// Options shared by every evaluation: no metrics, and the result left as
+// an AST term (decodeDecision reads it) rather than converted to Go maps.
+var (
+	evalNoMetrics = rego.EvalMetrics(metrics.NoOp())
+	evalRawResult = rego.EvalGenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil })
+)
+
 // decodeDecision reads {"allow": bool, "reason": string, "rule": string,
 // "tls"?: bool}. A deny without a reason is malformed: every deny says why.
 func decodeDecision(v any) (Decision, bool) {
-	m, ok := v.(map[string]any)
+	t, ok := v.(*ast.Term)
 	if !ok {
 		return Decision{}, false
 	}
-	allow, ok1 := m["allow"].(bool)
-	reason, ok2 := m["reason"].(string)
-	rule, ok3 := m["rule"].(string)
+	obj, ok := t.Value.(ast.Object)
+	if !ok {
+		return Decision{}, false
+	}
+	allow, ok1 := termBool(obj.Get(termAllow))
+	reason, ok2 := termString(obj.Get(termReason))
+	rule, ok3 := termString(obj.Get(termRule))
 	if !ok1 || !ok2 || !ok3 || (!allow && reason == "") {
 		return Decision{}, false
 	}
 	d := Decision{Allow: allow, Reason: reason, Rule: rule}
-	if t, present := m["tls"]; present {
-		if d.TLS, ok = t.(bool); !ok {
+	if tt := obj.Get(termTLS); tt != nil {
+		if d.TLS, ok = termBool(tt); !ok {
 			return Decision{}, false
 		}
 	}
 	return d, true
+}
+
+var (
+	termAllow  = ast.StringTerm("allow")
+	termReason = ast.StringTerm("reason")
+	termRule   = ast.StringTerm("rule")
+	termTLS    = ast.StringTerm("tls")
+)
+
+func termBool(t *ast.Term) (bool, bool) {
+	if t == nil {
+		return false, false
+	}
+	b, ok := t.Value.(ast.Boolean)
+	return bool(b), ok
+}
+
+func termString(t *ast.Term) (string, bool) {
+	if t == nil {
+		return "", false
+	}
+	s, ok := t.Value.(ast.String)
+	return string(s), ok
 }
 
 // buildInput makes the Rego input as AST values directly, skipping a JSON

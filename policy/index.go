@@ -1,10 +1,13 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
 )
 
 // indexKey is where the rule index is mounted: data.rule_index.
@@ -25,33 +28,34 @@ type ruleSpec struct {
 	Comment string `json:"comment,omitempty"`
 }
 
-// buildIndex validates data.rules and returns the host index Rego looks
-// candidates up in, so an evaluation touches only the rules for its host.
-func buildIndex(raw any) (map[string]any, error) {
-	exact := map[string]any{}
-	wildcard := map[string]any{}
-	var cidrs []any
-	cidrAt := map[string]int{}
-	idx := map[string]any{"exact": exact, "wildcard": wildcard, "cidr": []any{}}
-	if raw == nil {
-		return idx, nil
-	}
-	b, err := json.Marshal(raw)
-	if err != nil {
-		return nil, fmt.Errorf("rules: %w", err)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
+// buildIndex validates data.rules and returns the index Rego decides
+// with, so that an evaluation touches only the rules for its host and does
+// no string work:
+//
+//	hosts: {"<name or canonical IP>" or "*.<suffix>": [view index, …]}
+//	cidr:  [{"cidr": "<prefix>", "rules": [view index, …]}]
+//	rules: [view, …]  deny rules first, then allow rules, each in data order
+//
+// Ordering deny views first lets Rego pick the lowest matching index and
+// have an explicit deny beat every allow, whatever the rules' order. A view
+// is the rule with its defaults filled in (see ruleSpec.view).
+func buildIndex(raw any) (*ast.Term, error) {
 	var rules []ruleSpec
-	if err := dec.Decode(&rules); err != nil {
-		return nil, fmt.Errorf("rules: %w", err)
-	}
-	add := func(m map[string]any, k string, i int) {
-		l, _ := m[k].([]any)
-		m[k] = append(l, i)
+	if raw != nil {
+		b, err := json.Marshal(raw)
+		if err != nil {
+			return nil, fmt.Errorf("rules: %w", err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&rules); err != nil {
+			return nil, fmt.Errorf("rules: %w", err)
+		}
 	}
 	ids := make(map[string]int, len(rules))
-	for i, r := range rules {
+	order := make([]int, 0, len(rules))
+	for i := range rules {
+		r := &rules[i]
 		if err := r.validate(); err != nil {
 			return nil, fmt.Errorf("rules[%d].%w", i, err)
 		}
@@ -59,28 +63,155 @@ func buildIndex(raw any) (map[string]any, error) {
 			return nil, fmt.Errorf("rules[%d].id %q is also rules[%d].id", i, r.ID, j)
 		}
 		ids[r.ID] = i
-		for _, h := range r.Hosts {
-			switch {
-			case strings.HasPrefix(h, "*."):
-				add(wildcard, h[2:], i)
-			case strings.Contains(h, "/"):
-				at, ok := cidrAt[h]
-				if !ok {
-					at = len(cidrs)
-					cidrAt[h] = at
-					cidrs = append(cidrs, map[string]any{"cidr": h, "rules": []any{}})
-				}
-				c := cidrs[at].(map[string]any)
-				c["rules"] = append(c["rules"].([]any), i)
-			default:
-				add(exact, h, i)
-			}
+		if r.Action == "deny" {
+			order = append(order, i)
 		}
 	}
-	if cidrs != nil {
-		idx["cidr"] = cidrs
+	for i := range rules {
+		if rules[i].Action != "deny" {
+			order = append(order, i)
+		}
 	}
-	return idx, nil
+	views := make([]*ast.Term, 0, len(rules))
+	byView, byRule := newHostIndex(), newHostIndex()
+	for v, i := range order {
+		r := &rules[i]
+		views = append(views, r.view(i))
+		for _, h := range r.Hosts {
+			byView.add(h, v)
+		}
+	}
+	for i := range rules {
+		for _, h := range rules[i].Hosts {
+			byRule.add(h, i)
+		}
+	}
+	return ast.ObjectTerm(
+		ast.Item(ast.StringTerm("views"), ast.ArrayTerm(views...)),
+		ast.Item(ast.StringTerm("hosts"), byView.hostsTerm(allHosts)),
+		ast.Item(ast.StringTerm("cidr_views"), byView.cidrTerm()),
+		ast.Item(ast.StringTerm("exact"), byRule.hostsTerm(exactHosts)),
+		ast.Item(ast.StringTerm("wildcard"), byRule.hostsTerm(wildcardHosts)),
+		ast.Item(ast.StringTerm("cidr"), byRule.cidrTerm()),
+	), nil
+}
+
+// hostIndex maps rule hosts to lists of indexes, keeping first-seen order.
+type hostIndex struct {
+	keys, cidrKeys []string
+	hosts, cidrs   map[string][]*ast.Term
+}
+
+func newHostIndex() *hostIndex {
+	return &hostIndex{hosts: map[string][]*ast.Term{}, cidrs: map[string][]*ast.Term{}}
+}
+
+func (x *hostIndex) add(h string, i int) {
+	m, keys := x.hosts, &x.keys
+	if strings.Contains(h, "/") {
+		m, keys = x.cidrs, &x.cidrKeys
+	}
+	if _, ok := m[h]; !ok {
+		*keys = append(*keys, h)
+	}
+	m[h] = append(m[h], ast.IntNumberTerm(i))
+}
+
+// Which hosts a hostsTerm holds.
+const (
+	allHosts      = iota // every name and IP, "*.x" keyed as written
+	exactHosts           // names and IPs without "*."
+	wildcardHosts        // only "*.x", keyed by "x"
+)
+
+// hostsTerm is {host: [i, …]} for the hosts mode selects.
+func (x *hostIndex) hostsTerm(mode int) *ast.Term {
+	obj := ast.NewObject()
+	for _, h := range x.keys {
+		key, wild := h, strings.HasPrefix(h, "*.")
+		switch {
+		case mode == exactHosts && wild, mode == wildcardHosts && !wild:
+			continue
+		case mode == wildcardHosts:
+			key = h[2:]
+		}
+		obj.Insert(ast.StringTerm(key), ast.ArrayTerm(x.hosts[h]...))
+	}
+	return ast.NewTerm(obj)
+}
+
+func (x *hostIndex) cidrTerm() *ast.Term {
+	ts := make([]*ast.Term, 0, len(x.cidrKeys))
+	for _, c := range x.cidrKeys {
+		ts = append(ts, ast.ObjectTerm(
+			ast.Item(ast.StringTerm("cidr"), ast.StringTerm(c)),
+			ast.Item(ast.StringTerm("rules"), ast.ArrayTerm(x.cidrs[c]...)),
+		))
+	}
+	return ast.ArrayTerm(ts...)
+}
+
+// view is the rule as Rego matches it, with every choice made total so
+// the match is a chain of lookups with no alternatives:
+//
+//	id, deny, host_wide        as written / derived
+//	index                      the rule's position in data.rules
+//	tunnel                     deny or host_wide: the view decides a CONNECT
+//	ports                      a set
+//	methods, identities        {name: true}; empty with any_method /
+//	                           any_identity true when absent
+//	paths                      globs; ["**"] when absent (matches any path)
+//	tls                        present only when the rule sets it
+//	decision                   the http decision this rule yields
+func (r *ruleSpec) view(index int) *ast.Term {
+	// Methods and identities are {name: true} objects so that Rego can
+	// default a miss with object.get in one call.
+	set := func(ss []string) *ast.Term {
+		obj := ast.NewObject()
+		for _, s := range ss {
+			obj.Insert(ast.StringTerm(s), ast.BooleanTerm(true))
+		}
+		return ast.NewTerm(obj)
+	}
+	ports := make([]*ast.Term, len(r.Ports))
+	for i, p := range r.Ports {
+		ports[i] = ast.IntNumberTerm(p)
+	}
+	paths := []*ast.Term{ast.StringTerm("**")}
+	if len(r.Paths) > 0 {
+		paths = paths[:0]
+		for _, p := range r.Paths {
+			paths = append(paths, ast.StringTerm(p))
+		}
+	}
+	deny := r.Action == "deny"
+	hostWide := len(r.Methods) == 0 && len(r.Paths) == 0
+	reason := "allowed"
+	if deny {
+		reason = "rule_deny"
+	}
+	items := [][2]*ast.Term{
+		ast.Item(ast.StringTerm("id"), ast.StringTerm(r.ID)),
+		ast.Item(ast.StringTerm("index"), ast.IntNumberTerm(index)),
+		ast.Item(ast.StringTerm("deny"), ast.BooleanTerm(deny)),
+		ast.Item(ast.StringTerm("host_wide"), ast.BooleanTerm(hostWide)),
+		ast.Item(ast.StringTerm("tunnel"), ast.BooleanTerm(deny || hostWide)),
+		ast.Item(ast.StringTerm("ports"), ast.SetTerm(ports...)),
+		ast.Item(ast.StringTerm("methods"), set(r.Methods)),
+		ast.Item(ast.StringTerm("any_method"), ast.BooleanTerm(len(r.Methods) == 0)),
+		ast.Item(ast.StringTerm("identities"), set(r.Identities)),
+		ast.Item(ast.StringTerm("any_identity"), ast.BooleanTerm(len(r.Identities) == 0)),
+		ast.Item(ast.StringTerm("paths"), ast.ArrayTerm(paths...)),
+		ast.Item(ast.StringTerm("decision"), ast.ObjectTerm(
+			ast.Item(ast.StringTerm("allow"), ast.BooleanTerm(!deny)),
+			ast.Item(ast.StringTerm("reason"), ast.StringTerm(reason)),
+			ast.Item(ast.StringTerm("rule"), ast.StringTerm(r.ID)),
+		)),
+	}
+	if r.TLS != nil {
+		items = append(items, ast.Item(ast.StringTerm("tls"), ast.BooleanTerm(*r.TLS)))
+	}
+	return ast.ObjectTerm(items...)
 }
 
 // validate checks one rule. Hosts must already be in the canonical form
@@ -137,7 +268,7 @@ func validateRuleHost(h string) error {
 		return nil
 	}
 	if a, err := netip.ParseAddr(h); err == nil {
-		if a.String() != h {
+		if a.Zone() != "" || a.String() != h {
 			return fmt.Errorf("must be a canonical IP, got %q (want %q)", h, a.String())
 		}
 		return nil

@@ -151,37 +151,38 @@ func (f *URLFacts) AppendKey(dst []byte) []byte {
 	return dst
 }
 
-// AddTo inserts the facts into the Rego input.
+// AddTo inserts the facts into the Rego input. The refusal facts
+// (path flags, ip_obfuscated, userinfo, host_mismatch) go in as one list,
+// input.flags, in a fixed order, so the base rules refuse with one lookup.
 func (f *URLFacts) AddTo(in ast.Object) {
 	in.Insert(termMethod, ast.StringTerm(f.Method))
 	in.Insert(termScheme, ast.StringTerm(f.Scheme))
 	in.Insert(termPath, ast.StringTerm(f.Path))
 	in.Insert(termPathDecoded, ast.StringTerm(f.PathDecoded))
-	in.Insert(termPathFlags, flagsTerm(f.PathFlags))
-	in.Insert(termUserinfo, ast.BooleanTerm(f.Userinfo))
-	in.Insert(termHostMismatch, ast.BooleanTerm(f.HostMismatch))
-	addHost(in, f.Host, f.IP, f.IPObfuscated, f.Port)
+	in.Insert(termFlags, flagsTerm(f.PathFlags, f.IPObfuscated, f.Userinfo, f.HostMismatch))
+	addHost(in, f.Host, f.IP, f.Port)
 }
 
 // Keys of the Rego input, built once.
 var (
-	termKind         = ast.StringTerm("kind")
-	termIdentity     = ast.StringTerm("identity")
-	termID           = ast.StringTerm("id")
-	termAttributes   = ast.StringTerm("attributes")
-	termMethod       = ast.StringTerm("method")
-	termScheme       = ast.StringTerm("scheme")
-	termHost         = ast.StringTerm("host")
-	termHostSuffixes = ast.StringTerm("host_suffixes")
-	termIP           = ast.StringTerm("ip")
-	termIPObfuscated = ast.StringTerm("ip_obfuscated")
-	termPort         = ast.StringTerm("port")
-	termPath         = ast.StringTerm("path")
-	termPathDecoded  = ast.StringTerm("path_decoded")
-	termPathFlags    = ast.StringTerm("path_flags")
-	termUserinfo     = ast.StringTerm("userinfo")
-	termHostMismatch = ast.StringTerm("host_mismatch")
-	flagTerms        [flagCount]*ast.Term
+	termKind        = ast.StringTerm("kind")
+	termIdentity    = ast.StringTerm("identity")
+	termID          = ast.StringTerm("id")
+	termAttributes  = ast.StringTerm("attributes")
+	termMethod      = ast.StringTerm("method")
+	termScheme      = ast.StringTerm("scheme")
+	termHost        = ast.StringTerm("host")
+	termHostKeys    = ast.StringTerm("host_keys")
+	termIP          = ast.StringTerm("ip")
+	termPort        = ast.StringTerm("port")
+	termPath        = ast.StringTerm("path")
+	termPathDecoded = ast.StringTerm("path_decoded")
+	termFlags       = ast.StringTerm("flags")
+	flagTerms       [flagCount]*ast.Term
+	termObfuscated  = ast.StringTerm("ip_obfuscated")
+	termUserinfo    = ast.StringTerm("userinfo")
+	termMismatch    = ast.StringTerm("host_mismatch")
+	emptyFlags      = ast.ArrayTerm()
 )
 
 func init() {
@@ -190,35 +191,50 @@ func init() {
 	}
 }
 
-func flagsTerm(f PathFlags) *ast.Term {
+// flagsTerm lists the refusal facts that are set, path flags first.
+func flagsTerm(f PathFlags, obfuscated, userinfo, mismatch bool) *ast.Term {
+	if f == 0 && !obfuscated && !userinfo && !mismatch {
+		return emptyFlags
+	}
 	var ts []*ast.Term
 	for i := range flagCount {
 		if f&(1<<i) != 0 {
 			ts = append(ts, flagTerms[i])
 		}
 	}
+	if obfuscated {
+		ts = append(ts, termObfuscated)
+	}
+	if userinfo {
+		ts = append(ts, termUserinfo)
+	}
+	if mismatch {
+		ts = append(ts, termMismatch)
+	}
 	return ast.ArrayTerm(ts...)
 }
 
-// addHost inserts the host facts shared by HTTP and CONNECT. The
-// suffixes ("a.b.c" → "b.c", "c") let wildcard rules be looked up by key
-// instead of matched by string functions in Rego.
-func addHost(in ast.Object, host string, ip netip.Addr, obfuscated bool, port uint16) {
+// addHost inserts the host facts shared by HTTP and CONNECT. host_keys are
+// the rule-index keys the host can match: itself, then "*.<suffix>" for
+// every parent domain ("a.b.c" → "a.b.c", "*.b.c", "*.c"), so that Rego
+// looks rules up by key instead of matching strings. An IP literal has
+// only itself; CIDR rules are matched on input.ip.
+func addHost(in ast.Object, host string, ip netip.Addr, port uint16) {
 	in.Insert(termHost, ast.StringTerm(host))
 	in.Insert(termPort, ast.IntNumberTerm(int(port)))
-	in.Insert(termIPObfuscated, ast.BooleanTerm(obfuscated))
+	hostTerm := ast.StringTerm(host)
 	if ip.IsValid() {
-		in.Insert(termIP, ast.StringTerm(ip.String()))
-		in.Insert(termHostSuffixes, ast.ArrayTerm())
+		in.Insert(termIP, hostTerm)
+		in.Insert(termHostKeys, ast.ArrayTerm(hostTerm))
 		return
 	}
-	var sfx []*ast.Term
+	keys := []*ast.Term{hostTerm}
 	for i := 0; i < len(host); i++ {
 		if host[i] == '.' {
-			sfx = append(sfx, ast.StringTerm(host[i+1:]))
+			keys = append(keys, ast.StringTerm("*"+host[i:]))
 		}
 	}
-	in.Insert(termHostSuffixes, ast.ArrayTerm(sfx...))
+	in.Insert(termHostKeys, ast.ArrayTerm(keys...))
 }
 
 func appendStr(dst []byte, s string) []byte {

@@ -1,29 +1,53 @@
 # Shared rule matching for the http and connect entry points.
 #
-# Rules are data (data.rules); egressd indexes them by host when it loads the
-# bundle and mounts the index at data.rule_index:
-#   exact:    {"<host or canonical IP>": [rule index, …]}
-#   wildcard: {"<suffix>": [rule index, …]}   from "*.<suffix>"
-#   cidr:     [{"cidr": "<prefix>", "rules": [rule index, …]}]
-# and computes per-request facts (input.host_suffixes, input.path_decoded,
-# input.path_flags, …) so that no rule here scans every rule or splits
-# strings. A test that mocks data.rules must mock data.rule_index too
-# (see fixtures_test.rego).
+# Rules are data (data.rules, see data.json). When egressd loads a bundle it
+# validates them and mounts an index at data.rule_index:
+#   views:      [view, …], deny rules first, then allow rules, in data order
+#   hosts:      {"<name or IP>" or "*.<suffix>": [view index, …]}
+#   cidr_views: [{"cidr": "<prefix>", "rules": [view index, …]}]
+# and, by index into data.rules (for entry points that read rules as
+# written): exact {"<name or IP>": [i, …]}, wildcard {"<suffix>": [i, …]},
+# cidr [{"cidr", "rules": [i, …]}].
+# A view is a rule with its defaults filled in: sets ports, methods and
+# identities (any_method / any_identity when absent), paths (["**"] when
+# absent), host_wide, tls when set, and the http decision it yields.
+# Go also computes the request facts (input.host_keys, input.path_decoded,
+# input.flags, …), so nothing here scans every rule or splits strings, and
+# the lowest matching view index is the answer: explicit denies beat
+# allows whatever their order. A test that mocks data.rules must mock
+# data.rule_index too: see index_of in fixtures_test.rego.
 package egress.base
 
-# refusal is the first request fact that refuses a request whatever the
-# rules say. Go lists path_flags in a fixed order, so the reason is stable.
-refusal := flag if {
-	flag := input.path_flags[0]
-} else := "ip_obfuscated" if {
-	input.ip_obfuscated
-} else := "userinfo" if {
-	input.userinfo
-} else := "host_mismatch" if {
-	input.host_mismatch
+# refusal is the first refused fact of the request, whatever the rules
+# say: a path flag (encoded_separator, double_encoding, encoded_dot,
+# dot_segment, empty_segment, backslash, control_character,
+# path_parameter), ip_obfuscated, userinfo or host_mismatch.
+refusal := input.flags[0]
+
+# views are the rule views whose hosts match the request's host.
+views contains i if {
+	some key in input.host_keys
+	some i in data.rule_index.hosts[key]
 }
 
-# candidates are the indexes of the rules whose hosts match input.host.
+views contains i if {
+	ip := input.ip
+	some c in data.rule_index.cidr_views
+	net.cidr_contains(c.cidr, ip)
+	some i in c.rules
+}
+
+# reaches are the views whose host, port and identity match.
+reaches contains i if {
+	some i in views
+	r := data.rule_index.views[i]
+	r.ports[input.port]
+	object.get(r.identities, input.identity.id, r.any_identity) == true
+}
+
+# candidates are the indexes into data.rules of the rules whose hosts match
+# input.host, for entry points whose facts carry input.host and
+# input.host_suffixes ("a.b.c" → ["b.c", "c"]) rather than host_keys.
 candidates contains i if {
 	some i in data.rule_index.exact[input.host]
 }
@@ -34,10 +58,13 @@ candidates contains i if {
 }
 
 candidates contains i if {
+	ip := input.ip
 	some c in data.rule_index.cidr
-	net.cidr_contains(c.cidr, input.ip)
+	net.cidr_contains(c.cidr, ip)
 	some i in c.rules
 }
+
+# Helpers on data.rules entries (not views), for the other entry points.
 
 is_deny(r) if r.action == "deny"
 
