@@ -87,16 +87,13 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, _ *goproxy.Prox
 		t.done(0, "", "client gone: "+err.Error())
 		return
 	}
-	if !t.checkFirstFlight(out.Decision.TLS) {
-		return
-	}
 	client.SetDeadline(time.Time{})
 	if !s.track(t) {
 		t.done(0, reasonShuttingDown, "")
 		return
 	}
 	defer s.untrack(t)
-	t.run()
+	t.run(out.Decision.TLS)
 }
 
 // refuseConn audits a CONNECT refusal and writes it on the raw connection.

@@ -25,29 +25,38 @@ type tunnel struct {
 	up2down, down2up atomic.Int64
 	lastActive       atomic.Int64 // unix nanos
 	closeOnce        sync.Once
+	// refused is the first-flight refusal reason, if any.
+	refused, refusedDetail string
 }
 
 // checkFirstFlight peeks at the client's first bytes without consuming them:
 // a ClientHello naming another server than the CONNECT host is refused
 // (sni_mismatch), and so are non-TLS bytes when the rule is TLS-only. What
 // was peeked is then written upstream unchanged. It reports whether the
-// tunnel may proceed.
+// client-to-upstream direction may proceed.
 func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
+	wait := t.s.cfg.TunnelIdleTimeout
+	if tlsOnly {
+		wait = t.s.cfg.PeekTimeout
+	}
+	t.client.SetReadDeadline(time.Now().Add(wait))
+	// Wait before taking a buffer: idle tunnels should not each hold one.
+	if err := waitReadable(t.client); err != nil {
+		if isTimeout(err) && !tlsOnly {
+			return false
+		}
+		return t.refuseFlight(reasonNotTLS, "no first bytes: "+err.Error())
+	}
 	br := peekBufs.Get().(*bufio.Reader)
 	br.Reset(t.client)
 	defer func() {
 		br.Reset(nil)
 		peekBufs.Put(br)
 	}()
-	t.client.SetReadDeadline(time.Now().Add(t.s.cfg.PeekTimeout))
 	hdr, err := br.Peek(tlsRecordHeaderLen)
-	if err != nil && len(hdr) == 0 {
-		if isTimeout(err) && !tlsOnly {
-			// A server-speaks-first protocol: nothing to check, nothing
-			// buffered.
-			return true
-		}
-		return t.refuseFlight(reasonNotTLS, "no first bytes: "+err.Error())
+	if len(hdr) == 0 {
+		// EOF before any byte: nothing to check or forward.
+		return err == nil
 	}
 	if !isTLSRecordStart(hdr) {
 		if tlsOnly {
@@ -77,38 +86,47 @@ func (t *tunnel) forwardPeeked(br *bufio.Reader) bool {
 	if n := br.Buffered(); n > 0 {
 		b, _ := br.Peek(n)
 		if _, err := t.up.Write(b); err != nil {
-			t.done(0, reasonUpstreamFailed, err.Error())
 			return false
 		}
 		t.down2up.Add(int64(n))
+		t.lastActive.Store(time.Now().UnixNano())
 	}
 	return true
 }
 
 // refuseFlight audits a first-flight refusal. The client already has its
-// 200, so the refusal is the closed connection and the audit record.
+// 200, so the refusal is the closed connection and the audit records.
 func (t *tunnel) refuseFlight(reason, detail string) bool {
 	if err := t.s.decided(t.f, false, reason, "", "", detail); err != nil {
 		t.s.log.Error("audit append failed", zap.String("request", t.f.id), zap.Error(err))
 	}
-	t.done(http.StatusForbidden, reason, detail)
+	t.refused, t.refusedDetail = reason, detail
 	return false
 }
 
 // run copies both directions until both end, the tunnel idles out, or it
-// reaches its maximum lifetime.
-func (t *tunnel) run() {
+// reaches its maximum lifetime. Upstream bytes flow at once (a server may
+// speak first); client bytes only after the first flight passed its checks.
+func (t *tunnel) run(tlsOnly bool) {
 	t.lastActive.Store(time.Now().UnixNano())
 	end := t.f.start.Add(t.s.cfg.TunnelMaxLifetime)
 	done := make(chan struct{})
 	go func() {
-		t.pipe(t.up, t.client, &t.down2up, end)
+		t.pipe(t.client, t.up, &t.up2down, end)
 		close(done)
 	}()
-	t.pipe(t.client, t.up, &t.up2down, end)
+	if t.checkFirstFlight(tlsOnly) {
+		t.pipe(t.up, t.client, &t.down2up, end)
+	} else {
+		t.close()
+	}
 	<-done
 	t.s.metrics.tunnelBytes.WithLabelValues("up").Add(float64(t.down2up.Load()))
 	t.s.metrics.tunnelBytes.WithLabelValues("down").Add(float64(t.up2down.Load()))
+	if t.refused != "" {
+		t.done(http.StatusForbidden, t.refused, t.refusedDetail)
+		return
+	}
 	t.done(0, "", "")
 }
 

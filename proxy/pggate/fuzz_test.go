@@ -1,0 +1,150 @@
+package pggate
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// fuzzGate is a gate whose upstream is never dialled: the fuzz targets
+// build sessions on in-memory pipes, so they need no PostgreSQL.
+func fuzzGate(t testing.TB) *Gate {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Upstream = "postgres://gate@127.0.0.1:1/"
+	cfg.MaxMessageBytes = 1 << 16
+	g, err := New(cfg, Deps{
+		Engine: testEngine(t), Identities: testIdentities(t), Audit: &memAudit{},
+		Dial: func(context.Context, string, string) (net.Conn, error) { return nil, io.ErrClosedPipe },
+		Log:  zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// stubUpstream answers like a server: each marker statement fails with the
+// syntax error PostgreSQL gives, everything else succeeds.
+func stubUpstream(c net.Conn, marker string) {
+	defer c.Close()
+	be := pgproto3.NewBackend(c, c)
+	skipping := false
+	for {
+		msg, err := be.Receive()
+		if err != nil {
+			return
+		}
+		switch m := msg.(type) {
+		case *pgproto3.Query:
+			if strings.HasPrefix(m.String, marker) {
+				be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "42601", Message: `syntax error at or near "` + m.String + `"`})
+			} else {
+				be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
+			}
+			be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+		case *pgproto3.Parse:
+			if skipping {
+				continue
+			}
+			if strings.HasPrefix(m.Query, marker) {
+				be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "42601", Message: `syntax error at or near "` + m.Query + `"`})
+				skipping = true
+			} else {
+				be.Send(&pgproto3.ParseComplete{})
+			}
+		case *pgproto3.Bind:
+			if !skipping {
+				be.Send(&pgproto3.BindComplete{})
+			}
+		case *pgproto3.Execute:
+			if !skipping {
+				be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
+			}
+		case *pgproto3.Sync:
+			skipping = false
+			be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+		case *pgproto3.Terminate:
+			return
+		}
+		if be.Flush() != nil {
+			return
+		}
+	}
+}
+
+// runSession feeds data to a logged-in session as its client's bytes.
+func runSession(g *Gate, data []byte) {
+	client, gateSide := net.Pipe()
+	gateUp, up := net.Pipe()
+	s := &session{
+		g: g, client: gateSide, be: g.newBackend(gateSide), upstream: gateUp,
+		fe:       pgproto3.NewFrontend(gateUp, gateUp),
+		identity: policy.Identity{ID: "agent-ro", Attributes: map[string]string{"sql_profile": "read_only"}},
+		database: "app", remote: "fuzz", stmts: map[string]struct{}{},
+	}
+	s.keyPrefix = cacheKeyPrefix(s.identity, s.database)
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); stubUpstream(up, g.marker) }()
+	go func() { defer wg.Done(); io.Copy(io.Discard, client) }()
+	go func() {
+		defer wg.Done()
+		client.Write(data)
+		client.Close()
+	}()
+	s.run()
+	wg.Wait()
+}
+
+func encode(msgs ...pgproto3.FrontendMessage) []byte {
+	var b []byte
+	for _, m := range msgs {
+		b, _ = m.Encode(b)
+	}
+	return b
+}
+
+func FuzzSession(f *testing.F) {
+	f.Add(encode(&pgproto3.Query{String: "SELECT name FROM users"}))
+	f.Add(encode(&pgproto3.Query{String: "SELECT pg_read_file('x')"}, &pgproto3.Query{String: "SELECT 1"}))
+	f.Add(encode(&pgproto3.Parse{Name: "a", Query: "SELECT 1"}, &pgproto3.Bind{PreparedStatement: "a"}, &pgproto3.Execute{}, &pgproto3.Sync{}))
+	f.Add(encode(&pgproto3.Parse{Query: "DELETE FROM t"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}, &pgproto3.Terminate{}))
+	f.Add(encode(&pgproto3.FunctionCall{Function: 1}, &pgproto3.Bind{PreparedStatement: "x"}, &pgproto3.Flush{}, &pgproto3.Sync{}))
+	f.Add([]byte{'Q', 0, 0, 0, 3})
+	g := fuzzGate(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		runSession(g, data)
+	})
+}
+
+func FuzzStartup(f *testing.F) {
+	startup := func(params string) []byte {
+		b := []byte{0, 0, 0, 0, 0, 3, 0, 0}
+		b = append(b, params...)
+		b[3] = byte(len(b))
+		return b
+	}
+	f.Add(startup("user\x00agent-ro\x00database\x00app\x00\x00"))
+	f.Add(startup("user\x00agent-ro\x00options\x00-c x=y\x00\x00"))
+	f.Add([]byte{0, 0, 0, 8, 4, 210, 22, 47})
+	f.Add([]byte{0, 0, 0, 16, 4, 210, 22, 46, 0, 0, 0, 1, 0, 0, 0, 2})
+	g := fuzzGate(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		client, gateSide := net.Pipe()
+		done := make(chan struct{})
+		go func() { defer close(done); io.Copy(io.Discard, client) }()
+		go func() { client.Write(data); client.Close() }()
+		g.serveConn(gateSide)
+		<-done
+	})
+}
