@@ -153,7 +153,7 @@ func (d *decoder) value(r *Record, idx int) error {
 	case fTS:
 		var s string
 		if s, err = d.str(); err == nil {
-			r.TS, err = time.Parse(time.RFC3339Nano, s)
+			r.TS, err = parseTS(s)
 		}
 	default:
 		var s string
@@ -406,4 +406,12 @@ func (d *decoder) hex4() (rune, error) {
 	}
 	d.i += 4
 	return r, nil
+}
+
+// parseTS accepts exactly the writer's layout: UTC, six fractional digits.
+func parseTS(s string) (time.Time, error) {
+	if len(s) != len("2006-01-02T15:04:05.000000Z") || s[len(s)-1] != 'Z' {
+		return time.Time{}, fmt.Errorf("want RFC 3339 UTC with microseconds, got %q", s)
+	}
+	return time.Parse(tsLayout, s)
 }

@@ -182,4 +182,3 @@ func TestSignedCheckpoints(t *testing.T) {
 		t.Errorf("verify with another key = %v; want the checkpoint named", err)
 	}
 }
-
