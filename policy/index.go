@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -140,7 +141,9 @@ func (x *hostIndex) hostsTerm(mode int) *ast.Term {
 	return ast.NewTerm(obj)
 }
 
+// cidrTerm lists the CIDR hosts in sorted order.
 func (x *hostIndex) cidrTerm() *ast.Term {
+	slices.Sort(x.cidrKeys)
 	ts := make([]*ast.Term, 0, len(x.cidrKeys))
 	for _, c := range x.cidrKeys {
 		ts = append(ts, ast.ObjectTerm(
@@ -227,6 +230,9 @@ func (r *ruleSpec) validate() error {
 	for j, h := range r.Hosts {
 		if err := validateRuleHost(h); err != nil {
 			return fmt.Errorf("hosts[%d] %w (rule %q)", j, err, r.ID)
+		}
+		if slices.Contains(r.Hosts[:j], h) {
+			return fmt.Errorf("hosts[%d] %q is listed twice (rule %q)", j, h, r.ID)
 		}
 	}
 	if len(r.Ports) == 0 {

@@ -1,0 +1,112 @@
+# Test fixtures for the http and connect tests: a rule of every shape, and
+# index_of, which builds data.rule_index from rules exactly as egressd does
+# at load (policy/index.go). test_index_of_matches_loaded_index keeps the
+# two in step on every load.
+package egress.fixtures
+
+rules := [
+	{"id": "exact", "hosts": ["exact.test"], "ports": [443]},
+	{"id": "two-ports", "hosts": ["ports.test"], "ports": [80, 8443]},
+	{"id": "wild", "hosts": ["*.wild.test"], "ports": [443]},
+	{"id": "read-only", "hosts": ["api.test"], "ports": [443], "methods": ["GET", "HEAD"], "paths": ["/v1/*/items", "/v2/**"]},
+	{"id": "methods-only", "hosts": ["post.test"], "ports": [443], "methods": ["POST"]},
+	{"id": "team-only", "hosts": ["team.test"], "ports": [443], "identities": ["team"]},
+	{"id": "ip", "hosts": ["192.0.2.7", "2001:db8::7"], "ports": [443]},
+	{"id": "cidr", "hosts": ["198.51.100.0/24"], "ports": [443]},
+	{"id": "plain-tunnel", "hosts": ["ssh.test"], "ports": [22], "tls": false},
+	{"id": "tls-tunnel", "hosts": ["db.test"], "ports": [5432], "tls": true},
+	{"id": "wild-allow", "hosts": ["*.mixed.test"], "ports": [443]},
+	{"id": "deny-one", "hosts": ["bad.mixed.test"], "ports": [443], "action": "deny"},
+	{"id": "deny-path", "hosts": ["exact.test"], "ports": [443], "paths": ["/admin/**"], "action": "deny"},
+]
+
+index_of(rs) := {
+	"views": [view(rs[i], i) | some i in order],
+	"hosts": {h: [v | some v, i in order; h in rs[i].hosts] | some h in names},
+	"cidr_views": [{"cidr": c, "rules": [v | some v, i in order; c in rs[i].hosts]} | some c in cidrs],
+	"exact": {h: [i | some i, r in rs; h in r.hosts] | some h in names; not startswith(h, "*.")},
+	"wildcard": {substring(h, 2, -1): [i | some i, r in rs; h in r.hosts] | some h in names; startswith(h, "*.")},
+	"cidr": [{"cidr": c, "rules": [i | some i, r in rs; c in r.hosts]} | some c in cidrs],
+} if {
+	order := array.concat([i | some i, r in rs; r.action == "deny"], [i | some i, r in rs; not r.action == "deny"])
+	names := {h | some r in rs; some h in r.hosts; not contains(h, "/")}
+	cidrs := {h | some r in rs; some h in r.hosts; contains(h, "/")}
+}
+
+view(r, i) := object.union(view_base(r, i), {"tls": r.tls}) if {
+	is_boolean(r.tls)
+} else := view_base(r, i)
+
+view_base(r, i) := {
+	"id": r.id,
+	"index": i,
+	"deny": is_deny(r),
+	"host_wide": host_wide(r),
+	"tunnel": tunnel(r),
+	"ports": {p | some p in r.ports},
+	"methods": {m: true | some m in object.get(r, "methods", [])},
+	"any_method": count(object.get(r, "methods", [])) == 0,
+	"identities": {id: true | some id in object.get(r, "identities", [])},
+	"any_identity": count(object.get(r, "identities", [])) == 0,
+	"paths": paths(r),
+	"decision": decision(r),
+}
+
+is_deny(r) := true if r.action == "deny"
+else := false
+
+host_wide(r) := true if {
+	not r.methods
+	not r.paths
+} else := false
+
+tunnel(r) := true if is_deny(r)
+else := host_wide(r)
+
+paths(r) := r.paths if count(object.get(r, "paths", [])) > 0
+else := ["**"]
+
+decision(r) := {"allow": false, "reason": "rule_deny", "rule": r.id} if is_deny(r)
+else := {"allow": true, "reason": "allowed", "rule": r.id}
+
+index := index_of(rules)
+
+# http and connect build the input egressd would for a request; the facts
+# Go computes (host_keys, flags) are spelled out by the caller.
+http(method, host, port, path) := {
+	"kind": "http",
+	"identity": {"id": "anonymous", "attributes": {}},
+	"method": method,
+	"scheme": "https",
+	"host": host,
+	"host_keys": host_keys(host),
+	"port": port,
+	"path": path,
+	"path_decoded": path,
+	"flags": [],
+}
+
+connect(host, port) := {
+	"kind": "connect",
+	"identity": {"id": "anonymous", "attributes": {}},
+	"host": host,
+	"host_keys": host_keys(host),
+	"port": port,
+	"flags": [],
+}
+
+host_keys(host) := array.concat([host], [concat("", ["*.", concat(".", array.slice(parts, i, count(parts)))]) |
+	parts := split(host, ".")
+	some i in numbers.range(1, count(parts) - 1)
+	i > 0
+	i < count(parts)
+])
+
+test_index_of_matches_loaded_index if {
+	index_of(data.rules) == data.rule_index
+}
+
+test_host_keys if {
+	host_keys("a.b.c") == ["a.b.c", "*.b.c", "*.c"]
+	host_keys("c") == ["c"]
+}
