@@ -138,10 +138,14 @@ func TestEgressdStatefulSet(t *testing.T) {
 	if !audit {
 		t.Error("volumeClaimTemplates has no \"audit\" claim; each replica needs its own audit volume")
 	}
-	if len(pod.Containers) != 1 {
-		t.Fatalf("containers = %d; want 1", len(pod.Containers))
+	c := egressdContainer(t, pod)
+	var reloader bool
+	for _, side := range pod.Containers {
+		reloader = reloader || (side.Name != "egressd" && strings.Contains(strings.Join(side.Command, " "), "/-/reload"))
 	}
-	c := pod.Containers[0]
+	if !reloader {
+		t.Error("no sidecar asks egressd to reload (POST /-/reload) when the ConfigMaps change")
+	}
 	for _, probe := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
 		if probe == nil || probe.Exec == nil || len(probe.Exec.Command) < 2 || probe.Exec.Command[1] != "health" {
 			t.Errorf("probe %+v; want exec egressd health (the admin listener is loopback-only)", probe)
@@ -158,6 +162,17 @@ func TestEgressdStatefulSet(t *testing.T) {
 			t.Errorf("mount %s is writable; only the audit volume may be", vm.Name)
 		}
 	}
+}
+
+func egressdContainer(t *testing.T, pod corev1.PodSpec) corev1.Container {
+	t.Helper()
+	for _, c := range pod.Containers {
+		if c.Name == "egressd" {
+			return c
+		}
+	}
+	t.Fatal("pod has no container named egressd")
+	return corev1.Container{}
 }
 
 // checkRestrictedPod asserts the restricted Pod Security settings at pod or
@@ -202,7 +217,7 @@ func TestServiceMatchesContainerPorts(t *testing.T) {
 	svc := must(t, m.services, egressdNS+"/egressd")
 	sts := must(t, m.statefulSets, egressdNS+"/egressd")
 	named := map[string]corev1.ContainerPort{}
-	for _, p := range sts.Spec.Template.Spec.Containers[0].Ports {
+	for _, p := range egressdContainer(t, sts.Spec.Template.Spec).Ports {
 		named[p.Name] = p
 	}
 	want := map[string]int32{"proxy": 3128, "dns-udp": 53, "dns-tcp": 53, "postgres": 5432}
@@ -256,7 +271,7 @@ func TestConfigMapConfig(t *testing.T) {
 		t.Fatalf("config.Parse(egressd-config egressd.yaml) = %v", err)
 	}
 	pod := must(t, m.statefulSets, egressdNS+"/egressd").Spec.Template.Spec
-	c := pod.Containers[0]
+	c := egressdContainer(t, pod)
 	mounts := map[string]string{}
 	for _, vm := range c.VolumeMounts {
 		mounts[vm.Name] = vm.MountPath

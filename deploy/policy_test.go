@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"flag"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -11,9 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
-	yamlv3 "gopkg.in/yaml.v3"
+	"gopkg.in/yaml.v3"
 )
 
 var update = flag.Bool("update", false, "rewrite kubernetes/policy-configmap.yaml from rego/")
@@ -74,8 +74,11 @@ func TestPolicyConfigMap(t *testing.T) {
 		want.Data[configMapKey(path)] = body
 		items = append(items, corev1.KeyToPath{Key: configMapKey(path), Path: path})
 	}
+	cmp := func(a, b corev1.KeyToPath) int { return strings.Compare(a.Key, b.Key) }
+	slices.SortFunc(items, cmp)
 	if *update {
 		writePolicyConfigMap(t, want.Data)
+		writeVolumeItems(t, items)
 	}
 
 	m := loadManifests(t)
@@ -101,13 +104,10 @@ func TestPolicyConfigMap(t *testing.T) {
 	if vol == nil || vol.Name != "egressd-policy" {
 		t.Fatalf("statefulset volume policy = %+v; want configMap egressd-policy", vol)
 	}
-	cmp := func(a, b corev1.KeyToPath) int { return strings.Compare(a.Key, b.Key) }
-	slices.SortFunc(items, cmp)
 	gotItems := slices.Clone(vol.Items)
 	slices.SortFunc(gotItems, cmp)
 	if !slices.Equal(gotItems, items) {
-		b, _ := yaml.Marshal(items)
-		t.Errorf("statefulset policy volume items = %+v; want (paste into statefulset.yaml):\n%s", gotItems, b)
+		t.Errorf("statefulset policy volume items = %+v; want %+v; run go test ./deploy -run TestPolicyConfigMap -update", gotItems, items)
 	}
 }
 
@@ -115,8 +115,8 @@ func TestPolicyConfigMap(t *testing.T) {
 // block, so a diff of the generated file reads like a diff of rego/.
 func writePolicyConfigMap(t *testing.T, data map[string]string) {
 	t.Helper()
-	str := func(v string) *yamlv3.Node { return &yamlv3.Node{Kind: yamlv3.ScalarNode, Value: v} }
-	mapping := func(kv ...*yamlv3.Node) *yamlv3.Node { return &yamlv3.Node{Kind: yamlv3.MappingNode, Content: kv} }
+	str := func(v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: v} }
+	mapping := func(kv ...*yaml.Node) *yaml.Node { return &yaml.Node{Kind: yaml.MappingNode, Content: kv} }
 	keys := make([]string, 0, len(data))
 	for k := range data {
 		keys = append(keys, k)
@@ -125,7 +125,7 @@ func writePolicyConfigMap(t *testing.T, data map[string]string) {
 	body := mapping()
 	for _, k := range keys {
 		v := str(data[k])
-		v.Style = yamlv3.LiteralStyle
+		v.Style = yaml.LiteralStyle
 		body.Content = append(body.Content, str(k), v)
 	}
 	doc := mapping(
@@ -136,12 +136,44 @@ func writePolicyConfigMap(t *testing.T, data map[string]string) {
 	)
 	var b strings.Builder
 	b.WriteString("# Generated from rego/ by `go test ./deploy -run TestPolicyConfigMap -update`; do not edit.\n")
-	enc := yamlv3.NewEncoder(&b)
+	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
 	if err := enc.Encode(doc); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(policyConfigMapFile, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const (
+	statefulSetFile = "kubernetes/statefulset.yaml"
+	itemsBegin      = "# BEGIN generated from rego/"
+	itemsEnd        = "# END generated"
+)
+
+// writeVolumeItems replaces the lines between the generated-items markers
+// of the StatefulSet's policy volume with one item per bundle file.
+func writeVolumeItems(t *testing.T, items []corev1.KeyToPath) {
+	t.Helper()
+	b, err := os.ReadFile(statefulSetFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i, j := strings.Index(s, itemsBegin), strings.Index(s, itemsEnd)
+	if i < 0 || j < i {
+		t.Fatalf("%s lacks the %q … %q markers", statefulSetFile, itemsBegin, itemsEnd)
+	}
+	lineStart := strings.LastIndex(s[:j], "\n") + 1
+	indent := s[lineStart:j]
+	var gen strings.Builder
+	for _, it := range items {
+		fmt.Fprintf(&gen, "%s- {key: %s, path: %s}\n", indent, it.Key, it.Path)
+	}
+	afterBegin := strings.Index(s[i:], "\n") + i + 1
+	s = s[:afterBegin] + gen.String() + s[lineStart:]
+	if err := os.WriteFile(statefulSetFile, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
