@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
 )
 
@@ -47,7 +48,7 @@ func TestIsolation(t *testing.T) {
 		{ID: "allowed-http", Hosts: []string{"allowed.test"}, Ports: []int{8080}},
 		{ID: "allowed-tls", Hosts: []string{"example.com"}, Ports: []int{8443}},
 	})
-	startInNetns(t, topo.egressd, fmt.Sprintf(`log:
+	eg := startInNetns(t, topo.egressd, fmt.Sprintf(`log:
   level: debug
 proxy:
   listen: %[1]s:3128
@@ -57,39 +58,51 @@ policy:
   dir: %[2]s
 dns:
   upstreams: ["%[3]s:53"]
-audit:
-  dir: %[4]s
-%[5]s`, egressdSbAddr, policy, upstreamAddr, filepath.Join(t.TempDir(), "audit"),
+%[4]s`, egressdSbAddr, policy, upstreamAddr,
 		InternalAllow(upstreamAddr+":"+upHTTPPort, upstreamAddr+":"+upHTTPSPort)))
 
 	proxyURL := "http://" + egressdSbAddr + ":3128"
 	viaProxy := []string{"HTTP_PROXY=" + proxyURL, "HTTPS_PROXY=" + proxyURL, "http_proxy=" + proxyURL, "https_proxy=" + proxyURL}
 
 	t.Run("proxy", func(t *testing.T) {
+		// curl prints the origin's status, then the proxy's answer to
+		// CONNECT (000 when there was none).
 		tests := []struct {
 			name string
 			args []string
 			want string
 		}{
-			{name: "allowed http", args: []string{"http://allowed.test:8080/"}, want: "200"},
-			{name: "denied http", args: []string{"http://denied.test:8080/"}, want: "403"},
-			{name: "allowed tls tunnel", args: []string{"--cacert", httpsUp.CAFile, "https://example.com:8443/"}, want: "200"},
-			{name: "denied tunnel", args: []string{"--cacert", httpsUp.CAFile, "https://denied.test:8443/"}, want: "403"},
+			{name: "allowed http", args: []string{"http://allowed.test:8080/"}, want: "200 000"},
+			{name: "denied http", args: []string{"http://denied.test:8080/"}, want: "403 000"},
+			{name: "allowed tls tunnel", args: []string{"--cacert", httpsUp.CAFile, "https://example.com:8443/"}, want: "200 200"},
+			{name: "denied tunnel", args: []string{"--cacert", httpsUp.CAFile, "https://denied.test:8443/"}, want: "000 403"},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				args := append([]string{"curl", "-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}"}, tt.args...)
+				args := append([]string{"curl", "-sS", "--max-time", "10", "-o", "/dev/null",
+					"-w", "%{http_code} %{http_connect}"}, tt.args...)
 				out, _ := topo.runEnv(t, topo.sandbox, viaProxy, args...)
-				// A refused CONNECT makes curl print the proxy's code
-				// in %{http_code} only as 000; %{http_connect} has it.
-				if tt.want == "403" && strings.HasPrefix(tt.args[len(tt.args)-1], "https://") {
-					args = append(args[:len(args)-len(tt.args)-1], "%{http_connect}")
-					args = append(args, tt.args...)
-					out, _ = topo.runEnv(t, topo.sandbox, viaProxy, args...)
-				}
 				if got := lastLine(out); got != tt.want {
-					t.Errorf("curl %q via egressd = %q; want %s", tt.args, out, tt.want)
+					t.Errorf("curl %q via egressd = %q; want %q", tt.args, out, tt.want)
 				}
+			})
+		}
+	})
+
+	t.Run("audited", func(t *testing.T) {
+		tests := []struct {
+			host, kind, decision string
+		}{
+			{"allowed.test", "http", "allow"},
+			{"denied.test", "http", "deny"},
+			{"example.com", "connect", "allow"},
+			{"denied.test", "connect", "deny"},
+		}
+		for _, tt := range tests {
+			desc := fmt.Sprintf("%s %s %s from %s", tt.kind, tt.host, tt.decision, sandboxAddr)
+			eg.WaitRecords(t, desc, func(r audit.Record) bool {
+				return r.Kind == tt.kind && r.Host == tt.host && r.Decision == tt.decision &&
+					strings.HasPrefix(r.Client, sandboxAddr)
 			})
 		}
 	})
@@ -122,23 +135,28 @@ audit:
 	})
 }
 
-// startInNetns runs `egressd serve` inside ns with cfg and waits until
-// `egressd health` (run in the same namespace, since the admin listener is
-// loopback-only) reports ready. It is stopped with SIGTERM when the test
-// ends, and its log is printed if the test failed.
-func startInNetns(t *testing.T, ns, cfg string) {
+// startInNetns runs `egressd serve` inside ns with cfg (plus an audit
+// directory) and waits until `egressd health`, run in the same namespace
+// since the admin listener is loopback-only, reports ready. It is stopped
+// with SIGTERM when the test ends, and its log is printed if the test
+// failed. The result serves the harness's audit helpers.
+func startInNetns(t *testing.T, ns, cfg string) *Egressd {
 	t.Helper()
 	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "egressd.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+	e := &Egressd{
+		AuditDir:   filepath.Join(dir, "audit"),
+		ConfigPath: filepath.Join(dir, "egressd.yaml"),
+		LogPath:    filepath.Join(dir, "egressd.log"),
+	}
+	cfg += fmt.Sprintf("audit:\n  dir: %s\n", e.AuditDir)
+	if err := os.WriteFile(e.ConfigPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logPath := filepath.Join(dir, "egressd.log")
-	logf, err := os.Create(logPath)
+	logf, err := os.Create(e.LogPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", ns, binary, "serve", "--config", cfgPath)
+	cmd := exec.Command("ip", "netns", "exec", ns, binary, "serve", "--config", e.ConfigPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = cleanEnv()
 	if err := cmd.Start(); err != nil {
@@ -157,21 +175,19 @@ func startInNetns(t *testing.T, ns, cfg string) {
 			<-exited
 		}
 		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("egressd log:\n%s", b)
+			t.Logf("egressd log:\n%s", e.Log())
 		}
 	})
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		select {
 		case <-exited:
-			b, _ := os.ReadFile(logPath)
-			t.Fatalf("egressd exited before ready: %v\n%s", waitErr, b)
+			t.Fatalf("egressd exited before ready: %v\n%s", waitErr, e.Log())
 		default:
 		}
 		out, code := (&topology{}).run(t, ns, binary, "health", "--admin", "127.0.0.1:9090")
 		if code == 0 {
-			return
+			return e
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("egressd not ready after 20s: %s", out)
