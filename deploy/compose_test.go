@@ -2,15 +2,18 @@ package deploy
 
 import (
 	"bytes"
+	"encoding/base64"
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/egressd/egressd/cmd/egressd/config"
+	"github.com/egressd/egressd/proxy/pggate"
 )
 
 // compose is the subset of the Compose specification this deployment uses,
@@ -185,4 +188,35 @@ func TestComposeConfig(t *testing.T) {
 	if !mapped {
 		t.Errorf("no identity has sources [%s/32]; the example sandbox would be anonymous", sandboxIP)
 	}
+
+	// The sandbox's PGPASSWORD must be the password behind its identity's
+	// verifier, or the example cannot log in to the gate.
+	user := strings.TrimPrefix(strings.SplitN(c.Services["sandbox"].Environment["DATABASE_URL"], "@", 2)[0], "postgres://")
+	var verifier string
+	for _, id := range cfg.Identities {
+		if id.ID == user {
+			verifier = id.SCRAMSHA256
+		}
+	}
+	if got := recomputeVerifier(t, verifier, c.Services["sandbox"].Environment["PGPASSWORD"]); got != verifier {
+		t.Errorf("identity %q scram_sha256 = %q; PGPASSWORD gives %q", user, verifier, got)
+	}
+}
+
+// recomputeVerifier derives the verifier for password with the salt and
+// iteration count of verifier ("SCRAM-SHA-256$<iter>:<salt>$…").
+func recomputeVerifier(t *testing.T, verifier, password string) string {
+	t.Helper()
+	head, _, _ := strings.Cut(strings.TrimPrefix(verifier, "SCRAM-SHA-256$"), "$")
+	iterS, saltS, _ := strings.Cut(head, ":")
+	iter, err1 := strconv.Atoi(iterS)
+	salt, err2 := base64.StdEncoding.DecodeString(saltS)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("verifier %q: want SCRAM-SHA-256$<iter>:<salt>$…", verifier)
+	}
+	v, err := pggate.SCRAMVerifier(password, salt, iter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
