@@ -89,10 +89,14 @@ func (r *Resolver) Resolve(ctx context.Context, host string) ([]netip.Addr, erro
 	return ans.addrs, ans.err
 }
 
-// parseLiteral accepts "1.2.3.4", "::1" and "[::1]".
+// parseLiteral accepts "1.2.3.4", "::1" and "[::1]". A host name that
+// cannot be an address is not parsed: a failed parse allocates its error.
 func parseLiteral(host string) (netip.Addr, bool) {
 	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
 		host = host[1 : len(host)-1]
+	}
+	if host == "" || !(strings.IndexByte(host, ':') >= 0 || '0' <= host[len(host)-1] && host[len(host)-1] <= '9') {
+		return netip.Addr{}, false
 	}
 	a, err := netip.ParseAddr(host)
 	return a, err == nil
