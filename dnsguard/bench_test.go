@@ -11,7 +11,7 @@ import (
 // upstream answering the same question itself in the same run: the
 // difference is what policy, floor, audit and the server add.
 func BenchmarkServerCachedAnswer(b *testing.B) {
-	ts := startServer(b, func(c *Config) { c.RateLimit, c.Burst = 1e9, 1 << 20 })
+	ts := startServer(b, func(c *Config) { c.RateLimit, c.Burst = 1e9, 1<<20 })
 	for _, target := range []struct{ name, addr string }{
 		{"egressd", ts.addr},
 		{"dnstest_upstream", ts.upstream.Addr()},
