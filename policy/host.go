@@ -43,6 +43,12 @@ func parseHost(raw string) (hostFacts, error) {
 		if err != nil || !a.Is6() || a.Zone() != "" {
 			return hostFacts{}, deny("malformed_host", "bad IPv6 literal", err)
 		}
+		if a.Is4In6() {
+			// "[::ffff:127.0.0.1]" is an IPv4 address in disguise: match and
+			// refuse it as the address it reaches.
+			a = a.Unmap()
+			return hostFacts{name: a.String(), ip: a, obfuscated: true}, nil
+		}
 		return hostFacts{name: a.String(), ip: a}, nil
 	}
 	h := raw

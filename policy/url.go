@@ -84,6 +84,11 @@ func ParseHTTP(kind Kind, method, target, hostHeader string) (*URLFacts, error) 
 			authority, rest = authority[:j], authority[j:]
 		}
 	}
+	if strings.IndexByte(authority, '\\') >= 0 {
+		// WHATWG parsers read "\" as "/" in http(s) URLs: the host would
+		// end there for them but not for us.
+		return nil, deny("malformed_host", "backslash in authority", nil)
+	}
 	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
 		f.Userinfo = true
 		authority = authority[at+1:]
@@ -113,11 +118,6 @@ func ParseHTTP(kind Kind, method, target, hostHeader string) (*URLFacts, error) 
 
 // parseAuthority reads "host[:port]" with the scheme's default port.
 func parseAuthority(a, scheme string) (hostFacts, uint16, error) {
-	if strings.IndexByte(a, '\\') >= 0 {
-		// WHATWG parsers read "\" as "/" in http(s) URLs: the host would
-		// end there for them but not for us.
-		return hostFacts{}, 0, deny("malformed_host", "backslash in authority", nil)
-	}
 	h, p, hasPort := splitHostPort(a)
 	port := uint16(80)
 	if scheme == "https" {

@@ -1,0 +1,282 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	defaultbundle "github.com/egressd/egressd/rego"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/ from the current decisions")
+
+// goldenCase is one request → decision row of testdata/golden_*.json.
+type goldenCase struct {
+	Name       string         `json:"name"`
+	Kind       string         `json:"kind"` // http, redirect or connect
+	Method     string         `json:"method,omitempty"`
+	Target     string         `json:"target"`
+	HostHeader string         `json:"host_header,omitempty"`
+	Identity   string         `json:"identity,omitempty"`
+	Want       map[string]any `json:"want"`
+}
+
+// goldenBundles maps each golden file to the bundle it is decided with:
+// "" is the embedded default.
+var goldenBundles = []struct{ file, bundle string }{
+	{"golden_default.json", ""},
+	{"golden_shapes.json", "shapes"},
+}
+
+// shapesBundle is the embedded modules (without their tests, which assume
+// the default data, but with the fixture index check) and the rules of
+// testdata/shapes/data.json.
+func shapesBundle(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	err := fs.WalkDir(defaultbundle.FS, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if p == "data.json" || (isTestModule(p) && p != "fixtures_test.rego") || (!isModule(p) && !isData(p)) {
+			return nil
+		}
+		b, err := fs.ReadFile(defaultbundle.FS, p)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, p), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join("testdata", "shapes", "data.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "data.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func readGolden(t *testing.T, file string) []goldenCase {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []goldenCase
+	if err := json.Unmarshal(b, &cases); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return cases
+}
+
+// decideCase answers a case through the Go API exactly as `egressd check`
+// prints it, minus the bundle digest.
+func decideCase(e *Engine, c goldenCase) map[string]any {
+	id := Identity{ID: c.Identity}
+	if id.ID == "" {
+		id.ID = "anonymous"
+	}
+	kind := KindHTTP
+	var facts Facts
+	var err error
+	switch c.Kind {
+	case "connect":
+		kind = KindConnect
+		var f *ConnectFacts
+		if f, err = ParseConnect(c.Target); err == nil {
+			facts = f
+		}
+	case "redirect":
+		kind = KindRedirect
+		fallthrough
+	default:
+		var f *URLFacts
+		if f, err = ParseHTTP(kind, c.Method, c.Target, c.HostHeader); err == nil {
+			facts = f
+		}
+	}
+	out := map[string]any{"kind": kind.String(), "identity": id.ID}
+	if err != nil {
+		var de *DenyError
+		if !errors.As(err, &de) {
+			out["error"] = err.Error()
+			return out
+		}
+		out["allow"], out["reason"], out["rule"], out["facts"] = false, de.Reason, "", nil
+		if de.Detail != "" {
+			out["detail"] = de.Detail
+		}
+		return normalize(out)
+	}
+	d := e.Decide(context.Background(), Input{Identity: id, Facts: facts})
+	out["allow"], out["reason"], out["rule"], out["facts"] = d.Allow, d.Reason, d.Rule, facts
+	if d.TLS {
+		out["tls"] = true
+	}
+	return normalize(out)
+}
+
+// normalize round-trips v through JSON so Go values compare with decoded
+// golden ones.
+func normalize(v any) map[string]any {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		panic(err)
+	}
+	delete(m, "policy")
+	return m
+}
+
+func TestGolden(t *testing.T) {
+	for _, g := range goldenBundles {
+		t.Run(g.file, func(t *testing.T) {
+			cfg := DefaultConfig()
+			if g.bundle == "shapes" {
+				cfg.Dir = shapesBundle(t)
+			}
+			e := newTestEngine(t, cfg)
+			cases := readGolden(t, g.file)
+			if len(cases) == 0 {
+				t.Fatalf("%s has no cases", g.file)
+			}
+			for i := range cases {
+				c := &cases[i]
+				got := decideCase(e, *c)
+				if *update {
+					c.Want = got
+					continue
+				}
+				t.Run(c.Name, func(t *testing.T) {
+					if !reflect.DeepEqual(got, c.Want) {
+						t.Errorf("decide(%s %s %q) = %v; want %v", c.Kind, c.Method, c.Target, got, c.Want)
+					}
+				})
+			}
+			if *update {
+				var buf bytes.Buffer
+				enc := json.NewEncoder(&buf)
+				enc.SetEscapeHTML(false)
+				enc.SetIndent("", " ")
+				if err := enc.Encode(cases); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join("testdata", g.file), buf.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestGoldenThroughBinary runs every golden case through the built
+// `egressd check`, so the table holds for the CLI, not only the Go API.
+func TestGoldenThroughBinary(t *testing.T) {
+	if *update {
+		t.Skip("-update rewrites the files from the Go path; rerun without it")
+	}
+	bin := buildEgressd(t)
+	for _, g := range goldenBundles {
+		t.Run(g.file, func(t *testing.T) {
+			var policyArgs []string
+			if g.bundle == "shapes" {
+				policyArgs = []string{"--policy", shapesBundle(t)}
+			}
+			cases := readGolden(t, g.file)
+			var mu sync.Mutex
+			sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+			var wg sync.WaitGroup
+			for _, c := range cases {
+				wg.Go(func() {
+					sem <- struct{}{}
+					defer func() { <-sem }()
+					got, code, stderr := runCheck(t, bin, c, policyArgs)
+					mu.Lock()
+					defer mu.Unlock()
+					wantCode := 1
+					if allow, _ := c.Want["allow"].(bool); allow {
+						wantCode = 0
+					}
+					if code != wantCode {
+						t.Errorf("%s: egressd check exit %d; want %d (stderr %s)", c.Name, code, wantCode, stderr)
+					}
+					if !reflect.DeepEqual(got, c.Want) {
+						t.Errorf("%s: egressd check = %v; want %v", c.Name, got, c.Want)
+					}
+				})
+			}
+			wg.Wait()
+		})
+	}
+}
+
+func runCheck(t *testing.T, bin string, c goldenCase, policyArgs []string) (map[string]any, int, string) {
+	kind := c.Kind
+	args := []string{"check"}
+	if kind == "redirect" {
+		args = append(args, "http", "--redirect")
+	} else {
+		args = append(args, kind)
+	}
+	args = append(args, policyArgs...)
+	if c.HostHeader != "" {
+		args = append(args, "--host-header", c.HostHeader)
+	}
+	if c.Identity != "" {
+		args = append(args, "--identity", c.Identity)
+	}
+	args = append(args, "--")
+	if c.Kind != "connect" {
+		args = append(args, c.Method)
+	}
+	args = append(args, c.Target)
+	cmd := exec.Command(bin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Errorf("%s: run egressd: %v", c.Name, err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &m); err != nil {
+		return map[string]any{"stdout": stdout.String()}, code, stderr.String()
+	}
+	delete(m, "policy")
+	return m, code, strings.TrimSpace(stderr.String())
+}
+
+// buildEgressd builds the binary once per test run.
+func buildEgressd(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "egressd")
+	cmd := exec.Command("go", "build", "-o", bin, "../cmd/egressd")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/egressd: %v\n%s", err, out)
+	}
+	return bin
+}
