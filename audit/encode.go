@@ -6,6 +6,7 @@ import (
 	"hash"
 	"sort"
 	"strconv"
+	"time"
 	"unicode/utf8"
 )
 
@@ -36,6 +37,10 @@ var closeBrace = []byte{'}'}
 type encoder struct {
 	h   hash.Hash
 	sum [sha256.Size]byte
+	// sec and secText cache the formatted second of the last timestamp:
+	// records arrive in bursts within one second.
+	sec     int64
+	secText []byte
 }
 
 func newEncoder() *encoder { return &encoder{h: sha256.New()} }
@@ -48,7 +53,7 @@ func (e *encoder) appendLine(b []byte, r *Record, seq uint64, prev *[sha256.Size
 	b = append(b, `{"seq":`...)
 	b = strconv.AppendUint(b, seq, 10)
 	b = append(b, `,"ts":"`...)
-	b = r.TS.UTC().AppendFormat(b, tsLayout)
+	b = e.appendTS(b, r.TS)
 	b = append(b, '"')
 	b = appendStr(b, `,"kind":`, r.Kind)
 	b = appendOpt(b, `,"request":`, r.Request)
@@ -94,6 +99,24 @@ func (e *encoder) appendLine(b []byte, r *Record, seq uint64, prev *[sha256.Size
 	b = hex.AppendEncode(b, e.sum[:])
 	b = append(b, "\"}\n"...)
 	return b, e.sum
+}
+
+// appendTS appends t in tsLayout.
+func (e *encoder) appendTS(b []byte, t time.Time) []byte {
+	t = t.UTC()
+	if sec := t.Unix(); sec != e.sec || e.secText == nil {
+		e.sec = sec
+		e.secText = t.Truncate(time.Second).AppendFormat(e.secText[:0], "2006-01-02T15:04:05.")
+	}
+	b = append(b, e.secText...)
+	us := t.Nanosecond() / 1000
+	var d [6]byte
+	for i := 5; i >= 0; i-- {
+		d[i] = byte('0' + us%10)
+		us /= 10
+	}
+	b = append(b, d[:]...)
+	return append(b, 'Z')
 }
 
 func appendStr(b []byte, key, v string) []byte {

@@ -31,7 +31,7 @@ type loop struct {
 
 func (w *Writer) run() {
 	defer close(w.done)
-	var l loop
+	l := loop{spare: make([]queued, 0, min(w.cfg.QueueSize, 4096))}
 	var syncC <-chan time.Time
 	if !w.always {
 		t := time.NewTicker(w.cfg.SyncInterval)
@@ -48,8 +48,13 @@ func (w *Writer) run() {
 	for {
 		select {
 		case <-w.wake:
+			w.flush(&l)
 		case <-retry.C:
+			w.flush(&l)
 		case <-syncC:
+			// With interval the queue is written here or when it holds
+			// wakeAt records, so writes are large and few.
+			w.flush(&l)
 			if err := w.seg.sync(); err != nil {
 				w.fail(&l, err)
 			}
@@ -63,7 +68,6 @@ func (w *Writer) run() {
 			}
 			return
 		}
-		w.flush(&l)
 		if !l.outage.IsZero() {
 			retry.Reset(l.backoff)
 		}

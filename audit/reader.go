@@ -24,9 +24,11 @@ type Reader struct {
 	final bool
 	rec   Record
 
-	// File and Line locate the record Next last returned.
+	// File and Line locate the record Next last returned; Raw is its line
+	// as written (without the newline), valid until the next call.
 	File string
 	Line int
+	Raw  []byte
 }
 
 // errWait means a followed log has no complete record yet.
@@ -92,6 +94,7 @@ func (r *Reader) Next() (*Record, error) {
 		if n := len(b); n > 0 && b[n-1] == '\n' {
 			r.off += int64(n)
 			r.Line++
+			r.Raw = b[:n-1]
 			if err := ParseRecord(b[:n-1], &r.rec); err != nil {
 				return nil, fmt.Errorf("%s:%d: %w", r.File, r.Line, err)
 			}
@@ -149,7 +152,8 @@ func (r *Reader) refresh() bool {
 
 // Follow reads dir's segments from the first and then waits for new
 // records, across rotations, until ctx ends (returning nil) or fn fails.
-func Follow(ctx context.Context, dir string, poll time.Duration, fn func(*Record) error) error {
+// fn gets each record and its line as written.
+func Follow(ctx context.Context, dir string, poll time.Duration, fn func(r *Record, raw []byte) error) error {
 	r, err := NewReader([]string{dir})
 	if err != nil {
 		return err
@@ -175,7 +179,7 @@ func Follow(ctx context.Context, dir string, poll time.Duration, fn func(*Record
 		case err != nil:
 			return err
 		}
-		if err := fn(rec); err != nil {
+		if err := fn(rec, r.Raw); err != nil {
 			return err
 		}
 	}

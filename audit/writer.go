@@ -43,9 +43,13 @@ type Writer struct {
 	closing bool     // guarded by mu
 	down    error    // guarded by mu; non-nil while writes fail
 
-	wake chan struct{}
-	quit chan struct{}
-	done chan struct{}
+	// wake asks the writer to flush now: on every Append with sync:
+	// always, once wakeAt records wait with interval (else the sync tick
+	// flushes).
+	wake   chan struct{}
+	wakeAt int
+	quit   chan struct{}
+	done   chan struct{}
 
 	inflight atomic.Int64
 	st       stats
@@ -74,6 +78,7 @@ func Open(cfg Config, log *zap.Logger) (*Writer, error) {
 		log:    log.Named("audit"),
 		always: cfg.Sync == "always",
 		wake:   make(chan struct{}, 1),
+		wakeAt: max(1, min(cfg.QueueSize/4, 1024)),
 		quit:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
@@ -84,6 +89,9 @@ func Open(cfg Config, log *zap.Logger) (*Writer, error) {
 		}
 		w.signer = k
 	}
+	// Both queue arrays start at a size that rarely grows, so Append does
+	// not copy the queue under the lock.
+	w.pending = make([]queued, 0, min(cfg.QueueSize, 4096))
 	w.seg.init(cfg, &w.st)
 	if err := w.recover(); err != nil {
 		w.seg.close()
@@ -131,15 +139,17 @@ func (w *Writer) Append(r *Record) error {
 		return err
 	}
 	w.pending = append(w.pending, queued{rec: *r, ack: ack})
-	q := &w.pending[len(w.pending)-1].rec
-	if q.TS.IsZero() {
+	n := len(w.pending)
+	if q := &w.pending[n-1].rec; q.TS.IsZero() {
 		q.TS = time.Now()
 	}
 	w.mu.Unlock()
 	w.st.appended.Add(1)
-	select {
-	case w.wake <- struct{}{}:
-	default:
+	if ack != nil || n >= w.wakeAt {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
 	}
 	if ack == nil {
 		return nil

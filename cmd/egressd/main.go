@@ -26,6 +26,7 @@ var commands = map[string]command{
 	"serve":  {summary: "run the proxy and admin listeners", run: runServe},
 	"check":  {summary: "decide one request offline, exactly as the listeners would", run: runCheck},
 	"policy": {summary: "compile (check) or test (test) a policy bundle", run: runPolicy},
+	"audit":  {summary: "verify the audit log's hash chain, or show its records", run: runAudit},
 }
 
 func main() {

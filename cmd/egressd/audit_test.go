@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/audit"
+)
+
+// writeAuditLog writes n records (alternating identities and decisions)
+// into small segments and returns the directory.
+func writeAuditLog(t *testing.T, n int) string {
+	t.Helper()
+	c := audit.DefaultConfig()
+	c.Dir = filepath.Join(t.TempDir(), "audit")
+	c.MaxSegmentBytes = 4096
+	w, err := audit.Open(c, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := w.Append(testAuditRecord(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return c.Dir
+}
+
+func testAuditRecord(i int) *audit.Record {
+	r := &audit.Record{Kind: "http", Request: fmt.Sprintf("req-%d", i), Identity: "sb-a",
+		Method: "GET", Scheme: "https", Host: "pypi.org", Port: 443, Path: "/simple/",
+		Decision: "allow", Rule: "pypi"}
+	if i%3 == 0 {
+		r.Identity, r.Decision, r.Reason, r.Rule = "sb-b", "deny", "no_rule", ""
+		r.Path = "/evil\x1b[2J"
+	}
+	return r
+}
+
+func runCLI(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = exitCode(run(args, &out, &errb), &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestAuditVerifyCLI(t *testing.T) {
+	dir := writeAuditLog(t, 40)
+	segs, _ := audit.ListSegments(dir)
+	broken := writeAuditLog(t, 40)
+	bsegs, _ := audit.ListSegments(broken)
+	b, _ := os.ReadFile(bsegs[1])
+	os.WriteFile(bsegs[1], bytes.Replace(b, []byte("sb-a"), []byte("sb-c"), 1), 0o640)
+
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantOut  string
+	}{
+		{"intact dir", []string{"audit", "verify", dir}, 0, "ok: "},
+		{"intact files", append([]string{"audit", "verify"}, segs...), 0, "ok: "},
+		{"broken", []string{"audit", "verify", broken}, 1, "broken: " + bsegs[1] + ":"},
+		{"missing", []string{"audit", "verify", filepath.Join(dir, "nope")}, 2, ""},
+		{"bad checkpoint flag", []string{"audit", "verify", "--checkpoint", "x", dir}, 2, ""},
+		{"no subcommand", []string{"audit"}, 2, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := runCLI(tt.args...)
+			if code != tt.wantCode || !strings.HasPrefix(out, tt.wantOut) {
+				t.Errorf("egressd %v = %d, %q (stderr %q); want %d, %q…", tt.args, code, out, errOut, tt.wantCode, tt.wantOut)
+			}
+		})
+	}
+}
+
+func TestAuditShowCLI(t *testing.T) {
+	dir := writeAuditLog(t, 30)
+	tests := []struct {
+		name      string
+		args      []string
+		wantLines int
+		wantIn    string
+		wantNotIn string
+	}{
+		{"all json", []string{"--json", "--kind", "http"}, 30, `"request":"req-0"`, ""},
+		{"identity", []string{"--json", "--identity", "sb-b"}, 10, `"identity":"sb-b"`, `"identity":"sb-a"`},
+		{"decision and reason", []string{"--json", "--decision", "deny", "--reason", "no_rule"}, 10, `"decision":"deny"`, `"allow"`},
+		{"until long ago", []string{"--json", "--until", "24h"}, 0, "", ""},
+		{"since long ago", []string{"--json", "--since", "24h", "--kind", "http"}, 30, "", ""},
+		{"table", []string{"--table", "--identity", "sb-b"}, 11, "GET https://pypi.org:443/evil?[2J", "\x1b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := runCLI(append(append([]string{"audit", "show"}, tt.args...), dir)...)
+			lines := strings.Count(out, "\n")
+			if code != 0 || lines != tt.wantLines || !strings.Contains(out, tt.wantIn) ||
+				(tt.wantNotIn != "" && strings.Contains(out, tt.wantNotIn)) {
+				t.Errorf("audit show %v = %d, %d lines (stderr %q):\n%s\nwant 0, %d lines containing %q and not %q",
+					tt.args, code, lines, errOut, out, tt.wantLines, tt.wantIn, tt.wantNotIn)
+			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestAuditShowFollow follows a log while a writer appends across several
+// rotations; the follow is bounded by a context.
+func TestAuditShowFollow(t *testing.T) {
+	c := audit.DefaultConfig()
+	c.Dir = filepath.Join(t.TempDir(), "audit")
+	c.MaxSegmentBytes = 4096
+	w, err := audit.Open(c, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	o, err := parseShow([]string{"-f", "--json", "--kind", "http", c.Dir}, &bytes.Buffer{}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- showAudit(ctx, o, &out) }()
+
+	const n = 60
+	for i := range n {
+		if err := w.Append(testAuditRecord(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for strings.Count(out.String(), "\n") < n && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("showAudit -f = %v", err)
+	}
+	if segs, _ := audit.ListSegments(c.Dir); len(segs) < 3 {
+		t.Fatalf("log has %d segments; want rotations while following", len(segs))
+	}
+	for i := range n {
+		if !strings.Contains(out.String(), fmt.Sprintf(`"request":"req-%d"`, i)) {
+			t.Errorf("followed output lacks req-%d", i)
+		}
+	}
+}
