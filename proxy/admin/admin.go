@@ -1,11 +1,12 @@
 // Package admin is egressd's operator listener, bound to loopback only:
-// liveness, readiness, Prometheus metrics and a reload trigger. Sandboxes
+// liveness, readiness, Prometheus metrics, a reload trigger and pprof. Sandboxes
 // never reach it.
 package admin
 
 import (
 	"context"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,6 +73,12 @@ func Handler(o Options) http.Handler {
 		}
 		text(w, http.StatusOK, "reloaded\n")
 	})
+	// Profiles, for measuring before optimizing; operator-only like the
+	// rest of this listener.
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	return mux
 }
 
