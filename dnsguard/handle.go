@@ -21,6 +21,28 @@ func answerable(t uint16) bool {
 	return t == dns.TypeA || t == dns.TypeAAAA || t == dns.TypeCNAME
 }
 
+// Decide runs the checks a question passes before any lookup, exactly as
+// the server applies them: name shape and metadata names (refused before
+// policy with a *policy.DenyError), then egress.dns, then the record types
+// egressd can answer at all. `egressd check dns` calls it too.
+func Decide(ctx context.Context, d Decider, id policy.Identity, name string, qtype uint16) (*Facts, policy.Decision, error) {
+	facts, err := NewFacts(name, qtype)
+	if err != nil {
+		return nil, policy.Decision{}, err
+	}
+	if IsMetadataName(facts.Name) {
+		return nil, policy.Decision{}, &policy.DenyError{Reason: "metadata_name", Detail: facts.Name + " is a metadata service name"}
+	}
+	dec := d.Decide(ctx, policy.Input{Identity: id, Facts: facts})
+	if !dec.Allow && dec.Reason == "" {
+		dec.Reason = "policy_denied"
+	}
+	if dec.Allow && !answerable(qtype) {
+		dec.Allow, dec.Reason = false, "qtype_not_allowed"
+	}
+	return facts, dec, nil
+}
+
 // outcome is one query's decision as audited.
 type outcome struct {
 	rec   audit.Record
@@ -80,25 +102,13 @@ func (s *Server) decide(ctx context.Context, client netip.Addr, q dns.Question) 
 	if q.Qclass != dns.ClassINET {
 		return s.refused(out, "qclass_not_allowed", "")
 	}
-	facts, err := NewFacts(q.Name, q.Qtype)
+	facts, d, err := Decide(ctx, s.decider, id, q.Name, q.Qtype)
 	if err != nil {
 		return s.refusedErr(out, err)
 	}
-	out.rec.Name = facts.Name
-	if IsMetadataName(facts.Name) {
-		return s.refused(out, "metadata_name", "")
-	}
-	d := s.decider.Decide(ctx, policy.Input{Identity: id, Facts: facts})
-	out.rec.Policy, out.rec.Rule = d.Policy, d.Rule
+	out.rec.Name, out.rec.Policy, out.rec.Rule = facts.Name, d.Policy, d.Rule
 	if !d.Allow {
-		reason := d.Reason
-		if reason == "" {
-			reason = "policy_denied"
-		}
-		return s.refused(out, reason, d.Rule)
-	}
-	if !answerable(q.Qtype) {
-		return s.refused(out, "qtype_not_allowed", d.Rule)
+		return s.refused(out, d.Reason, d.Rule)
 	}
 	ans := s.res.resolve(ctx, facts.Name)
 	if ans.err != nil {

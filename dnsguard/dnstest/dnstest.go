@@ -56,7 +56,7 @@ type Server struct {
 func Start(tb testing.TB) *Server {
 	tb.Helper()
 	s := &Server{entries: map[string]*entry{}, queries: map[string]int{}}
-	pc, ln, err := listenPair()
+	pc, ln, err := ListenPair()
 	if err != nil {
 		tb.Fatalf("dnstest: %v", err)
 	}
@@ -81,8 +81,10 @@ func Start(tb testing.TB) *Server {
 	return s
 }
 
-// listenPair binds UDP and TCP on one loopback port.
-func listenPair() (net.PacketConn, net.Listener, error) {
+// ListenPair binds UDP and TCP on one free 127.0.0.1 port, retrying when
+// the TCP side of a free UDP port is taken. DNS listeners under test (the
+// sandbox-facing server too) need both on one port.
+func ListenPair() (net.PacketConn, net.Listener, error) {
 	var lastErr error
 	for range 20 {
 		pc, err := net.ListenPacket("udp", "127.0.0.1:0")

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"strings"
+
+	"github.com/miekg/dns"
+
+	"github.com/egressd/egressd/dnsguard"
+	"github.com/egressd/egressd/policy"
+)
+
+func init() { checkKinds["dns"] = checkDNS }
+
+// checkDNS is `egressd check dns NAME [--qtype TYPE]`: the decision the
+// sandbox-facing DNS server takes before it resolves anything.
+var checkDNS = checkKind{
+	args:  "NAME",
+	nargs: 1,
+	setup: func(fs *flag.FlagSet) decideFunc {
+		qtype := fs.String("qtype", "A", "record `TYPE` asked for (A, AAAA, CNAME, TXT, …)")
+		return func(ctx context.Context, env *decideEnv, args []string) checkOutput {
+			t, ok := dns.StringToType[strings.ToUpper(*qtype)]
+			if !ok {
+				return refusedBeforePolicy(policy.KindDNS, env, &policy.DenyError{Reason: "qtype_not_allowed", Detail: "unknown record type " + *qtype})
+			}
+			facts, d, err := dnsguard.Decide(ctx, env.engine, env.identity, args[0], t)
+			if err != nil {
+				return refusedBeforePolicy(policy.KindDNS, env, err)
+			}
+			return decided(policy.KindDNS, env, facts, d)
+		}
+	},
+}
