@@ -279,6 +279,9 @@ func validateRuleHost(h string) error {
 		}
 		return nil
 	}
+	if endsInNumber(h) {
+		return fmt.Errorf("must be a canonical IP, got %q", h)
+	}
 	n, err := normalizeName(h)
 	if err != nil || n != h {
 		return fmt.Errorf("must be a lower-case ASCII name (IDNs as xn--…), got %q", h)

@@ -1,0 +1,237 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeBundle writes files into dir (created if empty) and returns it.
+func writeBundle(t *testing.T, dir string, files map[string]string) string {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	for name, body := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+const miniHTTP = `package egress.http
+
+decision := {"allow": true, "reason": "allowed", "rule": "mini"} if input.host == "ok.test"
+else := {"allow": false, "reason": "no_matching_rule", "rule": ""}
+`
+
+func mustParse(t testing.TB, method, url string) *URLFacts {
+	t.Helper()
+	f, err := ParseHTTP(KindHTTP, method, url, "")
+	if err != nil {
+		t.Fatalf("ParseHTTP(%q): %v", url, err)
+	}
+	return f
+}
+
+func TestReloadRefusesSyntaxErrorAndKeepsOldBundle(t *testing.T) {
+	dir := writeBundle(t, "", map[string]string{"http.rego": miniHTTP})
+	e := newTestEngine(t, Config{Dir: dir})
+	in := Input{Facts: mustParse(t, "GET", "https://ok.test/")}
+	before := e.Decide(context.Background(), in)
+	if !before.Allow {
+		t.Fatalf("Decide = %+v; want allow", before)
+	}
+	digest := e.Digest()
+	writeBundle(t, dir, map[string]string{"http.rego": "package egress.http\n\ndecision := {\"allow\": true,, }\n\nx := 1\n"})
+	err := e.Reload(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "http.rego:3") {
+		t.Fatalf("Reload() error = %v; want one naming http.rego:3", err)
+	}
+	if e.Digest() != digest {
+		t.Errorf("Digest() = %s after a refused reload; want %s", e.Digest(), digest)
+	}
+	if got := e.Decide(context.Background(), in); got != before {
+		t.Errorf("Decide after refused reload = %+v; want %+v", got, before)
+	}
+	uncached := Input{Identity: Identity{ID: "fresh"}, Facts: in.Facts}
+	if got := e.Decide(context.Background(), uncached); !got.Allow || got.Policy != digest {
+		t.Errorf("uncached Decide after refused reload = %+v; want allow by %s", got, digest)
+	}
+}
+
+func TestReloadRefusesFailingTests(t *testing.T) {
+	dir := writeBundle(t, "", map[string]string{"http.rego": miniHTTP})
+	e := newTestEngine(t, Config{Dir: dir})
+	digest := e.Digest()
+	writeBundle(t, dir, map[string]string{"http_test.rego": `package egress.http_test
+
+import data.egress.http
+
+test_ok if http.decision.allow with input as {"host": "ok.test"}
+
+test_wrong if http.decision.allow with input as {"host": "nope.test"}
+`})
+	err := e.Reload(context.Background())
+	var te *TestError
+	if !errors.As(err, &te) || len(te.Failures) != 1 || te.Failures[0].Location != "http_test.rego:7" || te.Passed != 1 {
+		t.Fatalf("Reload() error = %#v; want one failure at http_test.rego:7", err)
+	}
+	if e.Digest() != digest {
+		t.Errorf("Digest() changed after a refused reload")
+	}
+}
+
+func TestReloadSwapsBundleAndDropsCache(t *testing.T) {
+	dir := writeBundle(t, "", map[string]string{"http.rego": miniHTTP})
+	e := newTestEngine(t, Config{Dir: dir})
+	in := Input{Facts: mustParse(t, "GET", "https://ok.test/")}
+	if d := e.Decide(context.Background(), in); !d.Allow {
+		t.Fatalf("Decide = %+v; want allow", d)
+	}
+	old := e.Digest()
+	writeBundle(t, dir, map[string]string{"http.rego": strings.Replace(miniHTTP, "ok.test", "other.test", 1)})
+	if err := e.Reload(context.Background()); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	d := e.Decide(context.Background(), in)
+	if d.Allow || d.Policy == old || d.Policy != e.Digest() {
+		t.Errorf("Decide after reload = %+v; want a deny by the new bundle %s", d, e.Digest())
+	}
+}
+
+func TestLoadErrorsNameTheKey(t *testing.T) {
+	tests := []struct {
+		name string
+		data string
+		want string
+	}{
+		{"unknown field", `{"rules": [{"id": "a", "hosts": ["a.test"], "ports": [443], "verbs": ["GET"]}]}`, "unknown field"},
+		{"no ports", `{"rules": [{"id": "a", "hosts": ["a.test"]}]}`, "rules[0].ports must be non-empty"},
+		{"upper-case host", `{"rules": [{"id": "a", "hosts": ["A.test"], "ports": [443]}]}`, "rules[0].hosts[0] must be a lower-case"},
+		{"non-canonical IP", `{"rules": [{"id": "a", "hosts": ["::0001"], "ports": [443]}]}`, "canonical IP"},
+		{"obfuscated IP", `{"rules": [{"id": "a", "hosts": ["127.1"], "ports": [443]}]}`, "rules[0].hosts[0]"},
+		{"unmasked CIDR", `{"rules": [{"id": "a", "hosts": ["10.0.0.1/8"], "ports": [443]}]}`, "canonical CIDR"},
+		{"duplicate id", `{"rules": [{"id": "a", "hosts": ["a.test"], "ports": [443]}, {"id": "a", "hosts": ["b.test"], "ports": [443]}]}`, "rules[1].id \"a\" is also rules[0].id"},
+		{"bad action", `{"rules": [{"id": "a", "hosts": ["a.test"], "ports": [443], "action": "drop"}]}`, "rules[0].action"},
+		{"relative path", `{"rules": [{"id": "a", "hosts": ["a.test"], "ports": [443], "paths": ["x/*"]}]}`, "rules[0].paths[0]"},
+		{"reserved index", `{"rule_index": {}}`, "data.rule_index is reserved"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := writeBundle(t, "", map[string]string{"http.rego": miniHTTP, "data.json": tt.data})
+			_, err := Check(context.Background(), os.DirFS(dir))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Check(%s) error = %v; want it to contain %q", tt.data, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestDecideFailsClosed(t *testing.T) {
+	tests := []struct {
+		name    string
+		module  string
+		timeout time.Duration
+		reason  string
+	}{
+		{"undefined", "package egress.http\n\ndecision := 1 if false\n", 0, ReasonNoDecision},
+		{"no module", "package egress.other\n\nx := 1\n", 0, ReasonNoDecision},
+		{"not an object", "package egress.http\n\ndecision := true\n", 0, ReasonMalformedDecision},
+		{"allow not bool", `package egress.http
+
+decision := {"allow": "yes", "reason": "", "rule": ""}
+`, 0, ReasonMalformedDecision},
+		{"deny without reason", `package egress.http
+
+decision := {"allow": false, "reason": "", "rule": ""}
+`, 0, ReasonMalformedDecision},
+		{"eval conflict", `package egress.http
+
+decision := {"allow": true, "reason": "allowed", "rule": "a"} if input.host
+
+decision := {"allow": false, "reason": "no", "rule": "b"} if input.port
+`, 0, ReasonPolicyError},
+		{"timeout", `package egress.http
+
+decision := {"allow": true, "reason": "allowed", "rule": "slow"} if count([x | some x in numbers.range(1, 100000000)]) > 0
+`, time.Millisecond, ReasonPolicyTimeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := writeBundle(t, "", map[string]string{"http.rego": tt.module})
+			e := newTestEngine(t, Config{Dir: dir, EvalTimeout: tt.timeout})
+			d := e.Decide(context.Background(), Input{Facts: mustParse(t, "GET", "https://ok.test/")})
+			if d.Allow || d.Reason != tt.reason || d.Policy != e.Digest() {
+				t.Errorf("Decide = %+v; want deny %s by %s", d, tt.reason, e.Digest())
+			}
+		})
+	}
+}
+
+func TestDecideWithoutFactsOrEntryPoint(t *testing.T) {
+	e := newTestEngine(t, Config{Dir: writeBundle(t, "", map[string]string{"http.rego": miniHTTP})})
+	if d := e.Decide(context.Background(), Input{}); d.Allow || d.Reason != ReasonNoFacts {
+		t.Errorf("Decide(no facts) = %+v; want deny %s", d, ReasonNoFacts)
+	}
+	c, err := ParseConnect("ok.test:443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := e.Decide(context.Background(), Input{Facts: c}); d.Allow || d.Reason != ReasonNoDecision {
+		t.Errorf("Decide(connect without egress.connect) = %+v; want deny %s", d, ReasonNoDecision)
+	}
+}
+
+// TestCachedDecideAllocatesNothing guards the hot path: a cached decision
+// is a map lookup, with no allocation.
+func TestCachedDecideAllocatesNothing(t *testing.T) {
+	e := newTestEngine(t, DefaultConfig())
+	in := Input{
+		Identity: Identity{ID: "sandbox-1", Attributes: map[string]string{"team": "a", "sql_profile": "ro", "tier": "1"}},
+		Facts:    mustParse(t, "GET", "https://api.github.com/repos/o/r"),
+	}
+	ctx := context.Background()
+	want := e.Decide(ctx, in)
+	allocs := testing.AllocsPerRun(200, func() {
+		if d := e.Decide(ctx, in); d != want {
+			t.Fatalf("cached Decide = %+v; want %+v", d, want)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("cached Decide allocates %v times per call; want 0", allocs)
+	}
+}
+
+func TestCacheIsBounded(t *testing.T) {
+	e := newTestEngine(t, Config{CacheSize: 2})
+	for _, u := range []string{"https://a.test/", "https://b.test/", "https://c.test/", "https://pypi.org/"} {
+		e.Decide(context.Background(), Input{Facts: mustParse(t, "GET", u)})
+	}
+	if n := e.cur.Load().cache.len(); n != 2 {
+		t.Errorf("cache holds %d decisions; want 2", n)
+	}
+}
+
+func TestCacheKeyIgnoresAttributeOrder(t *testing.T) {
+	f := mustParse(t, "GET", "https://pypi.org/")
+	a := Input{Identity: Identity{ID: "x", Attributes: map[string]string{"a": "1", "b": "2", "c": "3"}}, Facts: f}
+	b := Input{Identity: Identity{ID: "x", Attributes: map[string]string{"c": "3", "b": "2", "a": "1"}}, Facts: f}
+	c := Input{Identity: Identity{ID: "x", Attributes: map[string]string{"a": "1", "b": "2", "c": "4"}}, Facts: f}
+	ka, kb, kc := appendInputKey(nil, KindHTTP, a), appendInputKey(nil, KindHTTP, b), appendInputKey(nil, KindHTTP, c)
+	if string(ka) != string(kb) {
+		t.Errorf("keys differ for the same attributes")
+	}
+	if string(ka) == string(kc) {
+		t.Errorf("keys equal for different attributes")
+	}
+}
