@@ -28,6 +28,25 @@ func mountTmpfs(t *testing.T, size int) string {
 	return dir
 }
 
+// fillUp appends to path until the file system is full, in shrinking
+// writes so that no free byte is left.
+func fillUp(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, n := range []int{64 << 10, 4096, 512, 1} {
+		buf := make([]byte, n)
+		for i := 0; i < 1<<20; i++ {
+			if _, err := f.Write(buf); err != nil {
+				break
+			}
+		}
+	}
+}
+
 // snapshot reads every file in dir.
 func snapshot(t *testing.T, dir string) map[string][]byte {
 	t.Helper()
@@ -59,6 +78,7 @@ func TestDiskFull(t *testing.T) {
 			c.MaxSegmentBytes = 16 << 10
 			w := mustOpen(t, c)
 			defer w.Close()
+			fillUp(t, filler)
 
 			acked := map[string]bool{}
 			var failed error

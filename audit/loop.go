@@ -111,17 +111,16 @@ func (w *Writer) flush(l *loop) {
 	if err == nil && w.always {
 		err = w.seg.sync()
 	}
-	if outage {
-		if n == 0 {
-			w.keepForRetry(l, 0, err)
-			w.fail(l, err)
-			return
-		}
+	// Enter the outage before acknowledging, so a caller that saw an
+	// error finds Ready failing too.
+	if err != nil {
+		w.fail(l, err)
+	}
+	if outage && n > 0 {
 		n--
 	}
 	w.keepForRetry(l, n, err)
 	if err != nil {
-		w.fail(l, err)
 		return
 	}
 	if outage {
@@ -138,6 +137,9 @@ func (w *Writer) flush(l *loop) {
 // callers already went on, so their records stay queued until written.
 func (w *Writer) keepForRetry(l *loop, written int, err error) {
 	if w.always {
+		if err != nil {
+			w.st.refused.Add(uint64(len(l.batch)))
+		}
 		for i := range l.batch {
 			l.batch[i].ack <- wrapUnavailable(err)
 		}
