@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -270,13 +271,38 @@ func runCheck(t *testing.T, bin string, c goldenCase, policyArgs []string) (map[
 	return m, code, strings.TrimSpace(stderr.String())
 }
 
+var (
+	buildOnce sync.Once
+	binPath   string
+	binErr    error
+	binDir    string
+)
+
+// TestMain removes the binary buildEgressd built.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
 // buildEgressd builds the binary once per test run.
 func buildEgressd(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "egressd")
-	cmd := exec.Command("go", "build", "-o", bin, "../cmd/egressd")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/egressd: %v\n%s", err, out)
+	buildOnce.Do(func() {
+		if binDir, binErr = os.MkdirTemp("", "egressd-policy-test"); binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "egressd")
+		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/egressd").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build ./cmd/egressd: %w\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
 	}
-	return bin
+	return binPath
 }

@@ -1,0 +1,67 @@
+package policy
+
+import (
+	"bytes"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestPolicyCommands runs `egressd policy check|test` on good and broken
+// bundles: a syntax error exits 2 naming file:line, a failing Rego test
+// exits 1 naming its file:line.
+func TestPolicyCommands(t *testing.T) {
+	bin := buildEgressd(t)
+	good := writeBundle(t, "", map[string]string{"http.rego": miniHTTP, "http_test.rego": `package egress.http_test
+
+import data.egress.http
+
+test_ok if http.decision.allow with input as {"host": "ok.test"}
+`})
+	syntax := writeBundle(t, "", map[string]string{"http.rego": "package egress.http\n\ndecision := {\"allow\": true,, }\n"})
+	failing := writeBundle(t, "", map[string]string{"http.rego": miniHTTP, "http_test.rego": `package egress.http_test
+
+import data.egress.http
+
+test_wrong if http.decision.allow with input as {"host": "no.test"}
+`})
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		contains string
+	}{
+		{"check embedded", []string{"policy", "check"}, 0, "ok embedded bundle sha256:"},
+		{"test embedded", []string{"policy", "test"}, 0, "PASS embedded bundle"},
+		{"check good", []string{"policy", "check", good}, 0, "ok " + good},
+		{"test good", []string{"policy", "test", good}, 0, "1 tests"},
+		{"check syntax error", []string{"policy", "check", syntax}, 2, "http.rego:3: rego_parse_error"},
+		{"test syntax error", []string{"policy", "test", syntax}, 2, "http.rego:3"},
+		{"test failing", []string{"policy", "test", failing}, 1, "http_test.rego:5: data.egress.http_test.test_wrong"},
+		{"check failing test compiles", []string{"policy", "check", failing}, 0, "ok "},
+		{"no such dir", []string{"policy", "check", "/nonexistent"}, 2, "not a directory"},
+		{"unknown sub", []string{"policy", "lint"}, 2, "want check or test"},
+		{"check with broken policy dir", []string{"check", "http", "--policy", syntax, "GET", "https://ok.test/"}, 2, "http.rego:3"},
+		{"check usage", []string{"check", "http", "GET"}, 2, "takes METHOD URL"},
+		{"check unknown kind", []string{"check", "smtp", "x"}, 2, "unknown kind"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(bin, tt.args...)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			err := cmd.Run()
+			code := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != tt.code || !strings.Contains(out.String(), tt.contains) {
+				t.Errorf("egressd %s: exit %d, output %q; want exit %d containing %q", strings.Join(tt.args, " "), code, out.String(), tt.code, tt.contains)
+			}
+		})
+	}
+}
