@@ -10,6 +10,8 @@ import (
 
 	"github.com/miekg/dns"
 	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/policy"
 )
 
 func FuzzNewFacts(f *testing.F) {
@@ -39,6 +41,17 @@ func FuzzNewFacts(f *testing.F) {
 	})
 }
 
+// onlySvc allows svc.test alone, so no fuzz input leads to an uncached
+// lookup.
+type onlySvc struct{}
+
+func (onlySvc) Decide(ctx context.Context, in policy.Input) policy.Decision {
+	if in.Facts.(*Facts).Name != "svc.test" {
+		return policy.Decision{Reason: "no_matching_rule"}
+	}
+	return fakeDecider{}.Decide(ctx, in)
+}
+
 // FuzzServerHandle feeds raw messages through the server's accept function
 // and handler with the answer for the one allowed name already cached, so
 // no input reaches the network. Whatever the input, only that name may be
@@ -66,7 +79,7 @@ func FuzzServerHandle(f *testing.F) {
 	now := time.Now()
 	r.cache.put("svc.test", &answer{addrs: []netip.Addr{vetted}, ttl: time.Hour, expires: now.Add(time.Hour)}, now)
 	rec := &recorder{}
-	s, err := NewServer(ServerOptions{Config: cfg, Decider: fakeDecider{}, Resolver: r, Audit: rec, Log: zap.NewNop()})
+	s, err := NewServer(ServerOptions{Config: cfg, Decider: onlySvc{}, Resolver: r, Audit: rec, Log: zap.NewNop()})
 	if err != nil {
 		f.Fatal(err)
 	}
