@@ -50,5 +50,9 @@ func parseBasic(v string) (user, token string, ok bool) {
 	if err != nil {
 		return "", "", false
 	}
-	return strings.Cut(string(b), ":")
+	user, token, ok = strings.Cut(string(b), ":")
+	if !ok {
+		return "", "", false
+	}
+	return user, token, true
 }

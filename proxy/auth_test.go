@@ -52,3 +52,15 @@ func TestAuthenticate(t *testing.T) {
 		})
 	}
 }
+
+func FuzzParseBasic(f *testing.F) {
+	f.Add("Basic " + base64.StdEncoding.EncodeToString([]byte("sbx-1:token")))
+	f.Add("basic Og==")
+	f.Add("Bearer x")
+	f.Fuzz(func(t *testing.T, v string) {
+		user, token, ok := parseBasic(v)
+		if !ok && (user != "" || token != "") {
+			t.Errorf("parseBasic(%q) = %q, %q, false; want empty on failure", v, user, token)
+		}
+	})
+}

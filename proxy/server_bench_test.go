@@ -2,68 +2,19 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"net/url"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
-
-	"github.com/egressd/egressd/audit"
-	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/proxy/identity"
 )
-
-type allowAll struct{}
-
-func (allowAll) Decide(context.Context, policy.Input) policy.Decision {
-	return policy.Decision{Allow: true, Reason: "allowed", Rule: "all", Policy: "test"}
-}
-
-type openFloor struct{}
-
-func (openFloor) Check(netip.Addr, uint16) error { return nil }
-
-type discardAudit struct{}
-
-func (discardAudit) Append(*audit.Record) error { return nil }
-
-// startProxy runs a Server with the given engine, an open floor, a plain
-// dialer and a discarding audit log, and returns its address.
-func startProxy(tb testing.TB, e Engine, a audit.Appender) string {
-	tb.Helper()
-	ids, _ := identity.New(nil)
-	s, err := New(Options{
-		Config:     DefaultConfig(),
-		Decider:    &Decider{Engine: e, Floor: openFloor{}},
-		Identities: ids,
-		Dialer:     &net.Dialer{},
-		Audit:      a,
-		Metrics:    NewMetrics(prometheus.NewRegistry(), nil),
-		Log:        zap.NewNop(),
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	go s.Serve(ln)
-	tb.Cleanup(func() { s.Shutdown(context.Background()) })
-	return ln.Addr().String()
-}
 
 func BenchmarkProxyHTTPKeepAlive(b *testing.B) {
 	body := bytes.Repeat([]byte("x"), 1024)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(body) }))
 	defer up.Close()
-	addr := startProxy(b, allowAll{}, discardAudit{})
+	addr := startProxy(b, DefaultConfig(), allowAll{}, discardAudit{})
 	pu := &url.URL{Scheme: "http", Host: addr}
 	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
 	b.ReportAllocs()
@@ -99,7 +50,7 @@ func BenchmarkProxyConnectBulk(b *testing.B) {
 			}()
 		}
 	}()
-	addr := startProxy(b, allowAll{}, discardAudit{})
+	addr := startProxy(b, DefaultConfig(), allowAll{}, discardAudit{})
 	buf := bytes.Repeat([]byte{0xab}, 256<<10)
 	const total = 64 << 20
 	b.SetBytes(total)

@@ -1,0 +1,175 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy/identity"
+)
+
+type allowAll struct{}
+
+func (allowAll) Decide(context.Context, policy.Input) policy.Decision {
+	return policy.Decision{Allow: true, Reason: "allowed", Rule: "all", Policy: "test"}
+}
+
+type openFloor struct{}
+
+func (openFloor) Check(netip.Addr, uint16) error { return nil }
+
+type discardAudit struct{}
+
+func (discardAudit) Append(*audit.Record) error { return nil }
+
+// startProxy runs a Server with the given engine, an open floor, a plain
+// dialer and a discarding audit log, and returns its address.
+func startProxy(tb testing.TB, cfg Config, e Engine, a audit.Appender) string {
+	tb.Helper()
+	ids, _ := identity.New(nil)
+	s, err := New(Options{
+		Config:     cfg,
+		Decider:    &Decider{Engine: e, Floor: openFloor{}},
+		Identities: ids,
+		Dialer:     &net.Dialer{},
+		Audit:      a,
+		Metrics:    NewMetrics(prometheus.NewRegistry(), nil),
+		Log:        zap.NewNop(),
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go s.Serve(ln)
+	tb.Cleanup(func() { s.Shutdown(context.Background()) })
+	return ln.Addr().String()
+}
+
+// recordingAudit keeps every record; fail makes Append refuse.
+type recordingAudit struct {
+	mu   sync.Mutex
+	recs []audit.Record
+	fail atomic.Bool
+}
+
+func (a *recordingAudit) Append(r *audit.Record) error {
+	if a.fail.Load() {
+		return errors.New("disk full")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.recs = append(a.recs, *r)
+	return nil
+}
+
+func (a *recordingAudit) kinds() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var ks []string
+	for _, r := range a.recs {
+		ks = append(ks, r.Kind+":"+r.Decision+":"+r.Reason)
+	}
+	return ks
+}
+
+func proxyClient(addr string) *http.Client {
+	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: addr})}}
+}
+
+func TestServerRefusals(t *testing.T) {
+	var hits atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Header().Set("Connection", "X-Up")
+		w.Header().Set("X-Up", "hop")
+		w.Header().Set("X-End", "kept")
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	dead, _ := net.Listen("tcp", "127.0.0.1:0")
+	deadURL := "http://" + dead.Addr().String() + "/"
+	dead.Close()
+
+	tests := []struct {
+		name       string
+		cfg        func(*Config)
+		failAudit  bool
+		url        string
+		requests   int
+		wantStatus int
+		wantReason string
+		wantHits   int64
+	}{
+		{name: "allowed", url: up.URL + "/", requests: 1, wantStatus: 200, wantHits: 1},
+		{name: "audit unavailable", failAudit: true, url: up.URL + "/", requests: 1, wantStatus: 503, wantReason: reasonAuditUnavailable},
+		{name: "rate limited", cfg: func(c *Config) { c.PerIdentityRate, c.PerIdentityBurst = 0.001, 1 }, url: up.URL + "/", requests: 2, wantStatus: 429, wantReason: reasonRateLimited, wantHits: 1},
+		{name: "upstream down", url: deadURL, requests: 1, wantStatus: 502, wantReason: reasonUpstreamFailed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hits.Store(0)
+			cfg := DefaultConfig()
+			if tt.cfg != nil {
+				tt.cfg(&cfg)
+			}
+			a := &recordingAudit{}
+			a.fail.Store(tt.failAudit)
+			c := proxyClient(startProxy(t, cfg, allowAll{}, a))
+			var resp *http.Response
+			var body string
+			for range tt.requests {
+				var err error
+				resp, err = c.Get(tt.url)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				body = string(b)
+			}
+			if resp.StatusCode != tt.wantStatus {
+				t.Fatalf("GET %s = %d %q; want %d", tt.url, resp.StatusCode, body, tt.wantStatus)
+			}
+			if got := resp.Header.Get("X-Egressd-Decision"); tt.wantReason != "" && got != "deny; reason="+tt.wantReason {
+				t.Errorf("X-Egressd-Decision = %q; want reason %s", got, tt.wantReason)
+			}
+			if hits.Load() != tt.wantHits {
+				t.Errorf("upstream hits = %d; want %d", hits.Load(), tt.wantHits)
+			}
+			if strings.Contains(body, "127.0.0.1") {
+				t.Errorf("body %q reveals an address", body)
+			}
+			if tt.wantStatus == 200 {
+				if resp.Header.Get("X-Up") != "" || resp.Header.Get("X-End") != "kept" {
+					t.Errorf("response headers = %v; want X-Up stripped and X-End kept", resp.Header)
+				}
+				// The completion record follows the last body byte.
+				want := "http:allow:allowed,http_done::"
+				for i := 0; i < 100 && strings.Join(a.kinds(), ",") != want; i++ {
+					time.Sleep(10 * time.Millisecond)
+				}
+				if got := strings.Join(a.kinds(), ","); got != want {
+					t.Errorf("audit records = %s; want %s", got, want)
+				}
+			}
+		})
+	}
+}
