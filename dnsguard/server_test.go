@@ -324,15 +324,16 @@ func TestServerNXDOMAINMode(t *testing.T) {
 
 func TestServerRateLimit(t *testing.T) {
 	ts := startServer(t, func(c *Config) { c.RateLimit, c.Burst = 0.001, 3 })
-	// waitReady spent one token.
+	// waitReady spent at least one of the 3 tokens, so at most 2 of these
+	// are answered and the rest refused.
 	var refused int
-	for range 4 {
+	for range 5 {
 		if ts.ask(t, "udp", "svc.test", dns.TypeA).Rcode == dns.RcodeRefused {
 			refused++
 		}
 	}
-	if refused != 2 {
-		t.Errorf("%d of 4 queries refused with burst 3; want 2", refused)
+	if refused < 3 {
+		t.Errorf("%d of 5 queries refused with burst 3; want at least 3", refused)
 	}
 }
 
