@@ -131,7 +131,7 @@ func (f *httpFlow) upstreamRequest(r *http.Request) (*http.Request, error) {
 	}
 	u.RawPath, u.RawQuery, u.ForceQuery = "", f.target.Query, false
 	out.URL = &u
-	out.Header = r.Header.Clone()
+	// The client's header map is not used again: strip it in place.
 	stripHopByHop(out.Header)
 	if r.Body != nil && r.Body != http.NoBody {
 		f.sent.ReadCloser, f.sent.idle, f.sent.timeout = r.Body, f.idle, f.s.cfg.BodyIdleTimeout
