@@ -53,6 +53,26 @@ var fieldIndex = map[string]int{
 	"error": fError, "detail": fDetail, "prev": fPrev, "hash": fHash,
 }
 
+// fieldNames are the keys in layout order.
+var fieldNames = func() []string {
+	n := make([]string, len(fieldIndex))
+	for k, i := range fieldIndex {
+		n[i] = k
+	}
+	return n
+}()
+
+// nextField finds key among the fields after last: keys come in layout
+// order, so a short forward scan beats hashing.
+func nextField(key []byte, last int) int {
+	for j := last + 1; j < len(fieldNames); j++ {
+		if string(key) == fieldNames[j] {
+			return j
+		}
+	}
+	return -1
+}
+
 // ParseRecord decodes one line (without its newline) strictly: the keys of
 // the fixed layout in order, string and integer values only, valid UTF-8.
 // It checks syntax, not the hash; Verifier does that.
@@ -65,9 +85,29 @@ func ParseRecord(line []byte, r *Record) error {
 	return nil
 }
 
+// parseLite is ParseRecord for the verifier: it checks the whole line
+// but keeps only Seq, TS, Kind and Detail (the chain fields it reads by
+// position), reusing d's scratch space.
+func (d *decoder) parseLite(line []byte, r *Record) error {
+	*r = Record{}
+	d.b, d.i, d.lite = line, 0, true
+	if err := d.record(r); err != nil {
+		return fmt.Errorf("byte %d: %w", d.i, err)
+	}
+	return nil
+}
+
 type decoder struct {
 	b []byte
 	i int
+	// lite skips building the strings a verifier does not need: only seq,
+	// ts, kind and detail are kept, the rest is checked and dropped.
+	lite    bool
+	scratch []byte
+	// sec caches the last parsed timestamp's second: consecutive records
+	// share it, and only their microseconds need reading.
+	secText [len("2006-01-02T15:04:05.")]byte
+	sec     time.Time
 }
 
 var errEnd = errors.New("unexpected end of line")
@@ -98,16 +138,16 @@ func (d *decoder) record(r *Record) error {
 				return err
 			}
 		}
-		key, err := d.str()
+		key, err := d.raw()
 		if err != nil {
 			return err
 		}
-		idx, ok := fieldIndex[key]
-		if !ok {
+		idx := nextField(key, last)
+		if idx < 0 {
+			if _, ok := fieldIndex[string(key)]; ok {
+				return fmt.Errorf("key %q out of order", key)
+			}
 			return fmt.Errorf("unknown key %q", key)
-		}
-		if idx <= last {
-			return fmt.Errorf("key %q out of order", key)
 		}
 		last = idx
 		if err := d.expect(':'); err != nil {
@@ -123,7 +163,7 @@ func (d *decoder) record(r *Record) error {
 	if last != fHash {
 		return errors.New("hash is not the last key")
 	}
-	if r.Kind == "" || r.TS.IsZero() || r.Prev == "" {
+	if r.Kind == "" || r.TS.IsZero() || (r.Prev == "" && !d.lite) {
 		return errors.New("missing seq, ts, kind or prev")
 	}
 	return nil
@@ -151,11 +191,20 @@ func (d *decoder) value(r *Record, idx int) error {
 	case fDetail:
 		r.Detail, err = d.object()
 	case fTS:
-		var s string
-		if s, err = d.str(); err == nil {
-			r.TS, err = parseTS(s)
+		var b []byte
+		if b, err = d.raw(); err == nil {
+			r.TS, err = d.ts(b)
+		}
+	case fKind:
+		var b []byte
+		if b, err = d.raw(); err == nil {
+			r.Kind = internKind(b)
 		}
 	default:
+		if d.lite {
+			_, err = d.raw()
+			break
+		}
 		var s string
 		s, err = d.str()
 		*stringField(r, idx) = s
@@ -163,10 +212,34 @@ func (d *decoder) value(r *Record, idx int) error {
 	return err
 }
 
+// internKind returns the constant for common kinds, so reading them does
+// not allocate.
+func internKind(b []byte) string {
+	switch string(b) {
+	case "http":
+		return "http"
+	case "connect":
+		return "connect"
+	case "dns":
+		return "dns"
+	case "sql":
+		return "sql"
+	case "redirect":
+		return "redirect"
+	case "http_done":
+		return "http_done"
+	case "connect_done":
+		return "connect_done"
+	case KindSegment:
+		return KindSegment
+	case KindCheckpoint:
+		return KindCheckpoint
+	}
+	return string(b)
+}
+
 func stringField(r *Record, idx int) *string {
 	switch idx {
-	case fKind:
-		return &r.Kind
 	case fRequest:
 		return &r.Request
 	case fIdentity:
@@ -296,8 +369,15 @@ func (d *decoder) int() (int64, error) {
 
 // str reads a JSON string. The common unescaped case is one allocation.
 func (d *decoder) str() (string, error) {
+	b, err := d.raw()
+	return string(b), err
+}
+
+// raw reads a JSON string and returns its unescaped bytes: a slice of the
+// line, or of d.scratch when it had escapes. Valid until the next call.
+func (d *decoder) raw() ([]byte, error) {
 	if err := d.expect('"'); err != nil {
-		return "", err
+		return nil, err
 	}
 	start := d.i
 	for d.i < len(d.b) {
@@ -307,32 +387,33 @@ func (d *decoder) str() (string, error) {
 			s := d.b[start:d.i]
 			d.i++
 			if !utf8.Valid(s) {
-				return "", errors.New("invalid UTF-8")
+				return nil, errors.New("invalid UTF-8")
 			}
-			return string(s), nil
+			return s, nil
 		case c == '\\':
-			return d.strEscaped(start)
+			return d.rawEscaped(start)
 		case c < 0x20:
-			return "", errors.New("control character in string")
+			return nil, errors.New("control character in string")
 		}
 		d.i++
 	}
-	return "", errEnd
+	return nil, errEnd
 }
 
-func (d *decoder) strEscaped(start int) (string, error) {
-	out := append([]byte(nil), d.b[start:d.i]...)
+func (d *decoder) rawEscaped(start int) ([]byte, error) {
+	out := append(d.scratch[:0], d.b[start:d.i]...)
+	defer func() { d.scratch = out[:0] }()
 	for d.i < len(d.b) {
 		c := d.b[d.i]
 		switch {
 		case c == '"':
 			d.i++
 			if !utf8.Valid(out) {
-				return "", errors.New("invalid UTF-8")
+				return nil, errors.New("invalid UTF-8")
 			}
-			return string(out), nil
+			return out, nil
 		case c < 0x20:
-			return "", errors.New("control character in string")
+			return nil, errors.New("control character in string")
 		case c != '\\':
 			out = append(out, c)
 			d.i++
@@ -340,7 +421,7 @@ func (d *decoder) strEscaped(start int) (string, error) {
 		}
 		d.i++
 		if d.i >= len(d.b) {
-			return "", errEnd
+			return nil, errEnd
 		}
 		e := d.b[d.i]
 		d.i++
@@ -360,7 +441,7 @@ func (d *decoder) strEscaped(start int) (string, error) {
 		case 'u':
 			r, err := d.hex4()
 			if err != nil {
-				return "", err
+				return nil, err
 			}
 			if utf16.IsSurrogate(r) {
 				r2 := utf8.RuneError
@@ -374,17 +455,17 @@ func (d *decoder) strEscaped(start int) (string, error) {
 							d.i = save
 						}
 					} else {
-						return "", err
+						return nil, err
 					}
 				}
 				r = r2
 			}
 			out = utf8.AppendRune(out, r)
 		default:
-			return "", fmt.Errorf("bad escape \\%c", e)
+			return nil, fmt.Errorf("bad escape \\%c", e)
 		}
 	}
-	return "", errEnd
+	return nil, errEnd
 }
 
 func (d *decoder) hex4() (rune, error) {
@@ -406,6 +487,28 @@ func (d *decoder) hex4() (rune, error) {
 	}
 	d.i += 4
 	return r, nil
+}
+
+// ts parses b, reusing the second of the previous timestamp when b
+// shares it.
+func (d *decoder) ts(b []byte) (time.Time, error) {
+	const n = len("2006-01-02T15:04:05.")
+	if len(b) == n+7 && !d.sec.IsZero() && string(b[:n]) == string(d.secText[:]) && b[n+6] == 'Z' {
+		us := 0
+		for _, c := range b[n : n+6] {
+			if c < '0' || c > '9' {
+				return time.Time{}, fmt.Errorf("want RFC 3339 UTC with microseconds, got %q", b)
+			}
+			us = us*10 + int(c-'0')
+		}
+		return d.sec.Add(time.Duration(us) * time.Microsecond), nil
+	}
+	t, err := parseTS(string(b))
+	if err == nil {
+		copy(d.secText[:], b)
+		d.sec = t.Truncate(time.Second)
+	}
+	return t, err
 }
 
 // parseTS accepts exactly the writer's layout: UTC, six fractional digits.

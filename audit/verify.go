@@ -61,7 +61,11 @@ type Verifier struct {
 
 	h       hash.Hash
 	rd      *bufio.Reader
+	dec     decoder
 	rec     Record
+	// prev and sum are per-line scratch kept off the stack: the digest
+	// interface would make locals escape.
+	prev, sum [sha256.Size]byte
 	started bool
 	seq     uint64
 	head    [sha256.Size]byte
@@ -165,18 +169,21 @@ func (v *Verifier) line(name string, n int, off int64, b []byte) error {
 	if err != nil {
 		return v.brk(name, n, off, 0, "malformed line: "+err.Error())
 	}
-	var prev, sum [sha256.Size]byte
-	if !decodeHex(&prev, prevHex) {
+	prev, sum := &v.prev, &v.sum
+	// The common case links to the head; decode only what does not.
+	if bytes.Equal(prevHex, v.headHex[:]) {
+		*prev = v.head
+	} else if !decodeHex(prev, prevHex) {
 		return v.brk(name, n, off, 0, "malformed prev field")
 	}
-	lineSum(v.h, &prev, body, &sum)
+	lineSum(v.h, prev, body, sum)
 	var sumHex [hexLen]byte
 	hex.Encode(sumHex[:], sum[:])
 	if !bytes.Equal(sumHex[:], hashHex) {
 		return v.brk(name, n, off, 0, "hash mismatch: the record was altered")
 	}
 	r := &v.rec
-	if err := ParseRecord(b, r); err != nil {
+	if err := v.dec.parseLite(b, r); err != nil {
 		return v.brk(name, n, off, 0, "malformed record: "+err.Error())
 	}
 	if err := v.position(r, n, prevHex); err != nil {
@@ -194,7 +201,7 @@ func (v *Verifier) line(name string, n int, off int64, b []byte) error {
 			v.Counts.Signed++
 		}
 	}
-	v.seq, v.head = r.Seq, sum
+	v.seq, v.head = r.Seq, *sum
 	v.headHex = sumHex
 	v.Counts.Records++
 	if r.Kind == KindSegment {
