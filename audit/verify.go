@@ -59,17 +59,17 @@ type Verifier struct {
 
 	Counts Counts
 
-	h       hash.Hash
-	rd      *bufio.Reader
-	dec     decoder
-	rec     Record
+	h   hash.Hash
+	rd  *bufio.Reader
+	dec decoder
+	rec Record
 	// prev and sum are per-line scratch kept off the stack: the digest
 	// interface would make locals escape.
 	prev, sum [sha256.Size]byte
-	started bool
-	seq     uint64
-	head    [sha256.Size]byte
-	headHex [hexLen]byte
+	started   bool
+	seq       uint64
+	head      [sha256.Size]byte
+	headHex   [hexLen]byte
 	// prevFile is the base name of the last file read.
 	prevFile string
 	// torn are unterminated lines the next segment header must name; at
