@@ -94,7 +94,8 @@ func (s *Server) decide(ctx context.Context, client netip.Addr, q dns.Question) 
 	if len(out.rec.Name) > maxNameLen {
 		out.rec.Name = out.rec.Name[:maxNameLen]
 	}
-	id, ok := s.identify(client)
+	st := s.state.Load()
+	id, ok := st.identify(client)
 	if !ok {
 		return s.refused(out, "unknown_client", "")
 	}
@@ -102,7 +103,7 @@ func (s *Server) decide(ctx context.Context, client netip.Addr, q dns.Question) 
 	if q.Qclass != dns.ClassINET {
 		return s.refused(out, "qclass_not_allowed", "")
 	}
-	facts, d, err := Decide(ctx, s.decider, id, q.Name, q.Qtype)
+	facts, d, err := Decide(ctx, st.decider, id, q.Name, q.Qtype)
 	if err != nil {
 		return s.refusedErr(out, err)
 	}

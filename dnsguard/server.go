@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -38,14 +39,19 @@ type ServerOptions struct {
 // answers everything else itself: a refused name is never forwarded, since
 // forwarding alone would leak it to the attacker's nameserver.
 type Server struct {
-	cfg      Config
+	cfg    Config
+	state  atomic.Pointer[serverState]
+	res    *Resolver
+	audit  audit.Appender
+	log    *zap.Logger
+	limits *limiter
+	refuse int
+}
+
+// serverState is what a reload swaps: the policy and the identities.
+type serverState struct {
 	decider  Decider
-	res      *Resolver
-	audit    audit.Appender
 	identify func(netip.Addr) (policy.Identity, bool)
-	log      *zap.Logger
-	limits   *limiter
-	refuse   int
 }
 
 var anonymous = policy.Identity{ID: "anonymous"}
@@ -61,20 +67,26 @@ func NewServer(o ServerOptions) (*Server, error) {
 	if cfg.Refuse == "nxdomain" {
 		refuse = dns.RcodeNameError
 	}
-	identify := o.Identify
+	s := &Server{
+		cfg:    cfg,
+		res:    o.Resolver,
+		audit:  o.Audit,
+		log:    o.Log.Named("dnsguard"),
+		limits: newLimiter(cfg.RateLimit, cfg.Burst),
+		refuse: refuse,
+	}
+	s.Reload(o.Decider, o.Identify)
+	return s, nil
+}
+
+// Reload swaps the decider and the identity mapping atomically: queries in
+// flight finish with the old ones. identify nil means every client is
+// "anonymous".
+func (s *Server) Reload(d Decider, identify func(netip.Addr) (policy.Identity, bool)) {
 	if identify == nil {
 		identify = func(netip.Addr) (policy.Identity, bool) { return anonymous, true }
 	}
-	return &Server{
-		cfg:      cfg,
-		decider:  o.Decider,
-		res:      o.Resolver,
-		audit:    o.Audit,
-		identify: identify,
-		log:      o.Log.Named("dnsguard"),
-		limits:   newLimiter(cfg.RateLimit, cfg.Burst),
-		refuse:   refuse,
-	}, nil
+	s.state.Store(&serverState{decider: d, identify: identify})
 }
 
 // acceptQuery is stricter than miekg's default, which lets NOTIFY through:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -96,6 +97,7 @@ func (r *recorder) setFail(f bool) {
 // testServer is a running sandbox-facing server in front of a dnstest
 // upstream.
 type testServer struct {
+	srv      *Server
 	addr     string
 	upstream *dnstest.Server
 	audit    *recorder
@@ -165,7 +167,7 @@ func startServerWith(t testing.TB, decider Decider, edit func(*Config)) *testSer
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	ts := &testServer{addr: pc.LocalAddr().String(), upstream: up, audit: rec}
+	ts := &testServer{srv: s, addr: pc.LocalAddr().String(), upstream: up, audit: rec}
 	ts.waitReady(t)
 	return ts
 }
@@ -373,6 +375,29 @@ func TestServerRejectsNonQueries(t *testing.T) {
 				t.Errorf("rcode = %s with %d answers; want %s and none", dns.RcodeToString[resp.Rcode], len(resp.Answer), dns.RcodeToString[c2.rcode])
 			}
 		})
+	}
+}
+
+type denyAll struct{}
+
+func (denyAll) Decide(context.Context, policy.Input) policy.Decision {
+	return policy.Decision{Reason: "no_matching_rule", Policy: "v2"}
+}
+
+func TestServerReload(t *testing.T) {
+	ts := startServer(t, nil)
+	if r := ts.ask(t, "udp", "svc.test", dns.TypeA); r.Rcode != dns.RcodeSuccess {
+		t.Fatalf("before reload: rcode %s; want NOERROR", dns.RcodeToString[r.Rcode])
+	}
+	ts.srv.Reload(denyAll{}, nil)
+	if r := ts.ask(t, "udp", "svc.test", dns.TypeA); r.Rcode != dns.RcodeRefused || ts.audit.last().Policy != "v2" {
+		t.Errorf("after policy reload: rcode %s, audit policy %q; want REFUSED by v2", dns.RcodeToString[r.Rcode], ts.audit.last().Policy)
+	}
+	ts.srv.Reload(fakeDecider{}, func(a netip.Addr) (policy.Identity, bool) {
+		return policy.Identity{ID: "sandbox-1"}, a == netip.MustParseAddr("127.0.0.9")
+	})
+	if r := ts.ask(t, "udp", "svc.test", dns.TypeA); r.Rcode != dns.RcodeRefused || ts.audit.last().Reason != "unknown_client" {
+		t.Errorf("unmapped client: rcode %s, reason %q; want REFUSED, unknown_client", dns.RcodeToString[r.Rcode], ts.audit.last().Reason)
 	}
 }
 
