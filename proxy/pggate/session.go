@@ -54,8 +54,6 @@ func (s *session) close() {
 		}
 		s.g.cancels.remove(s.pid)
 		if s.upstream != nil {
-			s.upstream.SetWriteDeadline(time.Now().Add(time.Second))
-			s.upstream.Write([]byte{'X', 0, 0, 0, 4})
 			s.upstream.Close()
 		}
 		s.client.Close()
@@ -181,6 +179,10 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 		s.fe.Send(m)
 		return s.flushUpstream()
 	case *pgproto3.Terminate:
+		// Passed on so the server ends the session cleanly rather than
+		// logging an unexpected EOF.
+		s.fe.Send(m)
+		s.flushUpstream()
 		return errTerminate
 	default:
 		return fatalf(codeProtocolViolation, "egressd: unexpected %T message", msg)
