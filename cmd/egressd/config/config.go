@@ -18,6 +18,7 @@ import (
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/proxy/identity"
+	"github.com/egressd/egressd/proxy/pggate"
 )
 
 // Config is the whole file. Every key has a default, so an empty file (or
@@ -29,6 +30,9 @@ type Config struct {
 	Policy policy.Config   `yaml:"policy"`
 	DNS    dnsguard.Config `yaml:"dns"`
 	Audit  audit.Config    `yaml:"audit"`
+	// Postgres is the Postgres gate; it starts only when postgres.listen
+	// is set.
+	Postgres pggate.Config `yaml:"postgres"`
 	// Identities are the sandboxes egressd knows. If empty, proxy clients
 	// are anonymous (identity id "anonymous") and the Postgres gate admits
 	// no one; once any identity is listed, the proxy requires credentials
@@ -64,6 +68,8 @@ func Default() *Config {
 		Policy: policy.DefaultConfig(),
 		DNS:    dnsguard.DefaultConfig(),
 		Audit:  audit.DefaultConfig(),
+
+		Postgres: pggate.DefaultConfig(),
 	}
 }
 
@@ -117,6 +123,7 @@ func (c *Config) Validate() error {
 		{"policy", &c.Policy},
 		{"dns", &c.DNS},
 		{"audit", &c.Audit},
+		{"postgres", &c.Postgres},
 	}
 	for _, s := range sections {
 		if err := s.v.Validate(); err != nil {
