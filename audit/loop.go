@@ -31,7 +31,7 @@ type loop struct {
 
 func (w *Writer) run() {
 	defer close(w.done)
-	l := loop{spare: make([]queued, 0, min(w.cfg.QueueSize, 4096))}
+	l := loop{spare: make([]queued, 0, w.cfg.QueueSize)}
 	var syncC <-chan time.Time
 	if !w.always {
 		t := time.NewTicker(w.cfg.SyncInterval)

@@ -78,6 +78,10 @@ func formatTorn(refs []tornRef) string {
 	return strings.Join(parts, " ")
 }
 
+// maxWrite bounds one write call, so the buffer stays small and a large
+// batch reaches the file in steps.
+const maxWrite = 256 << 10
+
 // lineMark is where an encoded line ends in the write buffer and the chain
 // state after it.
 type lineMark struct {
@@ -140,7 +144,7 @@ func (s *segState) write(recs []*Record) (int, error) {
 		s.buf, s.marks = s.buf[:0], s.marks[:0]
 		seq, head := s.seq, s.head
 		for j := done; j < len(recs); j++ {
-			if len(s.marks) > 0 && s.size+int64(len(s.buf)) >= s.max {
+			if len(s.marks) > 0 && (s.size+int64(len(s.buf)) >= s.max || len(s.buf) >= maxWrite) {
 				break
 			}
 			s.buf, head = s.enc.appendLine(s.buf, recs[j], seq+1, &head)

@@ -89,9 +89,10 @@ func Open(cfg Config, log *zap.Logger) (*Writer, error) {
 		}
 		w.signer = k
 	}
-	// Both queue arrays start at a size that rarely grows, so Append does
-	// not copy the queue under the lock.
-	w.pending = make([]queued, 0, min(cfg.QueueSize, 4096))
+	// The queue and the writer's batch swap two arrays of QueueSize, so
+	// Append never grows (copies) the queue under the lock. Pages are only
+	// touched as the queue fills.
+	w.pending = make([]queued, 0, cfg.QueueSize)
 	w.seg.init(cfg, &w.st)
 	if err := w.recover(); err != nil {
 		w.seg.close()
