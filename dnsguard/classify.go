@@ -145,6 +145,9 @@ var (
 	meta6  [][2]uint64
 	table4 []entry4
 	table6 []entry6
+	// special4 marks the first octets some IPv4 entry covers: most public
+	// addresses are classified by this one lookup.
+	special4 [256]bool
 )
 
 func init() {
@@ -166,6 +169,14 @@ func init() {
 		table4 = append(table4, entry4{v4(p.Addr()), mask, r.cat})
 	}
 	sort.SliceStable(table4, func(i, j int) bool { return table4[i].mask > table4[j].mask })
+	for _, e := range table4 {
+		for o := e.base >> 24; o <= (e.base|^e.mask)>>24; o++ {
+			special4[o] = true
+		}
+	}
+	for _, m := range meta4 {
+		special4[m>>24] = true
+	}
 	for _, r := range ranges6 {
 		p := netip.MustParsePrefix(r.prefix)
 		hi, lo := v6(p.Addr())
@@ -233,6 +244,9 @@ func Classify(a netip.Addr) Category {
 }
 
 func classify4(x uint32) Category {
+	if !special4[x>>24] {
+		return Public
+	}
 	for _, m := range meta4 {
 		if m == x {
 			return Metadata

@@ -238,14 +238,26 @@ func TestClassifyAllocs(t *testing.T) {
 }
 
 func BenchmarkClassify(b *testing.B) {
-	addrs := make([]netip.Addr, len(classifyTests))
+	table := make([]netip.Addr, len(classifyTests))
 	for i, tt := range classifyTests {
-		addrs[i] = netip.MustParseAddr(tt.addr)
+		table[i] = netip.MustParseAddr(tt.addr)
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; b.Loop(); i++ {
-		Classify(addrs[i%len(addrs)])
+	for _, c := range []struct {
+		name  string
+		addrs []netip.Addr
+	}{
+		{"table", table},
+		{"public_v4", []netip.Addr{netip.MustParseAddr("192.0.43.10")}},
+		{"metadata_v4", []netip.Addr{netip.MustParseAddr("169.254.169.254")}},
+		{"public_v6", []netip.Addr{netip.MustParseAddr("2606:4700::1111")}},
+		{"nat64_local_v6", []netip.Addr{netip.MustParseAddr("64:ff9b:1:a9fe:a9:fe00::")}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				Classify(c.addrs[i%len(c.addrs)])
+			}
+		})
 	}
 }
 
