@@ -33,6 +33,11 @@ func Decide(ctx context.Context, d Decider, id policy.Identity, name string, qty
 	if IsMetadataName(facts.Name) {
 		return nil, policy.Decision{}, &policy.DenyError{Reason: "metadata_name", Detail: facts.Name + " is a metadata service name"}
 	}
+	if numericTLD(facts.Name) {
+		// "10.0.0.1" asked as a name: no TLD is numeric, and a rule naming
+		// an IP must not turn into a DNS answer for it.
+		return nil, policy.Decision{}, &policy.DenyError{Reason: "ip_literal_name", Detail: facts.Name + " is an address, not a name"}
+	}
 	dec := d.Decide(ctx, policy.Input{Identity: id, Facts: facts})
 	if !dec.Allow && dec.Reason == "" {
 		dec.Reason = "policy_denied"
@@ -41,6 +46,17 @@ func Decide(ctx context.Context, d Decider, id policy.Identity, name string, qty
 		dec.Allow, dec.Reason = false, "qtype_not_allowed"
 	}
 	return facts, dec, nil
+}
+
+// numericTLD reports whether the last label of name is all digits.
+func numericTLD(name string) bool {
+	tld := name[strings.LastIndexByte(name, '.')+1:]
+	for i := 0; i < len(tld); i++ {
+		if tld[i] < '0' || tld[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // outcome is one query's decision as audited.

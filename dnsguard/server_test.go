@@ -233,6 +233,7 @@ func TestServer(t *testing.T) {
 		{name: "mixed answer", qname: "mixed.test", qtype: dns.TypeA, rcode: dns.RcodeRefused, decision: "deny", reason: "loopback_address", rule: "svc"},
 		{name: "metadata name despite rule", qname: "metadata.google.internal", qtype: dns.TypeA, rcode: dns.RcodeRefused, decision: "deny", reason: "metadata_name"},
 		{name: "allowed but missing", qname: "gone.test", qtype: dns.TypeA, rcode: dns.RcodeNameError, decision: "deny", reason: "dns_nxdomain", rule: "svc"},
+		{name: "ip as name", qname: "127.0.0.1", qtype: dns.TypeA, rcode: dns.RcodeRefused, decision: "deny", reason: "ip_literal_name"},
 		{name: "binary label", qname: "a\\000b.test", qtype: dns.TypeA, rcode: dns.RcodeRefused, decision: "deny", reason: "malformed_name"},
 	}
 	for _, netw := range []string{"udp", "tcp"} {

@@ -20,6 +20,7 @@ func TestCheckDNS(t *testing.T) {
 		{name: "txt refused", args: []string{"pypi.org", "--qtype", "TXT"}, code: 1, reason: "qtype_not_allowed"},
 		{name: "unknown type", args: []string{"pypi.org", "--qtype", "BOGUS"}, code: 1, reason: "qtype_not_allowed"},
 		{name: "metadata name", args: []string{"metadata.google.internal"}, code: 1, reason: "metadata_name"},
+		{name: "ip literal", args: []string{"169.254.169.254"}, code: 1, reason: "ip_literal_name"},
 		{name: "malformed", args: []string{"a..b"}, code: 1, reason: "malformed_name"},
 		{name: "missing name", args: []string{}, code: 2},
 	}
