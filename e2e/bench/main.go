@@ -226,6 +226,19 @@ func (e *egressd) status(field string) (int64, error) {
 	return strconv.ParseInt(string(m[1]), 10, 64)
 }
 
+// cpuTime is the process's user+system CPU time so far.
+func (e *egressd) cpuTime() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", e.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may contain spaces).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
 func copyBundle(src, dst string) error {
 	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
@@ -308,13 +321,14 @@ func benchHTTP(o options, e *egressd, port int) error {
 	if _, _, err := wrk(options{loadCPU: o.loadCPU, duration: time.Second}, 4, proxied, script); err != nil {
 		return err
 	}
-	var dRPS, pRPS, dP50, pP50 []float64
+	var dRPS, pRPS, dP50, pP50, cpuPerReq []float64
 	for i := range o.rounds {
 		d, _, err := wrk(o, o.conns, direct, "")
 		if err != nil {
 			return err
 		}
 		var p wrkResult
+		cpu0 := e.cpuTime()
 		if o.profile != "" && i == 0 {
 			errc := make(chan error, 1)
 			go func() { errc <- profile(e, o.profile, o.duration-time.Second) }()
@@ -328,6 +342,7 @@ func benchHTTP(o options, e *egressd, port int) error {
 		if err != nil {
 			return err
 		}
+		cpuPerReq = append(cpuPerReq, float64(e.cpuTime()-cpu0)/(p.rps*o.duration.Seconds()))
 		dRPS, pRPS = append(dRPS, d.rps), append(pRPS, p.rps)
 		// Latency on one connection: no queueing, so p50 is the path's cost.
 		d1, _, err := wrk(o, 1, direct, "")
@@ -349,6 +364,8 @@ func benchHTTP(o options, e *egressd, port int) error {
 		median(dRPS), median(pRPS), ratio, verdict(ratio >= 0.5))
 	fmt.Printf("  p50 on 1 conn: direct %v, proxied %v, added %v (target <= 150µs) %s\n",
 		time.Duration(median(dP50)), time.Duration(median(pP50)), added, verdict(added <= 150*time.Microsecond))
+	cpu := time.Duration(median(cpuPerReq))
+	fmt.Printf("  egressd CPU per proxied request %v (one core sustains ~%.0f req/s)\n", cpu, float64(time.Second)/float64(cpu))
 	return nil
 }
 
