@@ -101,24 +101,14 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// decisionHeader is the X-Egressd-Decision value: machine-readable, with the
-// same fields as the body.
-func decisionHeader(allow bool, reason, rule string) string {
-	var b strings.Builder
-	if allow {
-		b.WriteString("allow")
-	} else {
-		b.WriteString("deny")
-	}
-	if reason != "" {
-		b.WriteString("; reason=")
-		b.WriteString(reason)
-	}
+// decisionHeader is the X-Egressd-Decision value of a refusal:
+// machine-readable, with the same fields as the body.
+func decisionHeader(reason, rule string) string {
+	h := "deny; reason=" + reason
 	if rule != "" {
-		b.WriteString("; rule=")
-		b.WriteString(rule)
+		h += "; rule=" + rule
 	}
-	return b.String()
+	return h
 }
 
 // body is the short text/plain explanation a refused client reads. It names
@@ -134,7 +124,7 @@ func (r refusal) body(requestID string) string {
 // header fills h for a refusal response.
 func (r refusal) header(h http.Header, requestID string) {
 	h.Set("Content-Type", "text/plain; charset=utf-8")
-	h.Set("X-Egressd-Decision", decisionHeader(false, r.reason, r.rule))
+	h.Set("X-Egressd-Decision", decisionHeader(r.reason, r.rule))
 	h.Set("X-Egressd-Request", requestID)
 	h.Set("Cache-Control", "no-store")
 	if r.status == http.StatusProxyAuthRequired {
