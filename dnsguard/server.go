@@ -11,6 +11,7 @@ import (
 
 	"github.com/miekg/dns"
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
@@ -119,8 +120,13 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 	return s.Serve(ctx, pc, ln)
 }
 
+// maxTCPConns bounds concurrent TCP clients; each is also bounded in time
+// (read and idle timeouts) and in queries per connection.
+const maxTCPConns = 256
+
 // Serve answers on pc and ln until ctx ends, then shuts both down.
 func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) error {
+	ln = netutil.LimitListener(ln, maxTCPConns)
 	servers := []*dns.Server{
 		{PacketConn: pc, Handler: s, MsgAcceptFunc: acceptQuery, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, UDPSize: ednsSize},
 		{Listener: ln, Handler: s, MsgAcceptFunc: acceptQuery, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxTCPQueries: 128, IdleTimeout: func() time.Duration { return 10 * time.Second }},
