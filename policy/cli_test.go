@@ -1,9 +1,11 @@
-package policy
+package policy_test
 
 import (
 	"bytes"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -13,14 +15,14 @@ import (
 // exits 1 naming its file:line.
 func TestPolicyCommands(t *testing.T) {
 	bin := buildEgressd(t)
-	good := writeBundle(t, "", map[string]string{"http.rego": miniHTTP, "http_test.rego": `package egress.http_test
+	good := writeDir(t, map[string]string{"http.rego": miniModule, "http_test.rego": `package egress.http_test
 
 import data.egress.http
 
 test_ok if http.decision.allow with input as {"host": "ok.test"}
 `})
-	syntax := writeBundle(t, "", map[string]string{"http.rego": "package egress.http\n\ndecision := {\"allow\": true,, }\n"})
-	failing := writeBundle(t, "", map[string]string{"http.rego": miniHTTP, "http_test.rego": `package egress.http_test
+	syntax := writeDir(t, map[string]string{"http.rego": "package egress.http\n\ndecision := {\"allow\": true,, }\n"})
+	failing := writeDir(t, map[string]string{"http.rego": miniModule, "http_test.rego": `package egress.http_test
 
 import data.egress.http
 
@@ -64,4 +66,22 @@ test_wrong if http.decision.allow with input as {"host": "no.test"}
 			}
 		})
 	}
+}
+
+const miniModule = `package egress.http
+
+decision := {"allow": true, "reason": "allowed", "rule": "mini"} if input.host == "ok.test"
+else := {"allow": false, "reason": "no_matching_rule", "rule": ""}
+`
+
+// writeDir writes files into a new directory and returns it.
+func writeDir(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }

@@ -1,4 +1,4 @@
-package policy
+package policy_test
 
 import (
 	"bytes"
@@ -17,6 +17,11 @@ import (
 	"sync"
 	"testing"
 
+	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/dnsguard"
+	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy"
 	defaultbundle "github.com/egressd/egressd/rego"
 )
 
@@ -50,7 +55,10 @@ func shapesBundle(t testing.TB) string {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		if p == "data.json" || (isTestModule(p) && p != "fixtures_test.rego") || (!isModule(p) && !isData(p)) {
+		isModule := strings.HasSuffix(p, ".rego")
+		isData := filepath.Base(p) == "data.json" || filepath.Base(p) == "data.yaml"
+		isTest := strings.HasSuffix(p, "_test.rego")
+		if p == "data.json" || (isTest && p != "fixtures_test.rego") || (!isModule && !isData) {
 			return nil
 		}
 		b, err := fs.ReadFile(defaultbundle.FS, p)
@@ -89,48 +97,35 @@ func readGolden(t *testing.T, file string) []goldenCase {
 }
 
 // decideCase answers a case through the Go API exactly as `egressd check`
-// prints it, minus the bundle digest.
-func decideCase(e *Engine, c goldenCase) map[string]any {
-	id := Identity{ID: c.Identity}
+// prints it (proxy.Decider: facts, address floor, policy), minus the
+// bundle digest.
+func decideCase(d *proxy.Decider, e *policy.Engine, c goldenCase) map[string]any {
+	id := policy.Identity{ID: c.Identity}
 	if id.ID == "" {
 		id.ID = "anonymous"
 	}
-	kind := KindHTTP
-	var facts Facts
-	var err error
+	var o proxy.Outcome
+	kind := policy.KindHTTP
 	switch c.Kind {
 	case "connect":
-		kind = KindConnect
-		var f *ConnectFacts
-		if f, err = ParseConnect(c.Target); err == nil {
-			facts = f
-		}
+		kind = policy.KindConnect
+		o = d.DecideConnect(context.Background(), id, c.Target)
 	case "redirect":
-		kind = KindRedirect
+		kind = policy.KindRedirect
 		fallthrough
 	default:
-		var f *URLFacts
-		if f, err = ParseHTTP(kind, c.Method, c.Target, c.HostHeader); err == nil {
-			facts = f
-		}
+		o = d.DecideHTTP(context.Background(), id, kind, c.Method, c.Target, c.HostHeader)
 	}
-	out := map[string]any{"kind": kind.String(), "identity": id.ID}
-	if err != nil {
-		var de *DenyError
-		if !errors.As(err, &de) {
-			out["error"] = err.Error()
-			return out
-		}
-		out["allow"], out["reason"], out["rule"], out["facts"] = false, de.Reason, "", nil
-		if de.Detail != "" {
-			out["detail"] = de.Detail
-		}
-		return normalize(out)
+	out := map[string]any{
+		"kind": kind.String(), "identity": id.ID,
+		"allow": o.Decision.Allow, "reason": o.Decision.Reason, "rule": o.Decision.Rule, "facts": o.Facts,
 	}
-	d := e.Decide(context.Background(), Input{Identity: id, Facts: facts})
-	out["allow"], out["reason"], out["rule"], out["facts"] = d.Allow, d.Reason, d.Rule, facts
-	if d.TLS {
+	if o.Decision.TLS {
 		out["tls"] = true
+	}
+	var de *policy.DenyError
+	if errors.As(o.Err, &de) && de.Detail != "" {
+		out["detail"] = de.Detail
 	}
 	return normalize(out)
 }
@@ -153,18 +148,26 @@ func normalize(v any) map[string]any {
 func TestGolden(t *testing.T) {
 	for _, g := range goldenBundles {
 		t.Run(g.file, func(t *testing.T) {
-			cfg := DefaultConfig()
+			cfg := policy.DefaultConfig()
 			if g.bundle == "shapes" {
 				cfg.Dir = shapesBundle(t)
 			}
-			e := newTestEngine(t, cfg)
+			e, err := policy.New(context.Background(), cfg, zap.NewNop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			floor, err := dnsguard.NewFloor(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := &proxy.Decider{Engine: e, Floor: floor}
 			cases := readGolden(t, g.file)
 			if len(cases) == 0 {
 				t.Fatalf("%s has no cases", g.file)
 			}
 			for i := range cases {
 				c := &cases[i]
-				got := decideCase(e, *c)
+				got := decideCase(d, e, *c)
 				if *update {
 					c.Want = got
 					continue

@@ -3,9 +3,11 @@ package policy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -233,5 +235,51 @@ func TestCacheKeyIgnoresAttributeOrder(t *testing.T) {
 	}
 	if string(ka) == string(kc) {
 		t.Errorf("keys equal for different attributes")
+	}
+}
+
+// TestConcurrentDecideAndReload decides from several goroutines while the
+// bundle is swapped back and forth: every decision comes whole from one
+// bundle (its digest matches its answer).
+func TestConcurrentDecideAndReload(t *testing.T) {
+	allowOK := miniHTTP
+	allowOther := strings.Replace(miniHTTP, "ok.test", "other.test", 1)
+	dir := writeBundle(t, "", map[string]string{"http.rego": allowOK})
+	e := newTestEngine(t, Config{Dir: dir})
+	digestOK := e.Digest()
+	in := Input{Facts: mustParse(t, "GET", "https://ok.test/")}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan string, 4)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				d := e.Decide(ctx, in)
+				if d.Allow != (d.Policy == digestOK) {
+					select {
+					case errs <- fmt.Sprintf("Decide = %+v; allow must hold exactly under %s", d, digestOK):
+					default:
+					}
+					return
+				}
+			}
+		})
+	}
+	for i := range 6 {
+		mod := allowOther
+		if i%2 == 1 {
+			mod = allowOK
+		}
+		writeBundle(t, dir, map[string]string{"http.rego": mod})
+		if err := e.Reload(context.Background()); err != nil {
+			t.Fatalf("Reload: %v", err)
+		}
+	}
+	cancel()
+	wg.Wait()
+	close(errs)
+	for msg := range errs {
+		t.Error(msg)
 	}
 }

@@ -2,10 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy"
 )
+
+// The http and connect checks go through proxy.Decider, the proxy's own
+// pre-dial path: facts, the address floor for IP-literal hosts, then the
+// policy. A check therefore answers what the proxy would.
 
 // checkHTTP is `egressd check http METHOD URL`.
 var checkHTTP = checkKind{
@@ -19,11 +25,8 @@ var checkHTTP = checkKind{
 			if *redirect {
 				kind = policy.KindRedirect
 			}
-			f, err := policy.ParseHTTP(kind, args[0], args[1], *hostHeader)
-			if err != nil {
-				return refusedBeforePolicy(kind, env, err)
-			}
-			return decided(kind, env, f, env.engine.Decide(ctx, policy.Input{Identity: env.identity, Facts: f}))
+			d := proxy.Decider{Engine: env.engine, Floor: env.floor}
+			return outcomeOutput(kind, env, d.DecideHTTP(ctx, env.identity, kind, args[0], args[1], *hostHeader))
 		}
 	},
 }
@@ -34,11 +37,27 @@ var checkConnect = checkKind{
 	nargs: 1,
 	setup: func(*flag.FlagSet) decideFunc {
 		return func(ctx context.Context, env *decideEnv, args []string) checkOutput {
-			f, err := policy.ParseConnect(args[0])
-			if err != nil {
-				return refusedBeforePolicy(policy.KindConnect, env, err)
-			}
-			return decided(policy.KindConnect, env, f, env.engine.Decide(ctx, policy.Input{Identity: env.identity, Facts: f}))
+			d := proxy.Decider{Engine: env.engine, Floor: env.floor}
+			return outcomeOutput(policy.KindConnect, env, d.DecideConnect(ctx, env.identity, args[0]))
 		}
 	},
+}
+
+// outcomeOutput prints a decider outcome: a refusal before the policy
+// (parse or floor) keeps the facts known so far and the deny's detail.
+func outcomeOutput(kind policy.Kind, env *decideEnv, o proxy.Outcome) checkOutput {
+	var facts any
+	if o.Facts != nil {
+		facts = o.Facts
+	}
+	if o.Err == nil {
+		return decided(kind, env, facts, o.Decision)
+	}
+	out := refusedBeforePolicy(kind, env, o.Err)
+	out.Facts = facts
+	var de *policy.DenyError
+	if !errors.As(o.Err, &de) {
+		out.Reason = o.Decision.Reason
+	}
+	return out
 }

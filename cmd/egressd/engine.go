@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/cmd/egressd/config"
+	"github.com/egressd/egressd/dnsguard"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/identity"
 )
@@ -26,11 +27,12 @@ func (f *engineFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.identity, "identity", "", "sandbox `ID` to decide for (default \"anonymous\" when no identities are configured)")
 }
 
-// decideEnv is what a check needs: the config, the engine built from it,
-// and the identity the request is decided for.
+// decideEnv is what a check needs: the config, the engine and address
+// floor built from it, and the identity the request is decided for.
 type decideEnv struct {
 	cfg      *config.Config
 	engine   *policy.Engine
+	floor    *dnsguard.Floor
 	identity policy.Identity
 }
 
@@ -53,7 +55,11 @@ func (f *engineFlags) load(ctx context.Context) (*decideEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &decideEnv{cfg: cfg, engine: eng, identity: id}, nil
+	floor, err := dnsguard.NewFloor(cfg.Internal)
+	if err != nil {
+		return nil, err
+	}
+	return &decideEnv{cfg: cfg, engine: eng, floor: floor, identity: id}, nil
 }
 
 // resolveIdentity mirrors the proxy: with no identities configured every
@@ -80,7 +86,7 @@ func (f *engineFlags) resolveIdentity(cfg *config.Config) (policy.Identity, erro
 	return id, nil
 }
 
-// formatLoadError keeps the exit code of usage errors and marks the rest as
+// loadError keeps the exit code of usage errors and marks the rest as
 // load errors.
 func loadError(err error) error {
 	if _, ok := err.(*exitError); ok {
