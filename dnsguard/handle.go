@@ -121,6 +121,10 @@ func (s *Server) decide(ctx context.Context, client netip.Addr, q dns.Question) 
 	}
 	facts, d, err := Decide(ctx, st.decider, id, q.Name, q.Qtype)
 	if err != nil {
+		if dg, ok := st.decider.(interface{ Digest() string }); ok {
+			// Refused before Rego, but under this bundle: say which.
+			out.rec.Policy = dg.Digest()
+		}
 		return s.refusedErr(out, err)
 	}
 	out.rec.Name, out.rec.Policy, out.rec.Rule = facts.Name, d.Policy, d.Rule

@@ -275,6 +275,7 @@ func TestServerWithPolicyEngine(t *testing.T) {
 		{"wild.test", dns.TypeA, dns.RcodeRefused, "no_matching_rule", ""},
 		{"attacker.test", dns.TypeA, dns.RcodeRefused, "no_matching_rule", ""},
 		{"svc.test", dns.TypeTXT, dns.RcodeRefused, "qtype_not_allowed", ""},
+		{"metadata.google.internal", dns.TypeA, dns.RcodeRefused, "metadata_name", ""},
 	} {
 		resp := ts.ask(t, "udp", c.qname, c.qtype)
 		rec := ts.audit.last()
