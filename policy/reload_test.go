@@ -283,3 +283,41 @@ func TestConcurrentDecideAndReload(t *testing.T) {
 		t.Error(msg)
 	}
 }
+
+func TestBundleDataLayout(t *testing.T) {
+	dir := writeBundle(t, "", map[string]string{
+		"http.rego": `package egress.http
+
+decision := {"allow": true, "reason": "allowed", "rule": data.rules[0].id} if {
+	data.extra.flag
+	data.rule_index.hosts[input.host]
+}
+`,
+		"data.yaml":       "rules:\n  - id: from-yaml\n    hosts: [ok.test]\n    ports: [443]\n",
+		"extra/data.json": `{"flag": true}`,
+		"notes.txt":       "ignored",
+	})
+	e := newTestEngine(t, Config{Dir: dir})
+	d := e.Decide(context.Background(), Input{Facts: mustParse(t, "GET", "https://ok.test/")})
+	if !d.Allow || d.Rule != "from-yaml" {
+		t.Errorf("Decide = %+v; want allow by from-yaml (data.yaml at data, extra/data.json at data.extra)", d)
+	}
+	dup := writeBundle(t, "", map[string]string{
+		"http.rego":       miniHTTP,
+		"data.json":       `{"extra": {"flag": true}}`,
+		"extra/data.json": `{"flag": false}`,
+	})
+	if _, err := Check(context.Background(), os.DirFS(dup)); err == nil || !strings.Contains(err.Error(), `"flag" defined twice`) {
+		t.Errorf("Check(duplicate key) error = %v; want it to name the key", err)
+	}
+}
+
+func TestDigestCoversPathsAndContents(t *testing.T) {
+	a := digestOf([]source{{name: "a.rego", data: []byte("x")}, {name: "data.json", data: []byte("{}")}})
+	b := digestOf([]source{{name: "b.rego", data: []byte("x")}, {name: "data.json", data: []byte("{}")}})
+	c := digestOf([]source{{name: "a.rego", data: []byte("y")}, {name: "data.json", data: []byte("{}")}})
+	d := digestOf([]source{{name: "a.regox", data: []byte("")}, {name: "data.json", data: []byte("{}")}})
+	if a == b || a == c || a == d || !strings.HasPrefix(a, "sha256:") {
+		t.Errorf("digests %s %s %s %s; want distinct sha256: digests", a, b, c, d)
+	}
+}
