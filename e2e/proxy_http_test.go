@@ -139,6 +139,7 @@ func TestHTTPMalformed(t *testing.T) {
 		wantReason string
 	}{
 		{"absolute https", "GET https://example.com:" + itoa(w.HTTPS.Port) + "/ HTTP/1.1\r\nHost: example.com\r\n\r\n", 400, "https_requires_connect"},
+		{"ftp scheme", "GET ftp://upstream.test/ HTTP/1.1\r\nHost: upstream.test\r\n\r\n", 400, "unsupported_scheme"},
 		{"origin form", "GET /echo HTTP/1.1\r\nHost: upstream.test\r\n\r\n", 400, "not_proxy_request"},
 		{"userinfo", "GET http://u:p@upstream.test:" + itoa(w.HTTP.Port) + "/ HTTP/1.1\r\nHost: upstream.test\r\n\r\n", 403, "userinfo"},
 	}
