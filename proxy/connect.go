@@ -56,7 +56,12 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, _ *goproxy.Prox
 	defer release()
 
 	out := st.decider.DecideConnect(r.Context(), id, r.RequestURI)
-	f.target = out.Target
+	if out.Facts != nil {
+		f.target = out.Target
+	} else {
+		// Unparsed client input: keep enough to recognise it, bounded.
+		f.target.Host = r.RequestURI[:min(len(r.RequestURI), 256)]
+	}
 	s.metrics.decisionSeconds.Observe(time.Since(start).Seconds())
 	if !out.Decision.Allow {
 		s.refuseConn(f, client, out.refusal())
@@ -98,7 +103,7 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, _ *goproxy.Prox
 
 // refuseConn audits a CONNECT refusal and writes it on the raw connection.
 func (s *Server) refuseConn(f *flowInfo, c net.Conn, rf refusal) {
-	if err := s.decided(f, false, rf.reason, rf.rule, "", rf.detail); err != nil {
+	if err := s.decided(f, false, rf.reason, rf.rule, rf.policy, rf.detail); err != nil {
 		rf = refusal{status: http.StatusServiceUnavailable, reason: reasonAuditUnavailable}
 	}
 	s.denyConn(f, c, rf)

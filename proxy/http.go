@@ -67,7 +67,9 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	f.release = release
 
 	out := st.decider.DecideHTTP(r.Context(), id, policy.KindHTTP, r.Method, r.RequestURI, r.Host)
-	f.target = out.Target
+	if out.Facts != nil {
+		f.target = out.Target
+	}
 	s.metrics.decisionSeconds.Observe(time.Since(start).Seconds())
 	if !out.Decision.Allow {
 		rf := out.refusal()
@@ -80,11 +82,7 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	}
 
 	f.base = *r.URL
-	outReq, err := f.upstreamRequest(r)
-	if err != nil {
-		f.finish()
-		return r, s.deny(f, r, refusal{status: http.StatusBadRequest, reason: "malformed_url"})
-	}
+	outReq := f.upstreamRequest(r)
 	pctx.UserData = f
 	pctx.RoundTripper = f
 	return outReq, nil
@@ -93,7 +91,7 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 // refuse audits a refusal and builds its response. If the audit append
 // fails the client still gets a refusal, now for audit_unavailable.
 func (s *Server) refuse(f *httpFlow, r *http.Request, rf refusal) *http.Response {
-	if err := s.decided(&f.flowInfo, false, rf.reason, rf.rule, "", rf.detail); err != nil {
+	if err := s.decided(&f.flowInfo, false, rf.reason, rf.rule, rf.policy, rf.detail); err != nil {
 		rf = refusal{status: http.StatusServiceUnavailable, reason: reasonAuditUnavailable}
 	}
 	return s.deny(f, r, rf)
@@ -111,7 +109,7 @@ func (s *Server) deny(f *httpFlow, r *http.Request, rf refusal) *http.Response {
 // the decided host and port dialled, and the request target sent
 // byte-for-byte as the client wrote it (URL.Opaque stops net/http from
 // re-encoding the path).
-func (f *httpFlow) upstreamRequest(r *http.Request) (*http.Request, error) {
+func (f *httpFlow) upstreamRequest(r *http.Request) *http.Request {
 	rawPath := f.target.Path
 	if rawPath == "" {
 		rawPath = "/"
@@ -141,7 +139,7 @@ func (f *httpFlow) upstreamRequest(r *http.Request) (*http.Request, error) {
 		f.sent.ReadCloser, f.sent.idle, f.sent.timeout = r.Body, f.idle, f.s.cfg.BodyIdleTimeout
 		out.Body = &f.sent
 	}
-	return out, nil
+	return out
 }
 
 // RoundTrip sends the request through the pinned transport and checks a

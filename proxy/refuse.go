@@ -50,6 +50,8 @@ type refusal struct {
 	status int
 	reason string
 	rule   string
+	// policy is the digest of the bundle that decided, when Rego did.
+	policy string
 	// detail is for the operator's audit log only: it may name internal
 	// addresses and is never sent to the client.
 	detail string
@@ -63,7 +65,7 @@ func refusalFor(st stage, d policy.Decision, err error) refusal {
 		if reason == "" {
 			reason = "no_matching_rule"
 		}
-		return refusal{status: statusForReason(http.StatusForbidden, reason), reason: reason, rule: d.Rule}
+		return refusal{status: statusForReason(http.StatusForbidden, reason), reason: reason, rule: d.Rule, policy: d.Policy}
 	}
 	var de *policy.DenyError
 	if errors.As(err, &de) {

@@ -1,0 +1,127 @@
+package pggate
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/policy"
+)
+
+type nopAudit struct{}
+
+func (nopAudit) Append(*audit.Record) error { return nil }
+
+// benchQuery is a typical 200-byte application query.
+const benchQuery = "SELECT u.id, u.name, lower(u.name) AS lname, count(i.id) AS n FROM users u LEFT JOIN items i ON i.id = u.id " +
+	"WHERE u.id > 10 AND u.name LIKE 'a%' GROUP BY u.id, u.name ORDER BY n DESC LIMIT 50"
+
+func benchSession(b *testing.B, cacheSize int) *session {
+	g := fuzzGate(b)
+	g.cfg.CacheSize = cacheSize
+	g.cache = newVerdictCache(cacheSize)
+	g.deps.Audit = nopAudit{}
+	id := policy.Identity{ID: "agent-ro", Attributes: map[string]string{"sql_profile": "read_only"}}
+	return &session{g: g, identity: id, database: "app", remote: "bench", keyPrefix: cacheKeyPrefix(id, "app")}
+}
+
+// BenchmarkDecide measures parse + decide + audit-record building for one
+// query: uncached (the gate's caches off, so every call pre-scans,
+// normalizes, parses with pg_query and asks the engine, whose own
+// facts-keyed cache is warm) and cached (exact-text hit).
+func BenchmarkDecide(b *testing.B) {
+	if len(benchQuery) < 190 || len(benchQuery) > 210 {
+		b.Fatalf("benchQuery is %d bytes; want ~200", len(benchQuery))
+	}
+	for _, bc := range []struct {
+		name  string
+		cache int
+	}{{"uncached", -1}, {"cached", 10000}} {
+		b.Run(bc.name, func(b *testing.B) {
+			s := benchSession(b, bc.cache)
+			if v := s.decide(benchQuery); !v.allow {
+				b.Fatalf("benchQuery denied: %s", v.reason)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				s.decide(benchQuery)
+			}
+		})
+	}
+}
+
+var tpsRE = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+
+// BenchmarkPgbench runs pgbench against PostgreSQL directly and through
+// the gate in the same run and reports both rates and their ratio:
+// select-only (-S, read_only identity) and the default TPC-B-like script
+// (read_write identity). -n: the gate denies VACUUM, so tables are
+// vacuumed directly beforehand. Set PGBENCH_SECONDS to change the length
+// of each run (default 10).
+func BenchmarkPgbench(b *testing.B) {
+	secs := os.Getenv("PGBENCH_SECONDS")
+	if secs == "" {
+		secs = "10"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := pg.Exec(ctx, "postgres", "DROP DATABASE IF EXISTS bench"); err != nil {
+		b.Fatal(err)
+	}
+	if err := pg.Exec(ctx, "postgres", "CREATE DATABASE bench"); err != nil {
+		b.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(pg.Addr())
+	if out, err := exec.Command(pg.Bin("pgbench"), "-i", "-q", "-s", "1", "-h", host, "-p", port, "-U", "postgres", "bench").CombinedOutput(); err != nil {
+		b.Fatalf("pgbench -i: %v\n%s", err, out)
+	}
+	f := startGate(b, pg, nil)
+	f.gate.deps.Audit = nopAudit{}
+	ghost, gport, _ := net.SplitHostPort(f.addr)
+	run := func(h, p, user, pass string, extra ...string) float64 {
+		if err := pg.Exec(ctx, "bench", "VACUUM ANALYZE"); err != nil {
+			b.Fatal(err)
+		}
+		args := append([]string{"-n", "-c", "4", "-j", "2", "-T", secs, "-h", h, "-p", p, "-U", user}, extra...)
+		cmd := exec.Command(pg.Bin("pgbench"), append(args, "bench")...)
+		cmd.Env = append(os.Environ(), "PGPASSWORD="+pass, "PGSSLMODE=disable")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			b.Fatalf("pgbench %v: %v\n%s", args, err, out.String())
+		}
+		m := tpsRE.FindStringSubmatch(out.String())
+		if m == nil {
+			b.Fatalf("no tps in pgbench output:\n%s", out.String())
+		}
+		tps, _ := strconv.ParseFloat(m[1], 64)
+		return tps
+	}
+	for _, bc := range []struct {
+		name, user, pass string
+		extra            []string
+	}{
+		{"select-only", "agent-ro", passRO, []string{"-S"}},
+		{"tpcb", "agent-rw", passRW, nil},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				direct := run(host, port, "postgres", "pgtest-superuser-password", bc.extra...)
+				gate := run(ghost, gport, bc.user, bc.pass, bc.extra...)
+				b.ReportMetric(direct, "direct_tps")
+				b.ReportMetric(gate, "gate_tps")
+				b.ReportMetric(gate/direct, "ratio")
+				fmt.Fprintf(os.Stderr, "pgbench %s: direct %.0f tps, gate %.0f tps, ratio %.2f\n", bc.name, direct, gate, gate/direct)
+			}
+		})
+	}
+}
