@@ -136,11 +136,12 @@ dns:
 }
 
 // startInNetns runs `egressd serve` inside ns with cfg (plus an audit
-// directory) and waits until `egressd health`, run in the same namespace
-// since the admin listener is loopback-only, reports ready. It is stopped
-// with SIGTERM when the test ends, and its log is printed if the test
-// failed. The result serves the harness's audit helpers.
-func startInNetns(t *testing.T, ns, cfg string) *Egressd {
+// directory) and env (added to the test's own environment), and waits until
+// `egressd health` reports ready; health runs in the same namespace because
+// the admin listener is loopback-only. egressd is stopped with SIGTERM when
+// the test ends, and its log is printed if the test failed. The result
+// serves the harness's audit helpers.
+func startInNetns(t *testing.T, ns, cfg string, env ...string) *Egressd {
 	t.Helper()
 	dir := t.TempDir()
 	e := &Egressd{
@@ -158,7 +159,7 @@ func startInNetns(t *testing.T, ns, cfg string) *Egressd {
 	}
 	cmd := exec.Command("ip", "netns", "exec", ns, binary, "serve", "--config", e.ConfigPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = cleanEnv()
+	cmd.Env = append(cleanEnv(), env...)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start egressd in %s: %v", ns, err)
 	}
