@@ -1,0 +1,98 @@
+package audit
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestQueueFull stalls the writer (interval mode flushes only on its tick
+// or a full batch) with a queue filled to QueueSize: Append refuses with
+// ErrQueueFull, Ready reports it, and both recover once the writer runs.
+func TestQueueFull(t *testing.T) {
+	c := testConfig(t, "interval")
+	c.SyncInterval = time.Hour
+	c.QueueSize = 64
+	w := mustOpen(t, c)
+	defer w.Close()
+
+	w.mu.Lock()
+	for i := range c.QueueSize {
+		w.pending = append(w.pending, queued{rec: *decisionRecord(i)})
+		w.pending[i].rec.TS = time.Now()
+	}
+	w.mu.Unlock()
+
+	if err := w.Append(decisionRecord(-1)); !errors.Is(err, ErrQueueFull) || !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Append on a full queue = %v; want ErrQueueFull wrapping ErrUnavailable", err)
+	}
+	if err := w.Ready(); !errors.Is(err, ErrQueueFull) {
+		t.Errorf("Ready() on a full queue = %v; want ErrQueueFull", err)
+	}
+	if st := w.Stats(); st.QueueFull != 1 || st.Refused != 1 || st.QueueDepth != c.QueueSize {
+		t.Errorf("Stats() = %+v; want 1 queue-full refusal, depth %d", st, c.QueueSize)
+	}
+	w.wake <- struct{}{}
+	for i := 0; i < 500 && w.QueueDepth() > 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := w.Ready(); err != nil {
+		t.Errorf("Ready() after the writer ran = %v; want nil", err)
+	}
+	if err := w.Append(decisionRecord(0)); err != nil {
+		t.Errorf("Append after the writer ran = %v", err)
+	}
+}
+
+func TestAppendTooLarge(t *testing.T) {
+	w := mustOpen(t, testConfig(t, "interval"))
+	defer w.Close()
+	r := decisionRecord(0)
+	r.SQL = strings.Repeat("x", maxRecordInput)
+	if err := w.Append(r); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Append of a %d-byte record = %v; want ErrUnavailable", len(r.SQL), err)
+	}
+}
+
+func TestAppendAfterClose(t *testing.T) {
+	w := mustOpen(t, testConfig(t, "always"))
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Append(decisionRecord(0)); !errors.Is(err, ErrClosed) {
+		t.Errorf("Append after Close = %v; want ErrClosed", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Errorf("second Close() = %v; want nil", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		modify func(c *Config)
+		want   string
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"empty dir", func(c *Config) { c.Dir = "" }, "dir must not be empty"},
+		{"bad sync", func(c *Config) { c.Sync = "never" }, `sync must be "interval" or "always", got "never"`},
+		{"zero interval", func(c *Config) { c.SyncInterval = 0 }, `sync_interval must be > 0, got "0s"`},
+		{"tiny segment", func(c *Config) { c.MaxSegmentBytes = 100 }, "max_segment_bytes must be >= 4096, got 100"},
+		{"zero queue", func(c *Config) { c.QueueSize = 0 }, "queue_size must be > 0, got 0"},
+		{"negative checkpoint", func(c *Config) { c.CheckpointInterval = -time.Second }, `checkpoint_interval must be > 0, got "-1s"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tt.modify(&c)
+			got := ""
+			if err := c.Validate(); err != nil {
+				got = err.Error()
+			}
+			if got != tt.want {
+				t.Errorf("Validate() = %q; want %q", got, tt.want)
+			}
+		})
+	}
+}
