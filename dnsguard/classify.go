@@ -145,9 +145,12 @@ var (
 	meta6  [][2]uint64
 	table4 []entry4
 	table6 []entry6
-	// special4 marks the first octets some IPv4 entry covers: most public
-	// addresses are classified by this one lookup.
-	special4 [256]bool
+	// byOctet4 holds, per first octet, the IPv4 entries (metadata
+	// addresses included) that can match, most specific first: most
+	// addresses are classified after a handful of comparisons or none.
+	byOctet4 [256][]entry4
+	// byTop6 is the same for IPv6, by the first byte.
+	byTop6 [256][]entry6
 )
 
 func init() {
@@ -168,14 +171,14 @@ func init() {
 		}
 		table4 = append(table4, entry4{v4(p.Addr()), mask, r.cat})
 	}
+	for _, m := range meta4 {
+		table4 = append(table4, entry4{m, ^uint32(0), Metadata})
+	}
 	sort.SliceStable(table4, func(i, j int) bool { return table4[i].mask > table4[j].mask })
 	for _, e := range table4 {
 		for o := e.base >> 24; o <= (e.base|^e.mask)>>24; o++ {
-			special4[o] = true
+			byOctet4[o] = append(byOctet4[o], e)
 		}
-	}
-	for _, m := range meta4 {
-		special4[m>>24] = true
 	}
 	for _, r := range ranges6 {
 		p := netip.MustParsePrefix(r.prefix)
@@ -183,10 +186,18 @@ func init() {
 		mh, ml := mask128(p.Bits())
 		table6 = append(table6, entry6{hi, lo, mh, ml, r.cat})
 	}
+	for _, m := range meta6 {
+		table6 = append(table6, entry6{m[0], m[1], ^uint64(0), ^uint64(0), Metadata})
+	}
 	sort.SliceStable(table6, func(i, j int) bool {
 		a, b := table6[i], table6[j]
 		return a.maskHi > b.maskHi || (a.maskHi == b.maskHi && a.maskLo > b.maskLo)
 	})
+	for _, e := range table6 {
+		for o := e.hi >> 56; o <= (e.hi|^e.maskHi)>>56; o++ {
+			byTop6[o] = append(byTop6[o], e)
+		}
+	}
 }
 
 func mask128(bits int) (hi, lo uint64) {
@@ -223,15 +234,12 @@ func Classify(a netip.Addr) Category {
 		return classify4(v4(a))
 	}
 	hi, lo := v6(a)
-	for _, m := range meta6 {
-		if m[0] == hi && m[1] == lo {
-			return Metadata
-		}
-	}
+	// No metadata address is an embedding form, so the order of these two
+	// steps does not matter.
 	if c, ok := classifyEmbedded(hi, lo); ok {
 		return c
 	}
-	for _, e := range table6 {
+	for _, e := range byTop6[hi>>56] {
 		if hi&e.maskHi == e.hi && lo&e.maskLo == e.lo {
 			return e.cat
 		}
@@ -244,15 +252,7 @@ func Classify(a netip.Addr) Category {
 }
 
 func classify4(x uint32) Category {
-	if !special4[x>>24] {
-		return Public
-	}
-	for _, m := range meta4 {
-		if m == x {
-			return Metadata
-		}
-	}
-	for _, e := range table4 {
+	for _, e := range byOctet4[x>>24] {
 		if x&e.mask == e.base {
 			return e.cat
 		}
