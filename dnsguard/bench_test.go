@@ -7,11 +7,16 @@ import (
 )
 
 // BenchmarkServerCachedAnswer measures the sandbox-facing server answering
-// an allowed, cached name over UDP on loopback, next to the dnstest
-// upstream answering the same question itself in the same run: the
-// difference is what policy, floor, audit and the server add.
+// an allowed, cached name over UDP on loopback (real policy engine with its
+// decision cache, audit records built and handed to a discarding
+// appender), next to the dnstest upstream answering the same question
+// itself in the same run: the difference is what policy, floor, audit and
+// the server add.
 func BenchmarkServerCachedAnswer(b *testing.B) {
-	ts := startServer(b, func(c *Config) { c.RateLimit, c.Burst = 1e9, 1<<20 })
+	ts := startServerWith(b, testEngine(b), func(c *Config) { c.RateLimit, c.Burst = 1e9, 1<<20 })
+	ts.audit.mu.Lock()
+	ts.audit.discard = true
+	ts.audit.mu.Unlock()
 	for _, target := range []struct{ name, addr string }{
 		{"egressd", ts.addr},
 		{"dnstest_upstream", ts.upstream.Addr()},
