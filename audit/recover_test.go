@@ -10,6 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func appendN(t *testing.T, w *Writer, from, n int) {
@@ -160,7 +164,7 @@ func writeKey(t *testing.T) (string, ed25519.PublicKey) {
 
 func TestSignedCheckpoints(t *testing.T) {
 	c := testConfig(t, "always")
-	c.CheckpointInterval = 5e6 // 5ms, so a checkpoint follows the appends
+	c.CheckpointInterval = 5 * time.Millisecond
 	key, pub := writeKey(t)
 	c.SigningKey = key
 	w := mustOpen(t, c)
@@ -180,5 +184,38 @@ func TestSignedCheckpoints(t *testing.T) {
 	var be *BreakError
 	if err := v.Paths([]string{c.Dir}); !errors.As(err, &be) || !strings.Contains(be.Reason, "signed by key") {
 		t.Errorf("verify with another key = %v; want the checkpoint named", err)
+	}
+}
+
+// TestCheckpointLogged checks the unsigned checkpoint: the chain head goes
+// to the operational log, where verify --checkpoint can use it.
+func TestCheckpointLogged(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	c := testConfig(t, "always")
+	c.CheckpointInterval = 5 * time.Millisecond
+	w, err := Open(c, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2000 && logs.FilterMessage("audit checkpoint").Len() == 0; i++ {
+		appendN(t, w, i, 1)
+	}
+	w.Close()
+	cps := logs.FilterMessage("audit checkpoint").All()
+	if len(cps) == 0 {
+		t.Fatal("no audit checkpoint logged")
+	}
+	f := cps[0].ContextMap()
+	seq, _ := f["seq"].(uint64)
+	hash, _ := f["hash"].(string)
+	v := NewVerifier()
+	v.Expect = []Checkpoint{{Seq: seq, Hash: hash}}
+	if err := v.Paths([]string{c.Dir}); err != nil || seq == 0 {
+		t.Errorf("verify against logged checkpoint seq %d hash %s = %v; want intact", seq, hash, err)
+	}
+	v = NewVerifier()
+	v.Expect = []Checkpoint{{Seq: seq, Hash: strings.Repeat("0", 64)}}
+	if err := v.Paths([]string{c.Dir}); err == nil {
+		t.Errorf("verify against a wrong checkpoint hash = nil; want the record named")
 	}
 }
