@@ -42,7 +42,7 @@ reaches contains i if {
 	some i in views
 	r := data.rule_index.views[i]
 	r.ports[input.port]
-	object.get(r.identities, input.identity.id, r.any_identity) == true
+	object.get(r.identities, input.identity.id, r.any_identity)
 }
 
 # candidates are the indexes into data.rules of the rules whose hosts match
