@@ -45,18 +45,28 @@ func (w *Writer) run() {
 	defer retry.Stop()
 	l.checkpoints = w.seg.seq
 
+	// armed is set while the retry timer runs; only it probes during an
+	// outage, so the probes back off.
+	armed := false
 	for {
 		select {
 		case <-w.wake:
-			w.flush(&l)
+			if l.outage.IsZero() {
+				w.flush(&l)
+			}
 		case <-retry.C:
+			armed = false
 			w.flush(&l)
 		case <-syncC:
 			// With interval the queue is written here or when it holds
 			// wakeAt records, so writes are large and few.
-			w.flush(&l)
-			if err := w.seg.sync(); err != nil {
-				w.fail(&l, err)
+			if l.outage.IsZero() {
+				w.flush(&l)
+			}
+			if l.outage.IsZero() {
+				if err := w.seg.sync(); err != nil {
+					w.fail(&l, err)
+				}
 			}
 		case <-cp.C:
 			w.checkpoint(&l)
@@ -68,8 +78,9 @@ func (w *Writer) run() {
 			}
 			return
 		}
-		if !l.outage.IsZero() {
+		if !l.outage.IsZero() && !armed {
 			retry.Reset(l.backoff)
+			armed = true
 		}
 	}
 }
