@@ -63,7 +63,7 @@ func stmtText(sql string, raw *pg_query.RawStmt) string {
 func classify(n *pg_query.Node, defSchema string) *Statement {
 	st := &Statement{Command: commandName(n), Relations: []Relation{}, Functions: []Function{}}
 	st.DDL = !nonDDL[st.Command]
-	w := &walker{st: st, defSchema: defSchema, seen: map[Relation]bool{}, fns: map[Function]bool{}}
+	w := &walker{st: st, defSchema: defSchema}
 	switch v := n.GetNode().(type) {
 	case *pg_query.Node_UpdateStmt:
 		st.HasWhere = v.UpdateStmt.WhereClause != nil

@@ -18,8 +18,6 @@ type walker struct {
 	// ctes is the stack of CTE names visible at the current node: an
 	// unqualified name that matches one is not a table.
 	ctes []string
-	seen map[Relation]bool
-	fns  map[Function]bool
 }
 
 func (w *walker) visibleCTE(name string) bool {
@@ -46,10 +44,13 @@ func (w *walker) relation(rv *pg_query.RangeVar, role string) {
 			r.Schema = w.defSchema
 		}
 	}
-	if !w.seen[r] {
-		w.seen[r] = true
-		w.st.Relations = append(w.st.Relations, r)
+	// Statements name few relations: a scan beats a map.
+	for _, x := range w.st.Relations {
+		if x == r {
+			return
+		}
 	}
+	w.st.Relations = append(w.st.Relations, r)
 }
 
 func (w *walker) function(names []*pg_query.Node) {
@@ -63,10 +64,12 @@ func (w *walker) function(names []*pg_query.Node) {
 		f.Schema = names[len(names)-2].GetString_().GetSval()
 		f.Name = names[len(names)-1].GetString_().GetSval()
 	}
-	if !w.fns[f] {
-		w.fns[f] = true
-		w.st.Functions = append(w.st.Functions, f)
+	for _, x := range w.st.Functions {
+		if x == f {
+			return
+		}
 	}
+	w.st.Functions = append(w.st.Functions, f)
 }
 
 // with walks a WITH clause and leaves its names visible; the caller pops
@@ -106,6 +109,13 @@ func (w *walker) node(n *pg_query.Node) {
 // msg handles the position-dependent nodes and walks every other message
 // generically.
 func (w *walker) msg(m protoreflect.Message) {
+	if _, ok := m.Interface().(*pg_query.Node); ok {
+		// Node is a oneof of ~250 messages; Range would test each.
+		if fd := m.WhichOneof(nodeOneof); fd != nil {
+			w.msg(m.Get(fd).Message())
+		}
+		return
+	}
 	mark := len(w.ctes)
 	defer func() { w.ctes = w.ctes[:mark] }()
 	switch v := m.Interface().(type) {

@@ -99,7 +99,12 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 			v.cacheable = false
 		}
 		a := stmtAudit{allow: d.Allow, reason: d.Reason, rule: d.Rule, policyID: d.Policy}
-		if a.sql, err = pg_query.Normalize(st.Text); err == nil {
+		if len(sts) == 1 {
+			a.sql = strings.TrimRight(strings.TrimSpace(norm), ";")
+		} else if a.sql, err = pg_query.Normalize(st.Text); err != nil {
+			a.sql = ""
+		}
+		if a.sql != "" {
 			a.fingerprint, _ = pg_query.Fingerprint(a.sql)
 		}
 		if !d.Allow {

@@ -1,0 +1,35 @@
+package sqlfacts
+
+import (
+	"testing"
+
+	pg_query "github.com/pganalyze/pg_query_go/v5"
+)
+
+const benchQuery = "SELECT u.id, u.name, lower(u.name) AS lname, count(i.id) AS n FROM users u LEFT JOIN items i ON i.id = u.id " +
+	"WHERE u.id > 10 AND u.name LIKE 'a%' GROUP BY u.id, u.name ORDER BY n DESC LIMIT 50"
+
+// BenchmarkParse is pre-scan + pg_query parse + facts for a 200-byte
+// query; BenchmarkPgQueryParse is pg_query's part alone, for comparison.
+func BenchmarkParse(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse(benchQuery, Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPgQueryParse(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		pg_query.Parse(benchQuery)
+	}
+}
+
+func BenchmarkPrescan(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		Prescan(benchQuery, Limits{})
+	}
+}
