@@ -60,13 +60,12 @@ func (w *Writer) run() {
 		case <-syncC:
 			// With interval the queue is written here or when it holds
 			// wakeAt records, so writes are large and few.
-			if l.outage.IsZero() {
-				w.flush(&l)
+			if !l.outage.IsZero() {
+				break
 			}
-			if l.outage.IsZero() {
-				if err := w.seg.sync(); err != nil {
-					w.fail(&l, err)
-				}
+			w.flush(&l)
+			if err := w.seg.sync(); err != nil {
+				w.fail(&l, err)
 			}
 		case <-cp.C:
 			w.checkpoint(&l)
