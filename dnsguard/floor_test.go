@@ -171,3 +171,21 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestFloorCheckAllocs(t *testing.T) {
+	f, err := NewFloor(InternalConfig{
+		{CIDR: "10.0.0.0/8", Ports: []uint16{443}, Action: "allow"},
+		{CIDR: "1.2.3.0/24", Action: "deny"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, internal := netip.MustParseAddr("192.0.43.10"), netip.MustParseAddr("10.1.1.1")
+	if n := testing.AllocsPerRun(100, func() {
+		if f.Check(pub, 443) != nil || f.Check(internal, 443) != nil {
+			t.Fatal("Check denied an allowed address")
+		}
+	}); n != 0 {
+		t.Errorf("Check allocs on allow = %v; want 0", n)
+	}
+}
