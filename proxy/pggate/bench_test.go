@@ -14,6 +14,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
 type nopAudit struct{}
@@ -81,7 +82,9 @@ func BenchmarkPgbench(b *testing.B) {
 		b.Fatal(err)
 	}
 	host, port, _ := net.SplitHostPort(pg.Addr())
-	if out, err := exec.Command(pg.Bin("pgbench"), "-i", "-q", "-s", "1", "-h", host, "-p", port, "-U", "postgres", "bench").CombinedOutput(); err != nil {
+	initCmd := exec.Command(pg.Bin("pgbench"), "-i", "-q", "-s", "1", "-h", host, "-p", port, "-U", pgtest.SuperUser, "bench")
+	initCmd.Env = append(os.Environ(), "PGPASSWORD="+pgtest.SuperPassword)
+	if out, err := initCmd.CombinedOutput(); err != nil {
 		b.Fatalf("pgbench -i: %v\n%s", err, out)
 	}
 	f := startGate(b, pg, nil)
@@ -115,7 +118,7 @@ func BenchmarkPgbench(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
-				direct := run(host, port, "postgres", "pgtest-superuser-password", bc.extra...)
+				direct := run(host, port, pgtest.SuperUser, pgtest.SuperPassword, bc.extra...)
 				gate := run(ghost, gport, bc.user, bc.pass, bc.extra...)
 				b.ReportMetric(direct, "direct_tps")
 				b.ReportMetric(gate, "gate_tps")
