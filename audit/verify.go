@@ -44,7 +44,10 @@ type Counts struct {
 	// Checkpoints counts checkpoint records; Signed those whose signature
 	// was checked against a public key.
 	Checkpoints, Signed int
-	Bytes               int64
+	// LastCheckpoint is the seq the last checkpoint record stated; the
+	// records after it are covered only by the chain.
+	LastCheckpoint uint64
+	Bytes          int64
 }
 
 // Verifier checks segments in order in constant memory: each line's hash,
@@ -197,6 +200,7 @@ func (v *Verifier) line(name string, n int, off int64, b []byte) error {
 			return v.brk(name, n, off, r.Seq, err.Error())
 		}
 		v.Counts.Checkpoints++
+		v.Counts.LastCheckpoint = v.seq
 		if v.PublicKey != nil {
 			v.Counts.Signed++
 		}

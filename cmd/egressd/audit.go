@@ -101,14 +101,14 @@ func runAuditVerify(args []string, stdout, stderr io.Writer) error {
 	seq, head := v.Head()
 	signed := ""
 	if c.Checkpoints > 0 {
-		signed = fmt.Sprintf(", %d checkpoints", c.Checkpoints)
+		signed = fmt.Sprintf(", %d checkpoints (last at seq %d", c.Checkpoints, c.LastCheckpoint)
 		if v.PublicKey != nil {
-			signed += " (signatures verified)"
+			signed += ", signatures verified)"
 		} else {
-			signed += " (signatures not checked: no --public-key)"
+			signed += ", signatures not checked: no --public-key)"
 		}
 	} else if v.PublicKey != nil {
-		signed = ", no checkpoints to check against --public-key"
+		signed = ", no signed checkpoint to check against --public-key"
 	}
 	fmt.Fprintf(stdout, "ok: %d records, %d segments, %d files, %d bytes%s; head seq %d hash %s\n",
 		c.Records, c.Segments, c.Files, c.Bytes, signed, seq, head)
