@@ -27,6 +27,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/elazarl/goproxy"
 )
 
 type options struct {
@@ -41,6 +43,7 @@ type options struct {
 	profile  string
 	keep     bool
 	only     string
+	baseline bool
 }
 
 func main() {
@@ -56,7 +59,15 @@ func main() {
 	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of egressd during a proxied wrk run")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory")
 	flag.StringVar(&o.only, "only", "http,connect,idle", "comma-separated parts to run")
+	flag.BoolVar(&o.baseline, "baseline", true, "also measure a bare goproxy (no policy, audit, identity) on the same core")
+	serveGoproxy := flag.String("serve-goproxy", "", "internal: run a bare goproxy on this address")
 	flag.Parse()
+	if *serveGoproxy != "" {
+		gp := goproxy.NewProxyHttpServer()
+		gp.Tr = &http.Transport{MaxIdleConnsPerHost: 64}
+		fmt.Fprintln(os.Stderr, http.ListenAndServe(*serveGoproxy, gp))
+		os.Exit(1)
+	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -366,6 +377,51 @@ func benchHTTP(o options, e *egressd, port int) error {
 		time.Duration(median(dP50)), time.Duration(median(pP50)), added, verdict(added <= 150*time.Microsecond))
 	cpu := time.Duration(median(cpuPerReq))
 	fmt.Printf("  egressd CPU per proxied request %v (one core sustains ~%.0f req/s)\n", cpu, float64(time.Second)/float64(cpu))
+	if o.baseline {
+		return benchBaseline(o, script, median(dRPS))
+	}
+	return nil
+}
+
+// benchBaseline runs a bare goproxy (this binary with -serve-goproxy) pinned
+// like egressd, for the same wrk run: what the library costs without
+// identity, policy, pinned dialling or audit.
+func benchBaseline(o options, script string, direct float64) error {
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort())
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("taskset", "-c", o.proxyCPU, self, "-serve-goproxy", addr)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	for i := 0; ; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if i > 200 {
+			return errors.New("bare goproxy did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e := &egressd{cmd: cmd}
+	var rps, cpu []float64
+	for range o.rounds {
+		c0 := e.cpuTime()
+		r, _, err := wrk(o, o.conns, "http://"+addr+"/", script)
+		if err != nil {
+			return err
+		}
+		rps = append(rps, r.rps)
+		cpu = append(cpu, float64(e.cpuTime()-c0)/(r.rps*o.duration.Seconds()))
+	}
+	fmt.Printf("  bare goproxy (same core, no policy/audit): %.0f req/s (%.2fx direct), CPU per request %v\n",
+		median(rps), median(rps)/direct, time.Duration(median(cpu)))
 	return nil
 }
 
