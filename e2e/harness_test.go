@@ -25,6 +25,20 @@ import (
 	"github.com/egressd/egressd/audit"
 )
 
+// The harness every e2e file shares:
+//
+//	e := Start(t, Options{YAML: InternalAllow(up.Addr), PolicyDir: WritePolicy(t, rules), DNS: dns.Addr()})
+//	e.Client(user, token)          // net/http client through the proxy
+//	e.ProxyAddr, e.AdminAddr       // loopback addresses, for curl -x and friends
+//	e.Admin(method, path)          // admin listener; e.Reload(t), e.Metrics(t)
+//	e.Records(t), e.WaitRecords(…) // the audit log as audit.Record values
+//	e.Signal(t, sig), e.Stop(d), e.Wait(d), e.Log()
+//	RunCLI(t, args…)               // the same binary as a CLI (audit verify, check …)
+//	VerifyAudit(t, e)              // `egressd audit verify` must pass
+//
+// Upstream fixtures are in upstream_test.go (StartHTTP, StartHTTPS with a CA
+// file) and the proxy tests' standard setup in world_test.go (newWorld).
+
 // binary is the egressd executable TestMain builds once per `go test` run.
 var binary string
 
