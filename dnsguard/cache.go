@@ -76,9 +76,3 @@ func (c *cache) evict(now time.Time) {
 		n--
 	}
 }
-
-func (c *cache) len() int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.data)
-}

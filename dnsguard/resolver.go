@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -253,7 +254,7 @@ func (r *Resolver) lookupType(ctx context.Context, name string, qtype uint16) ty
 			a = a.Unmap()
 			found = true
 			res.ttl = min(res.ttl, rr.Header().Ttl)
-			if !containsAddr(res.addrs, a) {
+			if !slices.Contains(res.addrs, a) {
 				res.addrs = append(res.addrs, a)
 			}
 		}
@@ -286,15 +287,6 @@ func negativeTTL(m *dns.Msg) (uint32, bool) {
 		}
 	}
 	return 0, false
-}
-
-func containsAddr(s []netip.Addr, a netip.Addr) bool {
-	for _, x := range s {
-		if x == a {
-			return true
-		}
-	}
-	return false
 }
 
 // query asks the upstreams in rotation, each Attempts times, for one
