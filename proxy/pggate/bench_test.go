@@ -69,6 +69,7 @@ var tpsRE = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection tim
 // vacuumed directly beforehand. Set PGBENCH_SECONDS to change the length
 // of each run (default 10).
 func BenchmarkPgbench(b *testing.B) {
+	pg := sharedPG(b)
 	secs := os.Getenv("PGBENCH_SECONDS")
 	if secs == "" {
 		secs = "10"

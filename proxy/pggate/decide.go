@@ -50,7 +50,7 @@ type stmtAudit struct {
 // time.
 func (s *session) decide(text string) *verdict {
 	g := s.g
-	key := s.keyPrefix + g.deps.Engine.Digest() + "\x00" + text
+	key := cacheKey{prefix: s.keyPrefix, digest: g.deps.Engine.Digest(), text: text}
 	v, ok := g.cache.get(key)
 	if !ok {
 		v = g.evaluate(context.Background(), s.identity, s.database, s.keyPrefix, text)
@@ -84,7 +84,7 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 	}
 	// Facts carry no literal values, so every text with this normalized
 	// form gets the same verdict.
-	nkey := prefix + g.deps.Engine.Digest() + "\x01" + norm
+	nkey := cacheKey{prefix: prefix, digest: g.deps.Engine.Digest(), text: norm, normalized: true}
 	if v, ok := g.cache.get(nkey); ok {
 		return v
 	}
@@ -216,22 +216,30 @@ func cacheKeyPrefix(id policy.Identity, db string) string {
 	return b.String()
 }
 
+// cacheKey names a verdict without building a string: who decides (the
+// session's identity/database prefix), which bundle, and the exact or the
+// normalized query text.
+type cacheKey struct {
+	prefix, digest, text string
+	normalized           bool
+}
+
 // verdictCache is a bounded map; when full it starts over, which keeps
 // every operation O(1) without per-entry bookkeeping.
 type verdictCache struct {
 	mu  sync.RWMutex
 	max int
-	m   map[string]*verdict
+	m   map[cacheKey]*verdict
 }
 
 func newVerdictCache(max int) *verdictCache {
 	if max <= 0 {
 		return nil
 	}
-	return &verdictCache{max: max, m: make(map[string]*verdict, min(max, 1024))}
+	return &verdictCache{max: max, m: make(map[cacheKey]*verdict, min(max, 1024))}
 }
 
-func (c *verdictCache) get(key string) (*verdict, bool) {
+func (c *verdictCache) get(key cacheKey) (*verdict, bool) {
 	if c == nil {
 		return nil, false
 	}
@@ -241,8 +249,9 @@ func (c *verdictCache) get(key string) (*verdict, bool) {
 	return v, ok
 }
 
-func (c *verdictCache) add(key string, v *verdict) {
-	if c == nil || len(key) > 64<<10 {
+func (c *verdictCache) add(key cacheKey, v *verdict) {
+	// Very long texts are decided each time rather than pinned in memory.
+	if c == nil || len(key.text) > 64<<10 {
 		return
 	}
 	c.mu.Lock()

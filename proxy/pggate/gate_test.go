@@ -43,6 +43,7 @@ func wantDenied(t *testing.T, err error, reason string) {
 }
 
 func TestAllowedQueriesMatchDirect(t *testing.T) {
+	pg := sharedPG(t)
 	f := startGate(t, pg, nil)
 	gate := connect(t, f.dsn("agent-ro", passRO, "app"))
 	direct := connect(t, pg.DSN("app"))
@@ -61,6 +62,7 @@ func TestAllowedQueriesMatchDirect(t *testing.T) {
 }
 
 func TestExtendedProtocolWithPgx(t *testing.T) {
+	pg := sharedPG(t)
 	f := startGate(t, pg, nil)
 	ctx := ctxT(t)
 	conn, err := pgx.Connect(ctx, f.dsn("agent-ro", passRO, "app"))
@@ -95,6 +97,7 @@ func TestExtendedProtocolWithPgx(t *testing.T) {
 }
 
 func TestDangerousConstructsDenied(t *testing.T) {
+	pg := sharedPG(t)
 	f := startGate(t, pg, nil)
 	tests := []struct {
 		name, user, pass, sql, reason string
@@ -163,6 +166,7 @@ func TestDangerousConstructsDenied(t *testing.T) {
 }
 
 func TestDenyInsideTransactionCommitsNothing(t *testing.T) {
+	pg := sharedPG(t)
 	f := startGate(t, pg, nil)
 	c := connect(t, f.dsn("agent-rw", passRW, "app"))
 	ctx := ctxT(t)
@@ -193,6 +197,7 @@ func TestDenyInsideTransactionCommitsNothing(t *testing.T) {
 }
 
 func TestTransactionsCommit(t *testing.T) {
+	pg := sharedPG(t)
 	f := startGate(t, pg, nil)
 	c := connect(t, f.dsn("agent-rw", passRW, "app"))
 	ctx := ctxT(t)
@@ -207,6 +212,7 @@ func TestTransactionsCommit(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
+	pg := sharedPG(t)
 	f := startGate(t, pg, nil)
 	c := connect(t, f.dsn("agent-ro", passRO, "app"))
 	done := make(chan error, 1)

@@ -20,41 +20,51 @@ import (
 	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
-// The tests share one PostgreSQL cluster (starting one costs seconds);
-// tests that stop it start their own.
-var pg *pgtest.Server
-
 const (
 	passRO = "pw-read-only"
 	passRW = "pw-read-write"
 )
 
-func TestMain(m *testing.M) {
-	var err error
-	pg, err = pgtest.New(pgtest.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	err = pg.Exec(ctx, "postgres", `CREATE DATABASE app`)
-	if err == nil {
-		err = pg.Exec(ctx, "app", `
+// The tests share one PostgreSQL cluster (starting one costs seconds),
+// started by the first test that needs it, so the fuzz targets run with no
+// PostgreSQL at all. Tests that stop their server start their own.
+var (
+	sharedOnce sync.Once
+	shared     *pgtest.Server
+	sharedErr  error
+)
+
+func sharedPG(t testing.TB) *pgtest.Server {
+	t.Helper()
+	sharedOnce.Do(func() {
+		shared, sharedErr = pgtest.New(pgtest.Options{})
+		if sharedErr != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		sharedErr = shared.Exec(ctx, "postgres", `CREATE DATABASE app`)
+		if sharedErr == nil {
+			sharedErr = shared.Exec(ctx, "app", `
 			CREATE TABLE users (id int PRIMARY KEY, name text NOT NULL);
 			INSERT INTO users VALUES (1, 'ada'), (2, 'grace'), (3, 'edsger');
 			CREATE TABLE items (id int PRIMARY KEY, note text);
 			CREATE SCHEMA private;
 			CREATE TABLE private.secrets (k text);
 			INSERT INTO private.secrets VALUES ('s3cr3t');`)
+		}
+	})
+	if sharedErr != nil {
+		t.Fatalf("pgtest: %v", sharedErr)
 	}
-	cancel()
-	if err != nil {
-		pg.Close()
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+	return shared
+}
+
+func TestMain(m *testing.M) {
 	code := m.Run()
-	pg.Close()
+	if shared != nil {
+		shared.Close()
+	}
 	os.Exit(code)
 }
 

@@ -75,6 +75,7 @@ func wantErrorThenReady(t *testing.T, msgs []pgproto3.BackendMessage, reason str
 }
 
 func TestFunctionCallDenied(t *testing.T) {
+	pg := sharedPG(t)
 	f := startGate(t, pg, nil)
 	_, fe := rawClient(t, f)
 	fe.Send(&pgproto3.FunctionCall{Function: 2619, ResultFormatCode: 0})
@@ -85,6 +86,7 @@ func TestFunctionCallDenied(t *testing.T) {
 }
 
 func TestBindOfUnvettedStatementDenied(t *testing.T) {
+	pg := sharedPG(t)
 	f := startGate(t, pg, nil)
 	_, fe := rawClient(t, f)
 	fe.Send(&pgproto3.Bind{PreparedStatement: "never_parsed"})
@@ -119,6 +121,7 @@ func TestBindOfUnvettedStatementDenied(t *testing.T) {
 }
 
 func TestPipelinedDenySkipsToSync(t *testing.T) {
+	pg := sharedPG(t)
 	f := startGate(t, pg, nil)
 	_, fe := rawClient(t, f)
 	fe.Send(&pgproto3.Parse{Query: "SELECT 1"})
@@ -174,6 +177,7 @@ func wantClosedWithError(t *testing.T, c net.Conn) {
 }
 
 func TestBadClientsEndOnlyThemselves(t *testing.T) {
+	pg := sharedPG(t)
 	f := startGate(t, pg, func(c *Config) { c.MaxMessageBytes = 1 << 16 })
 	startup := func(version uint32) []byte {
 		b := binary.BigEndian.AppendUint32(nil, 0)
@@ -236,6 +240,7 @@ func dialSend(t *testing.T, f *fixture, b []byte) net.Conn {
 }
 
 func TestLoginRefusals(t *testing.T) {
+	pg := sharedPG(t)
 	f := startGate(t, pg, nil)
 	tests := []struct {
 		name, dsn, code, msg string
@@ -265,6 +270,7 @@ func TestLoginRefusals(t *testing.T) {
 }
 
 func TestAuditRecords(t *testing.T) {
+	pg := sharedPG(t)
 	f := startGate(t, pg, nil)
 	c := connect(t, f.dsn("agent-ro", passRO, "app"))
 	rows(t, c, "SELECT name FROM users WHERE name = 'grace' AND id = 2")
@@ -295,6 +301,7 @@ func TestAuditRecords(t *testing.T) {
 }
 
 func TestPsqlClient(t *testing.T) {
+	pg := sharedPG(t)
 	f := startGate(t, pg, nil)
 	host, port, _ := net.SplitHostPort(f.addr)
 	run := func(sql string) (string, string, error) {
