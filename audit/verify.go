@@ -105,6 +105,9 @@ func (v *Verifier) Paths(paths []string) error {
 			if files, err = ListSegments(p); err != nil {
 				return err
 			}
+			if len(files) == 0 {
+				return fmt.Errorf("no audit segments (%s*%s) in %s", segPrefix, segSuffix, p)
+			}
 		}
 		for _, f := range files {
 			if err := v.File(f); err != nil {

@@ -73,6 +73,7 @@ func TestAuditVerifyCLI(t *testing.T) {
 		{"intact files", append([]string{"audit", "verify"}, segs...), 0, "ok: "},
 		{"broken", []string{"audit", "verify", broken}, 1, "broken: " + bsegs[1] + ":"},
 		{"missing", []string{"audit", "verify", filepath.Join(dir, "nope")}, 2, ""},
+		{"empty dir", []string{"audit", "verify", t.TempDir()}, 2, ""},
 		{"bad checkpoint flag", []string{"audit", "verify", "--checkpoint", "x", dir}, 2, ""},
 		{"no subcommand", []string{"audit"}, 2, ""},
 	}
