@@ -73,6 +73,10 @@ func TestResolve(t *testing.T) {
 	srv.SetRR("empty.test")
 	srv.Set("truncated.test", dnstest.Entry{Answers: [][]string{{"truncated.test. 60 IN A 192.0.43.10"}}, TruncateUDP: true})
 	srv.Set("servfail.test", dnstest.Entry{Rcode: 2})
+	srv.Set("hop.test", dnstest.Entry{Answers: [][]string{{"hop.test. 60 IN CNAME public.test."}}, NoFollow: true})
+	srv.Set("hop-private.test", dnstest.Entry{Answers: [][]string{{"hop-private.test. 60 IN CNAME corp.internal.test."}}, NoFollow: true})
+	srv.Set("hop-meta.test", dnstest.Entry{Answers: [][]string{{"hop-meta.test. 60 IN CNAME hop-meta2.test."}}, NoFollow: true})
+	srv.Set("hop-meta2.test", dnstest.Entry{Answers: [][]string{{"hop-meta2.test. 60 IN CNAME instance-data.ec2.internal."}}, NoFollow: true})
 	srv.SetRR("loop-a.test", "loop-a.test. 60 IN CNAME loop-b.test.", "loop-b.test. 60 IN CNAME loop-a.test.")
 
 	r, _ := newTestResolver(t, testConfig(srv.Addr()), loopback2)
@@ -91,6 +95,9 @@ func TestResolve(t *testing.T) {
 		{name: "metadata", host: "meta.test", reason: "metadata_address", detail: "169.254.169.254 is metadata"},
 		{name: "cname to internal name", host: "alias.test", reason: "private_address", detail: "10.1.2.3 is private"},
 		{name: "cname to public", host: "alias-public.test", want: []string{"192.0.43.10", "2001:500:88:200::10"}},
+		{name: "cname answered by another query", host: "hop.test", want: []string{"192.0.43.10", "2001:500:88:200::10"}},
+		{name: "cname to internal name by another query", host: "hop-private.test", reason: "private_address"},
+		{name: "cname chain to metadata name across queries", host: "hop-meta.test", reason: "metadata_name"},
 		{name: "cname to metadata name", host: "alias-meta.test", reason: "metadata_name"},
 		{name: "metadata name", host: "metadata.google.internal", reason: "metadata_name"},
 		{name: "aaaa-only mapped metadata", host: "mapped-meta.test", reason: "metadata_address"},

@@ -32,6 +32,10 @@ type Entry struct {
 	TruncateUDP bool
 	// Delay is slept before answering.
 	Delay time.Duration
+	// NoFollow answers with the name's own records only, like an
+	// authoritative server whose CNAME target lives in another zone: the
+	// client must ask for the target itself.
+	NoFollow bool
 }
 
 type entry struct {
@@ -165,7 +169,11 @@ func (s *Server) serve(w dns.ResponseWriter, req *dns.Msg) {
 	}
 	var answer []dns.RR
 	if e != nil && e.Rcode == 0 && !(udp && e.TruncateUDP) {
-		answer = s.collect(name, q.Qtype, set, 0)
+		depth := 0
+		if e.NoFollow {
+			depth = maxFollow
+		}
+		answer = s.collect(name, q.Qtype, set, depth)
 	}
 	s.mu.Unlock()
 
@@ -194,10 +202,13 @@ func (s *Server) serve(w dns.ResponseWriter, req *dns.Msg) {
 	_ = w.WriteMsg(resp)
 }
 
+// maxFollow bounds CNAME following inside the test server.
+const maxFollow = 16
+
 // collect picks the records of name that answer qtype from set, following
 // CNAMEs into the set itself or into other programmed names. s.mu is held.
 func (s *Server) collect(name string, qtype uint16, set []dns.RR, depth int) []dns.RR {
-	if depth > 16 {
+	if depth > maxFollow {
 		return nil
 	}
 	var out []dns.RR
