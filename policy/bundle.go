@@ -217,13 +217,29 @@ var entryPoints = map[Kind]string{
 }
 
 // compileBundle compiles the production modules (tests excluded), prepares
-// one query per entry point, then runs the bundle's Rego tests. Any failure
-// refuses the whole bundle.
+// one query per entry point, then, with withTests, runs the bundle's Rego
+// tests. Any failure refuses the whole bundle.
 func compileBundle(ctx context.Context, srcs []source, cacheSize int, withTests bool) (*compiled, error) {
 	pb, err := parseBundle(srcs)
 	if err != nil {
 		return nil, err
 	}
+	c, store, err := prepare(ctx, pb, cacheSize)
+	if err != nil {
+		return nil, err
+	}
+	c.digest = digestOf(srcs)
+	if withTests {
+		if _, err := testBundle(ctx, pb, store); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// prepare compiles pb's production modules and prepares the queries
+// against a store holding pb's data.
+func prepare(ctx context.Context, pb *parsedBundle, cacheSize int) (*compiled, storage.Store, error) {
 	prod := make(map[string]*ast.Module, len(pb.modules))
 	for name, m := range pb.modules {
 		if !isTestModule(name) {
@@ -232,10 +248,10 @@ func compileBundle(ctx context.Context, srcs []source, cacheSize int, withTests 
 	}
 	comp := ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1)
 	if comp.Compile(prod); comp.Failed() {
-		return nil, comp.Errors
+		return nil, nil, comp.Errors
 	}
 	store := inmem.NewFromASTObject(pb.data)
-	c := &compiled{digest: digestOf(srcs), cache: newLRU(cacheSize)}
+	c := &compiled{cache: newLRU(cacheSize)}
 	for k, pkg := range entryPoints {
 		pq, err := rego.New(
 			rego.Query("data.egress."+pkg+".decision"),
@@ -243,18 +259,13 @@ func compileBundle(ctx context.Context, srcs []source, cacheSize int, withTests 
 			rego.Store(store),
 		).PrepareForEval(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("prepare egress.%s: %w", pkg, err)
+			return nil, nil, fmt.Errorf("prepare egress.%s: %w", pkg, err)
 		}
 		c.queries[k] = &pq
 	}
 	// A redirect is judged by the rules of the request it replaces.
 	c.queries[KindRedirect] = c.queries[KindHTTP]
-	if withTests {
-		if _, err := testBundle(ctx, pb, store); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
+	return c, store, nil
 }
 
 // Check reads and compiles the bundle in fsys without running its tests,
@@ -278,14 +289,15 @@ func Test(ctx context.Context, fsys fs.FS) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if _, err := compileBundle(ctx, srcs, 0, false); err != nil {
-		return 0, err
-	}
 	pb, err := parseBundle(srcs)
 	if err != nil {
 		return 0, err
 	}
-	return testBundle(ctx, pb, inmem.NewFromASTObject(pb.data))
+	_, store, err := prepare(ctx, pb, 0)
+	if err != nil {
+		return 0, err
+	}
+	return testBundle(ctx, pb, store)
 }
 
 // TestFailure is one failed or erroring Rego test.

@@ -3,12 +3,21 @@ package policy
 import (
 	"context"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 )
 
+// testEvalTimeout replaces the 100ms default in tests: under -race on a
+// loaded machine an evaluation can take longer, and a timeout deny would
+// read as a wrong decision. TestDecideFailsClosed sets its own.
+const testEvalTimeout = 10 * time.Second
+
 func newTestEngine(t testing.TB, cfg Config) *Engine {
 	t.Helper()
+	if cfg.EvalTimeout == 0 {
+		cfg.EvalTimeout = testEvalTimeout
+	}
 	e, err := New(context.Background(), cfg, zap.NewNop())
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -17,7 +26,7 @@ func newTestEngine(t testing.TB, cfg Config) *Engine {
 }
 
 func TestDecideDefaultBundle(t *testing.T) {
-	e := newTestEngine(t, DefaultConfig())
+	e := newTestEngine(t, Config{})
 	tests := []struct {
 		name   string
 		method string

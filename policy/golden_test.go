@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -148,7 +149,9 @@ func normalize(v any) map[string]any {
 func TestGolden(t *testing.T) {
 	for _, g := range goldenBundles {
 		t.Run(g.file, func(t *testing.T) {
-			cfg := policy.DefaultConfig()
+			// A long eval timeout: under -race on a loaded machine the
+			// 100ms default could turn a decision into policy_timeout.
+			cfg := policy.Config{EvalTimeout: 10 * time.Second}
 			if g.bundle == "shapes" {
 				cfg.Dir = shapesBundle(t)
 			}
@@ -203,9 +206,13 @@ func TestGoldenThroughBinary(t *testing.T) {
 	bin := buildEgressd(t)
 	for _, g := range goldenBundles {
 		t.Run(g.file, func(t *testing.T) {
-			var policyArgs []string
+			cfgFile := filepath.Join(t.TempDir(), "egressd.yaml")
+			if err := os.WriteFile(cfgFile, []byte("policy:\n  eval_timeout: 10s\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			policyArgs := []string{"--config", cfgFile}
 			if g.bundle == "shapes" {
-				policyArgs = []string{"--policy", shapesBundle(t)}
+				policyArgs = append(policyArgs, "--policy", shapesBundle(t))
 			}
 			cases := readGolden(t, g.file)
 			var mu sync.Mutex

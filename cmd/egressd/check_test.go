@@ -12,8 +12,15 @@ import (
 )
 
 func TestCheckIdentityFromConfig(t *testing.T) {
+	// A long eval timeout: under -race on a loaded machine the 100ms
+	// default could turn a decision into policy_timeout.
+	const policy = "policy:\n  eval_timeout: 10s\n"
 	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
-	if err := os.WriteFile(cfg, []byte("identities:\n  - id: team\n    attributes: {tier: \"1\"}\n"), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(policy+"identities:\n  - id: team\n    attributes: {tier: \"1\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	anon := filepath.Join(t.TempDir(), "anonymous.yaml")
+	if err := os.WriteFile(anon, []byte(policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -26,9 +33,9 @@ func TestCheckIdentityFromConfig(t *testing.T) {
 		{"configured identity", []string{"check", "http", "--config", cfg, "--identity", "team", "GET", "https://pypi.org/simple/"}, 0, "team", ""},
 		{"identity required", []string{"check", "http", "--config", cfg, "GET", "https://pypi.org/simple/"}, 2, "", "--identity is required"},
 		{"unknown identity", []string{"check", "connect", "--config", cfg, "--identity", "nobody", "pypi.org:443"}, 2, "", "not in the config"},
-		{"anonymous without identities", []string{"check", "connect", "pypi.org:443"}, 0, "anonymous", ""},
-		{"deny exits 1", []string{"check", "http", "GET", "https://example.com/"}, 1, "anonymous", ""},
-		{"parse refusal exits 1", []string{"check", "http", "GET", "http://2130706433/"}, 1, "anonymous", ""},
+		{"anonymous without identities", []string{"check", "connect", "--config", anon, "pypi.org:443"}, 0, "anonymous", ""},
+		{"deny exits 1", []string{"check", "http", "--config", anon, "GET", "https://example.com/"}, 1, "anonymous", ""},
+		{"parse refusal exits 1", []string{"check", "http", "--config", anon, "GET", "http://2130706433/"}, 1, "anonymous", ""},
 		{"bad config", []string{"check", "http", "--config", "/nonexistent.yaml", "GET", "https://pypi.org/"}, 2, "", "read config"},
 	}
 	for _, tt := range tests {
