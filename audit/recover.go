@@ -86,21 +86,31 @@ func (w *Writer) recover() error {
 	switch {
 	case fi.Size() == 0:
 		// Reuse it: the header write failed or never ran.
-		if s.f, err = os.OpenFile(last, os.O_APPEND|os.O_WRONLY, 0); err != nil {
-			return fmt.Errorf("audit log: %w", err)
+		if err := s.reopen(last); err != nil {
+			return err
 		}
 		s.needHeader, s.headerReason = true, reason
 		return w.startSegment(reason, nil)
 	case len(s.tornRefs) > 0:
 		return w.startSegment(reason, nil)
 	}
-	if s.f, err = os.OpenFile(last, os.O_APPEND|os.O_WRONLY, 0); err != nil {
-		return fmt.Errorf("audit log: %w", err)
+	if err := s.reopen(last); err != nil {
+		return err
 	}
 	s.size = fi.Size()
 	if s.size >= s.max {
 		s.rotate = "rotate"
 	}
+	return nil
+}
+
+// reopen opens an existing segment to append to it.
+func (s *segState) reopen(path string) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("audit log: %w", err)
+	}
+	s.f = wrapSegment(f)
 	return nil
 }
 

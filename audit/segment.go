@@ -64,6 +64,17 @@ func ListSegments(dir string) ([]string, error) {
 	return paths, nil
 }
 
+// segFile is what the writer needs of an open segment.
+type segFile interface {
+	io.Writer
+	Sync() error
+	Close() error
+}
+
+// wrapSegment lets tests put a fault-injecting layer between the writer
+// and its files; egressd itself uses the *os.File as it is.
+var wrapSegment = func(f *os.File) segFile { return f }
+
 // tornRef names an unterminated line left in a segment.
 type tornRef struct {
 	file   string
@@ -98,7 +109,7 @@ type segState struct {
 	st  *stats
 	enc *encoder
 
-	f        *os.File
+	f        segFile
 	num      int    // number of the open (or last) segment; 0 before the first
 	name     string // its file name
 	prevName string // the segment before it, "" for the first
@@ -210,7 +221,7 @@ func (s *segState) openSegment(reason string) error {
 		if err != nil {
 			return fmt.Errorf("create segment: %w", err)
 		}
-		s.f, s.num, s.name, s.size, s.torn = f, num, name, 0, -1
+		s.f, s.num, s.name, s.size, s.torn = wrapSegment(f), num, name, 0, -1
 		s.needHeader, s.rotate = true, ""
 		s.st.segments.Add(1)
 		if err := syncDir(s.dir); err != nil {
