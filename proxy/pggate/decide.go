@@ -50,7 +50,7 @@ type stmtAudit struct {
 // time.
 func (s *session) decide(text string) *verdict {
 	g := s.g
-	key := cacheKey{prefix: s.keyPrefix, digest: g.deps.Engine.Digest(), text: text}
+	key := cacheKey{prefix: s.keyPrefix, digest: g.engine().Digest(), text: text}
 	v, ok := g.cache.get(key)
 	if !ok {
 		v = g.evaluate(context.Background(), s.identity, s.database, s.keyPrefix, text)
@@ -84,7 +84,7 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 	}
 	// Facts carry no literal values, so every text with this normalized
 	// form gets the same verdict.
-	nkey := cacheKey{prefix: prefix, digest: g.deps.Engine.Digest(), text: norm, normalized: true}
+	nkey := cacheKey{prefix: prefix, digest: g.engine().Digest(), text: norm, normalized: true}
 	if v, ok := g.cache.get(nkey); ok {
 		return v
 	}
@@ -94,7 +94,7 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 	}
 	v := &verdict{allow: true, cacheable: true, stmts: make([]stmtAudit, 0, len(sts))}
 	for _, st := range sts {
-		d := g.deps.Engine.Decide(ctx, policy.Input{Identity: ident, Facts: st})
+		d := g.engine().Decide(ctx, policy.Input{Identity: ident, Facts: st})
 		if d.Reason == policy.ReasonPolicyTimeout || d.Reason == policy.ReasonPolicyError {
 			v.cacheable = false
 		}
@@ -137,7 +137,7 @@ func (g *Gate) refused(err error) *verdict {
 	if errors.As(err, &de) {
 		reason = sanitizeReason(de.Reason)
 	}
-	digest := g.deps.Engine.Digest()
+	digest := g.engine().Digest()
 	return &verdict{reason: reason, cacheable: true,
 		stmts: []stmtAudit{{reason: reason, policyID: digest}}}
 }
@@ -145,7 +145,7 @@ func (g *Gate) refused(err error) *verdict {
 // auditRefusal records a deny that has no SQL (a fast-path call, a Bind of
 // an unknown statement).
 func (s *session) auditRefusal(reason string) {
-	if err := s.audit(policy.Decision{Reason: reason, Policy: s.g.deps.Engine.Digest()}, "", ""); err != nil {
+	if err := s.audit(policy.Decision{Reason: reason, Policy: s.g.engine().Digest()}, "", ""); err != nil {
 		s.g.log.Error("audit append failed", zap.Error(err))
 	}
 }

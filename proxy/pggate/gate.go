@@ -19,6 +19,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -46,7 +47,8 @@ type Identities interface {
 // Dialer's DialContext, so the upstream address passes the address floor.
 type DialFunc func(ctx context.Context, network, address string) (net.Conn, error)
 
-// Deps are the gate's collaborators.
+// Deps are the gate's collaborators. Engine and Identities can be swapped
+// later with Update.
 type Deps struct {
 	Engine     Decider
 	Identities Identities
@@ -71,6 +73,9 @@ type Gate struct {
 	fakeSalt []byte
 	cache    *verdictCache
 	cancels  cancelTable
+	// cur holds the engine and identity table; Update swaps them on
+	// reload without touching sessions in flight.
+	cur atomic.Pointer[current]
 
 	mu       sync.Mutex
 	lns      map[net.Listener]struct{}
@@ -100,6 +105,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		lns:    map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
 	}
 	g.cancels.m = map[uint32]*cancelTarget{}
+	g.cur.Store(&current{engine: deps.Engine, ids: deps.Identities})
 	nonce := make([]byte, 8)
 	rand.Read(nonce)
 	g.marker = "egressd_denied_" + hex.EncodeToString(nonce) + "_"
@@ -133,6 +139,26 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	}
 	return g, nil
 }
+
+type current struct {
+	engine Decider
+	ids    Identities
+}
+
+// Update makes new logins and decisions use engine and ids (after a policy
+// or identity reload). A logged-in session keeps the identity it logged in
+// with; its next statement is decided by the new engine, and the decision
+// cache, keyed by the bundle digest, never serves the old bundle's answers.
+func (g *Gate) Update(engine Decider, ids Identities) {
+	if engine == nil || ids == nil {
+		return
+	}
+	g.cur.Store(&current{engine: engine, ids: ids})
+}
+
+func (g *Gate) engine() Decider { return g.cur.Load().engine }
+
+func (g *Gate) identities() Identities { return g.cur.Load().ids }
 
 // ErrClosed is returned by Serve after Shutdown.
 var ErrClosed = errors.New("pggate: closed")

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/egressd/egressd/policy"
 )
 
 func rows(t *testing.T, c *pgconn.PgConn, sql string) [][]string {
@@ -241,4 +243,23 @@ func TestCancel(t *testing.T) {
 			}
 		}
 	}
+}
+
+// denyAll is a Decider that refuses everything, standing in for a reloaded
+// bundle.
+type denyAll struct{}
+
+func (denyAll) Decide(context.Context, policy.Input) policy.Decision {
+	return policy.Decision{Reason: "reloaded_deny", Policy: "sha256:reloaded"}
+}
+
+func (denyAll) Digest() string { return "sha256:reloaded" }
+
+func TestUpdateSwapsEngineForLiveSessions(t *testing.T) {
+	f := startGate(t, sharedPG(t), nil)
+	c := connect(t, f.dsn("agent-ro", passRO, "app"))
+	rows(t, c, "SELECT id FROM users")
+	f.gate.Update(denyAll{}, testIdentities(t))
+	_, err := c.Exec(ctxT(t), "SELECT id FROM users").ReadAll()
+	wantDenied(t, err, "reloaded_deny")
 }

@@ -146,7 +146,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 			return nil, fatalf(codeInsufficientPrivs, "egressd: denied: startup_parameter_denied (%s)", lk)
 		}
 	}
-	entry, ident, known := g.deps.Identities.Lookup(user)
+	entry, ident, known := g.identities().Lookup(user)
 	var v *verifier
 	if known && entry.SCRAMSHA256 != "" {
 		var err error
@@ -195,7 +195,7 @@ func (g *Gate) saltFor(user string) []byte {
 // a "connect" statement with no relations.
 func (s *session) decideConnect(ctx context.Context) *fatal {
 	st := &sqlfacts.Statement{Command: "connect", Database: s.database, Relations: []sqlfacts.Relation{}, Functions: []sqlfacts.Function{}}
-	d := s.g.deps.Engine.Decide(ctx, policy.Input{Identity: s.identity, Facts: st})
+	d := s.g.engine().Decide(ctx, policy.Input{Identity: s.identity, Facts: st})
 	if err := s.audit(d, "", ""); err != nil {
 		d = policy.Deny(reasonAuditUnavailable, "")
 	}
