@@ -85,7 +85,7 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 	// Facts carry no literal values, so every text with this normalized
 	// form gets the same verdict.
 	nkey := cacheKey{prefix: prefix, digest: g.engine().Digest(), text: norm, normalized: true}
-	if v, ok := g.cache.get(nkey); ok {
+	if v, ok := g.ncache.get(nkey); ok {
 		return v
 	}
 	sts, err := sqlfacts.Parse(text, sqlfacts.Options{Database: db, SearchPath: []string{g.cfg.SearchPath}, Limits: g.limits})
@@ -123,7 +123,7 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 		}
 	}
 	if v.cacheable {
-		g.cache.add(nkey, v)
+		g.ncache.add(nkey, v)
 	}
 	return v
 }

@@ -71,8 +71,11 @@ type Gate struct {
 	// statement; it is random per process so no client text can forge it.
 	marker   string
 	fakeSalt []byte
-	cache    *verdictCache
-	cancels  cancelTable
+	// cache holds verdicts by exact text; ncache by normalized text, kept
+	// apart so that a stream of one-off literals cannot evict the shapes.
+	cache   *verdictCache
+	ncache  *verdictCache
+	cancels cancelTable
 	// cur holds the engine and identity table; Update swaps them on
 	// reload without touching sessions in flight.
 	cur atomic.Pointer[current]
@@ -102,6 +105,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		cfg: cfg, deps: deps, log: log.Named("pggate"),
 		limits: sqlfacts.Limits{MaxLen: cfg.MaxQueryBytes, MaxDepth: cfg.MaxNesting, MaxOps: cfg.MaxOperators},
 		cache:  newVerdictCache(cfg.CacheSize),
+		ncache: newVerdictCache(cfg.CacheSize),
 		lns:    map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
 	}
 	g.cancels.m = map[uint32]*cancelTarget{}

@@ -98,12 +98,17 @@ func (g *Gate) serveConn(conn net.Conn) {
 			startup = m
 		}
 	}
+	start := time.Now()
 	s, f := g.login(conn, be, startup)
 	if f != nil {
+		g.log.Info("login refused", zap.String("client", conn.RemoteAddr().String()),
+			zap.String("user", startup.Parameters["user"]), zap.String("code", f.code), zap.String("error", f.msg))
 		sendFatal(be, f)
 		return
 	}
 	s.run()
+	g.log.Info("session closed", zap.String("identity", s.identity.ID), zap.String("database", s.database),
+		zap.String("client", s.remote), zap.Duration("duration", time.Since(start)))
 }
 
 func (g *Gate) newBackend(conn net.Conn) *pgproto3.Backend {
