@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"unicode/utf16"
@@ -108,6 +109,11 @@ func (d *decoder) raw() ([]byte, error) {
 		return nil, err
 	}
 	start := d.i
+	// Skip eight plain bytes at a time; stop at the word holding a quote,
+	// backslash or control character.
+	for d.i+8 <= len(d.b) && !special(binary.LittleEndian.Uint64(d.b[d.i:])) {
+		d.i += 8
+	}
 	for d.i < len(d.b) {
 		c := d.b[d.i]
 		switch {
@@ -126,6 +132,16 @@ func (d *decoder) raw() ([]byte, error) {
 		d.i++
 	}
 	return nil, errEnd
+}
+
+// special reports whether any byte of x is '"', '\\' or below 0x20
+// (exact, not approximate: the classic has-zero-byte and has-less-than
+// bit tricks).
+func special(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	hasZero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
+	less := (x - ones*0x20) & ^x & highs
+	return less|hasZero(x^(ones*'"'))|hasZero(x^(ones*'\\')) != 0
 }
 
 func (d *decoder) rawEscaped(start int) ([]byte, error) {
