@@ -83,6 +83,9 @@ type Options struct {
 	// dnstest server. If empty, 127.0.0.1:1 (nothing answers): tests that
 	// resolve names must set it.
 	DNS string
+	// DNSListen is dns.listen, the sandbox-facing resolver; if empty none
+	// starts.
+	DNSListen string
 	// AuditDir is reused when set (a restart continues a chain); if empty a
 	// fresh directory is used.
 	AuditDir string
@@ -179,6 +182,9 @@ func (e *Egressd) WriteConfig(t testing.TB, o Options) {
 		dns = "127.0.0.1:1"
 	}
 	fmt.Fprintf(&b, "dns:\n  upstreams: [%q]\n", dns)
+	if o.DNSListen != "" {
+		fmt.Fprintf(&b, "  listen: %s\n", o.DNSListen)
+	}
 	if o.PolicyDir != "" {
 		fmt.Fprintf(&b, "policy:\n  dir: %s\n", o.PolicyDir)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"sync"
@@ -73,6 +74,7 @@ type daemon struct {
 	metrics  *proxy.Metrics
 	registry *prometheus.Registry
 	proxy    *proxy.Server
+	dns      *dnsguard.Server // nil unless dns.listen is set
 	reloadMu sync.Mutex
 }
 
@@ -115,7 +117,26 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		aw.Close()
 		return nil, err
 	}
+	if cfg.DNS.Listen != "" {
+		d.dns, err = dnsguard.NewServer(dnsguard.ServerOptions{
+			Config: cfg.DNS, Decider: engine, Resolver: res, Audit: aw,
+			Identify: dnsIdentify(ids), Log: log,
+		})
+		if err != nil {
+			aw.Close()
+			return nil, err
+		}
+	}
 	return d, nil
+}
+
+// dnsIdentify maps DNS clients by source address: with no identities every
+// client is anonymous; otherwise an unmapped source is refused.
+func dnsIdentify(ids *identity.Store) func(netip.Addr) (policy.Identity, bool) {
+	if ids.Len() == 0 {
+		return nil
+	}
+	return ids.BySource
 }
 
 func (d *daemon) run(ctx context.Context) error {
@@ -147,9 +168,14 @@ func (d *daemon) run(ctx context.Context) error {
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          zap.NewStdLog(d.log.Named("admin")),
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- d.proxy.Serve(pln) }()
 	go func() { errc <- adminSrv.Serve(aln) }()
+	dnsCtx, stopDNS := context.WithCancel(ctx)
+	defer stopDNS()
+	if d.dns != nil {
+		go func() { errc <- d.dns.ListenAndServe(dnsCtx) }()
+	}
 	d.log.Info("serving", zap.String("proxy", pln.Addr().String()), zap.String("admin", aln.Addr().String()),
 		zap.String("policy", d.engine.Load().Digest()))
 
@@ -219,6 +245,9 @@ func (d *daemon) reloadLocked(ctx context.Context) error {
 		return fmt.Errorf("reload policy: %w", err)
 	}
 	d.proxy.Reload(&proxy.Decider{Engine: engine, Floor: d.floor}, ids)
+	if d.dns != nil {
+		d.dns.Reload(engine, dnsIdentify(ids))
+	}
 	d.engine.Store(engine)
 	d.log.Info("reloaded", zap.String("policy", engine.Digest()), zap.Int("identities", ids.Len()))
 	return nil
