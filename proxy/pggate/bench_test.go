@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,6 +59,21 @@ func BenchmarkDecide(b *testing.B) {
 			}
 		})
 	}
+	// New literals in a known shape (pgbench's pattern): the exact-text
+	// cache misses, the normalized one hits, so pg_query parses nothing
+	// but a Normalize.
+	b.Run("new-literals", func(b *testing.B) {
+		s := benchSession(b, 10000)
+		s.decide(benchQuery)
+		b.ReportAllocs()
+		b.ResetTimer()
+		i := 0
+		for b.Loop() {
+			// Every text is new: the exact-text cache never hits.
+			s.decide(strings.Replace(benchQuery, "10", strconv.Itoa(1000+i), 1))
+			i++
+		}
+	})
 }
 
 var tpsRE = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
