@@ -25,7 +25,7 @@ const (
 // terms, and not at all on its own.
 func TestIsolation(t *testing.T) {
 	topo := newTopology(t)
-	for _, tool := range []string{"curl"} {
+	for _, tool := range []string{"curl", "dig", "getent"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is required in the sandbox namespace: %v", tool, err)
 		}
@@ -36,7 +36,7 @@ func TestIsolation(t *testing.T) {
 	httpUp := StartHTTP(t)
 	httpsUp := StartHTTPS(t)
 	dns := dnstest.Start(t)
-	for _, name := range []string{"allowed.test", "denied.test", "example.com"} {
+	for _, name := range []string{"allowed.test", "denied.test", "example.com", "secret.test"} {
 		dns.SetRR(name, name+". 60 IN A "+upstreamAddr)
 	}
 	expose(t, topo.upstream, "tcp", upstreamAddr+":"+upHTTPPort, httpUp.Addr)
@@ -58,6 +58,7 @@ policy:
   dir: %[2]s
 dns:
   upstreams: ["%[3]s:53"]
+  listen: %[1]s:53
 %[4]s`, egressdSbAddr, policy, upstreamAddr,
 		InternalAllow(upstreamAddr+":"+upHTTPPort, upstreamAddr+":"+upHTTPSPort)))
 
@@ -89,6 +90,36 @@ dns:
 		}
 	})
 
+	t.Run("dns only through the guard", func(t *testing.T) {
+		for _, transport := range []string{"+notcp", "+tcp"} {
+			dig := func(server, name string) (string, int) {
+				return topo.run(t, topo.sandbox, "dig", transport, "+time=2", "+tries=1", "@"+server, name, "A")
+			}
+			out, code := dig(egressdSbAddr, "allowed.test")
+			if code != 0 || !strings.Contains(out, "status: NOERROR") || !strings.Contains(out, upstreamAddr) {
+				t.Errorf("dig %s @egressd allowed.test = exit %d\n%s; want NOERROR with %s", transport, code, out, upstreamAddr)
+			}
+			out, _ = dig(egressdSbAddr, "secret.test")
+			if !strings.Contains(out, "status: REFUSED") {
+				t.Errorf("dig %s @egressd secret.test =\n%s; want REFUSED", transport, out)
+			}
+			if out, code := dig(upstreamAddr, "allowed.test"); code == 0 {
+				t.Errorf("dig %s straight to the upstream resolver succeeded:\n%s; want no route", transport, out)
+			}
+		}
+		if n := dns.Queries("secret.test"); n != 0 {
+			t.Errorf("upstream resolver saw %d queries for refused secret.test; want 0 (refused names are never forwarded)", n)
+		}
+		// The sandbox's system resolver is egressd (resolv.conf); the
+		// answer it gets still cannot be dialled without the proxy.
+		if out := topo.mustRun(t, topo.sandbox, "getent", "hosts", "allowed.test"); !strings.Contains(out, upstreamAddr) {
+			t.Errorf("getent hosts allowed.test = %q; want %s", out, upstreamAddr)
+		}
+		if out, code := topo.run(t, topo.sandbox, "curl", "-sS", "--connect-timeout", "2", "--max-time", "4", "http://allowed.test:8080/"); code == 0 {
+			t.Errorf("curl by name without the proxy succeeded: %s; want no route", out)
+		}
+	})
+
 	t.Run("audited", func(t *testing.T) {
 		tests := []struct {
 			host, kind, decision string
@@ -97,11 +128,13 @@ dns:
 			{"denied.test", "http", "deny"},
 			{"example.com", "connect", "allow"},
 			{"denied.test", "connect", "deny"},
+			{"allowed.test", "dns", "allow"},
+			{"secret.test", "dns", "deny"},
 		}
 		for _, tt := range tests {
 			desc := fmt.Sprintf("%s %s %s from %s", tt.kind, tt.host, tt.decision, sandboxAddr)
 			eg.WaitRecords(t, desc, func(r audit.Record) bool {
-				return r.Kind == tt.kind && r.Host == tt.host && r.Decision == tt.decision &&
+				return r.Kind == tt.kind && (r.Host == tt.host || r.Name == tt.host) && r.Decision == tt.decision &&
 					strings.HasPrefix(r.Client, sandboxAddr)
 			})
 		}
