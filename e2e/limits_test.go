@@ -134,6 +134,8 @@ func TestAdminEndpoints(t *testing.T) {
 		"egressd_proxy_upstream_seconds_count",
 		`egressd_proxy_active{what="connections"}`,
 		"egressd_audit_queue_depth",
+		"egressd_audit_refused_total 0",
+		"egressd_audit_syncs_total",
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -17,9 +17,8 @@ type Metrics struct {
 	Reloads *prometheus.CounterVec
 }
 
-// NewMetrics creates the collectors and registers them, plus an audit queue
-// depth gauge read from queueDepth at scrape time when it is not nil.
-func NewMetrics(reg prometheus.Registerer, queueDepth func() int) *Metrics {
+// NewMetrics creates the collectors and registers them.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_proxy_requests_total",
@@ -54,12 +53,6 @@ func NewMetrics(reg prometheus.Registerer, queueDepth func() int) *Metrics {
 	}
 	reg.MustRegister(m.requests, m.decisionSeconds, m.upstreamSeconds, m.tunnelBytes,
 		m.active, m.acceptRejected, m.Reloads)
-	if queueDepth != nil {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "egressd_audit_queue_depth",
-			Help: "Audit records queued and not yet written.",
-		}, func() float64 { return float64(queueDepth()) }))
-	}
 	return m
 }
 

@@ -48,7 +48,7 @@ func startProxy(tb testing.TB, cfg Config, e Engine, a audit.Appender) string {
 		Identities: ids,
 		Dialer:     &net.Dialer{},
 		Audit:      a,
-		Metrics:    NewMetrics(prometheus.NewRegistry(), nil),
+		Metrics:    NewMetrics(prometheus.NewRegistry()),
 		Log:        zap.NewNop(),
 	})
 	if err != nil {

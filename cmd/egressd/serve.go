@@ -100,9 +100,10 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		return nil, fmt.Errorf("open audit log: %w", err)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		admin.AuditCollector(aw.Stats))
 	d := &daemon{cfg: cfg, cfgPath: cfgPath, log: log, floor: floor, audit: aw,
-		registry: reg, metrics: proxy.NewMetrics(reg, aw.QueueDepth)}
+		registry: reg, metrics: proxy.NewMetrics(reg)}
 	d.engine.Store(engine)
 	d.proxy, err = proxy.New(proxy.Options{
 		Config:     cfg.Proxy,
