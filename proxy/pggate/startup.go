@@ -40,7 +40,6 @@ const (
 	codeInvalidPassword     = "28P01"
 	codeInsufficientPrivs   = "42501"
 	codeCharacterNotInRepr  = "22021"
-	codeProgramLimitReached = "54000"
 )
 
 // sendFatal writes a FATAL ErrorResponse; errors are ignored because the
