@@ -32,14 +32,14 @@ func fatalf(code, format string, a ...any) *fatal {
 
 // SQLSTATEs the gate sends.
 const (
-	codeProtocolViolation   = "08P01"
-	codeConnectionFailure   = "08006"
-	codeCannotConnect       = "08001"
-	codeRejectedConnection  = "08004"
-	codeFeatureUnsupported  = "0A000"
-	codeInvalidPassword     = "28P01"
-	codeInsufficientPrivs   = "42501"
-	codeCharacterNotInRepr  = "22021"
+	codeProtocolViolation  = "08P01"
+	codeConnectionFailure  = "08006"
+	codeCannotConnect      = "08001"
+	codeRejectedConnection = "08004"
+	codeFeatureUnsupported = "0A000"
+	codeInvalidPassword    = "28P01"
+	codeInsufficientPrivs  = "42501"
+	codeCharacterNotInRepr = "22021"
 )
 
 // sendFatal writes a FATAL ErrorResponse; errors are ignored because the
