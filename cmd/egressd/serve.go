@@ -28,9 +28,11 @@ import (
 	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/proxy/admin"
 	"github.com/egressd/egressd/proxy/identity"
+	"github.com/egressd/egressd/proxy/pggate"
 )
 
-// runServe is `egressd serve`: the proxy and admin listeners until SIGTERM.
+// runServe is `egressd serve`: the proxy and admin listeners, and the DNS
+// and Postgres listeners when configured, until SIGTERM.
 func runServe(args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "config file (default: the embedded defaults)")
@@ -75,6 +77,7 @@ type daemon struct {
 	registry *prometheus.Registry
 	proxy    *proxy.Server
 	dns      *dnsguard.Server // nil unless dns.listen is set
+	gate     *pggate.Gate     // nil unless postgres.listen is set
 	reloadMu sync.Mutex
 }
 
@@ -105,11 +108,12 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	d := &daemon{cfg: cfg, cfgPath: cfgPath, log: log, floor: floor, audit: aw,
 		registry: reg, metrics: proxy.NewMetrics(reg)}
 	d.engine.Store(engine)
+	dialer := dnsguard.NewDialer(res, floor, cfg.Proxy.DialTimeout)
 	d.proxy, err = proxy.New(proxy.Options{
 		Config:     cfg.Proxy,
 		Decider:    &proxy.Decider{Engine: engine, Floor: floor},
 		Identities: ids,
-		Dialer:     dnsguard.NewDialer(res, floor, cfg.Proxy.DialTimeout),
+		Dialer:     dialer,
 		Audit:      aw,
 		Metrics:    d.metrics,
 		Log:        log,
@@ -126,6 +130,17 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		if err != nil {
 			aw.Close()
 			return nil, err
+		}
+	}
+	if cfg.Postgres.Listen != "" {
+		// The gate dials its upstream through the same pinned dialer as the
+		// proxy, so the address floor and `internal:` apply to it too.
+		d.gate, err = pggate.New(cfg.Postgres, pggate.Deps{
+			Engine: engine, Identities: ids, Audit: aw, Dial: dialer.DialContext, Log: log,
+		})
+		if err != nil {
+			aw.Close()
+			return nil, fmt.Errorf("postgres: %w", err)
 		}
 	}
 	return d, nil
@@ -150,6 +165,14 @@ func (d *daemon) run(ctx context.Context) error {
 		pln.Close()
 		return fmt.Errorf("admin listen: %w", err)
 	}
+	var gln net.Listener
+	if d.gate != nil {
+		if gln, err = net.Listen("tcp", d.cfg.Postgres.Listen); err != nil {
+			pln.Close()
+			aln.Close()
+			return fmt.Errorf("postgres listen: %w", err)
+		}
+	}
 	adminSrv := &http.Server{
 		Handler: admin.Handler(admin.Options{
 			Gatherer: d.registry,
@@ -169,13 +192,16 @@ func (d *daemon) run(ctx context.Context) error {
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          zap.NewStdLog(d.log.Named("admin")),
 	}
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() { errc <- d.proxy.Serve(pln) }()
 	go func() { errc <- adminSrv.Serve(aln) }()
 	dnsCtx, stopDNS := context.WithCancel(ctx)
 	defer stopDNS()
 	if d.dns != nil {
 		go func() { errc <- d.dns.ListenAndServe(dnsCtx) }()
+	}
+	if d.gate != nil {
+		go func() { errc <- d.gate.Serve(gln) }()
 	}
 	d.log.Info("serving", zap.String("proxy", pln.Addr().String()), zap.String("admin", aln.Addr().String()),
 		zap.String("policy", d.engine.Load().Digest()))
@@ -204,8 +230,13 @@ loop:
 	if err := d.proxy.Shutdown(sctx); err != nil {
 		d.log.Warn("drain deadline passed; closed remaining connections", zap.Error(err))
 	}
+	if d.gate != nil {
+		if err := d.gate.Shutdown(sctx); err != nil {
+			d.log.Warn("drain deadline passed; closed remaining postgres sessions", zap.Error(err))
+		}
+	}
 	adminSrv.Shutdown(sctx)
-	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) && !errors.Is(serveErr, pggate.ErrClosed) {
 		return serveErr
 	}
 	d.log.Info("stopped")
@@ -248,6 +279,9 @@ func (d *daemon) reloadLocked(ctx context.Context) error {
 	d.proxy.Reload(&proxy.Decider{Engine: engine, Floor: d.floor}, ids)
 	if d.dns != nil {
 		d.dns.Reload(engine, dnsIdentify(ids))
+	}
+	if d.gate != nil {
+		d.gate.Update(engine, ids)
 	}
 	d.engine.Store(engine)
 	d.log.Info("reloaded", zap.String("policy", engine.Digest()), zap.Int("identities", ids.Len()))

@@ -1,0 +1,121 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/dnsguard/dnstest"
+	"github.com/egressd/egressd/proxy/pggate"
+	"github.com/egressd/egressd/proxy/pggate/pgtest"
+)
+
+// TestPostgresGate drives `egressd serve` with postgres.listen set, with
+// psql as the client and a real PostgreSQL behind the gate: allowed queries
+// return the rows a direct connection returns, denied ones answer 42501 and
+// leave the session usable, a deny inside a transaction commits nothing, and
+// every statement is audited without its literals.
+func TestPostgresGate(t *testing.T) {
+	pg := pgtest.Start(t, pgtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := pg.Exec(ctx, "postgres", "CREATE DATABASE app"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Exec(ctx, "app", "CREATE TABLE notes (id int PRIMARY KEY, body text); INSERT INTO notes VALUES (1, 'alpha'), (2, 'beta')"); err != nil {
+		t.Fatal(err)
+	}
+	const roPass, rwPass = "ro-secret", "rw-secret"
+	roVer, err := pggate.SCRAMVerifier(roPass, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rwVer, err := pggate.SCRAMVerifier(rwPass, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pwFile := filepath.Join(t.TempDir(), "upstream-password")
+	if err := os.WriteFile(pwFile, []byte(pgtest.SuperPassword+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gate := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+	e := Start(t, Options{DNS: dnstest.Start(t).Addr(), YAML: fmt.Sprintf(`postgres:
+  listen: %s
+  upstream: "host=127.0.0.1 port=%d user=%s sslmode=disable"
+  password_file: %s
+identities:
+  - id: agent-ro
+    scram_sha256: %q
+    attributes: {sql_profile: read_only}
+  - id: agent-rw
+    scram_sha256: %q
+    attributes: {sql_profile: read_write}
+%s`, gate, pg.Port, pgtest.SuperUser, pwFile, roVer, rwVer, InternalAllow(pg.Addr()))})
+
+	psql := func(user, pass, sql string) (string, string, error) {
+		cmd := exec.Command(pg.Bin("psql"), "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1",
+			"-h", "127.0.0.1", "-p", strings.TrimPrefix(gate, "127.0.0.1:"), "-U", user, "-d", "app", "-c", sql)
+		cmd.Env = append(cleanEnv(), "PGPASSWORD="+pass, "PGSSLMODE=disable", "PGCONNECT_TIMEOUT=10")
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		return out.String(), errb.String(), err
+	}
+
+	out, stderr, err := psql("agent-ro", roPass, "SELECT body FROM notes ORDER BY id")
+	if err != nil || out != "alpha\nbeta\n" {
+		t.Fatalf("read-only SELECT = %q, %v (%s); want alpha beta", out, err, stderr)
+	}
+	if _, stderr, err = psql("agent-ro", "wrong", "SELECT 1"); err == nil || !strings.Contains(stderr, "authentication failed") {
+		t.Errorf("wrong password = %v, %q; want authentication failed", err, stderr)
+	}
+
+	denied := []struct {
+		name, user, pass, sql, reason string
+	}{
+		{"write in read_only", "agent-ro", roPass, "DELETE FROM notes WHERE id = 1", ""},
+		{"server file read", "agent-ro", roPass, "SELECT pg_read_file('/etc/passwd')", "function_not_allowed"},
+		{"COPY PROGRAM", "agent-rw", rwPass, "COPY notes FROM PROGRAM 'id'", ""},
+		{"DELETE without WHERE", "agent-rw", rwPass, "DELETE FROM notes", ""},
+		{"DDL", "agent-rw", rwPass, "DROP TABLE notes", ""},
+	}
+	for _, tt := range denied {
+		t.Run(tt.name, func(t *testing.T) {
+			_, stderr, err := psql(tt.user, tt.pass, tt.sql)
+			if err == nil || !strings.Contains(stderr, "egressd: denied: "+tt.reason) {
+				t.Fatalf("psql %q = %v, %q; want egressd: denied: %s", tt.sql, err, stderr, tt.reason)
+			}
+		})
+	}
+
+	// One session: a deny inside BEGIN … COMMIT fails the whole transaction
+	// upstream, and the session stays usable afterwards.
+	script := "BEGIN;\nINSERT INTO notes VALUES (3, 'gamma');\nDELETE FROM notes;\nCOMMIT;\nSELECT count(*) FROM notes;\n"
+	cmd := exec.Command(pg.Bin("psql"), "-X", "-A", "-t", "-h", "127.0.0.1", "-p", strings.TrimPrefix(gate, "127.0.0.1:"), "-U", "agent-rw", "-d", "app")
+	cmd.Env = append(cleanEnv(), "PGPASSWORD="+rwPass, "PGSSLMODE=disable")
+	cmd.Stdin = strings.NewReader(script)
+	var sout, serr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &sout, &serr
+	cmd.Run()
+	if !strings.Contains(serr.String(), "egressd: denied:") || !strings.HasSuffix(sout.String(), "2\n") {
+		t.Errorf("transaction session: stdout %q stderr %q; want a deny and count 2 afterwards", sout.String(), serr.String())
+	}
+	if out, stderr, err := psql("agent-ro", roPass, "SELECT count(*) FROM notes WHERE id = 3"); err != nil || out != "0\n" {
+		t.Errorf("row of the failed transaction = %q, %v (%s); want 0 (nothing committed)", out, err, stderr)
+	}
+
+	recs := e.WaitRecords(t, "sql deny for pg_read_file", func(r audit.Record) bool {
+		return r.Kind == "sql" && r.Decision == "deny" && r.Reason == "function_not_allowed"
+	})
+	if strings.Contains(recs[0].SQL, "/etc/passwd") || recs[0].Fingerprint == "" || recs[0].Identity != "agent-ro" {
+		t.Errorf("audit record %+v; want normalized SQL without the literal, a fingerprint and identity agent-ro", recs[0])
+	}
+	VerifyAudit(t, e)
+}
