@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
+	"github.com/egressd/egressd/proxy/pggate"
+	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
 // Ports of the upstream services inside the upstream namespace.
@@ -20,12 +23,16 @@ const (
 	upHTTPSPort = "8443"
 )
 
+// sandboxPGPassword is the sandbox identity's gate password; the upstream's
+// own credentials stay with egressd.
+const sandboxPGPassword = "sandbox-gate-password"
+
 // TestIsolation proves the deployment shape: a sandbox whose only link is
 // to egressd reaches upstreams through egressd's listeners, on egressd's
 // terms, and not at all on its own.
 func TestIsolation(t *testing.T) {
 	topo := newTopology(t)
-	for _, tool := range []string{"curl", "dig", "getent"} {
+	for _, tool := range []string{"curl", "dig", "getent", "psql"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is required in the sandbox namespace: %v", tool, err)
 		}
@@ -44,10 +51,28 @@ func TestIsolation(t *testing.T) {
 	expose(t, topo.upstream, "udp", upstreamAddr+":53", dns.Addr())
 	expose(t, topo.upstream, "tcp", upstreamAddr+":53", dns.Addr())
 
+	pg := pgtest.Start(t, pgtest.Options{})
+	ctx := context.Background()
+	for _, q := range []struct{ db, sql string }{
+		{"postgres", "CREATE DATABASE app"},
+		{"app", "CREATE TABLE items (id int PRIMARY KEY, name text); INSERT INTO items VALUES (1, 'one')"},
+	} {
+		if err := pg.Exec(ctx, q.db, q.sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expose(t, topo.upstream, "tcp", upstreamAddr+":5432", pg.Addr())
+	verifier, err := pggate.SCRAMVerifier(sandboxPGPassword, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	policy := WritePolicy(t, []Rule{
 		{ID: "allowed-http", Hosts: []string{"allowed.test"}, Ports: []int{8080}},
 		{ID: "allowed-tls", Hosts: []string{"example.com"}, Ports: []int{8443}},
 	})
+	// The sandbox is identified by its address, so its curl and dig need
+	// no credentials; its gate login is the identity's SCRAM password.
 	eg := startInNetns(t, topo.egressd, fmt.Sprintf(`log:
   level: debug
 proxy:
@@ -59,8 +84,19 @@ policy:
 dns:
   upstreams: ["%[3]s:53"]
   listen: %[1]s:53
-%[4]s`, egressdSbAddr, policy, upstreamAddr,
-		InternalAllow(upstreamAddr+":"+upHTTPPort, upstreamAddr+":"+upHTTPSPort)))
+postgres:
+  listen: %[1]s:5432
+  upstream: "host=%[3]s port=5432 user=%[4]s sslmode=disable"
+  password_env: EGRESSD_E2E_UPSTREAM_PASSWORD
+identities:
+  - id: agent
+    sources: [%[5]s/32]
+    scram_sha256: %[6]q
+    attributes:
+      sql_profile: read_only
+%[7]s`, egressdSbAddr, policy, upstreamAddr, pgtest.SuperUser, sandboxAddr, verifier,
+		InternalAllow(upstreamAddr+":"+upHTTPPort, upstreamAddr+":"+upHTTPSPort, upstreamAddr+":5432")),
+		"EGRESSD_E2E_UPSTREAM_PASSWORD="+pgtest.SuperPassword)
 
 	proxyURL := "http://" + egressdSbAddr + ":3128"
 	viaProxy := []string{"HTTP_PROXY=" + proxyURL, "HTTPS_PROXY=" + proxyURL, "http_proxy=" + proxyURL, "https_proxy=" + proxyURL}
@@ -120,6 +156,30 @@ dns:
 		}
 	})
 
+	t.Run("postgres only through the gate", func(t *testing.T) {
+		psql := func(host, user, password, sql string) (string, int) {
+			return topo.runEnv(t, topo.sandbox, []string{"PGPASSWORD=" + password, "PGCONNECT_TIMEOUT=3"},
+				"psql", "-X", "-w", "-h", host, "-U", user, "-d", "app", "-At",
+				"-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose", "-c", sql)
+		}
+		out, code := psql(egressdSbAddr, "agent", sandboxPGPassword, "SELECT name FROM items WHERE id = 1")
+		if code != 0 || lastLine(out) != "one" {
+			t.Errorf("psql via the gate SELECT = %q (exit %d); want one", out, code)
+		}
+		out, code = psql(egressdSbAddr, "agent", sandboxPGPassword, "DELETE FROM items")
+		if code == 0 || !strings.Contains(out, "42501") {
+			t.Errorf("psql via the gate DELETE (read_only profile) = %q (exit %d); want SQLSTATE 42501", out, code)
+		}
+		// The upstream's own credentials do not open the gate, and the
+		// upstream itself is not routable from the sandbox.
+		if out, code := psql(egressdSbAddr, pgtest.SuperUser, pgtest.SuperPassword, "SELECT 1"); code == 0 {
+			t.Errorf("psql via the gate as the upstream superuser succeeded: %q; want refused", out)
+		}
+		if out, code := psql(upstreamAddr, pgtest.SuperUser, pgtest.SuperPassword, "SELECT 1"); code == 0 {
+			t.Errorf("psql straight to the upstream succeeded: %q; want no route", out)
+		}
+	})
+
 	t.Run("audited", func(t *testing.T) {
 		tests := []struct {
 			host, kind, decision string
@@ -131,6 +191,9 @@ dns:
 			{"allowed.test", "dns", "allow"},
 			{"secret.test", "dns", "deny"},
 		}
+		eg.WaitRecords(t, "sql deny from the sandbox", func(r audit.Record) bool {
+			return r.Kind == "sql" && r.Decision == "deny" && r.Identity == "agent" && strings.HasPrefix(r.Client, sandboxAddr)
+		})
 		for _, tt := range tests {
 			desc := fmt.Sprintf("%s %s %s from %s", tt.kind, tt.host, tt.decision, sandboxAddr)
 			eg.WaitRecords(t, desc, func(r audit.Record) bool {
