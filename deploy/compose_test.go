@@ -174,6 +174,23 @@ func TestComposeConfig(t *testing.T) {
 			t.Errorf("%s = %q; want egressd's sandbox-network address %s", key, listen, ip)
 		}
 	}
+	if cfg.Postgres.Listen != ip+":5432" {
+		t.Errorf("postgres.listen = %q; want %s:5432", cfg.Postgres.Listen, ip)
+	}
+	pgIP := c.Services["postgres"].Networks["db"].IPv4Address
+	if !strings.Contains(cfg.Postgres.Upstream, "host="+pgIP+" ") {
+		t.Errorf("postgres.upstream = %q; want host=%s (the postgres service)", cfg.Postgres.Upstream, pgIP)
+	}
+	var floorAllows bool
+	for _, r := range cfg.Internal {
+		floorAllows = floorAllows || (r.Action == "allow" && r.CIDR == pgIP+"/32" && slices.Contains(r.Ports, 5432))
+	}
+	if !floorAllows {
+		t.Errorf("internal: %+v; want an allow for %s/32 port 5432 (the gate's upstream)", cfg.Internal, pgIP)
+	}
+	if got, want := e.Environment[cfg.Postgres.PasswordEnv], c.Services["postgres"].Environment["POSTGRES_PASSWORD"]; got == "" || got != want {
+		t.Errorf("egressd %s = %q; want the postgres service's POSTGRES_PASSWORD %q", cfg.Postgres.PasswordEnv, got, want)
+	}
 	if port(cfg.DNS.Listen) != "53" {
 		t.Errorf("dns.listen = %q; want port 53 (Docker's resolver forwards only there)", cfg.DNS.Listen)
 	}

@@ -289,6 +289,8 @@ func TestConfigMapConfig(t *testing.T) {
 		{"audit.dir", cfg.Audit.Dir, mounts["audit"]},
 		{"proxy.listen port", port(cfg.Proxy.Listen), itoa(ports["proxy"])},
 		{"dns.listen port", port(cfg.DNS.Listen), itoa(ports["dns-udp"])},
+		{"postgres.listen port", port(cfg.Postgres.Listen), itoa(ports["postgres"])},
+		{"postgres.password_env", envFromSecret(c, cfg.Postgres.PasswordEnv), cfg.Postgres.PasswordEnv},
 		{"admin.listen", cfg.Admin.Listen, "127.0.0.1:9090"}, // egressd health's default
 	}
 	for _, tt := range checks {
@@ -334,4 +336,16 @@ func TestSandboxExample(t *testing.T) {
 	if len(m.deployments) == 0 {
 		t.Error("no example sandbox Deployment")
 	}
+}
+
+// envFromSecret returns name if the container sets it from a Secret key
+// that is not optional (so a missing Secret stops the pod instead of
+// starting a gate without credentials), else "".
+func envFromSecret(c corev1.Container, name string) string {
+	for _, e := range c.Env {
+		if e.Name == name && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && !isTrue(e.ValueFrom.SecretKeyRef.Optional) {
+			return name
+		}
+	}
+	return ""
 }
