@@ -125,9 +125,9 @@ func loadManifests(t *testing.T) *manifests {
 	return m
 }
 
-func stripComments(b []byte) []byte {
-	return regexp.MustCompile(`(?m)^\s*#.*$`).ReplaceAll(b, nil)
-}
+var commentLine = regexp.MustCompile(`(?m)^\s*#.*$`)
+
+func stripComments(b []byte) []byte { return commentLine.ReplaceAll(b, nil) }
 
 // must returns m[key] or fails the test naming what is missing.
 func must[T any](t *testing.T, m map[string]*T, key string) *T {

@@ -118,7 +118,7 @@ identities:
 			t.Run(tt.name, func(t *testing.T) {
 				args := append([]string{"curl", "-sS", "--max-time", "10", "-o", "/dev/null",
 					"-w", "%{http_code} %{http_connect}"}, tt.args...)
-				out, _ := topo.runEnv(t, topo.sandbox, viaProxy, args...)
+				out, _ := nsRunEnv(t, topo.sandbox, viaProxy, args...)
 				if got := lastLine(out); got != tt.want {
 					t.Errorf("curl %q via egressd = %q; want %q", tt.args, out, tt.want)
 				}
@@ -129,7 +129,7 @@ identities:
 	t.Run("dns only through the guard", func(t *testing.T) {
 		for _, transport := range []string{"+notcp", "+tcp"} {
 			dig := func(server, name string) (string, int) {
-				return topo.run(t, topo.sandbox, "dig", transport, "+time=2", "+tries=1", "@"+server, name, "A")
+				return nsRun(t, topo.sandbox, "dig", transport, "+time=2", "+tries=1", "@"+server, name, "A")
 			}
 			out, code := dig(egressdSbAddr, "allowed.test")
 			if code != 0 || !strings.Contains(out, "status: NOERROR") || !strings.Contains(out, upstreamAddr) {
@@ -148,17 +148,17 @@ identities:
 		}
 		// The sandbox's system resolver is egressd (resolv.conf); the
 		// answer it gets still cannot be dialled without the proxy.
-		if out := topo.mustRun(t, topo.sandbox, "getent", "hosts", "allowed.test"); !strings.Contains(out, upstreamAddr) {
+		if out := nsMustRun(t, topo.sandbox, "getent", "hosts", "allowed.test"); !strings.Contains(out, upstreamAddr) {
 			t.Errorf("getent hosts allowed.test = %q; want %s", out, upstreamAddr)
 		}
-		if out, code := topo.run(t, topo.sandbox, "curl", "-sS", "--connect-timeout", "2", "--max-time", "4", "http://allowed.test:8080/"); code == 0 {
+		if out, code := nsRun(t, topo.sandbox, "curl", "-sS", "--connect-timeout", "2", "--max-time", "4", "http://allowed.test:8080/"); code == 0 {
 			t.Errorf("curl by name without the proxy succeeded: %s; want no route", out)
 		}
 	})
 
 	t.Run("postgres only through the gate", func(t *testing.T) {
 		psql := func(host, user, password, sql string) (string, int) {
-			return topo.runEnv(t, topo.sandbox, []string{"PGPASSWORD=" + password, "PGCONNECT_TIMEOUT=3"},
+			return nsRunEnv(t, topo.sandbox, []string{"PGPASSWORD=" + password, "PGCONNECT_TIMEOUT=3"},
 				"psql", "-X", "-w", "-h", host, "-U", user, "-d", "app", "-At",
 				"-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose", "-c", sql)
 		}
@@ -215,7 +215,7 @@ identities:
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				out, code := topo.run(t, topo.sandbox, tt.args...)
+				out, code := nsRun(t, topo.sandbox, tt.args...)
 				if code == 0 {
 					t.Errorf("%q from the sandbox without the proxy succeeded: %s; want a connection failure", tt.args, out)
 				}
@@ -223,7 +223,7 @@ identities:
 		}
 		// The same upstream answers from egressd's namespace: the failure
 		// above is the missing route, not a dead upstream.
-		out, code := topo.run(t, topo.egressd, "curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "4",
+		out, code := nsRun(t, topo.egressd, "curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "4",
 			"http://"+upstreamAddr+":"+upHTTPPort+"/")
 		if code != 0 || out != "200" {
 			t.Errorf("curl upstream from egressd's namespace = %q (exit %d); want 200", out, code)
@@ -282,7 +282,7 @@ func startInNetns(t *testing.T, ns, cfg string, env ...string) *Egressd {
 			t.Fatalf("egressd exited before ready: %v\n%s", waitErr, e.Log())
 		default:
 		}
-		out, code := (&topology{}).run(t, ns, binary, "health", "--admin", "127.0.0.1:9090")
+		out, code := nsRun(t, ns, binary, "health", "--admin", "127.0.0.1:9090")
 		if code == 0 {
 			return e
 		}

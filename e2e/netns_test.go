@@ -96,8 +96,8 @@ func newTopology(t *testing.T) *topology {
 		ipCmd(t, append([]string{"-n", s.ns}, s.args...)...)
 	}
 	for _, knob := range []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"} {
-		topo.run(t, topo.egressd, "sh", "-c", "echo 0 > /proc/sys/"+knob)
-		if got := strings.TrimSpace(topo.mustRun(t, topo.egressd, "cat", "/proc/sys/"+knob)); got != "0" {
+		nsRun(t, topo.egressd, "sh", "-c", "echo 0 > /proc/sys/"+knob)
+		if got := strings.TrimSpace(nsMustRun(t, topo.egressd, "cat", "/proc/sys/"+knob)); got != "0" {
 			t.Fatalf("egressd namespace %s = %q; want 0", knob, got)
 		}
 	}
@@ -124,15 +124,15 @@ func ipCmd(t *testing.T, args ...string) {
 	}
 }
 
-// run executes a command inside ns with a clean environment (no proxy
-// variables unless env adds them) and returns its combined output and exit
-// code; a command that cannot start fails the test.
-func (topo *topology) run(t *testing.T, ns string, args ...string) (string, int) {
+// nsRun executes a command inside ns with the test's environment minus
+// proxy variables, and returns its combined output and exit code; a command
+// that cannot start fails the test. nsRunEnv adds env to that environment.
+func nsRun(t *testing.T, ns string, args ...string) (string, int) {
 	t.Helper()
-	return topo.runEnv(t, ns, nil, args...)
+	return nsRunEnv(t, ns, nil, args...)
 }
 
-func (topo *topology) runEnv(t *testing.T, ns string, env []string, args ...string) (string, int) {
+func nsRunEnv(t *testing.T, ns string, env []string, args ...string) (string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), netnsCmdExpiry)
 	defer cancel()
@@ -151,9 +151,9 @@ func (topo *topology) runEnv(t *testing.T, ns string, env []string, args ...stri
 	return out.String(), 0
 }
 
-func (topo *topology) mustRun(t *testing.T, ns string, args ...string) string {
+func nsMustRun(t *testing.T, ns string, args ...string) string {
 	t.Helper()
-	out, code := topo.run(t, ns, args...)
+	out, code := nsRun(t, ns, args...)
 	if code != 0 {
 		t.Fatalf("in %s: %q exit %d: %s", ns, args, code, out)
 	}
