@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	pg_query "github.com/pganalyze/pg_query_go/v5"
+
 	"github.com/egressd/egressd/policy"
 )
 
@@ -191,4 +193,68 @@ func TestAppendKeyDistinguishes(t *testing.T) {
 	if string(a.AppendKey(nil)) != string(c.AppendKey(nil)) {
 		t.Errorf("AppendKey differs for the same facts")
 	}
+}
+
+// TestNormalizedTextDeterminesFacts is the soundness argument for the
+// gate's verdict cache keyed by pg_query.Normalize output: texts that
+// normalize alike must have equal facts, so the policy (a function of the
+// facts) decides them alike. Each pair differs only in literals, including
+// literals that name things to a function (set_config, nextval, regclass
+// casts, query_to_xml): the function name is a fact, its arguments are not.
+// The one fact read from a string value, EXPLAIN's ANALYZE option, must
+// keep its texts apart: Normalize leaves EXPLAIN options alone.
+func TestNormalizedTextDeterminesFacts(t *testing.T) {
+	tests := []struct {
+		name, a, b string
+		sameNorm   bool
+	}{
+		{"numbers", "SELECT abalance FROM pgbench_accounts WHERE aid = 1", "SELECT abalance FROM pgbench_accounts WHERE aid = 99999999999", true},
+		{"string vs number", "SELECT * FROM users WHERE name = 'x'", "SELECT * FROM users WHERE name = -4.2e1", true},
+		{"set_config", "SELECT set_config('application_name', 'x', false)", "SELECT set_config('role', 'postgres', false)", true},
+		{"current_setting", "SELECT current_setting('search_path')", "SELECT current_setting('is_superuser')", true},
+		{"nextval", "SELECT nextval('users_id_seq')", "SELECT nextval('private.secret_seq')", true},
+		{"regclass cast", "SELECT 'users'::regclass", "SELECT 'private.secrets'::regclass", true},
+		{"query_to_xml", "SELECT query_to_xml('select 1', true, true, '')", "SELECT query_to_xml('delete from users', true, true, '')", true},
+		{"set value", "SET application_name = 'a'", "SET application_name = 'b'", true},
+		{"set role", "SET ROLE 'nobody'", "SET ROLE 'postgres'", true},
+		{"session authorization", "SET SESSION AUTHORIZATION 'nobody'", "SET SESSION AUTHORIZATION 'postgres'", true},
+		{"copy query", "COPY (SELECT 1) TO STDOUT", "COPY (SELECT 'x') TO STDOUT", true},
+		{"copy file name kept", "COPY users TO ''", "COPY users TO '/tmp/x'", false},
+		{"explain analyze string kept", "EXPLAIN (ANALYZE 'off') DELETE FROM users", "EXPLAIN (ANALYZE 'on') DELETE FROM users", false},
+		{"parameter", "SELECT * FROM users WHERE id = $1", "SELECT * FROM users WHERE id = 7", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			na, err := pg_query.Normalize(tt.a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nb, err := pg_query.Normalize(tt.b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (na == nb) != tt.sameNorm {
+				t.Fatalf("Normalize(%q) = %q, Normalize(%q) = %q; want equal = %v", tt.a, na, tt.b, nb, tt.sameNorm)
+			}
+			if !tt.sameNorm {
+				return
+			}
+			sa, sb := parseAll(t, tt.a), parseAll(t, tt.b)
+			for i := range sa {
+				ka, kb := string(sa[i].AppendKey(nil)), string(sb[i].AppendKey(nil))
+				if ka != kb {
+					t.Errorf("facts of %q and %q differ: %+v vs %+v", tt.a, tt.b, sa[i], sb[i])
+				}
+			}
+		})
+	}
+}
+
+func parseAll(t *testing.T, sql string) []*Statement {
+	t.Helper()
+	sts, err := Parse(sql, Options{Database: "app"})
+	if err != nil {
+		t.Fatalf("Parse(%q) = %v; want nil error", sql, err)
+	}
+	return sts
 }
