@@ -1,6 +1,8 @@
 package deploy
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"net/netip"
 	"slices"
 	"strings"
@@ -348,4 +350,33 @@ func envFromSecret(c corev1.Container, name string) string {
 		}
 	}
 	return ""
+}
+
+// TestSandboxCredentials checks the example sandbox's Secret holds the
+// token and gate password behind its identity's hashes, so the example
+// can actually log in.
+func TestSandboxCredentials(t *testing.T) {
+	m := loadManifests(t)
+	cfg, err := config.Parse([]byte(must(t, m.configMaps, egressdNS+"/egressd-config").Data["egressd.yaml"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := must(t, m.secrets, sandboxNS+"/sandbox-agent-1")
+	var found bool
+	for _, id := range cfg.Identities {
+		if id.ID != "agent-1" {
+			continue
+		}
+		found = true
+		sum := sha256.Sum256([]byte(secret.StringData["proxy-token"]))
+		if got := hex.EncodeToString(sum[:]); got != id.TokenSHA256 {
+			t.Errorf("agent-1 token_sha256 = %s; the Secret's proxy-token hashes to %s", id.TokenSHA256, got)
+		}
+		if got := recomputeVerifier(t, id.SCRAMSHA256, secret.StringData["pg-password"]); got != id.SCRAMSHA256 {
+			t.Errorf("agent-1 scram_sha256 = %q; the Secret's pg-password gives %q", id.SCRAMSHA256, got)
+		}
+	}
+	if !found {
+		t.Error("egressd-config has no identity agent-1 for the example sandbox")
+	}
 }
