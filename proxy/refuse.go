@@ -95,6 +95,10 @@ func statusForReason(def int, reason string) int {
 		return http.StatusServiceUnavailable
 	case reasonRateLimited, reasonConnLimit:
 		return http.StatusTooManyRequests
+	case reasonDNSFailed, "dns_nxdomain", "dns_no_address":
+		// The name could not be resolved: an upstream failure, not a
+		// policy refusal, so a client may retry.
+		return http.StatusBadGateway
 	}
 	return def
 }

@@ -29,6 +29,8 @@ func TestRefusalFor(t *testing.T) {
 		{"floor at dial", stageDial, policy.Decision{}, fmt.Errorf("dial: %w", deny), http.StatusForbidden, "private_address"},
 		{"timeout", stageDial, policy.Decision{}, context.DeadlineExceeded, http.StatusGatewayTimeout, reasonUpstreamTimeout},
 		{"dns", stageDial, policy.Decision{}, &net.DNSError{Err: "no such host", Name: "x"}, http.StatusBadGateway, reasonDNSFailed},
+		{"nxdomain from the guard", stageDial, policy.Decision{}, &policy.DenyError{Reason: "dns_nxdomain"}, http.StatusBadGateway, "dns_nxdomain"},
+		{"guard resolver failure", stageDial, policy.Decision{}, &policy.DenyError{Reason: reasonDNSFailed}, http.StatusBadGateway, reasonDNSFailed},
 		{"refused", stageDial, policy.Decision{}, errors.New("connection refused"), http.StatusBadGateway, reasonUpstreamFailed},
 		{"audit", stagePolicy, policy.Deny(reasonAuditUnavailable, ""), nil, http.StatusServiceUnavailable, reasonAuditUnavailable},
 	}
