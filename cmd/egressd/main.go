@@ -22,11 +22,12 @@ type command struct {
 
 // commands lists the subcommands; each lives in its own file.
 var commands = map[string]command{
-	"health": {summary: "exit 0 if the admin listener reports ready, else 1", run: runHealth},
-	"serve":  {summary: "run the proxy and admin listeners", run: runServe},
-	"check":  {summary: "decide one request offline, exactly as the listeners would", run: runCheck},
-	"policy": {summary: "compile (check) or test (test) a policy bundle", run: runPolicy},
-	"audit":  {summary: "verify the audit log's hash chain, or show its records", run: runAudit},
+	"health":   {summary: "exit 0 if the admin listener reports ready, else 1", run: runHealth},
+	"serve":    {summary: "run the proxy, admin, and configured DNS and Postgres listeners", run: runServe},
+	"check":    {summary: "decide one request offline, exactly as the listeners would", run: runCheck},
+	"policy":   {summary: "compile (check) or test (test) a policy bundle", run: runPolicy},
+	"audit":    {summary: "verify the audit log's hash chain, or show its records", run: runAudit},
+	"identity": {summary: "hash a sandbox secret into an identities: entry", run: runIdentity},
 }
 
 func main() {

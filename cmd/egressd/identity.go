@@ -1,0 +1,52 @@
+package main
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/egressd/egressd/proxy/pggate"
+)
+
+// runIdentity is `egressd identity hash`: it turns a sandbox's secret, read
+// from standard input so it stays out of shell history and ps, into the two
+// stored forms an `identities:` entry holds. egressd never stores the secret.
+func runIdentity(args []string, stdout, stderr io.Writer) error {
+	return runIdentityFrom(os.Stdin, args, stdout, stderr)
+}
+
+func runIdentityFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "hash" {
+		fmt.Fprintln(stderr, "usage: egressd identity hash --id ID < secret")
+		return usageErrorf("identity: missing or unknown action; want hash")
+	}
+	fs := flag.NewFlagSet("identity hash", flag.ContinueOnError)
+	id := fs.String("id", "", "sandbox `ID` (the proxy Basic user and the Postgres user)")
+	pos, err := parseFlags(fs, args[1:], stderr)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 || *id == "" {
+		return usageErrorf("identity hash takes --id ID and the secret on standard input")
+	}
+	line, err := bufio.NewReader(io.LimitReader(stdin, 4096)).ReadString('\n')
+	if err != nil && err != io.EOF {
+		return fmt.Errorf("read secret: %w", err)
+	}
+	secret := strings.TrimRight(line, "\r\n")
+	if len(secret) < 16 {
+		return usageErrorf("identity hash: the secret must be at least 16 characters, got %d", len(secret))
+	}
+	sum := sha256.Sum256([]byte(secret))
+	scram, err := pggate.SCRAMVerifier(secret, nil, 0)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "- id: %s\n  token_sha256: %s\n  scram_sha256: %q\n", *id, hex.EncodeToString(sum[:]), scram)
+	return err
+}
