@@ -59,7 +59,8 @@ func runMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binary = filepath.Join(dir, "egressd")
-	cmd := exec.Command("go", "build", "-o", binary, "./cmd/egressd")
+	// The same script and flags as the shipped image (deploy/build.sh).
+	cmd := exec.Command("bash", "deploy/build.sh", binary)
 	cmd.Dir = repoRoot
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
