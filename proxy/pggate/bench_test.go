@@ -74,6 +74,18 @@ func BenchmarkDecide(b *testing.B) {
 			i++
 		}
 	})
+	// New integers only (pgbench -S): the shape cache hits, so no cgo.
+	b.Run("new-integers", func(b *testing.B) {
+		s := benchSession(b, 10000)
+		s.decide("SELECT abalance FROM pgbench_accounts WHERE aid = 1;")
+		b.ReportAllocs()
+		b.ResetTimer()
+		i := 0
+		for b.Loop() {
+			s.decide("SELECT abalance FROM pgbench_accounts WHERE aid = " + strconv.Itoa(1000+i) + ";")
+			i++
+		}
+	})
 }
 
 var tpsRE = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)

@@ -45,9 +45,9 @@ type stmtAudit struct {
 }
 
 // decide returns the verdict on text for this session, audited. The
-// decision is cached by the exact text (then by its normalized form) per
-// identity, database and bundle digest; audit records are written every
-// time.
+// decision is cached by the exact text (then by its shape or normalized
+// form) per identity, database and bundle digest; audit records are
+// written every time.
 func (s *session) decide(text string) *verdict {
 	g := s.g
 	key := cacheKey{prefix: s.keyPrefix, digest: g.engine().Digest(), text: text}
@@ -78,14 +78,26 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 	if err := sqlfacts.Prescan(text, g.limits); err != nil {
 		return g.refused(err)
 	}
+	digest := g.engine().Digest()
+	// The Go-computed shape saves the cgo Normalize for texts of a known
+	// shape (see shapeOf for why that is sound).
+	var skey cacheKey
+	if shape, ok := shapeOf(text, nil); ok {
+		skey = cacheKey{prefix: prefix, digest: digest, text: string(shape), shape: true}
+		if v, ok := g.ncache.get(skey); ok {
+			return v
+		}
+	}
 	norm, err := pg_query.Normalize(text)
 	if err != nil {
 		return g.refused(&policy.DenyError{Reason: sqlfacts.ReasonParseError, Err: err})
 	}
 	// Facts carry no literal values, so every text with this normalized
-	// form gets the same verdict.
-	nkey := cacheKey{prefix: prefix, digest: g.engine().Digest(), text: norm, normalized: true}
+	// form gets the same verdict (TestNormalizedTextDeterminesFacts in
+	// sqlfacts).
+	nkey := cacheKey{prefix: prefix, digest: digest, text: norm, normalized: true}
 	if v, ok := g.ncache.get(nkey); ok {
+		g.addShape(skey, norm, v)
 		return v
 	}
 	sts, err := sqlfacts.Parse(text, sqlfacts.Options{Database: db, SearchPath: []string{g.cfg.SearchPath}, Limits: g.limits})
@@ -124,8 +136,18 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 	}
 	if v.cacheable {
 		g.ncache.add(nkey, v)
+		g.addShape(skey, norm, v)
 	}
 	return v
+}
+
+// addShape caches v under the text's shape, but only when the shape is
+// exactly what Normalize made of it: every integer token was a constant
+// and nothing else was.
+func (g *Gate) addShape(skey cacheKey, norm string, v *verdict) {
+	if skey.shape && skey.text == norm {
+		g.ncache.add(skey, v)
+	}
 }
 
 // refused is the verdict for text that never reached the policy. Its audit
@@ -217,11 +239,11 @@ func cacheKeyPrefix(id policy.Identity, db string) string {
 }
 
 // cacheKey names a verdict without building a string: who decides (the
-// session's identity/database prefix), which bundle, and the exact or the
-// normalized query text.
+// session's identity/database prefix), which bundle, and the exact query
+// text, its normalized form, or its shape (shapeOf).
 type cacheKey struct {
 	prefix, digest, text string
-	normalized           bool
+	normalized, shape    bool
 }
 
 // verdictCache is a bounded map; when full it starts over, which keeps

@@ -1,0 +1,85 @@
+package pggate
+
+import "strconv"
+
+// shapeOf computes, without cgo, the normalized form of the queries
+// pgbench and most ORMs send with inline integers: text with each integer
+// literal token replaced by $1, $2, … in order. ok is false for any text
+// outside a deliberately small lexical subset, where a Go scanner could
+// disagree with PostgreSQL's.
+//
+// Why a cache keyed by the shape is sound: the subset has no quotes,
+// dollar quoting, comments or backslashes, so its tokens are identifiers,
+// keywords, operators, punctuation and numbers. A digit run bounded on
+// both sides by something other than [A-Za-z0-9_.] is one decimal integer
+// token, so two texts of one shape differ only in the digits of integer
+// tokens at the same places, which parse to the same tree up to constant
+// values (or fail to parse, upstream too). No fact is read from an integer
+// value except EXPLAIN's ANALYZE option, so EXPLAIN is refused here. The
+// gate stores a verdict under a shape only when pg_query.Normalize gave
+// exactly that text, so the cached audit SQL is also what Normalize gives.
+func shapeOf(text string, buf []byte) (shape []byte, ok bool) {
+	if len(text) > 4096 {
+		return nil, false
+	}
+	out := buf[:0]
+	n := 0
+	for i := 0; i < len(text); {
+		c := text[i]
+		switch {
+		case c >= '0' && c <= '9':
+			j := i
+			for j < len(text) && text[j] >= '0' && text[j] <= '9' {
+				j++
+			}
+			if (i > 0 && isWordOrDot(text[i-1])) || (j < len(text) && isWordOrDot(text[j])) {
+				out = append(out, text[i:j]...)
+			} else {
+				n++
+				out = append(out, '$')
+				out = strconv.AppendInt(out, int64(n), 10)
+			}
+			i = j
+			continue
+		case c == '-' && i+1 < len(text) && text[i+1] == '-':
+			return nil, false // a comment
+		case c == 'e' || c == 'E':
+			if hasFoldPrefix(text[i:], "explain") {
+				return nil, false
+			}
+		case isWordOrDot(c), shapePunct[c]:
+		default:
+			return nil, false
+		}
+		out = append(out, c)
+		i++
+	}
+	return out, true
+}
+
+// shapePunct are the other bytes the subset allows: whitespace, operators
+// that cannot start a comment, and punctuation.
+var shapePunct = func() (t [256]bool) {
+	for _, c := range []byte(" \t\r\n,();:=<>+-*%[]") {
+		t[c] = true
+	}
+	return t
+}()
+
+func isWordOrDot(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.'
+}
+
+// hasFoldPrefix reports whether s starts with the lower-case ASCII word w,
+// ignoring case.
+func hasFoldPrefix(s, w string) bool {
+	if len(s) < len(w) {
+		return false
+	}
+	for i := 0; i < len(w); i++ {
+		if s[i]|0x20 != w[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,140 @@
+package pggate
+
+import (
+	"regexp"
+	"testing"
+
+	pg_query "github.com/pganalyze/pg_query_go/v5"
+
+	"github.com/egressd/egressd/policy"
+)
+
+func TestShapeOf(t *testing.T) {
+	tests := []struct {
+		name, text, want string
+		ok               bool
+	}{
+		{"pgbench select", "SELECT abalance FROM pgbench_accounts WHERE aid = 12345;", "SELECT abalance FROM pgbench_accounts WHERE aid = $1;", true},
+		{"pgbench update", "UPDATE pgbench_tellers SET tbalance = tbalance + -17 WHERE tid = 3;", "UPDATE pgbench_tellers SET tbalance = tbalance + -$1 WHERE tid = $2;", true},
+		{"digits in identifiers kept", "SELECT c1 FROM t2 WHERE x_3 = 4", "SELECT c1 FROM t2 WHERE x_3 = $1", true},
+		{"decimal kept", "SELECT 1.5", "SELECT 1.5", true},
+		{"exponent kept", "SELECT 1e5", "SELECT 1e5", true},
+		{"hex kept", "SELECT 0x1F", "SELECT 0x1F", true},
+		{"underscore kept", "SELECT 1_000", "SELECT 1_000", true},
+		{"cast", "SELECT 7::int", "SELECT $1::int", true},
+		{"string", "SELECT 'a'", "", false},
+		{"quoted identifier", `SELECT "1" FROM t`, "", false},
+		{"dollar", "SELECT $1", "", false},
+		{"line comment", "SELECT 1 -- 2", "", false},
+		{"block comment", "SELECT 1 /* 2 */", "", false},
+		{"explain", "EXPLAIN (ANALYZE 1) DELETE FROM t", "", false},
+		{"explain any case", "eXpLaIn (analyze 0) DELETE FROM t", "", false},
+		{"non-ascii", "SELECT 1 AS é", "", false},
+		{"backslash", `SELECT 1 \g`, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := shapeOf(tt.text, nil)
+			if ok != tt.ok || string(got) != tt.want {
+				t.Errorf("shapeOf(%q) = %q, %v; want %q, %v", tt.text, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+// intToken matches the integer tokens shapeOf replaces.
+var intToken = regexp.MustCompile(`(^|[^A-Za-z0-9_.])([0-9]+)($|[^A-Za-z0-9_.])`)
+
+// checkShape asserts shapeOf's soundness on text: when the gate would
+// cache text's verdict under its shape (Normalize gave exactly the
+// shape), a text differing only in those integers must normalize to the
+// same text (and so have the same facts) or fail to parse.
+func checkShape(t *testing.T, text string) {
+	shape, ok := shapeOf(text, nil)
+	if !ok {
+		return
+	}
+	norm, err := pg_query.Normalize(text)
+	if err != nil || norm != string(shape) {
+		return
+	}
+	for _, digits := range []string{"0", "7", "99999999999999999999999"} {
+		other := intToken.ReplaceAllString(text, "${1}"+digits+"${3}")
+		other = intToken.ReplaceAllString(other, "${1}"+digits+"${3}") // adjacent tokens
+		if s2, _ := shapeOf(other, nil); string(s2) != string(shape) {
+			t.Fatalf("shapeOf(%q) = %q; want %q", other, s2, shape)
+		}
+		n2, err := pg_query.Normalize(other)
+		if err != nil {
+			continue
+		}
+		if n2 != norm {
+			t.Errorf("Normalize(%q) = %q; want %q, the shape of %q", other, n2, norm, text)
+		}
+	}
+}
+
+func TestShapeSound(t *testing.T) {
+	for _, text := range []string{
+		"SELECT abalance FROM pgbench_accounts WHERE aid = 12345;",
+		"UPDATE pgbench_accounts SET abalance = abalance + 5 WHERE aid = 6;",
+		"INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 2, 3, 4, CURRENT_TIMESTAMP);",
+		"SELECT * FROM users ORDER BY 1 LIMIT 10 OFFSET 2",
+		"FETCH 5 FROM c",
+		"SELECT x::varchar(10) FROM t",
+		"SELECT a[1] FROM t",
+		"SELECT 1, 2; SELECT 3",
+		"SET statement_timeout = 5000",
+	} {
+		t.Run(text, func(t *testing.T) { checkShape(t, text) })
+	}
+}
+
+func FuzzShapeOf(f *testing.F) {
+	for _, s := range []string{"SELECT abalance FROM pgbench_accounts WHERE aid = 1;", "FETCH 5 FROM c", "SELECT 1e5, 0x1F, 1_0, -1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		if len(text) > 512 {
+			return
+		}
+		checkShape(t, text)
+	})
+}
+
+// TestShapeCacheVerdicts: texts of one shape get the verdict and audit
+// SQL their own evaluation would give, from the cache.
+func TestShapeCacheVerdicts(t *testing.T) {
+	g := fuzzGate(t)
+	g.cache, g.ncache = newVerdictCache(100), newVerdictCache(100)
+	a := &memAudit{}
+	g.deps.Audit = a
+	id := policy.Identity{ID: "agent-ro", Attributes: map[string]string{"sql_profile": "read_only"}}
+	s := &session{g: g, identity: id, database: "app", remote: "test", keyPrefix: cacheKeyPrefix(id, "app")}
+	tests := []struct {
+		name, text, sql string
+		allow           bool
+	}{
+		{"first select", "SELECT name FROM users WHERE id = 1", "SELECT name FROM users WHERE id = $1", true},
+		{"same shape", "SELECT name FROM users WHERE id = 22", "SELECT name FROM users WHERE id = $1", true},
+		{"first delete", "DELETE FROM users WHERE id = 1", "DELETE FROM users WHERE id = $1", false},
+		{"delete of same shape stays denied", "DELETE FROM users WHERE id = 3", "DELETE FROM users WHERE id = $1", false},
+		{"other table", "SELECT name FROM private.secrets WHERE id = 22", "SELECT name FROM private.secrets WHERE id = $1", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := len(a.records())
+			if v := s.decide(tt.text); v.allow != tt.allow {
+				t.Fatalf("decide(%q).allow = %v; want %v (reason %s)", tt.text, v.allow, tt.allow, v.reason)
+			}
+			recs := a.records()
+			if len(recs) != n+1 || recs[n].SQL != tt.sql {
+				t.Fatalf("decide(%q) audited %+v; want one record with SQL %q", tt.text, recs[n:], tt.sql)
+			}
+		})
+	}
+	skey := cacheKey{prefix: s.keyPrefix, digest: g.engine().Digest(), text: "DELETE FROM users WHERE id = $1", shape: true}
+	if _, ok := g.ncache.get(skey); !ok {
+		t.Errorf("no shape entry for %q", skey.text)
+	}
+}
