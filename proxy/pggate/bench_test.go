@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,7 +89,20 @@ func BenchmarkDecide(b *testing.B) {
 	})
 }
 
-var tpsRE = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+var (
+	tpsRE  = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+	txnsRE = regexp.MustCompile(`number of transactions actually processed: ([0-9]+)`)
+)
+
+// selfCPU is the user+system CPU time this process has used: on a shared
+// machine, gate CPU per transaction is steadier than a rate.
+func selfCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 // BenchmarkPgbench runs pgbench against PostgreSQL directly and through
 // the gate in the same run and reports both rates and their ratio:
@@ -119,7 +133,9 @@ func BenchmarkPgbench(b *testing.B) {
 	f := startGate(b, pg, nil)
 	f.gate.deps.Audit = nopAudit{}
 	ghost, gport, _ := net.SplitHostPort(f.addr)
-	run := func(h, p, user, pass string, extra ...string) float64 {
+	// run returns pgbench's rate and the CPU this process (the gate; idle
+	// during a direct run) spent per transaction.
+	run := func(h, p, user, pass string, extra ...string) (tps, cpuPerTxn float64) {
 		if err := pg.Exec(ctx, "bench", "VACUUM ANALYZE"); err != nil {
 			b.Fatal(err)
 		}
@@ -128,15 +144,18 @@ func BenchmarkPgbench(b *testing.B) {
 		cmd.Env = append(os.Environ(), "PGPASSWORD="+pass, "PGSSLMODE=disable")
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
+		cpu0 := selfCPU(b)
 		if err := cmd.Run(); err != nil {
 			b.Fatalf("pgbench %v: %v\n%s", args, err, out.String())
 		}
-		m := tpsRE.FindStringSubmatch(out.String())
-		if m == nil {
+		cpu := selfCPU(b) - cpu0
+		m, n := tpsRE.FindStringSubmatch(out.String()), txnsRE.FindStringSubmatch(out.String())
+		if m == nil || n == nil {
 			b.Fatalf("no tps in pgbench output:\n%s", out.String())
 		}
-		tps, _ := strconv.ParseFloat(m[1], 64)
-		return tps
+		tps, _ = strconv.ParseFloat(m[1], 64)
+		txns, _ := strconv.ParseFloat(n[1], 64)
+		return tps, float64(cpu.Microseconds()) / max(txns, 1)
 	}
 	for _, bc := range []struct {
 		name, user, pass string
@@ -147,12 +166,13 @@ func BenchmarkPgbench(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
-				direct := run(host, port, pgtest.SuperUser, pgtest.SuperPassword, bc.extra...)
-				gate := run(ghost, gport, bc.user, bc.pass, bc.extra...)
+				direct, _ := run(host, port, pgtest.SuperUser, pgtest.SuperPassword, bc.extra...)
+				gate, cpu := run(ghost, gport, bc.user, bc.pass, bc.extra...)
 				b.ReportMetric(direct, "direct_tps")
 				b.ReportMetric(gate, "gate_tps")
 				b.ReportMetric(gate/direct, "ratio")
-				fmt.Fprintf(os.Stderr, "pgbench %s: direct %.0f tps, gate %.0f tps, ratio %.2f\n", bc.name, direct, gate, gate/direct)
+				b.ReportMetric(cpu, "gate_cpu_us/txn")
+				fmt.Fprintf(os.Stderr, "pgbench %s: direct %.0f tps, gate %.0f tps, ratio %.2f, gate CPU %.1f µs/txn\n", bc.name, direct, gate, gate/direct, cpu)
 			}
 		})
 	}

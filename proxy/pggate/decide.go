@@ -142,10 +142,9 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 }
 
 // addShape caches v under the text's shape, but only when the shape is
-// exactly what Normalize made of it: every integer token was a constant
-// and nothing else was.
+// what Normalize made of the text (see shapeMatches).
 func (g *Gate) addShape(skey cacheKey, norm string, v *verdict) {
-	if skey.shape && skey.text == norm {
+	if skey.shape && shapeMatches(skey.text, norm) {
 		g.ncache.add(skey, v)
 	}
 }

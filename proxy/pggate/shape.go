@@ -1,6 +1,9 @@
 package pggate
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // shapeOf computes, without cgo, the normalized form of the queries
 // pgbench and most ORMs send with inline integers: text with each integer
@@ -16,8 +19,8 @@ import "strconv"
 // tokens at the same places, which parse to the same tree up to constant
 // values (or fail to parse, upstream too). No fact is read from an integer
 // value except EXPLAIN's ANALYZE option, so EXPLAIN is refused here. The
-// gate stores a verdict under a shape only when pg_query.Normalize gave
-// exactly that text, so the cached audit SQL is also what Normalize gives.
+// gate stores a verdict under a shape only when pg_query.Normalize agrees
+// (shapeMatches), so the cached audit SQL is also what Normalize gives.
 func shapeOf(text string, buf []byte) (shape []byte, ok bool) {
 	if len(text) > 4096 {
 		return nil, false
@@ -82,4 +85,14 @@ func hasFoldPrefix(s, w string) bool {
 		}
 	}
 	return true
+}
+
+// shapeMatches reports whether norm, pg_query.Normalize's output for a
+// text, is that text's shape: every integer token was a constant and
+// nothing else was. PostgreSQL folds a unary minus into the constant
+// (`+ -5` normalizes to `+ $1`), so the shape with every "-$" collapsed
+// also matches; either way texts of this shape differ only in the digits
+// of the same constants, so they normalize alike.
+func shapeMatches(shape, norm string) bool {
+	return shape == norm || strings.Contains(shape, "-$") && strings.ReplaceAll(shape, "-$", "$") == norm
 }
