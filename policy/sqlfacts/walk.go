@@ -119,6 +119,12 @@ func (w *walker) msg(m protoreflect.Message) {
 	mark := len(w.ctes)
 	defer func() { w.ctes = w.ctes[:mark] }()
 	switch v := m.Interface().(type) {
+	case *pg_query.A_Const, *pg_query.ParamRef, *pg_query.ColumnRef, *pg_query.String, *pg_query.Integer,
+		*pg_query.Float, *pg_query.Boolean, *pg_query.BitString, *pg_query.A_Star:
+		// Leaves (a ColumnRef holds only Strings and A_Star): the most
+		// common nodes, and reflecting over their fields is the walk's
+		// main cost.
+		return
 	case *pg_query.RangeVar:
 		w.relation(v, RoleRead)
 		return
