@@ -101,6 +101,7 @@ func digestOf(srcs []source) string {
 type parsedBundle struct {
 	modules map[string]*ast.Module // all modules, tests included
 	data    ast.Object             // data files merged, rule_index added
+	views   *viewIndex             // the rule index's Go half (input.views)
 }
 
 // parseBundle parses every module (Rego v1) and data file and builds the
@@ -139,10 +140,11 @@ func parseBundle(srcs []source) (*parsedBundle, error) {
 	if _, ok := root[indexKey]; ok {
 		return nil, fmt.Errorf("data.%s is reserved: egressd computes it from data.rules", indexKey)
 	}
-	idx, err := buildIndex(root["rules"])
+	idx, views, err := buildIndex(root["rules"])
 	if err != nil {
 		return nil, err
 	}
+	pb.views = views
 	val, err := ast.InterfaceToValue(root)
 	if err != nil {
 		return nil, fmt.Errorf("convert data: %w", err)
@@ -205,6 +207,7 @@ func mount(root map[string]any, dir string, v map[string]any) error {
 type compiled struct {
 	digest  string
 	queries [KindRedirect + 1]*rego.PreparedEvalQuery
+	views   *viewIndex
 	cache   *lru
 }
 
@@ -251,7 +254,7 @@ func prepare(ctx context.Context, pb *parsedBundle, cacheSize int) (*compiled, s
 		return nil, nil, comp.Errors
 	}
 	store := inmem.NewFromASTObject(pb.data)
-	c := &compiled{cache: newLRU(cacheSize)}
+	c := &compiled{views: pb.views, cache: newLRU(cacheSize)}
 	for k, pkg := range entryPoints {
 		pq, err := rego.New(
 			rego.Query("data.egress."+pkg+".decision"),

@@ -180,6 +180,7 @@ func (c *compiled) eval(ctx context.Context, e *Engine, kind Kind, in Input) (d 
 		return c.deny(ReasonNoDecision), true
 	}
 	input := buildInput(kind, in)
+	c.views.addTo(input, in.Facts)
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.EvalTimeout)
 	defer cancel()
 	rs, err := pq.Eval(ctx, rego.EvalParsedInput(input), evalNoMetrics, evalRawResult)

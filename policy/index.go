@@ -40,17 +40,17 @@ type ruleSpec struct {
 // Ordering deny views first lets Rego pick the lowest matching index and
 // have an explicit deny beat every allow, whatever the rules' order. A view
 // is the rule with its defaults filled in (see ruleSpec.view).
-func buildIndex(raw any) (*ast.Term, error) {
+func buildIndex(raw any) (*ast.Term, *viewIndex, error) {
 	var rules []ruleSpec
 	if raw != nil {
 		b, err := json.Marshal(raw)
 		if err != nil {
-			return nil, fmt.Errorf("rules: %w", err)
+			return nil, nil, fmt.Errorf("rules: %w", err)
 		}
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&rules); err != nil {
-			return nil, fmt.Errorf("rules: %w", err)
+			return nil, nil, fmt.Errorf("rules: %w", err)
 		}
 	}
 	ids := make(map[string]int, len(rules))
@@ -58,10 +58,10 @@ func buildIndex(raw any) (*ast.Term, error) {
 	for i := range rules {
 		r := &rules[i]
 		if err := r.validate(); err != nil {
-			return nil, fmt.Errorf("rules[%d].%w", i, err)
+			return nil, nil, fmt.Errorf("rules[%d].%w", i, err)
 		}
 		if j, dup := ids[r.ID]; dup {
-			return nil, fmt.Errorf("rules[%d].id %q is also rules[%d].id", i, r.ID, j)
+			return nil, nil, fmt.Errorf("rules[%d].id %q is also rules[%d].id", i, r.ID, j)
 		}
 		ids[r.ID] = i
 		if r.Action == "deny" {
@@ -74,12 +74,21 @@ func buildIndex(raw any) (*ast.Term, error) {
 		}
 	}
 	views := make([]*ast.Term, 0, len(rules))
+	paths := make([][]string, 0, len(rules))
 	byView, byRule := newHostIndex(), newHostIndex()
-	for v, i := range order {
+	for _, i := range order {
 		r := &rules[i]
 		views = append(views, r.view(i))
-		for _, h := range r.Hosts {
+		paths = append(paths, r.Paths)
+		if len(r.Paths) == 0 {
+			paths[len(paths)-1] = []string{"**"}
+		}
+	}
+	vx := newViewIndex(views, paths)
+	for v, i := range order {
+		for _, h := range rules[i].Hosts {
 			byView.add(h, v)
+			vx.addHost(h, v)
 		}
 	}
 	for i := range rules {
@@ -94,7 +103,7 @@ func buildIndex(raw any) (*ast.Term, error) {
 		ast.Item(ast.StringTerm("exact"), byRule.hostsTerm(exactHosts)),
 		ast.Item(ast.StringTerm("wildcard"), byRule.hostsTerm(wildcardHosts)),
 		ast.Item(ast.StringTerm("cidr"), byRule.cidrTerm()),
-	), nil
+	), vx, nil
 }
 
 // hostIndex maps rule hosts to lists of indexes, keeping first-seen order.

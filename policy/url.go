@@ -172,7 +172,6 @@ var (
 	termMethod      = ast.StringTerm("method")
 	termScheme      = ast.StringTerm("scheme")
 	termHost        = ast.StringTerm("host")
-	termHostKeys    = ast.StringTerm("host_keys")
 	termIP          = ast.StringTerm("ip")
 	termPort        = ast.StringTerm("port")
 	termPath        = ast.StringTerm("path")
@@ -214,27 +213,17 @@ func flagsTerm(f PathFlags, obfuscated, userinfo, mismatch bool) *ast.Term {
 	return ast.ArrayTerm(ts...)
 }
 
-// addHost inserts the host facts shared by HTTP and CONNECT. host_keys are
-// the rule-index keys the host can match: itself, then "*.<suffix>" for
-// every parent domain ("a.b.c" → "a.b.c", "*.b.c", "*.c"), so that Rego
-// looks rules up by key instead of matching strings. An IP literal has
-// only itself; CIDR rules are matched on input.ip.
+// addHost inserts the host facts shared by HTTP and CONNECT: host, port
+// and, for an IP literal, ip (the same canonical string, matched against
+// CIDR rules). The rule views the host matches go in as input.views (see
+// viewIndex).
 func addHost(in ast.Object, host string, ip netip.Addr, port uint16) {
-	in.Insert(termHost, ast.StringTerm(host))
-	in.Insert(termPort, ast.IntNumberTerm(int(port)))
 	hostTerm := ast.StringTerm(host)
+	in.Insert(termHost, hostTerm)
+	in.Insert(termPort, ast.IntNumberTerm(int(port)))
 	if ip.IsValid() {
 		in.Insert(termIP, hostTerm)
-		in.Insert(termHostKeys, ast.ArrayTerm(hostTerm))
-		return
 	}
-	keys := []*ast.Term{hostTerm}
-	for i := 0; i < len(host); i++ {
-		if host[i] == '.' {
-			keys = append(keys, ast.StringTerm("*"+host[i:]))
-		}
-	}
-	in.Insert(termHostKeys, ast.ArrayTerm(keys...))
 }
 
 func appendStr(dst []byte, s string) []byte {

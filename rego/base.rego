@@ -11,11 +11,14 @@
 # A view is a rule with its defaults filled in: sets ports, methods and
 # identities (any_method / any_identity when absent), paths (["**"] when
 # absent), host_wide, tls when set, and the http decision it yields.
-# Go also computes the request facts (input.host_keys, input.path_decoded,
-# input.flags, …), so nothing here scans every rule or splits strings, and
-# the lowest matching view index is the answer: explicit denies beat
-# allows whatever their order. A test that mocks data.rules must mock
-# data.rule_index too: see index_of in fixtures_test.rego.
+# Go also computes the request facts (input.path_decoded, input.flags, …)
+# and, for http and connect, input.views: the views whose hosts match the
+# request's host (and, for http, whose paths match its decoded path), looked
+# up in this index and listed in view order. So nothing here scans every
+# rule or splits strings, and the first matching view is the answer:
+# explicit denies beat allows whatever their order. A test that mocks
+# data.rules must mock data.rule_index too, and build input.views from it:
+# see index_of and views_for in fixtures_test.rego.
 package egress.base
 
 # refusal is the first refused fact of the request, whatever the rules
@@ -24,23 +27,10 @@ package egress.base
 # path_parameter), ip_obfuscated, userinfo or host_mismatch.
 refusal := input.flags[0]
 
-# views are the rule views whose hosts match the request's host.
-views contains i if {
-	some key in input.host_keys
-	some i in data.rule_index.hosts[key]
-}
-
-views contains i if {
-	ip := input.ip
-	some c in data.rule_index.cidr_views
-	net.cidr_contains(c.cidr, ip)
-	some i in c.rules
-}
-
-# reaches are the views whose host, port and identity match.
+# reaches are the positions in input.views of the views whose port and
+# identity match.
 reaches contains i if {
-	some i in views
-	r := data.rule_index.views[i]
+	some i, r in input.views
 	r.ports[input.port]
 	object.get(r.identities, input.identity.id, r.any_identity)
 }

@@ -8,15 +8,18 @@ package egress.connect
 
 import data.egress.base
 
+# The refusal is input.flags[0] (base.refusal), read here directly: a
+# rule reference costs an evaluation of its own. input.views are the views
+# whose hosts match the tunnel's host, in view order (see base.rego).
 decision := {"allow": false, "reason": reason, "rule": ""} if {
-	reason := base.refusal
+	reason := input.flags[0]
 } else := {"allow": false, "reason": "rule_deny", "rule": r.id} if {
 	count(tunnels) > 0
-	r := data.rule_index.views[min(tunnels)]
+	r := input.views[min(tunnels)]
 	r.deny
 } else := {"allow": true, "reason": "allowed", "rule": r.id, "tls": object.get(r, "tls", input.port == 443)} if {
 	count(tunnels) > 0
-	r := data.rule_index.views[min(tunnels)]
+	r := input.views[min(tunnels)]
 } else := {"allow": false, "reason": "tunnel_needs_host_wide_rule", "rule": ""} if {
 	count(base.reaches) > 0
 } else := {"allow": false, "reason": "no_matching_rule", "rule": ""}
@@ -25,6 +28,5 @@ decision := {"allow": false, "reason": reason, "rule": ""} if {
 # host-wide allows (the view's "tunnel").
 tunnels contains i if {
 	some i in base.reaches
-	r := data.rule_index.views[i]
-	r.tunnel
+	input.views[i].tunnel
 }

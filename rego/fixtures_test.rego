@@ -72,7 +72,8 @@ else := {"allow": true, "reason": "allowed", "rule": r.id}
 index := index_of(rules)
 
 # http and connect build the input egressd would for a request; the facts
-# Go computes (host_keys, flags) are spelled out by the caller.
+# Go computes (host_keys, flags, views) are spelled out by the caller, the
+# views by views_for.
 http(method, host, port, path) := {
 	"kind": "http",
 	"identity": {"id": "anonymous", "attributes": {}},
@@ -84,6 +85,7 @@ http(method, host, port, path) := {
 	"path": path,
 	"path_decoded": path,
 	"flags": [],
+	"views": views_for(host, path),
 }
 
 connect(host, port) := {
@@ -93,6 +95,33 @@ connect(host, port) := {
 	"host_keys": host_keys(host),
 	"port": port,
 	"flags": [],
+	"views": views_for(host, null),
+}
+
+# views_for is input.views as egressd computes it (policy/views.go): the
+# views whose hosts match host by key or CIDR and, unless path is null,
+# whose path globs match path, in view order. The input is built before a
+# test mocks data.rule_index, so the views come from the fixture index when
+# it has any for host (tests that mock it with index), else from the
+# loaded data.rule_index (tests of the default bundle).
+views_for(host, path) := views_in(index, host, path) if {
+	count(host_views(index, host)) > 0
+} else := views_in(data.rule_index, host, path)
+
+views_in(x, host, path) := [x.views[v] | some v in sort({v | some v in host_views(x, host); path_ok(x.views[v], path)})]
+
+host_views(x, host) := {v | some key in host_keys(host); some v in x.hosts[key]} | {v |
+	regex.match(`^[0-9.]+$|:`, host)
+	some c in x.cidr_views
+	net.cidr_contains(c.cidr, host)
+	some v in c.rules
+}
+
+path_ok(_, null)
+
+path_ok(r, path) if {
+	some p in r.paths
+	glob.match(p, ["/"], path)
 }
 
 host_keys(host) := array.concat([host], [concat("", ["*.", concat(".", array.slice(parts, i, count(parts)))]) |
