@@ -181,12 +181,12 @@ func (c *compiled) eval(ctx context.Context, e *Engine, kind Kind, in Input) (d 
 	}
 	input := buildInput(kind, in)
 	c.views.addTo(input, in.Facts)
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.EvalTimeout)
-	defer cancel()
-	rs, err := pq.Eval(ctx, rego.EvalParsedInput(input), evalNoMetrics, evalRawResult)
+	ec, stopCtx := newEvalCancel(ctx, e.cfg.EvalTimeout)
+	rs, err := pq.Eval(ctx, rego.EvalParsedInput(input), evalNoMetrics, evalRawResult, rego.EvalExternalCancel(ec))
+	timedOut := ec.release(stopCtx)
 	if err != nil {
 		reason := ReasonPolicyError
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if timedOut || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			reason = ReasonPolicyTimeout
 		}
 		e.log.Warn("policy evaluation failed", zap.Stringer("kind", kind), zap.String("reason", reason), zap.Error(err))

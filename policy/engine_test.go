@@ -53,3 +53,34 @@ func TestDecideDefaultBundle(t *testing.T) {
 		})
 	}
 }
+
+// slowModule never finishes within a test: only a cancel stops it.
+const slowModule = `package egress.http
+
+decision := {"allow": true, "reason": "allowed", "rule": "slow"} if {
+	some i in numbers.range(1, 30000)
+	some j in numbers.range(1, 30000)
+	i * j == -1
+}
+`
+
+// TestDecideStopsWhenCallerCancels: the evaluation watches the caller's
+// context as well as its own timeout, and a cancel left armed by one
+// evaluation never stops the next.
+func TestDecideStopsWhenCallerCancels(t *testing.T) {
+	dir := writeBundle(t, "", map[string]string{"http.rego": slowModule})
+	e := newTestEngine(t, Config{Dir: dir, CacheSize: -1})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	in := Input{Facts: mustParse(t, "GET", "https://ok.test/")}
+	if d := e.Decide(ctx, in); d.Allow || d.Reason != ReasonPolicyError {
+		t.Errorf("Decide(cancelled) = %+v; want deny %s", d, ReasonPolicyError)
+	}
+	quick := writeBundle(t, "", map[string]string{"http.rego": "package egress.http\n\ndecision := {\"allow\": true, \"reason\": \"allowed\", \"rule\": \"q\"}\n"})
+	e = newTestEngine(t, Config{Dir: quick, CacheSize: -1})
+	for range 100 {
+		if d := e.Decide(context.Background(), in); !d.Allow {
+			t.Fatalf("Decide = %+v; want allow by q", d)
+		}
+	}
+}
