@@ -30,6 +30,7 @@ type httpFlow struct {
 	sent     countingBody
 	recv     *responseBody
 	done     bool
+	fast     bool // sent through the upstream pool, not the Transport
 }
 
 // onRequest identifies, limits, decides and audits a plain-HTTP request, then
@@ -117,12 +118,15 @@ func (f *httpFlow) upstreamRequest(r *http.Request) *http.Request {
 	ctx, cancel := context.WithCancel(r.Context())
 	f.cancel = cancel
 	f.idle = time.AfterFunc(f.s.cfg.BodyIdleTimeout, cancel)
-	trace := &httptrace.ClientTrace{GotConn: func(ci httptrace.GotConnInfo) {
-		if ap, ok := ci.Conn.RemoteAddr().(*net.TCPAddr); ok {
-			f.ip = ap.AddrPort().Addr().Unmap().String()
-		}
-	}}
-	out := r.WithContext(httptrace.WithClientTrace(ctx, trace))
+	f.fast = fastPathOK(r)
+	if !f.fast {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(ci httptrace.GotConnInfo) {
+			if ap, ok := ci.Conn.RemoteAddr().(*net.TCPAddr); ok {
+				f.ip = ap.AddrPort().Addr().Unmap().String()
+			}
+		}})
+	}
+	out := r.WithContext(ctx)
 	u := *r.URL
 	u.Host = net.JoinHostPort(f.target.Host, strconv.Itoa(int(f.target.Port)))
 	u.Opaque = rawPath
@@ -148,7 +152,13 @@ func (f *httpFlow) upstreamRequest(r *http.Request) *http.Request {
 func (f *httpFlow) RoundTrip(req *http.Request, _ *goproxy.ProxyCtx) (*http.Response, error) {
 	s := f.s
 	t0 := time.Now()
-	resp, err := s.tr.RoundTrip(req)
+	var resp *http.Response
+	var err error
+	if f.fast {
+		resp, f.ip, err = s.up.roundTrip(req, req.URL.Host)
+	} else {
+		resp, err = s.tr.RoundTrip(req)
+	}
 	s.metrics.upstreamSeconds.Observe(time.Since(t0).Seconds())
 	if err != nil {
 		rf := refusalFor(stageDial, policy.Decision{}, err)

@@ -52,6 +52,7 @@ type Server struct {
 	metrics *Metrics
 	dialer  Dialer
 	tr      *http.Transport
+	up      *upstreamPool
 	limits  *limiter
 	state   atomic.Pointer[state]
 	srv     *http.Server
@@ -89,6 +90,7 @@ func New(o Options) (*Server, error) {
 		tunnels:  make(map[*tunnel]struct{}),
 	}
 	s.tr = newTransport(o.Config, o.Dialer)
+	s.up = newUpstreamPool(o.Config, o.Dialer)
 	s.state.Store(&state{decider: o.Decider, ids: o.Identities})
 
 	gp := goproxy.NewProxyHttpServer()
@@ -155,6 +157,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-done
 	}
 	s.tr.CloseIdleConnections()
+	s.up.closeIdle()
 	return err
 }
 
@@ -195,6 +198,9 @@ func (z zapPrintf) Printf(format string, v ...any) {
 	z.log.Debug("goproxy", zap.String("msg", fmt.Sprintf(format, v...)))
 }
 
+// idleConnTimeout closes upstream keep-alive connections unused this long.
+const idleConnTimeout = 90 * time.Second
+
 func newTransport(c Config, d Dialer) *http.Transport {
 	return &http.Transport{
 		// Never an environment proxy, and only the pinned dialer: the
@@ -203,7 +209,7 @@ func newTransport(c Config, d Dialer) *http.Transport {
 		DialContext:            d.DialContext,
 		MaxIdleConns:           c.MaxIdleConns,
 		MaxIdleConnsPerHost:    c.MaxIdleConnsPerHost,
-		IdleConnTimeout:        90 * time.Second,
+		IdleConnTimeout:        idleConnTimeout,
 		ResponseHeaderTimeout:  c.ResponseHeaderTimeout,
 		ExpectContinueTimeout:  time.Second,
 		MaxResponseHeaderBytes: 1 << 20,

@@ -1,0 +1,286 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// upstreamPool sends bodyless GET and HEAD requests on the calling
+// goroutine: write the request, read the response head, hand the body back.
+// net/http.Transport runs a read loop and a write loop goroutine per
+// connection and passes every request and response between them over
+// channels; for the common proxied GET that hand-off and its allocations are
+// a large share of the proxy's CPU per request. Everything else (request
+// bodies, Expect: 100-continue) still goes through the Transport, which can
+// read a response while the body is being sent.
+//
+// Connections come only from the pinned dialer, like the Transport's.
+type upstreamPool struct {
+	dial          func(ctx context.Context, network, address string) (net.Conn, error)
+	maxPerHost    int
+	maxIdle       int
+	idleTimeout   time.Duration
+	headerTimeout time.Duration
+
+	mu     sync.Mutex
+	idle   map[string][]*upConn // most recently used last
+	nIdle  int
+	closed bool
+}
+
+// upConn is one upstream connection with its buffers.
+type upConn struct {
+	p     *upstreamPool
+	key   string
+	c     net.Conn
+	br    *bufio.Reader
+	bw    *bufio.Writer
+	ip    string      // the dialled address, for the audit record
+	timer *time.Timer // closes the connection after idleTimeout in the pool
+	idle  bool        // in the pool; guarded by p.mu
+}
+
+func newUpstreamPool(c Config, d Dialer) *upstreamPool {
+	return &upstreamPool{
+		dial:          d.DialContext,
+		maxPerHost:    c.MaxIdleConnsPerHost,
+		maxIdle:       c.MaxIdleConns,
+		idleTimeout:   idleConnTimeout,
+		headerTimeout: c.ResponseHeaderTimeout,
+		idle:          make(map[string][]*upConn),
+	}
+}
+
+// fastPathOK says whether r can go through the pool: a bodyless GET or HEAD,
+// which is idempotent and so may be retried once on a fresh connection when
+// a pooled one turns out to have been closed by the upstream.
+func fastPathOK(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
+		(r.Body == nil || r.Body == http.NoBody) && r.ContentLength == 0 &&
+		len(r.TransferEncoding) == 0 && r.Header.Get("Expect") == ""
+}
+
+// roundTrip sends req to key ("host:port"). The response body returns the
+// connection to the pool when read to EOF and closed.
+func (p *upstreamPool) roundTrip(req *http.Request, key string) (*http.Response, string, error) {
+	ctx := req.Context()
+	pc := p.get(key)
+	if pc != nil {
+		resp, err := p.send(ctx, pc, req)
+		if err == nil || ctx.Err() != nil || isTimeout(err) {
+			return resp, pc.ip, err
+		}
+		// The upstream closed the idle connection; the request is
+		// idempotent, so send it once more on a new one.
+	}
+	c, err := p.dial(ctx, "tcp", key)
+	if err != nil {
+		return nil, "", err
+	}
+	pc = p.wrap(key, c)
+	resp, err := p.send(ctx, pc, req)
+	return resp, pc.ip, err
+}
+
+func (p *upstreamPool) wrap(key string, c net.Conn) *upConn {
+	pc := &upConn{p: p, key: key, c: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 4<<10)}
+	if ap, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		pc.ip = ap.AddrPort().Addr().Unmap().String()
+	}
+	pc.timer = time.AfterFunc(time.Hour, pc.expire)
+	pc.timer.Stop()
+	return pc
+}
+
+// send writes req on pc and reads the response head. On any error pc is
+// closed.
+func (p *upstreamPool) send(ctx context.Context, pc *upConn, req *http.Request) (*http.Response, error) {
+	// A cancelled request (client gone, body idle timeout, shutdown)
+	// closes the connection, which ends any read or write in progress.
+	stop := context.AfterFunc(ctx, pc.close)
+	fail := func(err error) (*http.Response, error) {
+		stop()
+		pc.close()
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, cerr
+		}
+		return nil, err
+	}
+	if p.headerTimeout > 0 {
+		pc.c.SetReadDeadline(time.Now().Add(p.headerTimeout))
+	}
+	if err := req.Write(pc.bw); err != nil {
+		return fail(fmt.Errorf("write request: %w", err))
+	}
+	if err := pc.bw.Flush(); err != nil {
+		return fail(fmt.Errorf("write request: %w", err))
+	}
+	var resp *http.Response
+	for {
+		var err error
+		resp, err = http.ReadResponse(pc.br, req)
+		if err != nil {
+			return fail(fmt.Errorf("read response: %w", err))
+		}
+		if resp.StatusCode >= 200 {
+			break
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			// Upgrade is stripped from every request; a 101 is a
+			// protocol error.
+			return fail(errors.New("read response: unexpected 101 Switching Protocols"))
+		}
+		// Interim 1xx responses (103 Early Hints) are not forwarded.
+	}
+	if p.headerTimeout > 0 {
+		pc.c.SetReadDeadline(time.Time{})
+	}
+	reuse := !resp.Close && !req.Close
+	if resp.Body == http.NoBody {
+		pc.release(stop, reuse)
+		return resp, nil
+	}
+	resp.Body = &upBody{ReadCloser: resp.Body, pc: pc, stop: stop, reuse: reuse}
+	return resp, nil
+}
+
+// release returns pc to the pool once its response is fully read, unless
+// the request was cancelled meanwhile (stop reports the AfterFunc already
+// ran) or either side asked to close.
+func (pc *upConn) release(stop func() bool, reuse bool) {
+	if !stop() || !reuse {
+		pc.close()
+		return
+	}
+	pc.p.put(pc)
+}
+
+func (pc *upConn) close() { pc.c.Close() }
+
+func (p *upstreamPool) get(key string) *upConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	list := p.idle[key]
+	if len(list) == 0 {
+		return nil
+	}
+	pc := list[len(list)-1]
+	list[len(list)-1] = nil
+	p.idle[key] = list[:len(list)-1]
+	p.nIdle--
+	pc.idle = false
+	pc.timer.Stop()
+	return pc
+}
+
+func (p *upstreamPool) put(pc *upConn) {
+	p.mu.Lock()
+	list := p.idle[pc.key]
+	if p.closed || len(list) >= p.maxPerHost || p.nIdle >= p.maxIdle {
+		p.mu.Unlock()
+		pc.close()
+		return
+	}
+	p.idle[pc.key] = append(list, pc)
+	p.nIdle++
+	pc.idle = true
+	pc.timer.Reset(p.idleTimeout)
+	p.mu.Unlock()
+}
+
+// expire closes pc if it is still idle when its timer fires.
+func (pc *upConn) expire() {
+	p := pc.p
+	p.mu.Lock()
+	if !pc.idle {
+		p.mu.Unlock()
+		return
+	}
+	p.removeLocked(pc)
+	p.mu.Unlock()
+	pc.close()
+}
+
+func (p *upstreamPool) removeLocked(pc *upConn) {
+	list := p.idle[pc.key]
+	for i, c := range list {
+		if c == pc {
+			copy(list[i:], list[i+1:])
+			list[len(list)-1] = nil
+			list = list[:len(list)-1]
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(p.idle, pc.key)
+	} else {
+		p.idle[pc.key] = list
+	}
+	p.nIdle--
+	pc.idle = false
+}
+
+// closeIdle closes every pooled connection and keeps the pool closed, for
+// shutdown.
+func (p *upstreamPool) closeIdle() {
+	p.mu.Lock()
+	var all []*upConn
+	for _, list := range p.idle {
+		all = append(all, list...)
+	}
+	clear(p.idle)
+	p.nIdle = 0
+	p.closed = true
+	for _, pc := range all {
+		pc.idle = false
+		pc.timer.Stop()
+	}
+	p.mu.Unlock()
+	for _, pc := range all {
+		pc.close()
+	}
+}
+
+// upBody hands the connection back when the body has been read to EOF and
+// closed; a body closed early closes the connection instead of draining it.
+type upBody struct {
+	io.ReadCloser
+	pc    *upConn
+	stop  func() bool
+	reuse bool
+	eof   bool
+	done  bool
+}
+
+func (b *upBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+func (b *upBody) Close() error {
+	if b.done {
+		return nil
+	}
+	b.done = true
+	if !b.eof {
+		// Closing the connection first makes the body's Close, which
+		// would otherwise drain what is left, return at once.
+		b.stop()
+		b.pc.close()
+		b.ReadCloser.Close()
+		return nil
+	}
+	err := b.ReadCloser.Close()
+	b.pc.release(b.stop, b.reuse)
+	return err
+}
