@@ -82,7 +82,8 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 	// The Go-computed shape saves the cgo Normalize for texts of a known
 	// shape (see shapeOf for why that is sound).
 	var skey cacheKey
-	if shape, ok := shapeOf(text, nil); ok {
+	var buf [256]byte
+	if shape, ok := shapeOf(text, buf[:0]); ok {
 		skey = cacheKey{prefix: prefix, digest: digest, text: string(shape), shape: true}
 		if v, ok := g.ncache.get(skey); ok {
 			return v

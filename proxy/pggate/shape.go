@@ -9,7 +9,7 @@ import (
 // pgbench and most ORMs send with inline integers: text with each integer
 // literal token replaced by $1, $2, … in order. ok is false for any text
 // outside a deliberately small lexical subset, where a Go scanner could
-// disagree with PostgreSQL's.
+// disagree with PostgreSQL's. The shape is appended to buf[:0].
 //
 // Why a cache keyed by the shape is sound: the subset has no quotes,
 // dollar quoting, comments or backslashes, so its tokens are identifiers,
