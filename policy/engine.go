@@ -182,7 +182,9 @@ func (c *compiled) eval(ctx context.Context, e *Engine, kind Kind, in Input) (d 
 	input := buildInput(kind, in)
 	c.views.addTo(input, in.Facts)
 	ec, stopCtx := newEvalCancel(ctx, e.cfg.EvalTimeout)
-	rs, err := pq.Eval(ctx, rego.EvalParsedInput(input), evalNoMetrics, evalRawResult, rego.EvalExternalCancel(ec))
+	vc := getVcache()
+	rs, err := pq.Eval(ctx, rego.EvalParsedInput(input), evalNoMetrics, evalRawResult, rego.EvalExternalCancel(ec), rego.EvalVirtualCache(vc))
+	vc.put()
 	timedOut := ec.release(stopCtx)
 	if err != nil {
 		reason := ReasonPolicyError
