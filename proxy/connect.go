@@ -34,8 +34,9 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, _ *goproxy.Prox
 	defer client.Close()
 	start := time.Now()
 	st := s.state.Load()
-	f := &flowInfo{id: s.newRequestID(), kind: policy.KindConnect, client: clientAddr(r.RemoteAddr),
+	f := &flowInfo{id: s.newRequestID(), kind: policy.KindConnect,
 		method: http.MethodConnect, start: start}
+	f.setClient(r.RemoteAddr)
 	client.SetDeadline(start.Add(s.cfg.DialTimeout + s.cfg.ReadHeaderTimeout))
 
 	if s.draining.Load() {

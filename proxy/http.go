@@ -39,9 +39,9 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	start := time.Now()
 	st := s.state.Load()
 	f := &httpFlow{s: s, decider: st.decider, flowInfo: flowInfo{
-		id: s.newRequestID(), kind: policy.KindHTTP, client: clientAddr(r.RemoteAddr),
-		method: r.Method, start: start,
+		id: s.newRequestID(), kind: policy.KindHTTP, method: r.Method, start: start,
 	}}
+	f.setClient(r.RemoteAddr)
 	f.target.Path = r.URL.EscapedPath()
 
 	if s.draining.Load() {
@@ -259,8 +259,9 @@ func (f *httpFlow) finish() {
 // serveNonProxy answers origin-form requests: egressd is not a web server.
 func (s *Server) serveNonProxy(w http.ResponseWriter, r *http.Request) {
 	f := &httpFlow{s: s, flowInfo: flowInfo{
-		id: s.newRequestID(), kind: policy.KindHTTP, client: clientAddr(r.RemoteAddr), method: r.Method,
+		id: s.newRequestID(), kind: policy.KindHTTP, method: r.Method,
 	}}
+	f.setClient(r.RemoteAddr)
 	rf := refusal{status: http.StatusBadRequest, reason: reasonNotProxyRequest}
 	if err := s.decided(&f.flowInfo, false, rf.reason, "", "", ""); err != nil {
 		rf = refusal{status: http.StatusServiceUnavailable, reason: reasonAuditUnavailable}

@@ -16,6 +16,7 @@ type flowInfo struct {
 	kind     policy.Kind
 	identity string
 	client   netip.Addr
+	clientS  string // client.String(), formatted once for every record
 	method   string
 	target   Target
 	start    time.Time
@@ -32,10 +33,16 @@ func (f *flowInfo) record(kind string) *audit.Record {
 		Port:     f.target.Port,
 		Path:     f.target.Path,
 	}
-	if f.client.IsValid() {
-		r.Client = f.client.String()
-	}
+	r.Client = f.clientS
 	return r
+}
+
+// setClient records the client address from a RemoteAddr.
+func (f *flowInfo) setClient(remote string) {
+	f.client = clientAddr(remote)
+	if f.client.IsValid() {
+		f.clientS = f.client.String()
+	}
 }
 
 // decisionRecord is the record appended before anything goes upstream.
