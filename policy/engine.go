@@ -280,11 +280,15 @@ func buildInput(kind Kind, in Input) ast.Object {
 	obj.Insert(termKind, kindTerms[kind])
 	id := ast.NewObjectWithCapacity(2)
 	id.Insert(termID, ast.StringTerm(in.Identity.ID))
-	attrs := ast.NewObjectWithCapacity(len(in.Identity.Attributes))
-	for k, v := range in.Identity.Attributes {
-		attrs.Insert(ast.StringTerm(k), ast.StringTerm(v))
+	attrs := ast.InternedEmptyObject
+	if len(in.Identity.Attributes) > 0 {
+		obj := ast.NewObjectWithCapacity(len(in.Identity.Attributes))
+		for k, v := range in.Identity.Attributes {
+			obj.Insert(ast.StringTerm(k), ast.StringTerm(v))
+		}
+		attrs = ast.NewTerm(obj)
 	}
-	id.Insert(termAttributes, ast.NewTerm(attrs))
+	id.Insert(termAttributes, attrs)
 	obj.Insert(termIdentity, ast.NewTerm(id))
 	in.Facts.AddTo(obj)
 	return obj

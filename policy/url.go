@@ -155,10 +155,14 @@ func (f *URLFacts) AppendKey(dst []byte) []byte {
 // (path flags, ip_obfuscated, userinfo, host_mismatch) go in as one list,
 // input.flags, in a fixed order, so the base rules refuse with one lookup.
 func (f *URLFacts) AddTo(in ast.Object) {
-	in.Insert(termMethod, ast.StringTerm(f.Method))
-	in.Insert(termScheme, ast.StringTerm(f.Scheme))
-	in.Insert(termPath, ast.StringTerm(f.Path))
-	in.Insert(termPathDecoded, ast.StringTerm(f.PathDecoded))
+	in.Insert(termMethod, constTerm(f.Method))
+	in.Insert(termScheme, constTerm(f.Scheme))
+	path := ast.StringTerm(f.Path)
+	in.Insert(termPath, path)
+	if f.PathDecoded != f.Path {
+		path = ast.StringTerm(f.PathDecoded)
+	}
+	in.Insert(termPathDecoded, path)
 	in.Insert(termFlags, flagsTerm(f.PathFlags, f.IPObfuscated, f.Userinfo, f.HostMismatch))
 	addHost(in, f.Host, f.IP, f.Port)
 }
@@ -183,6 +187,23 @@ var (
 	termMismatch    = ast.StringTerm("host_mismatch")
 	emptyFlags      = ast.ArrayTerm()
 )
+
+// constTerms are the methods and schemes nearly every request carries,
+// built once: input terms are only read during evaluation.
+var constTerms = func() map[string]*ast.Term {
+	m := map[string]*ast.Term{}
+	for _, s := range []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "http", "https"} {
+		m[s] = ast.StringTerm(s)
+	}
+	return m
+}()
+
+func constTerm(s string) *ast.Term {
+	if t, ok := constTerms[s]; ok {
+		return t
+	}
+	return ast.StringTerm(s)
+}
 
 func init() {
 	for i, n := range flagNames {
