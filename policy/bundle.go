@@ -205,10 +205,11 @@ func mount(root map[string]any, dir string, v map[string]any) error {
 
 // compiled is a bundle ready to decide: immutable, swapped whole on reload.
 type compiled struct {
-	digest  string
-	queries [KindRedirect + 1]*rego.PreparedEvalQuery
-	views   *viewIndex
-	cache   *lru
+	digest     string
+	queries    [KindRedirect + 1]*rego.PreparedEvalQuery
+	views      *viewIndex
+	identities identityTerms
+	cache      *lru
 }
 
 // entryPoints maps each Kind to its Rego package.

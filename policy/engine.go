@@ -179,7 +179,7 @@ func (c *compiled) eval(ctx context.Context, e *Engine, kind Kind, in Input) (d 
 	if pq == nil {
 		return c.deny(ReasonNoDecision), true
 	}
-	input := buildInput(kind, in)
+	input := buildInput(kind, in, c.identities.get(in.Identity))
 	c.views.addTo(input, in.Facts)
 	ec, stopCtx := newEvalCancel(ctx, e.cfg.EvalTimeout)
 	vc := getVcache()
@@ -273,23 +273,53 @@ var kindTerms = func() [KindRedirect + 1]*ast.Term {
 
 // buildInput makes the Rego input as AST values directly, skipping a JSON
 // round trip.
-func buildInput(kind Kind, in Input) ast.Object {
+func buildInput(kind Kind, in Input, identity *ast.Term) ast.Object {
 	// Sized for the largest facts (http: 8 fields) plus kind and identity,
 	// so the object never grows.
 	obj := ast.NewObjectWithCapacity(12)
 	obj.Insert(termKind, kindTerms[kind])
-	id := ast.NewObjectWithCapacity(2)
-	id.Insert(termID, ast.StringTerm(in.Identity.ID))
-	attrs := ast.InternedEmptyObject
-	if len(in.Identity.Attributes) > 0 {
-		obj := ast.NewObjectWithCapacity(len(in.Identity.Attributes))
-		for k, v := range in.Identity.Attributes {
-			obj.Insert(ast.StringTerm(k), ast.StringTerm(v))
-		}
-		attrs = ast.NewTerm(obj)
-	}
-	id.Insert(termAttributes, attrs)
-	obj.Insert(termIdentity, ast.NewTerm(id))
+	obj.Insert(termIdentity, identity)
 	in.Facts.AddTo(obj)
 	return obj
+}
+
+// identityTerm is input.identity: {"id": …, "attributes": {…}}.
+func identityTerm(id Identity) *ast.Term {
+	obj := ast.NewObjectWithCapacity(2)
+	obj.Insert(termID, ast.StringTerm(id.ID))
+	attrs := ast.InternedEmptyObject
+	if len(id.Attributes) > 0 {
+		a := ast.NewObjectWithCapacity(len(id.Attributes))
+		for k, v := range id.Attributes {
+			a.Insert(ast.StringTerm(k), ast.StringTerm(v))
+		}
+		attrs = ast.NewTerm(a)
+	}
+	obj.Insert(termAttributes, attrs)
+	return ast.NewTerm(obj)
+}
+
+// identityTerms keeps input.identity of identities without attributes
+// (nearly all: they come from the configuration), built once per id. It
+// stops growing at maxIdentityTerms; past that, terms are built per
+// evaluation.
+type identityTerms struct {
+	m sync.Map // id → *ast.Term
+	n atomic.Int32
+}
+
+const maxIdentityTerms = 4096
+
+func (c *identityTerms) get(id Identity) *ast.Term {
+	if len(id.Attributes) > 0 {
+		return identityTerm(id)
+	}
+	if t, ok := c.m.Load(id.ID); ok {
+		return t.(*ast.Term)
+	}
+	t := identityTerm(id)
+	if c.n.Load() < maxIdentityTerms && c.n.Add(1) <= maxIdentityTerms {
+		c.m.Store(id.ID, t)
+	}
+	return t
 }
