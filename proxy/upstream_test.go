@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -125,5 +127,34 @@ func TestFastPathOK(t *testing.T) {
 				t.Errorf("fastPathOK(%s) = %v; want %v", tt.name, got, tt.want)
 			}
 		})
+	}
+}
+
+// A request cancelled while waiting for the response head (client gone,
+// body idle timeout) ends at once with the context's error.
+func TestUpstreamPoolCancel(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan struct{})
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		http.ReadRequest(bufio.NewReader(c))
+		close(got)
+		io.Copy(io.Discard, c) // never answers
+	}()
+	p := newUpstreamPool(DefaultConfig(), &net.Dialer{})
+	defer p.closeIdle()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-got; cancel() }()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+ln.Addr().String()+"/", nil)
+	if _, _, err := p.roundTrip(req, ln.Addr().String()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("roundTrip after cancel: err = %v; want context.Canceled", err)
 	}
 }
