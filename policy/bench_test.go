@@ -135,3 +135,22 @@ func BenchmarkDecideUncachedFloor(b *testing.B) {
 func BenchmarkDecideCached(b *testing.B)           { benchDecide(b, 500, 10000) }
 func BenchmarkDecideUncached5Rules(b *testing.B)   { benchDecide(b, 5, -1) }
 func BenchmarkDecideUncached500Rules(b *testing.B) { benchDecide(b, 500, -1) }
+
+// BenchmarkDecideUncachedConnect decides CONNECTs against the generated
+// rules: a host-wide allow, a wildcard, a deny, a path rule (which cannot
+// open a tunnel) and a miss.
+func BenchmarkDecideUncachedConnect(b *testing.B) {
+	e := benchEngine(b, 500, -1)
+	var ins []Input
+	for _, target := range []string{"h0.example.com:443", "a.w1.example.net:443", "d3.example.com:443", "api2.example.org:443", "nowhere.example:443"} {
+		f, err := ParseConnect(target)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ins = append(ins, Input{Identity: Identity{ID: "bench"}, Facts: f})
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		e.Decide(context.Background(), ins[i%len(ins)])
+	}
+}

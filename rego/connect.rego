@@ -14,19 +14,21 @@ import data.egress.base
 decision := {"allow": false, "reason": reason, "rule": ""} if {
 	reason := input.flags[0]
 } else := {"allow": false, "reason": "rule_deny", "rule": r.id} if {
-	count(tunnels) > 0
 	r := input.views[min(tunnels)]
 	r.deny
 } else := {"allow": true, "reason": "allowed", "rule": r.id, "tls": object.get(r, "tls", input.port == 443)} if {
-	count(tunnels) > 0
 	r := input.views[min(tunnels)]
 } else := {"allow": false, "reason": "tunnel_needs_host_wide_rule", "rule": ""} if {
 	count(base.reaches) > 0
 } else := {"allow": false, "reason": "no_matching_rule", "rule": ""}
 
-# tunnels are the views that decide a tunnel: denies of any shape and
-# host-wide allows (the view's "tunnel").
+# tunnels are the positions in input.views of the views that decide a
+# tunnel (the view's "tunnel": denies of any shape and host-wide allows)
+# and reach it (base.reaches, spelled out: a rule reference costs an
+# evaluation). min of no tunnels is undefined, so the branches above fail.
 tunnels contains i if {
-	some i in base.reaches
-	input.views[i].tunnel
+	some i, r in input.views
+	r.tunnel
+	r.ports[input.port]
+	object.get(r.identities, input.identity.id, r.any_identity)
 }
