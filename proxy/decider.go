@@ -63,6 +63,13 @@ func (d *Decider) DecideHTTP(ctx context.Context, id policy.Identity, kind polic
 	if err != nil {
 		return refused(nil, Target{}, stageParse, err)
 	}
+	if kind == policy.KindHTTP && f.Scheme == "https" {
+		// An absolute-form https:// request would make the proxy originate
+		// TLS the client cannot verify; clients must CONNECT instead. A
+		// redirect to https:// is decided: the client follows it with a
+		// CONNECT that is decided again.
+		return refused(f, urlTarget(f), stageParse, &policy.DenyError{Reason: reasonAbsoluteHTTPS})
+	}
 	return d.decide(ctx, id, f, urlTarget(f))
 }
 

@@ -52,15 +52,6 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		return r, s.refuse(f, r, refusalFor(stagePolicy, policy.Deny(reason, ""), nil))
 	}
 	f.identity, f.flowInfo.identity = id, id.ID
-	switch r.URL.Scheme {
-	case "http":
-	case "https":
-		// An absolute-form https:// URL would make the proxy originate TLS
-		// the client cannot verify; clients must CONNECT instead.
-		return r, s.refuse(f, r, refusal{status: http.StatusBadRequest, reason: reasonAbsoluteHTTPS})
-	default:
-		return r, s.refuse(f, r, refusal{status: http.StatusBadRequest, reason: reasonBadScheme})
-	}
 	release, reason := s.limits.acquire(id.ID)
 	if reason != "" {
 		return r, s.refuse(f, r, refusalFor(stagePolicy, policy.Deny(reason, ""), nil))

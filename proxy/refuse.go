@@ -19,7 +19,6 @@ const (
 	reasonAuthRequired     = "proxy_auth_required"
 	reasonAuthInvalid      = "proxy_auth_invalid"
 	reasonAbsoluteHTTPS    = "https_requires_connect"
-	reasonBadScheme        = "unsupported_scheme"
 	reasonNotProxyRequest  = "not_proxy_request"
 	reasonRateLimited      = "rate_limited"
 	reasonConnLimit        = "identity_conn_limit"

@@ -30,7 +30,7 @@ func TestCheckIdentityFromConfig(t *testing.T) {
 		identity string
 		stderr   string
 	}{
-		{"configured identity", []string{"check", "http", "--config", cfg, "--identity", "team", "GET", "https://pypi.org/simple/"}, 0, "team", ""},
+		{"configured identity", []string{"check", "http", "--config", cfg, "--identity", "team", "GET", "http://deb.debian.org/debian/"}, 0, "team", ""},
 		{"identity required", []string{"check", "http", "--config", cfg, "GET", "https://pypi.org/simple/"}, 2, "", "--identity is required"},
 		{"unknown identity", []string{"check", "connect", "--config", cfg, "--identity", "nobody", "pypi.org:443"}, 2, "", "not in the config"},
 		{"anonymous without identities", []string{"check", "connect", "--config", anon, "pypi.org:443"}, 0, "anonymous", ""},
