@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -23,6 +22,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/rego"
 )
 
 // The harness every e2e file shares:
@@ -427,32 +427,14 @@ type Rule struct {
 	Action     string   `json:"action,omitempty"`
 }
 
-// WritePolicy copies the repository's bundle (rego/) into a temporary
+// WritePolicy writes the default bundle (package rego) into a temporary
 // directory and replaces its data.json rules with rules.
 func WritePolicy(t testing.TB, rules []Rule) string {
 	t.Helper()
-	dst := t.TempDir()
-	src := filepath.Join(repoRoot, "rego")
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		if d.IsDir() {
-			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
-		}
-		// The bundle's own Rego tests assert its default data; they are
-		// left out because the rules here replace it.
-		if strings.HasSuffix(p, "_test.rego") || (!strings.HasSuffix(p, ".rego") && !strings.HasSuffix(p, ".json")) {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
-	})
-	if err != nil {
+	dst := filepath.Join(t.TempDir(), "policy")
+	// The bundle's own Rego tests assert its default data; they are left
+	// out because the rules here replace it.
+	if err := rego.Write(dst, false); err != nil {
 		t.Fatalf("copy bundle: %v", err)
 	}
 	b, err := json.MarshalIndent(map[string]any{"rules": rules}, "", "  ")

@@ -43,7 +43,7 @@ test_wrong if http.decision.allow with input as {"host": "no.test"}
 		{"test failing", []string{"policy", "test", failing}, 1, "http_test.rego:5: data.egress.http_test.test_wrong"},
 		{"check failing test compiles", []string{"policy", "check", failing}, 0, "ok "},
 		{"no such dir", []string{"policy", "check", "/nonexistent"}, 2, "not a directory"},
-		{"unknown sub", []string{"policy", "lint"}, 2, "want check or test"},
+		{"unknown sub", []string{"policy", "lint"}, 2, "want init, check or test"},
 		{"check with broken policy dir", []string{"check", "http", "--policy", syntax, "GET", "https://ok.test/"}, 2, "http.rego:3"},
 		{"check usage", []string{"check", "http", "GET"}, 2, "takes METHOD URL"},
 		{"check unknown kind", []string{"check", "smtp", "x"}, 2, "unknown kind"},

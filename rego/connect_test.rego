@@ -64,10 +64,3 @@ test_obfuscated_ip_refused if {
 	not d.allow
 	d.reason == "ip_obfuscated"
 }
-
-test_default_bundle if {
-	connect.decision.allow with input as fixtures.connect("pypi.org", 443)
-	connect.decision.reason == "tunnel_needs_host_wide_rule" with input as fixtures.connect("api.github.com", 443)
-	connect.decision.reason == "no_matching_rule" with input as fixtures.connect("example.com", 443)
-	connect.decision.reason == "no_matching_rule" with input as fixtures.connect("pypi.org", 22)
-}

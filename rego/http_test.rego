@@ -104,17 +104,3 @@ test_every_flag_refuses_whatever_the_rules if {
 test_first_flag_is_the_reason if {
 	denied_for(object.union(get("exact.test", "/"), {"flags": ["dot_segment", "userinfo"]}), "dot_segment")
 }
-
-# The default bundle: registries host-wide, read-only GitHub API paths.
-test_default_bundle if {
-	http.decision.allow with input as fixtures.http("GET", "pypi.org", 443, "/simple/requests/")
-	http.decision.allow with input as fixtures.http("GET", "files.pythonhosted.org", 443, "/packages/x.whl")
-	http.decision.allow with input as fixtures.http("GET", "registry.npmjs.org", 443, "/left-pad")
-	http.decision.allow with input as fixtures.http("GET", "proxy.golang.org", 443, "/golang.org/x/net/@v/list")
-	http.decision.allow with input as fixtures.http("GET", "deb.debian.org", 80, "/debian/dists/stable/Release")
-	http.decision.allow with input as fixtures.http("GET", "api.github.com", 443, "/repos/o/r/contents/a")
-	not http.decision.allow with input as fixtures.http("POST", "api.github.com", 443, "/repos/o/r/issues")
-	not http.decision.allow with input as fixtures.http("GET", "api.github.com", 443, "/user")
-	not http.decision.allow with input as fixtures.http("GET", "github.com", 443, "/")
-	not http.decision.allow with input as fixtures.http("GET", "example.com", 443, "/")
-}

@@ -17,13 +17,16 @@ import (
 // bundle and reports errors with file:line (exit 2); test also runs its
 // Rego tests (exit 1 when one fails). Without DIR, the embedded bundle.
 func runPolicy(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "init" {
+		return runPolicyInit(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || (args[0] != "check" && args[0] != "test") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
 			fmt.Fprint(stderr, policyUsage)
 			return flag.ErrHelp
 		}
 		fmt.Fprint(stderr, policyUsage)
-		return usageErrorf("policy: want check or test")
+		return usageErrorf("policy: want init, check or test")
 	}
 	sub := args[0]
 	fset := flag.NewFlagSet("policy "+sub, flag.ContinueOnError)
@@ -72,7 +75,27 @@ func runPolicy(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-const policyUsage = `usage: egressd policy check [DIR]   compile the bundle; errors name file:line (exit 2)
+// runPolicyInit is `egressd policy init DIR`: the embedded bundle, with its
+// tests, as the starting point of an operator's own.
+func runPolicyInit(args []string, stdout, stderr io.Writer) error {
+	fset := flag.NewFlagSet("policy init", flag.ContinueOnError)
+	fset.Usage = func() { fmt.Fprint(fset.Output(), policyUsage) }
+	pos, err := parseFlags(fset, args, stderr)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErrorf("policy init takes one DIR, got %d", len(pos))
+	}
+	if err := defaultbundle.Write(pos[0], true); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	fmt.Fprintf(stdout, "wrote the default bundle to %s: edit data.json, then egressd policy test %s\n", pos[0], pos[0])
+	return nil
+}
+
+const policyUsage = `usage: egressd policy init DIR      write the embedded bundle to DIR to start your own
+       egressd policy check [DIR]   compile the bundle; errors name file:line (exit 2)
        egressd policy test [DIR]    compile and run its Rego tests (exit 1 on a failure)
 Without DIR, the bundle embedded in the binary.
 `

@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"github.com/elazarl/goproxy"
+
+	"github.com/egressd/egressd/rego"
 )
 
 type options struct {
@@ -158,7 +160,7 @@ func freePort() int {
 
 func startEgressd(o options, work string, ports []int) (*egressd, error) {
 	pol := filepath.Join(work, "policy")
-	if err := copyBundle("rego", pol); err != nil {
+	if err := rego.Write(pol, false); err != nil {
 		return nil, err
 	}
 	var ps []string
@@ -248,26 +250,6 @@ func (e *egressd) cpuTime() time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
-}
-
-func copyBundle(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		if d.IsDir() {
-			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
-		}
-		if strings.HasSuffix(p, "_test.rego") || (!strings.HasSuffix(p, ".rego") && !strings.HasSuffix(p, ".json")) {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
-	})
 }
 
 func median(xs []float64) float64 {

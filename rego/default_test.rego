@@ -1,0 +1,30 @@
+# Tests of the default rules in data.json. `egressd policy init` leaves this
+# file out: an operator's data.json replaces the rules it asserts, while the
+# other tests hold for any rules.
+package egress.default_test
+
+import data.egress.connect
+import data.egress.fixtures
+import data.egress.http
+
+# HTTP: registries host-wide, read-only GitHub API paths.
+test_default_http if {
+	http.decision.allow with input as fixtures.http("GET", "pypi.org", 443, "/simple/requests/")
+	http.decision.allow with input as fixtures.http("GET", "files.pythonhosted.org", 443, "/packages/x.whl")
+	http.decision.allow with input as fixtures.http("GET", "registry.npmjs.org", 443, "/left-pad")
+	http.decision.allow with input as fixtures.http("GET", "proxy.golang.org", 443, "/golang.org/x/net/@v/list")
+	http.decision.allow with input as fixtures.http("GET", "deb.debian.org", 80, "/debian/dists/stable/Release")
+	http.decision.allow with input as fixtures.http("GET", "api.github.com", 443, "/repos/o/r/contents/a")
+	not http.decision.allow with input as fixtures.http("POST", "api.github.com", 443, "/repos/o/r/issues")
+	not http.decision.allow with input as fixtures.http("GET", "api.github.com", 443, "/user")
+	not http.decision.allow with input as fixtures.http("GET", "github.com", 443, "/")
+	not http.decision.allow with input as fixtures.http("GET", "example.com", 443, "/")
+}
+
+# CONNECT: only the host-wide rules open tunnels.
+test_default_connect if {
+	connect.decision.allow with input as fixtures.connect("pypi.org", 443)
+	connect.decision.reason == "tunnel_needs_host_wide_rule" with input as fixtures.connect("api.github.com", 443)
+	connect.decision.reason == "no_matching_rule" with input as fixtures.connect("example.com", 443)
+	connect.decision.reason == "no_matching_rule" with input as fixtures.connect("pypi.org", 22)
+}
