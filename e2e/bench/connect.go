@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// CONNECT bulk throughput.
+
+// startSink accepts connections, reads everything, then answers one byte
+// so the sender knows the transfer is complete.
+func startSink() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 256<<10)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						break
+					}
+				}
+				c.Write([]byte{1})
+			}()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func sendBulk(c net.Conn, n int64) (time.Duration, error) {
+	buf := bytes.Repeat([]byte{0xab}, 256<<10)
+	start := time.Now()
+	for sent := int64(0); sent < n; {
+		m := min(int64(len(buf)), n-sent)
+		w, err := c.Write(buf[:m])
+		sent += int64(w)
+		if err != nil {
+			return 0, err
+		}
+	}
+	c.(*net.TCPConn).CloseWrite()
+	c.SetReadDeadline(time.Now().Add(60 * time.Second))
+	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+		return 0, fmt.Errorf("await sink: %w", err)
+	}
+	return time.Since(start), nil
+}
+
+func dialTunnel(proxy, target string) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", proxy, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	// Read the response head byte by byte so no tunnel byte is consumed.
+	var head []byte
+	b := make([]byte, 1)
+	for !bytes.HasSuffix(head, []byte("\r\n\r\n")) {
+		if _, err := c.Read(b); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("CONNECT %s: %w", target, err)
+		}
+		head = append(head, b[0])
+		if len(head) > 4096 {
+			c.Close()
+			return nil, errors.New("CONNECT response too long")
+		}
+	}
+	if !bytes.HasPrefix(head, []byte("HTTP/1.1 200")) {
+		c.Close()
+		return nil, fmt.Errorf("CONNECT %s: %q", target, head)
+	}
+	c.SetDeadline(time.Time{})
+	return c, nil
+}
+
+func benchConnect(o options, e *egressd, port int) error {
+	target := fmt.Sprintf("127.0.0.1:%d", port)
+	var direct, proxied []float64
+	for range o.rounds {
+		c, err := net.Dial("tcp", target)
+		if err != nil {
+			return err
+		}
+		d, err := sendBulk(c, o.bulk)
+		c.Close()
+		if err != nil {
+			return err
+		}
+		t, err := dialTunnel(e.proxy, target)
+		if err != nil {
+			return err
+		}
+		p, err := sendBulk(t, o.bulk)
+		t.Close()
+		if err != nil {
+			return err
+		}
+		direct = append(direct, float64(o.bulk)/d.Seconds())
+		proxied = append(proxied, float64(o.bulk)/p.Seconds())
+	}
+	ratio := median(proxied) / median(direct)
+	fmt.Printf("CONNECT bulk, %d MiB x %d rounds (medians):\n  direct  %7.0f MiB/s\n  proxied %7.0f MiB/s  ratio %.2fx (target >= 0.90) %s\n",
+		o.bulk>>20, o.rounds, median(direct)/(1<<20), median(proxied)/(1<<20), ratio, verdict(ratio >= 0.9))
+	return nil
+}
