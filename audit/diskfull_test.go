@@ -67,7 +67,10 @@ func snapshot(t *testing.T, dir string) map[string][]byte {
 func TestDiskFull(t *testing.T) {
 	for _, mode := range []string{"always", "interval"} {
 		t.Run(mode, func(t *testing.T) {
-			root := mountTmpfs(t, 256<<10)
+			// Room, once the filler goes, for every record the loop below
+			// can have queued (interval mode acknowledges on queueing, and a
+			// loaded machine queues thousands before the writer runs).
+			root := mountTmpfs(t, 4<<20)
 			filler := filepath.Join(root, "filler")
 			if err := os.WriteFile(filler, make([]byte, 200<<10), 0o600); err != nil {
 				t.Fatal(err)
