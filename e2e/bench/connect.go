@@ -14,29 +14,15 @@ import (
 // startSink accepts connections, reads everything, then answers one byte
 // so the sender knows the transfer is complete.
 func startSink() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	go func() {
+	return serveTCP(func(c net.Conn) {
+		buf := make([]byte, 256<<10)
 		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
+			if _, err := c.Read(buf); err != nil {
+				break
 			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 256<<10)
-				for {
-					if _, err := c.Read(buf); err != nil {
-						break
-					}
-				}
-				c.Write([]byte{1})
-			}()
 		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+		c.Write([]byte{1})
+	})
 }
 
 func sendBulk(c net.Conn, n int64) (time.Duration, error) {

@@ -13,23 +13,7 @@ import (
 
 // startHolder accepts connections and keeps them open without a byte.
 func startHolder() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				io.Copy(io.Discard, c)
-				c.Close()
-			}()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return serveTCP(func(c net.Conn) { io.Copy(io.Discard, c) })
 }
 
 func benchIdle(o options, e *egressd, port int) error {

@@ -146,6 +146,28 @@ type egressd struct {
 	audit string
 }
 
+// serveTCP accepts loopback connections until the program ends, running
+// handle on each and closing the connection after it; it returns the port.
+func serveTCP(handle func(net.Conn)) (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				handle(c)
+			}()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
 func freePort() int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
