@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 
 	"github.com/egressd/egressd/policy"
@@ -121,16 +120,7 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 }
 
 func checkUsage(w io.Writer) {
-	names := make([]string, 0, len(checkKinds))
-	for n := range checkKinds {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var b strings.Builder
-	b.WriteString("usage: egressd check <kind> [flags] args\n\nkinds:\n")
-	for _, n := range names {
-		fmt.Fprintf(&b, "  %-8s %s\n", n, checkKinds[n].args)
-	}
-	b.WriteString("\nprints the decision as one JSON object; exit 0 allow, 1 deny, 2 usage or load error\n")
-	io.WriteString(w, b.String())
+	writeUsage(w, "usage: egressd check <kind> [flags] args\n\nkinds:\n", checkKinds,
+		func(k checkKind) string { return k.args },
+		"\nprints the decision as one JSON object; exit 0 allow, 1 deny, 2 usage or load error\n")
 }

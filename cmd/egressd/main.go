@@ -25,7 +25,7 @@ var commands = map[string]command{
 	"health":   {summary: "exit 0 if the admin listener reports ready, else 1", run: runHealth},
 	"serve":    {summary: "run the proxy, admin, and configured DNS and Postgres listeners", run: runServe},
 	"check":    {summary: "decide one request offline, exactly as the listeners would", run: runCheck},
-	"policy":   {summary: "compile (check) or test (test) a policy bundle", run: runPolicy},
+	"policy":   {summary: "start (init), compile (check) or test (test) a policy bundle", run: runPolicy},
 	"audit":    {summary: "verify the audit log's hash chain, or show its records", run: runAudit},
 	"identity": {summary: "hash a sandbox secret into an identities: entry", run: runIdentity},
 }
@@ -51,17 +51,24 @@ func run(args []string, stdout, stderr io.Writer) error {
 }
 
 func usage(w io.Writer) {
-	names := make([]string, 0, len(commands))
-	for n := range commands {
+	writeUsage(w, "usage: egressd <subcommand> [flags] [args]\n\nsubcommands:\n", commands,
+		func(c command) string { return c.summary }, "\nrun 'egressd <subcommand> -h' for its flags\n")
+}
+
+// writeUsage prints head, one aligned line per table entry in name order,
+// then foot: the shape of every usage listing.
+func writeUsage[V any](w io.Writer, head string, table map[string]V, describe func(V) string, foot string) {
+	names := make([]string, 0, len(table))
+	for n := range table {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	var b strings.Builder
-	b.WriteString("usage: egressd <subcommand> [flags] [args]\n\nsubcommands:\n")
+	b.WriteString(head)
 	for _, n := range names {
-		fmt.Fprintf(&b, "  %-8s %s\n", n, commands[n].summary)
+		fmt.Fprintf(&b, "  %-8s %s\n", n, describe(table[n]))
 	}
-	b.WriteString("\nrun 'egressd <subcommand> -h' for its flags\n")
+	b.WriteString(foot)
 	io.WriteString(w, b.String())
 }
 
