@@ -2,7 +2,7 @@ package sqlfacts
 
 import (
 	"strings"
-	"sync"
+	"unicode/utf8"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
 
@@ -24,77 +24,149 @@ type Options struct {
 // each statement in order. Every error is a *policy.DenyError with reason
 // sql_too_complex, sql_invalid_utf8 or sql_parse_error. An empty query (only
 // comments or semicolons) yields no statements.
+//
+// pg_query's JSON output is read rather than its protobuf: the protobuf-c
+// serializer and the Go unmarshalling cost several times the parse itself.
 func Parse(sql string, opt Options) ([]*Statement, error) {
 	if err := Prescan(sql, opt.Limits); err != nil {
 		return nil, err
 	}
-	tree, err := pg_query.Parse(sql)
+	tree, err := pg_query.ParseToJSON(sql)
 	if err != nil {
-		return nil, &policy.DenyError{Reason: ReasonParseError, Err: err}
+		return nil, parseError(err)
+	}
+	// Protobuf refused strings that are not UTF-8; so does this parse
+	// (the JSON escapes only ASCII, so checking the document checks every
+	// string in it).
+	if !utf8.ValidString(tree) {
+		return nil, parseError(jsonErr("parse tree is not valid UTF-8"))
+	}
+	d := getDoc()
+	defer d.release()
+	if err := d.parse(tree); err != nil {
+		return nil, parseError(err)
 	}
 	def := "public"
 	if len(opt.SearchPath) > 0 {
 		def = opt.SearchPath[0]
 	}
-	out := make([]*Statement, 0, len(tree.Stmts))
-	for _, raw := range tree.Stmts {
-		st := classify(raw.Stmt, def)
+	stmts := d.get(0, keyStmts)
+	if stmts >= 0 && d.vals[stmts].kind != jArray {
+		return nil, parseError(jsonErr("stmts is not an array"))
+	}
+	out := []*Statement{}
+	err = d.items(stmts, func(raw int32) error {
+		c := classifier{d: d, defSchema: def}
+		st, err := c.classify(d.get(raw, keyStmt))
+		if err != nil {
+			return err
+		}
+		if c.inexact {
+			if st.ExplainAnalyze, err = explainAnalyzeExact(sql, len(out)); err != nil {
+				return err
+			}
+		}
 		st.Database = opt.Database
-		st.Text = stmtText(sql, raw)
+		if st.Text, err = stmtText(d, sql, raw); err != nil {
+			return err
+		}
 		out = append(out, st)
+		return nil
+	})
+	if err != nil {
+		return nil, parseError(err)
 	}
 	return out, nil
 }
 
-// stmtText is the statement's slice of sql. pg_query gives byte offsets; a
-// zero length means "to the end".
-func stmtText(sql string, raw *pg_query.RawStmt) string {
-	start, end := int(raw.StmtLocation), len(sql)
-	if raw.StmtLen > 0 {
-		end = start + int(raw.StmtLen)
-	}
-	if start < 0 || start > end || end > len(sql) {
-		return sql
-	}
-	return strings.TrimSpace(sql[start:end])
+func parseError(err error) error {
+	return &policy.DenyError{Reason: ReasonParseError, Err: err}
 }
 
-// classify builds the facts of one statement node.
-func classify(n *pg_query.Node, defSchema string) *Statement {
-	st := &Statement{Command: commandName(n), Relations: []Relation{}, Functions: []Function{}}
+// stmtText is the statement's slice of sql. pg_query gives byte offsets; a
+// zero length means "to the end".
+func stmtText(d *jsonDoc, sql string, raw int32) (string, error) {
+	loc, err := d.int(d.get(raw, keyStmtLocation))
+	if err != nil {
+		return "", err
+	}
+	n, err := d.int(d.get(raw, keyStmtLen))
+	if err != nil {
+		return "", err
+	}
+	// The protobuf fields are int32.
+	start, end := int(int32(loc)), len(sql)
+	if int32(n) > 0 {
+		end = start + int(int32(n))
+	}
+	if start < 0 || start > end || end > len(sql) {
+		return sql, nil
+	}
+	return strings.TrimSpace(sql[start:end]), nil
+}
+
+// classifier builds the facts of one statement.
+type classifier struct {
+	d         *jsonDoc
+	defSchema string
+	// inexact is set when the JSON cannot tell whether EXPLAIN's ANALYZE
+	// is on (see explainAnalyze).
+	inexact bool
+}
+
+// classify builds the facts of the statement Node object n.
+func (c *classifier) classify(n int32) (*Statement, error) {
+	d := c.d
+	typ, v := d.nodeType(n)
+	command := "unknown"
+	if f, ok := nodeInfo.fields[typ]; ok && f.msg != nil {
+		command = f.msg.command
+	}
+	st := &Statement{Command: command, Relations: []Relation{}, Functions: []Function{}}
 	st.DDL = !nonDDL[st.Command]
-	w := &walker{st: st, defSchema: defSchema}
-	switch v := n.GetNode().(type) {
-	case *pg_query.Node_UpdateStmt:
-		st.HasWhere = v.UpdateStmt.WhereClause != nil
-	case *pg_query.Node_DeleteStmt:
-		st.HasWhere = v.DeleteStmt.WhereClause != nil
-	case *pg_query.Node_CopyStmt:
-		c := v.CopyStmt
-		st.Copy = &Copy{Direction: "to", Program: c.IsProgram, File: c.Filename != "" || c.IsProgram, Table: c.Relation != nil}
-		if c.IsFrom {
+	var err error
+	switch typ {
+	case nodeUpdateStmt, nodeDeleteStmt:
+		st.HasWhere = d.present(d.get(v, keyWhere))
+	case nodeCopyStmt:
+		program := d.truthy(d.get(v, keyIsProgram))
+		st.Copy = &Copy{Direction: "to", Program: program, File: d.str(d.get(v, keyFilename)) != "" || program, Table: d.present(d.get(v, keyRelation))}
+		if d.truthy(d.get(v, keyIsFrom)) {
 			st.Copy.Direction = "from"
 		}
-	case *pg_query.Node_VariableSetStmt:
-		s := v.VariableSetStmt
-		st.Set = &Set{Name: strings.ToLower(s.Name), Action: setAction(s.Kind), Local: s.IsLocal}
-	case *pg_query.Node_TransactionStmt:
-		st.Transaction = strings.ToLower(strings.TrimPrefix(v.TransactionStmt.Kind.String(), "TRANS_STMT_"))
-	case *pg_query.Node_ListenStmt:
-		st.Channel = v.ListenStmt.Conditionname
-	case *pg_query.Node_UnlistenStmt:
-		st.Channel = v.UnlistenStmt.Conditionname
-	case *pg_query.Node_NotifyStmt:
-		st.Channel = v.NotifyStmt.Conditionname
-	case *pg_query.Node_ExplainStmt:
-		st.ExplainAnalyze = explainAnalyze(v.ExplainStmt.Options)
-		st.Inner = classify(v.ExplainStmt.Query, defSchema)
-	case *pg_query.Node_PrepareStmt:
-		st.Inner = classify(v.PrepareStmt.Query, defSchema)
-	case *pg_query.Node_DeclareCursorStmt:
-		st.Inner = classify(v.DeclareCursorStmt.Query, defSchema)
+	case nodeVariableSetStmt:
+		action, ok := setActions[d.str(d.get(v, keySetKind))]
+		if !ok {
+			action = "unknown"
+		}
+		st.Set = &Set{Name: strings.Clone(strings.ToLower(d.str(d.get(v, keySetName)))), Action: action, Local: d.truthy(d.get(v, keyIsLocal))}
+	case nodeTransactionStmt:
+		k := d.str(d.get(v, keyTransKind))
+		if k == "" {
+			// An omitted enum is its zero value.
+			k = pg_query.TransactionStmtKind(0).String()
+		}
+		var ok bool
+		if st.Transaction, ok = transactionKinds[k]; !ok {
+			st.Transaction = strings.ToLower(strings.TrimPrefix(k, "TRANS_STMT_"))
+		}
+	case nodeListenStmt, nodeUnlistenStmt, nodeNotifyStmt:
+		st.Channel = strings.Clone(d.str(d.get(v, keyCondition)))
+	case nodeExplainStmt:
+		var exact bool
+		st.ExplainAnalyze, exact = explainAnalyze(d, d.get(v, keyOptions))
+		c.inexact = c.inexact || !exact
+		st.Inner, err = c.classify(d.get(v, keyQuery))
+	case nodePrepareStmt, nodeDeclareCursor:
+		st.Inner, err = c.classify(d.get(v, keyQuery))
 	}
-	w.node(n)
+	if err != nil {
+		return nil, err
+	}
+	w := &walker{d: d, st: st, defSchema: c.defSchema}
+	if err := w.msg(nodeInfo, n); err != nil {
+		return nil, err
+	}
 	if st.Inner != nil {
 		// The wrapper's own lists are the union, so a rule that looks only
 		// at the outer statement still sees every relation and function.
@@ -102,111 +174,5 @@ func classify(n *pg_query.Node, defSchema string) *Statement {
 		st.Locking = st.Locking || st.Inner.Locking
 		st.SelectInto = st.SelectInto || st.Inner.SelectInto
 	}
-	return st
-}
-
-func setAction(k pg_query.VariableSetKind) string {
-	switch k {
-	case pg_query.VariableSetKind_VAR_SET_VALUE:
-		return "set"
-	case pg_query.VariableSetKind_VAR_SET_DEFAULT:
-		return "set_default"
-	case pg_query.VariableSetKind_VAR_SET_CURRENT:
-		return "set_current"
-	case pg_query.VariableSetKind_VAR_SET_MULTI:
-		return "set_multi"
-	case pg_query.VariableSetKind_VAR_RESET:
-		return "reset"
-	case pg_query.VariableSetKind_VAR_RESET_ALL:
-		return "reset_all"
-	}
-	return "unknown"
-}
-
-// explainAnalyze reports whether EXPLAIN's options turn ANALYZE on: the old
-// syntax `EXPLAIN ANALYZE` and `(ANALYZE)` carry no argument, `(ANALYZE
-// false)` turns it off.
-func explainAnalyze(opts []*pg_query.Node) bool {
-	on := false
-	for _, o := range opts {
-		d := o.GetDefElem()
-		if d == nil || !strings.EqualFold(d.Defname, "analyze") {
-			continue
-		}
-		switch a := d.Arg.GetNode().(type) {
-		case nil:
-			on = true
-		case *pg_query.Node_Boolean:
-			on = a.Boolean.Boolval
-		case *pg_query.Node_String_:
-			switch strings.ToLower(a.String_.Sval) {
-			case "false", "off", "no", "0":
-				on = false
-			default:
-				on = true
-			}
-		case *pg_query.Node_Integer:
-			on = a.Integer.Ival != 0
-		default:
-			on = true
-		}
-	}
-	return on
-}
-
-// nonDDL are the commands that are not schema or server changes. Anything
-// else — including a node kind added by a newer parser — is DDL.
-var nonDDL = map[string]bool{
-	"select": true, "insert": true, "update": true, "delete": true, "merge": true,
-	"copy": true, "do": true, "call": true, "execute": true, "prepare": true,
-	"deallocate": true, "set": true, "show": true, "transaction": true,
-	"listen": true, "unlisten": true, "notify": true, "lock": true, "explain": true,
-	"declare_cursor": true, "fetch": true, "close_portal": true, "discard": true,
-}
-
-// renames give some commands the names operators know them by.
-var renames = map[string]string{
-	"variable_set":          "set",
-	"variable_show":         "show",
-	"create":                "create_table",
-	"create_foreign_server": "create_server",
-}
-
-var (
-	nodeOneof    = (&pg_query.Node{}).ProtoReflect().Descriptor().Oneofs().ByName("node")
-	commandNames sync.Map // protoreflect.FullName → string
-)
-
-// commandName is the snake_case name of the statement node's type without
-// its "Stmt" suffix: SelectStmt → "select", AlterSystemStmt →
-// "alter_system".
-func commandName(n *pg_query.Node) string {
-	fd := n.ProtoReflect().WhichOneof(nodeOneof)
-	if fd == nil || fd.Message() == nil {
-		return "unknown"
-	}
-	full := fd.Message().FullName()
-	if c, ok := commandNames.Load(full); ok {
-		return c.(string)
-	}
-	name := snake(strings.TrimSuffix(string(fd.Message().Name()), "Stmt"))
-	if r, ok := renames[name]; ok {
-		name = r
-	}
-	commandNames.Store(full, name)
-	return name
-}
-
-func snake(s string) string {
-	var b strings.Builder
-	for i, r := range s {
-		if r >= 'A' && r <= 'Z' {
-			if i > 0 {
-				b.WriteByte('_')
-			}
-			r += 'a' - 'A'
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
+	return st, nil
 }
