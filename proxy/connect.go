@@ -9,17 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elazarl/goproxy"
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/policy"
 )
-
-// onConnect hands every CONNECT to connectHijack: egressd writes its own
-// answers on the raw connection and owns the tunnel.
-func (s *Server) onConnect(string, *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
-	return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: s.connectHijack}, ""
-}
 
 // peekBufs holds readers big enough for one whole TLS record; a tunnel
 // returns its reader once the peeked bytes are forwarded.
@@ -28,8 +21,9 @@ var peekBufs = sync.Pool{New: func() any {
 }}
 
 // connectHijack identifies, decides, audits and dials a CONNECT, checks the
-// first client bytes, then copies the tunnel until it ends.
-func (s *Server) connectHijack(r *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
+// first client bytes (early: those the client sent along with its CONNECT
+// head), then copies the tunnel until it ends.
+func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 	defer s.conns.Add(-1)
 	defer client.Close()
 	start := time.Now()
@@ -77,7 +71,7 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, _ *goproxy.Prox
 	up, err := s.dialer.DialContext(dctx, "tcp", net.JoinHostPort(f.target.Host, strconv.Itoa(int(f.target.Port))))
 	cancel()
 	s.metrics.upstreamSeconds.Observe(time.Since(start).Seconds())
-	t := &tunnel{s: s, f: f, client: client}
+	t := &tunnel{s: s, f: f, client: client, early: early}
 	if err != nil {
 		rf := refusalFor(stageDial, policy.Decision{}, err)
 		t.done(rf.status, rf.reason, rf.detail)

@@ -69,10 +69,10 @@ func (l *limiter) acquire(id string) (func(), string) {
 	return func() { e.active.Add(-1) }, ""
 }
 
-// capListener closes connections accepted past the global cap. It returns
-// the listener's own *net.TCPConn unwrapped, so a hijacked tunnel can still
-// splice; the slot is released by the server's ConnState hook or, for a
-// hijacked connection, by the tunnel when it ends.
+// capListener closes connections accepted past the global cap and wraps the
+// rest in a clientConn (a tunnel unwraps it again, so it can still splice);
+// the slot is released by the server's ConnState hook or, for a hijacked
+// connection, by the tunnel when it ends.
 type capListener struct {
 	*net.TCPListener
 	active   *atomic.Int64
@@ -95,6 +95,6 @@ func (l *capListener) Accept() (net.Conn, error) {
 		}
 		c.SetKeepAlivePeriod(30 * time.Second)
 		c.SetKeepAlive(true)
-		return c, nil
+		return &clientConn{TCPConn: c}, nil
 	}
 }

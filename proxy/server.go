@@ -56,6 +56,7 @@ type Server struct {
 	limits  *limiter
 	state   atomic.Pointer[state]
 	srv     *http.Server
+	gp      *goproxy.ProxyHttpServer
 
 	conns    atomic.Int64
 	reqID    atomic.Uint64
@@ -102,10 +103,11 @@ func New(o Options) (*Server, error) {
 	gp.KeepAcceptEncoding = true
 	gp.NonproxyHandler = http.HandlerFunc(s.serveNonProxy)
 	gp.OnRequest().DoFunc(s.onRequest)
-	gp.OnRequest().HandleConnectFunc(s.onConnect)
+	s.gp = gp
 
 	s.srv = &http.Server{
-		Handler:           gp,
+		Handler:           s,
+		ConnContext:       connContext,
 		MaxHeaderBytes:    o.Config.MaxHeaderBytes,
 		ReadHeaderTimeout: o.Config.ReadHeaderTimeout,
 		IdleTimeout:       o.Config.IdleTimeout,
@@ -165,9 +167,17 @@ func (s *Server) connState(c net.Conn, st http.ConnState) {
 	switch st {
 	case http.StateNew:
 		s.metrics.active.WithLabelValues("connections").Inc()
+	case http.StateActive:
+		if cc, ok := c.(*clientConn); ok {
+			cc.status.Store(0)
+			cc.unhandled.Store(true)
+		}
 	case http.StateClosed:
 		s.metrics.active.WithLabelValues("connections").Dec()
 		s.conns.Add(-1)
+		if cc, ok := c.(*clientConn); ok && cc.unhandled.Load() {
+			s.refusedByHTTP(cc)
+		}
 	case http.StateHijacked:
 		// The tunnel owns the connection and its slot from here on.
 		s.metrics.active.WithLabelValues("connections").Dec()

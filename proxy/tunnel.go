@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -21,6 +22,9 @@ type tunnel struct {
 	client net.Conn
 	up     net.Conn
 	ip     string
+	// early is what the client sent along with its CONNECT head; it comes
+	// before anything read from client.
+	early []byte
 
 	up2down, down2up atomic.Int64
 	lastActive       atomic.Int64 // unix nanos
@@ -41,14 +45,22 @@ func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
 	}
 	t.client.SetReadDeadline(time.Now().Add(wait))
 	// Wait before taking a buffer: idle tunnels should not each hold one.
-	if err := waitReadable(t.client); err != nil {
-		if isTimeout(err) && !tlsOnly {
-			return false
+	if len(t.early) == 0 {
+		if err := waitReadable(t.client); err != nil {
+			if isTimeout(err) && !tlsOnly {
+				return false
+			}
+			return t.refuseFlight(reasonNotTLS, "no first bytes: "+err.Error())
 		}
-		return t.refuseFlight(reasonNotTLS, "no first bytes: "+err.Error())
 	}
 	br := peekBufs.Get().(*bufio.Reader)
-	br.Reset(t.client)
+	var early *bytes.Reader
+	if len(t.early) == 0 {
+		br.Reset(t.client)
+	} else {
+		early = bytes.NewReader(t.early)
+		br.Reset(io.MultiReader(early, t.client))
+	}
 	defer func() {
 		br.Reset(nil)
 		peekBufs.Put(br)
@@ -62,7 +74,7 @@ func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
 		if tlsOnly {
 			return t.refuseFlight(reasonNotTLS, "")
 		}
-		return t.forwardPeeked(br)
+		return t.forwardPeeked(br, early)
 	}
 	n, err := recordLen(hdr)
 	if err != nil {
@@ -79,18 +91,26 @@ func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
 	if sni != "" && !sniMatches(sni, t.f.target.Host) {
 		return t.refuseFlight(reasonSNIMismatch, "sni "+sni)
 	}
-	return t.forwardPeeked(br)
+	return t.forwardPeeked(br, early)
 }
 
-func (t *tunnel) forwardPeeked(br *bufio.Reader) bool {
-	if n := br.Buffered(); n > 0 {
-		b, _ := br.Peek(n)
-		if _, err := t.up.Write(b); err != nil {
-			return false
-		}
-		t.down2up.Add(int64(n))
-		t.lastActive.Store(time.Now().UnixNano())
+// forwardPeeked writes upstream what br peeked and then any early bytes br
+// did not reach, so the raw connection is next in the client's stream.
+func (t *tunnel) forwardPeeked(br *bufio.Reader, early *bytes.Reader) bool {
+	b, _ := br.Peek(br.Buffered())
+	if early != nil && early.Len() > 0 {
+		rest := make([]byte, early.Len())
+		early.Read(rest)
+		b = append(b[:len(b):len(b)], rest...)
 	}
+	if len(b) == 0 {
+		return true
+	}
+	if _, err := t.up.Write(b); err != nil {
+		return false
+	}
+	t.down2up.Add(int64(len(b)))
+	t.lastActive.Store(time.Now().UnixNano())
 	return true
 }
 

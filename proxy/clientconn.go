@@ -1,0 +1,136 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// Reasons for requests net/http refused before any handler saw them.
+const (
+	reasonMalformedRequest   = "malformed_request"
+	reasonHeadersTooLarge    = "headers_too_large"
+	reasonUnsupportedVersion = "unsupported_http_version"
+	reasonUnsupportedEncode  = "unsupported_transfer_encoding"
+	reasonExpectation        = "expectation_failed"
+	reasonIncompleteRequest  = "incomplete_request"
+)
+
+// clientConn is an accepted proxy connection. net/http answers some requests
+// itself — a malformed request line, headers over MaxHeaderBytes, an
+// unsupported version or transfer coding — and drops a client whose request
+// stays incomplete past the read-header timeout, all without calling a
+// handler. So that those are audited too, the ConnState hook marks the
+// connection unhandled when a request starts arriving, the handler clears
+// the mark, and a connection that closes still marked was refused by
+// net/http: the status it wrote in between says why.
+type clientConn struct {
+	*net.TCPConn
+	unhandled atomic.Bool
+	status    atomic.Int32
+}
+
+// Write notes the status line net/http writes for a request no handler took.
+func (c *clientConn) Write(b []byte) (int, error) {
+	if c.unhandled.Load() && c.status.Load() == 0 {
+		c.status.Store(int32(statusOf(b)))
+	}
+	return c.TCPConn.Write(b)
+}
+
+// statusOf is the status code of a response that starts with its status
+// line, else -1 (something was written, but not a response we recognise).
+func statusOf(b []byte) int {
+	rest, ok := bytes.CutPrefix(b, []byte("HTTP/1."))
+	if !ok || len(rest) < 5 || rest[1] != ' ' {
+		return -1
+	}
+	code, err := strconv.Atoi(string(rest[2:5]))
+	if err != nil {
+		return -1
+	}
+	return code
+}
+
+type connKey struct{}
+
+// connContext makes the clientConn reachable from the handler.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// ServeHTTP is the proxy listener's handler. CONNECT is hijacked here rather
+// than through goproxy, whose hijack drops the bytes net/http had already
+// buffered: a client may send its ClientHello in the same write as the
+// CONNECT. Everything else is goproxy's.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if c, ok := r.Context().Value(connKey{}).(*clientConn); ok {
+		c.unhandled.Store(false)
+	}
+	if r.Method == http.MethodConnect {
+		s.serveConnect(w, r)
+		return
+	}
+	s.gp.ServeHTTP(w, r)
+}
+
+// serveConnect takes the raw connection, with whatever the client sent after
+// its CONNECT head, and hands it to connectHijack.
+func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "egressd: CONNECT needs HTTP/1.1", http.StatusBadRequest)
+		return
+	}
+	raw, rw, err := hj.Hijack()
+	if err != nil {
+		s.log.Warn("hijack failed", zap.Error(err))
+		return
+	}
+	var early []byte
+	if n := rw.Reader.Buffered(); n > 0 {
+		b, _ := rw.Reader.Peek(n)
+		early = bytes.Clone(b)
+	}
+	if c, ok := raw.(*clientConn); ok {
+		// The tunnel splices the bare TCP connection.
+		raw = c.TCPConn
+	}
+	s.connectHijack(r, raw, early)
+}
+
+// refusedByHTTP audits a request net/http refused (see clientConn).
+func (s *Server) refusedByHTTP(c *clientConn) {
+	status := int(c.status.Load())
+	f := &flowInfo{id: s.newRequestID(), kind: policy.KindHTTP}
+	f.setClient(c.RemoteAddr().String())
+	r := f.decisionRecord(f.kind.String(), false, refusedReason(status), "", "")
+	r.Status = max(status, 0)
+	if err := s.audit.Append(r); err != nil {
+		s.log.Error("audit append failed", zap.String("request", f.id), zap.Error(err))
+	}
+	s.metrics.decided(r.Kind, r.Decision, r.Reason)
+}
+
+func refusedReason(status int) string {
+	switch status {
+	case 0:
+		return reasonIncompleteRequest
+	case http.StatusRequestHeaderFieldsTooLarge:
+		return reasonHeadersTooLarge
+	case http.StatusHTTPVersionNotSupported:
+		return reasonUnsupportedVersion
+	case http.StatusNotImplemented:
+		return reasonUnsupportedEncode
+	case http.StatusExpectationFailed:
+		return reasonExpectation
+	}
+	return reasonMalformedRequest
+}

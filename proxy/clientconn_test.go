@@ -1,0 +1,127 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// waitRecords polls until the audit log holds want (joined by commas).
+func waitRecords(t *testing.T, a *recordingAudit, want string) {
+	t.Helper()
+	var got string
+	for range 200 {
+		if got = strings.Join(a.kinds(), ","); got == want {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("audit records = %s; want %s", got, want)
+}
+
+func TestRefusedByHTTPIsAudited(t *testing.T) {
+	tests := []struct {
+		name       string
+		send       string
+		wantStatus string // prefix of the response; empty when none is expected
+		wantRecord string
+	}{
+		{"garbage request line", "NOT A REQUEST\r\n\r\n", "HTTP/1.1 400", "http:deny:" + reasonMalformedRequest},
+		{"headers over the limit", "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nX-Big: " +
+			strings.Repeat("a", 8<<10) + "\r\n\r\n", "HTTP/1.1 431", "http:deny:" + reasonHeadersTooLarge},
+		{"unsupported version", "GET http://example.com/ HTTP/2.7\r\nHost: example.com\r\n\r\n", "HTTP/1.1 505", "http:deny:" + reasonUnsupportedVersion},
+		{"unknown expectation", "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nExpect: magic\r\n\r\n", "HTTP/1.1 417", "http:deny:" + reasonExpectation},
+		{"incomplete at timeout", "GET http://example.com/ HTTP/1.1\r\nHost: exa", "", "http:deny:" + reasonIncompleteRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.MaxHeaderBytes = 4 << 10
+			cfg.ReadHeaderTimeout = 300 * time.Millisecond
+			a := &recordingAudit{}
+			c, err := net.Dial("tcp", startProxy(t, cfg, allowAll{}, a))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			io.WriteString(c, tt.send)
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			resp, _ := io.ReadAll(c)
+			if !strings.HasPrefix(string(resp), tt.wantStatus) {
+				t.Errorf("response = %q; want prefix %q", resp, tt.wantStatus)
+			}
+			waitRecords(t, a, tt.wantRecord)
+		})
+	}
+}
+
+func TestHandledRequestIsNotAuditedTwice(t *testing.T) {
+	a := &recordingAudit{}
+	c, err := net.Dial("tcp", startProxy(t, DefaultConfig(), allowAll{}, a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not a proxy request: the handler refuses it and closes nothing, so the
+	// client's close ends the connection after a handled request.
+	io.WriteString(c, "GET /local HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	c.Close()
+	waitRecords(t, a, "http:deny:"+reasonNotProxyRequest)
+	time.Sleep(100 * time.Millisecond)
+	if got := strings.Join(a.kinds(), ","); got != "http:deny:"+reasonNotProxyRequest {
+		t.Errorf("audit records after close = %s; want only the handler's", got)
+	}
+}
+
+// A client may send its first tunnel bytes in the same write as the CONNECT
+// head; they must reach the upstream, first and once.
+func TestConnectEarlyBytes(t *testing.T) {
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	got := make(chan string, 1)
+	go func() {
+		c, err := up.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		b, _ := io.ReadAll(c)
+		got <- string(b)
+	}()
+	c, err := net.Dial("tcp", startProxy(t, DefaultConfig(), allowAll{}, &recordingAudit{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	target := up.Addr().String()
+	io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n\r\nearly bytes|")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT = %d; want 200", resp.StatusCode)
+	}
+	io.WriteString(c, "later bytes")
+	c.(*net.TCPConn).CloseWrite()
+	select {
+	case s := <-got:
+		if s != "early bytes|later bytes" {
+			t.Errorf("upstream received %q; want %q", s, "early bytes|later bytes")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("upstream received nothing")
+	}
+}
