@@ -76,12 +76,15 @@ func dialTunnel(proxy, target string) (net.Conn, error) {
 func benchConnect(o options, e *egressd, port int) error {
 	target := fmt.Sprintf("127.0.0.1:%d", port)
 	var direct, proxied []float64
-	for range o.rounds {
+	var dBusy, pBusy [][]float64
+	for i := range o.rounds {
 		c, err := net.Dial("tcp", target)
 		if err != nil {
 			return err
 		}
+		before := readCPUTimes()
 		d, err := sendBulk(c, o.bulk)
+		dBusy = append(dBusy, readCPUTimes().busySince(before))
 		c.Close()
 		if err != nil {
 			return err
@@ -90,8 +93,21 @@ func benchConnect(o options, e *egressd, port int) error {
 		if err != nil {
 			return err
 		}
+		var errc chan error
+		if o.profile != "" && i == 0 {
+			// The profile covers about the first second of the transfer.
+			errc = make(chan error, 1)
+			go func() { errc <- profile(e, o.profile+"-connect.pprof", time.Second) }()
+		}
+		before = readCPUTimes()
 		p, err := sendBulk(t, o.bulk)
+		pBusy = append(pBusy, readCPUTimes().busySince(before))
 		t.Close()
+		if errc != nil {
+			if perr := <-errc; perr != nil {
+				return perr
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -101,5 +117,7 @@ func benchConnect(o options, e *egressd, port int) error {
 	ratio := median(proxied) / median(direct)
 	fmt.Printf("CONNECT bulk, %d MiB x %d rounds (medians):\n  direct  %7.0f MiB/s\n  proxied %7.0f MiB/s  ratio %.2fx (target >= 0.90) %s\n",
 		o.bulk>>20, o.rounds, median(direct)/(1<<20), median(proxied)/(1<<20), ratio, verdict(ratio >= 0.9))
+	// Busy cores say whether a run was CPU-bound or waiting on wake-ups.
+	fmt.Printf("  busy per CPU (median): direct %s; proxied %s\n", medianBusy(dBusy), medianBusy(pBusy))
 	return nil
 }

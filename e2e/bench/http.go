@@ -78,7 +78,7 @@ func benchHTTP(o options, e *egressd, port int) error {
 		cpu0 := e.cpuTime()
 		if o.profile != "" && i == 0 {
 			errc := make(chan error, 1)
-			go func() { errc <- profile(e, o.profile, o.duration-time.Second) }()
+			go func() { errc <- profile(e, o.profile+"-http.pprof", o.duration-time.Second) }()
 			p, _, err = wrk(o, o.conns, proxied, script)
 			if perr := <-errc; perr != nil {
 				return perr

@@ -5,7 +5,7 @@
 // with policy and audit on.
 //
 //	go run ./e2e/bench                  # builds egressd, prints the figures
-//	go run ./e2e/bench -profile cpu.out # also takes a CPU profile of egressd
+//	go run ./e2e/bench -profile cpu     # also writes cpu-http.pprof, cpu-connect.pprof
 package main
 
 import (
@@ -55,7 +55,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "alternating direct/proxied rounds; medians are reported")
 	flag.Int64Var(&o.bulk, "bulk", 2<<30, "bytes per CONNECT bulk transfer")
 	flag.IntVar(&o.tunnels, "tunnels", 5000, "idle tunnels for the RSS measurement")
-	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of egressd during a proxied wrk run")
+	flag.StringVar(&o.profile, "profile", "", "write CPU profiles of egressd, PREFIX-http.pprof and PREFIX-connect.pprof, during the first proxied round")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory")
 	flag.StringVar(&o.only, "only", "http,connect,idle", "comma-separated parts to run")
 	flag.BoolVar(&o.baseline, "baseline", true, "also measure a bare goproxy (no policy, audit, identity) on the same core")
@@ -278,4 +278,62 @@ func median(xs []float64) float64 {
 		return 0
 	}
 	return s[len(s)/2]
+}
+
+// cpuTimes is busy and total jiffies per CPU, from /proc/stat.
+type cpuTimes struct{ busy, total []int64 }
+
+func readCPUTimes() cpuTimes {
+	var t cpuTimes
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return t
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 8 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+			continue
+		}
+		var all, idle int64
+		for i, x := range f[1:] {
+			v, _ := strconv.ParseInt(x, 10, 64)
+			all += v
+			if i == 3 || i == 4 { // idle, iowait
+				idle += v
+			}
+		}
+		t.busy, t.total = append(t.busy, all-idle), append(t.total, all)
+	}
+	return t
+}
+
+// busySince is each CPU's busy fraction between before and t.
+func (t cpuTimes) busySince(before cpuTimes) []float64 {
+	var out []float64
+	for i := range min(len(t.total), len(before.total)) {
+		if d := t.total[i] - before.total[i]; d > 0 {
+			out = append(out, float64(t.busy[i]-before.busy[i])/float64(d))
+		} else {
+			out = append(out, 0)
+		}
+	}
+	return out
+}
+
+// medianBusy formats the per-CPU median of several busySince results.
+func medianBusy(runs [][]float64) string {
+	if len(runs) == 0 {
+		return "n/a"
+	}
+	var parts []string
+	for cpu := range runs[0] {
+		var xs []float64
+		for _, r := range runs {
+			if cpu < len(r) {
+				xs = append(xs, r[cpu])
+			}
+		}
+		parts = append(parts, fmt.Sprintf("cpu%d %.0f%%", cpu, 100*median(xs)))
+	}
+	return strings.Join(parts, ", ")
 }
