@@ -76,3 +76,9 @@ func (c *cache) evict(now time.Time) {
 		n--
 	}
 }
+
+func (c *cache) clear() {
+	c.mu.Lock()
+	clear(c.data)
+	c.mu.Unlock()
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 
 	"github.com/egressd/egressd/policy"
 )
@@ -107,18 +108,36 @@ func parseCIDR(s string) (netip.Prefix, error) {
 
 // Floor is the address check nothing overrides: metadata never, explicit
 // denies always, other non-public addresses only where `internal:` allows
-// the address and port.
+// the address and port. The zero Floor has no internal rules.
 type Floor struct {
+	// rules is swapped whole by Update, so a check sees one table.
+	rules atomic.Pointer[floorRules]
+}
+
+var noRules floorRules
+
+type floorRules struct {
 	allow, deny []internalRule
 }
 
 // NewFloor compiles the internal rules.
 func NewFloor(internal InternalConfig) (*Floor, error) {
+	f := &Floor{}
+	if err := f.Update(internal); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Update replaces the internal rules for every later check. On error the
+// rules in force stay.
+func (f *Floor) Update(internal InternalConfig) error {
 	allow, deny, err := compileInternal(internal)
 	if err != nil {
-		return nil, fmt.Errorf("internal%w", err)
+		return fmt.Errorf("internal%w", err)
 	}
-	return &Floor{allow: allow, deny: deny}, nil
+	f.rules.Store(&floorRules{allow: allow, deny: deny})
+	return nil
 }
 
 // Check returns nil if a may be dialled on port, else a *policy.DenyError
@@ -146,8 +165,12 @@ func (f *Floor) check(a netip.Addr, port uint16, withPort bool) error {
 		return categoryDeny(a, cat)
 	}
 	embedded, hasEmbedded := embeddedV4(a)
-	for i := range f.deny {
-		d := &f.deny[i]
+	rules := f.rules.Load()
+	if rules == nil {
+		rules = &noRules
+	}
+	for i := range rules.deny {
+		d := &rules.deny[i]
 		// A deny without ports is checked even without a port; one with
 		// ports only once the port is known.
 		if !withPort && d.ports != nil {
@@ -161,8 +184,8 @@ func (f *Floor) check(a netip.Addr, port uint16, withPort bool) error {
 		return nil
 	}
 	inPrefix := false
-	for i := range f.allow {
-		r := &f.allow[i]
+	for i := range rules.allow {
+		r := &rules.allow[i]
 		if !r.prefix.Contains(a) {
 			continue
 		}

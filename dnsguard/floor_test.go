@@ -189,3 +189,26 @@ func TestFloorCheckAllocs(t *testing.T) {
 		t.Errorf("Check allocs on allow = %v; want 0", n)
 	}
 }
+
+func TestFloorUpdate(t *testing.T) {
+	svc := netip.MustParseAddr("10.0.0.7")
+	f, err := NewFloor(InternalConfig{{CIDR: "10.0.0.7", Ports: []uint16{5432}, Action: "allow"}})
+	if err != nil {
+		t.Fatalf("NewFloor: %v", err)
+	}
+	if err := f.Check(svc, 5432); err != nil {
+		t.Fatalf("Check(%s, 5432) before Update = %v; want nil", svc, err)
+	}
+	if err := f.Update(InternalConfig{{CIDR: "10.0.0.0/8", Ports: []uint16{80}, Action: "nonsense"}}); err == nil {
+		t.Fatal("Update(invalid) = nil; want an error")
+	}
+	if err := f.Check(svc, 5432); err != nil {
+		t.Errorf("Check after a refused Update = %v; want nil (the old rules stay)", err)
+	}
+	if err := f.Update(nil); err != nil {
+		t.Fatalf("Update(nil) = %v", err)
+	}
+	if err := f.Check(svc, 5432); err == nil || !strings.Contains(err.Error(), "private") {
+		t.Errorf("Check after the allowance was removed = %v; want a private_address deny", err)
+	}
+}

@@ -90,6 +90,14 @@ func (r *Resolver) Resolve(ctx context.Context, host string) ([]netip.Addr, erro
 	return ans.addrs, ans.err
 }
 
+// Flush forgets every cached answer. Answers were vetted against the floor
+// of their time, so a floor Update is followed by a Flush: a name the new
+// rules allow is not kept denied by a cached refusal, and the sandbox DNS
+// server stops handing out addresses the new rules deny.
+func (r *Resolver) Flush() {
+	r.cache.clear()
+}
+
 // parseLiteral accepts "1.2.3.4", "::1" and "[::1]". A host name that
 // cannot be an address is not parsed: a failed parse allocates its error.
 func parseLiteral(host string) (netip.Addr, bool) {

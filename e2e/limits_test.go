@@ -160,3 +160,37 @@ func TestNotReadyWithoutDNS(t *testing.T) {
 		t.Errorf("/readyz with no DNS upstream = %d %q, %v; want 503 naming dns", code, body, err)
 	}
 }
+
+// Removing an `internal:` allowance and reloading must cut the sandbox off at
+// once: an operator revoking access relies on it. A change that needs a
+// restart is named in the log rather than silently ignored.
+func TestReloadInternal(t *testing.T) {
+	w := newWorld(t, nil)
+	get := func() (int, string) {
+		resp, err := w.E.Client("", "").Get(w.url("upstream.test", "/echo"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode, reasonOf(resp.Header)
+	}
+	if code, reason := get(); code != 200 {
+		t.Fatalf("GET with the internal allowance = %d %s; want 200", code, reason)
+	}
+	o := w.Opts
+	o.YAML = InternalAllow(w.HTTPS.Addr)
+	o.ProxyYAML = "max_conns: 77"
+	w.E.WriteConfig(t, o)
+	w.E.Reload(t)
+	if code, reason := get(); code != 403 || reason != "internal_port_not_allowed" {
+		t.Errorf("GET after the allowance was removed = %d %s; want 403 internal_port_not_allowed", code, reason)
+	}
+	if log := w.E.Log(); !strings.Contains(log, "need a restart") || !strings.Contains(log, `"sections":["proxy"]`) {
+		t.Errorf("log does not name the proxy section as needing a restart:\n%s", log)
+	}
+	w.E.WriteConfig(t, w.Opts)
+	w.E.Reload(t)
+	if code, reason := get(); code != 200 {
+		t.Errorf("GET after the allowance was restored = %d %s; want 200", code, reason)
+	}
+}

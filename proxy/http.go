@@ -20,7 +20,7 @@ import (
 type httpFlow struct {
 	flowInfo
 	s        *Server
-	decider  *Decider
+	st       *state
 	identity policy.Identity
 	base     url.URL // the request URL as the client sent it, for redirects
 	release  func()
@@ -38,7 +38,7 @@ type httpFlow struct {
 func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
 	start := time.Now()
 	st := s.state.Load()
-	f := &httpFlow{s: s, decider: st.decider, flowInfo: flowInfo{
+	f := &httpFlow{s: s, st: st, flowInfo: flowInfo{
 		id: s.newRequestID(), kind: policy.KindHTTP, method: r.Method, start: start,
 	}}
 	f.setClient(r.RemoteAddr)
@@ -146,9 +146,9 @@ func (f *httpFlow) RoundTrip(req *http.Request, _ *goproxy.ProxyCtx) (*http.Resp
 	var resp *http.Response
 	var err error
 	if f.fast {
-		resp, f.ip, err = s.up.roundTrip(req, req.URL.Host)
+		resp, f.ip, err = f.st.up.roundTrip(req, req.URL.Host)
 	} else {
-		resp, err = s.tr.RoundTrip(req)
+		resp, err = f.st.tr.RoundTrip(req)
 	}
 	s.metrics.upstreamSeconds.Observe(time.Since(t0).Seconds())
 	if err != nil {
@@ -196,7 +196,7 @@ func (f *httpFlow) checkRedirect(req *http.Request, code int, loc string) (refus
 		s.decided(&rinfo, false, reasonRedirectDenied, "", "", "unparseable location")
 		return rf, true
 	}
-	out := f.decider.DecideHTTP(req.Context(), f.identity, policy.KindRedirect, method, next.String(), "")
+	out := f.st.decider.DecideHTTP(req.Context(), f.identity, policy.KindRedirect, method, next.String(), "")
 	rinfo.target = out.Target
 	if out.Decision.Allow {
 		if err := s.decided(&rinfo, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {

@@ -38,10 +38,15 @@ type Options struct {
 	Log        *zap.Logger
 }
 
-// state is what a reload replaces as a whole; requests read it once.
+// state is what a reload replaces as a whole; requests read it once. The
+// upstream connections belong to it too: a pooled connection was vetted by
+// the address floor when it was dialled, and a reload may have narrowed
+// `internal:`, so after a reload every request dials afresh.
 type state struct {
 	decider *Decider
 	ids     *identity.Store
+	tr      *http.Transport
+	up      *upstreamPool
 }
 
 // Server is the proxy listener.
@@ -51,8 +56,6 @@ type Server struct {
 	audit   audit.Appender
 	metrics *Metrics
 	dialer  Dialer
-	tr      *http.Transport
-	up      *upstreamPool
 	limits  *limiter
 	state   atomic.Pointer[state]
 	srv     *http.Server
@@ -90,13 +93,13 @@ func New(o Options) (*Server, error) {
 		idPrefix: hex.EncodeToString(pfx[:]) + "-",
 		tunnels:  make(map[*tunnel]struct{}),
 	}
-	s.tr = newTransport(o.Config, o.Dialer)
-	s.up = newUpstreamPool(o.Config, o.Dialer)
-	s.state.Store(&state{decider: o.Decider, ids: o.Identities})
+	s.state.Store(s.newState(o.Decider, o.Identities))
 
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = zapPrintf{s.log}
-	gp.Tr = s.tr
+	// Every request sets its own RoundTripper (httpFlow); goproxy's
+	// transport is only ever a pinned one.
+	gp.Tr = newTransport(o.Config, o.Dialer)
 	gp.ConnectDial = nil
 	// Forward Accept-Encoding as the client sent it: the proxy does not
 	// transcode bodies.
@@ -117,10 +120,22 @@ func New(o Options) (*Server, error) {
 	return s, nil
 }
 
-// Reload swaps the decider and identity table; in-flight requests finish
-// with the state they started with.
+func (s *Server) newState(d *Decider, ids *identity.Store) *state {
+	return &state{decider: d, ids: ids, tr: newTransport(s.cfg, s.dialer), up: newUpstreamPool(s.cfg, s.dialer)}
+}
+
+// Reload swaps the decider, identity table and upstream connections;
+// in-flight requests finish with the state they started with, and the old
+// state's connections close as they come back idle (the Transport's after
+// its idle timeout at the latest).
 func (s *Server) Reload(d *Decider, ids *identity.Store) {
-	s.state.Store(&state{decider: d, ids: ids})
+	old := s.state.Swap(s.newState(d, ids))
+	old.closeIdle()
+}
+
+func (st *state) closeIdle() {
+	st.tr.CloseIdleConnections()
+	st.up.closeIdle()
 }
 
 // Serve accepts on ln until Shutdown. It returns http.ErrServerClosed after
@@ -158,8 +173,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.tunnelsMu.Unlock()
 		<-done
 	}
-	s.tr.CloseIdleConnections()
-	s.up.closeIdle()
+	s.state.Load().closeIdle()
 	return err
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -72,6 +73,7 @@ type daemon struct {
 	log      *zap.Logger
 	engine   atomic.Pointer[policy.Engine]
 	floor    *dnsguard.Floor
+	res      *dnsguard.Resolver
 	audit    *audit.Writer
 	metrics  *proxy.Metrics
 	registry *prometheus.Registry
@@ -105,7 +107,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		admin.AuditCollector(aw.Stats))
-	d := &daemon{cfg: cfg, cfgPath: cfgPath, log: log, floor: floor, audit: aw,
+	d := &daemon{cfg: cfg, cfgPath: cfgPath, log: log, floor: floor, res: res, audit: aw,
 		registry: reg, metrics: proxy.NewMetrics(reg)}
 	d.engine.Store(engine)
 	dialer := dnsguard.NewDialer(res, floor, cfg.Proxy.DialTimeout)
@@ -243,10 +245,11 @@ loop:
 	return nil
 }
 
-// reload re-reads the config file and the policy bundle. Identities and the
-// policy take effect atomically for new requests; listeners, limits, DNS and
-// `internal:` need a restart. A config or bundle that fails to load is
-// refused and the running state stays.
+// reload re-reads the config file and the policy bundle. Identities,
+// `internal:` and the policy take effect for new requests and dials;
+// changes to any other section need a restart and are named in a warning.
+// A config or bundle that fails to load is refused and the running state
+// stays.
 func (d *daemon) reload(ctx context.Context) error {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
@@ -264,6 +267,7 @@ func (d *daemon) reloadLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	cfg.Audit.AcceptBreak = d.cfg.Audit.AcceptBreak // a flag, not a key
 	ids, err := identity.New(cfg.Identities)
 	if err != nil {
 		return err
@@ -276,6 +280,13 @@ func (d *daemon) reloadLocked(ctx context.Context) error {
 	} else if err := engine.Reload(ctx); err != nil {
 		return fmt.Errorf("reload policy: %w", err)
 	}
+	if !reflect.DeepEqual(cfg.Internal, d.cfg.Internal) {
+		// Validated by config.Load, so this does not fail half-way.
+		if err := d.floor.Update(cfg.Internal); err != nil {
+			return err
+		}
+		d.res.Flush()
+	}
 	d.proxy.Reload(&proxy.Decider{Engine: engine, Floor: d.floor}, ids)
 	if d.dns != nil {
 		d.dns.Reload(engine, dnsIdentify(ids))
@@ -284,8 +295,37 @@ func (d *daemon) reloadLocked(ctx context.Context) error {
 		d.gate.Update(engine, ids)
 	}
 	d.engine.Store(engine)
+	if pending := restartNeeded(d.cfg, cfg); len(pending) > 0 {
+		d.log.Warn("reload applied identities, internal and policy; the changed sections need a restart",
+			zap.Strings("sections", pending))
+	}
+	next := *d.cfg
+	next.Identities, next.Internal, next.Policy = cfg.Identities, cfg.Internal, cfg.Policy
+	d.cfg = &next
 	d.log.Info("reloaded", zap.String("policy", engine.Digest()), zap.Int("identities", ids.Len()))
 	return nil
+}
+
+// restartNeeded names the sections that differ between the running and the
+// reloaded configuration but only take effect at start.
+func restartNeeded(running, loaded *config.Config) []string {
+	var out []string
+	for _, s := range []struct {
+		name string
+		a, b any
+	}{
+		{"log", running.Log, loaded.Log},
+		{"proxy", running.Proxy, loaded.Proxy},
+		{"admin", running.Admin, loaded.Admin},
+		{"dns", running.DNS, loaded.DNS},
+		{"audit", running.Audit, loaded.Audit},
+		{"postgres", running.Postgres, loaded.Postgres},
+	} {
+		if !reflect.DeepEqual(s.a, s.b) {
+			out = append(out, s.name)
+		}
+	}
+	return out
 }
 
 func newLogger(c config.Log, w io.Writer) (*zap.Logger, error) {
