@@ -10,7 +10,8 @@ const benchQuery = "SELECT u.id, u.name, lower(u.name) AS lname, count(i.id) AS 
 	"WHERE u.id > 10 AND u.name LIKE 'a%' GROUP BY u.id, u.name ORDER BY n DESC LIMIT 50"
 
 // BenchmarkParse is pre-scan + pg_query parse + facts for a 200-byte
-// query; BenchmarkPgQueryParse is pg_query's part alone, for comparison.
+// query; BenchmarkParseToJSON is pg_query's part alone, for comparison,
+// and BenchmarkFacts the rest (JSON parse and walk).
 func BenchmarkParse(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
@@ -20,10 +21,29 @@ func BenchmarkParse(b *testing.B) {
 	}
 }
 
-func BenchmarkPgQueryParse(b *testing.B) {
+func BenchmarkParseToJSON(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
-		pg_query.Parse(benchQuery)
+		pg_query.ParseToJSON(benchQuery)
+	}
+}
+
+func BenchmarkFacts(b *testing.B) {
+	tree, err := pg_query.ParseToJSON(benchQuery)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		d := getDoc()
+		if err := d.parse(tree); err != nil {
+			b.Fatal(err)
+		}
+		c := classifier{d: d, defSchema: "public"}
+		if _, err := c.classify(d.get(d.get(0, keyStmts)+1, keyStmt)); err != nil {
+			b.Fatal(err)
+		}
+		d.release()
 	}
 }
 

@@ -3,10 +3,13 @@ package sqlfacts
 import (
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
 
@@ -127,4 +130,64 @@ func FuzzDiff(f *testing.F) {
 	f.Fuzz(func(t *testing.T, sql string) {
 		diffOne(t, sql)
 	})
+}
+
+func TestDiffMutate(t *testing.T) {
+	secs, _ := strconv.Atoi(os.Getenv("DIFF_MUTATE_SECONDS"))
+	if secs == 0 {
+		return
+	}
+	var pool []string
+	for _, f := range strings.Fields(os.Getenv("DIFF_CORPUS")) {
+		b, _ := os.ReadFile(f)
+		var ss []string
+		json.Unmarshal(b, &ss)
+		for _, s := range ss {
+			if _, err := pg_query.Parse(s); err == nil && len(s) < 4000 {
+				pool = append(pool, s)
+			}
+		}
+	}
+	toks := []string{" ", "(", ")", ",", ";", "'", "\"", "$$", "::", "+", "-1", "0", " AND ", " OR ", " NOT ", "SELECT ", " FROM ", " WHERE ",
+		" WITH ", " RECURSIVE ", " AS ", "INSERT INTO ", "UPDATE ", "DELETE FROM ", "MERGE INTO ", " RETURNING *", " INTO ", " FOR UPDATE",
+		"COPY ", " PROGRAM ", " TO ", " FROM STDIN", "EXPLAIN ", "(ANALYZE ", "ANALYZE", " false", " 'off'", "PREPARE p AS ", "DECLARE c CURSOR FOR ",
+		"LOCK ", "TRUNCATE ", "SET ", "RESET ", "LOCAL ", "ROLE ", "BEGIN", "COMMIT", "LISTEN ", "NOTIFY ", "CALL ", "DO ", "LATERAL ",
+		"pg_sleep(1)", "s.f(x)", "t", "pg_t", "s.t", "\\", "E'\\n'", "U&'\\0041'", "<>", ">", "\u00e9", "\"a\"\"b\"", "$1", "[1]", "*", "."}
+	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
+	deadline := time.Now().Add(time.Duration(secs) * time.Second)
+	n, bad, parsed := 0, 0, 0
+	for time.Now().Before(deadline) {
+		s := pool[rng.IntN(len(pool))]
+		for k := rng.IntN(4) + 1; k > 0; k-- {
+			i := rng.IntN(len(s) + 1)
+			switch rng.IntN(4) {
+			case 0:
+				s = s[:i] + toks[rng.IntN(len(toks))] + s[i:]
+			case 1:
+				j := i + rng.IntN(8)
+				if j > len(s) {
+					j = len(s)
+				}
+				s = s[:i] + s[j:]
+			case 2:
+				o := pool[rng.IntN(len(pool))]
+				a := rng.IntN(len(o) + 1)
+				b := a + rng.IntN(len(o)-a+1)
+				s = s[:i] + o[a:b] + s[i:]
+			case 3:
+				s = s + "; " + pool[rng.IntN(len(pool))]
+			}
+		}
+		n++
+		if _, err := Parse(s, Options{}); err == nil {
+			parsed++
+		}
+		if !diffOne(t, s) {
+			bad++
+			if bad > 20 {
+				break
+			}
+		}
+	}
+	t.Logf("%d mutated inputs (%d parse), %d differences", n, parsed, bad)
 }

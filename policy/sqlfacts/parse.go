@@ -51,8 +51,8 @@ func Parse(sql string, opt Options) ([]*Statement, error) {
 		def = opt.SearchPath[0]
 	}
 	stmts := d.get(0, keyStmts)
-	if stmts >= 0 && d.vals[stmts].kind != jArray {
-		return nil, parseError(jsonErr("stmts is not an array"))
+	if stmts < 0 || d.vals[stmts].kind != jArray {
+		return nil, parseError(jsonErr("parse tree has no statement list"))
 	}
 	out := []*Statement{}
 	err = d.items(stmts, func(raw int32) error {
