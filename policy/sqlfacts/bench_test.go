@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
+
+	"github.com/egressd/egressd/policy/sqlfacts/internal/jsontree"
 )
 
 const benchQuery = "SELECT u.id, u.name, lower(u.name) AS lname, count(i.id) AS n FROM users u LEFT JOIN items i ON i.id = u.id " +
@@ -35,15 +37,15 @@ func BenchmarkFacts(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		d := getDoc()
-		if err := d.parse(tree); err != nil {
+		d := jsontree.Acquire()
+		if err := d.Parse(tree); err != nil {
 			b.Fatal(err)
 		}
 		c := classifier{d: d, defSchema: "public"}
-		if _, err := c.classify(d.get(d.get(0, keyStmts)+1, keyStmt)); err != nil {
+		if _, err := c.classify(d.Get(d.Get(0, keyStmts)+1, keyStmt)); err != nil {
 			b.Fatal(err)
 		}
-		d.release()
+		d.Release()
 	}
 }
 

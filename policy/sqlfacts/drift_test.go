@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
+
+	"github.com/egressd/egressd/policy/sqlfacts/internal/jsontree"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -81,9 +83,9 @@ func TestJSONCarriesTheTree(t *testing.T) {
 			if !proto.Equal(fromJSON, pb) {
 				t.Errorf("JSON tree of %q differs from the protobuf tree:\n%v\n%v", sql, fromJSON, pb)
 			}
-			d := getDoc()
-			defer d.release()
-			if err := d.parse(js); err != nil {
+			d := jsontree.Acquire()
+			defer d.Release()
+			if err := d.Parse(js); err != nil {
 				t.Fatal(err)
 			}
 			checkFieldOrder(t, d, 0, pb.ProtoReflect().Descriptor())
@@ -118,16 +120,16 @@ func clearNonPositiveIntegers(m protoreflect.Message) {
 	})
 }
 
-func checkFieldOrder(t *testing.T, d *jsonDoc, v int32, md protoreflect.MessageDescriptor) {
+func checkFieldOrder(t *testing.T, d *jsontree.Doc, v int32, md protoreflect.MessageDescriptor) {
 	t.Helper()
-	if d.vals[v].kind != jObject {
+	if d.Kind(v) != jsontree.Object {
 		return
 	}
 	last := -1
-	for k := v + 1; k < d.vals[v].next; k = d.vals[k+1].next {
-		fd := md.Fields().ByJSONName(d.raw(k))
+	for k := v + 1; k < d.Next(v); k = d.Next(k + 1) {
+		fd := md.Fields().ByJSONName(d.Raw(k))
 		if fd == nil {
-			t.Fatalf("%s has no field %q", md.FullName(), d.raw(k))
+			t.Fatalf("%s has no field %q", md.FullName(), d.Raw(k))
 		}
 		if fd.Index() <= last {
 			t.Errorf("%s.%s comes after a later field in the JSON", md.FullName(), fd.Name())
@@ -137,7 +139,7 @@ func checkFieldOrder(t *testing.T, d *jsonDoc, v int32, md protoreflect.MessageD
 			continue
 		}
 		if fd.IsList() {
-			_ = d.items(k+1, func(e int32) error {
+			_ = d.Items(k+1, func(e int32) error {
 				checkFieldOrder(t, d, e, fd.Message())
 				return nil
 			})

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
+
+	"github.com/egressd/egressd/policy/sqlfacts/internal/jsontree"
 )
 
 // analyzeArg is the argument of one ANALYZE option of EXPLAIN: typ is its
@@ -40,27 +42,27 @@ func (a analyzeArg) on() bool {
 // when the JSON cannot tell: pg_query writes an Integer's ival only when
 // it is positive, so `(ANALYZE 0)` (off) and `(ANALYZE -1)` (which
 // PostgreSQL rejects; on here, failing closed) look alike.
-func explainAnalyze(d *jsonDoc, opts int32) (on, exact bool) {
+func explainAnalyze(d *jsontree.Doc, opts int32) (on, exact bool) {
 	on, exact = false, true
-	_ = d.items(opts, func(o int32) error {
-		de := d.get(o, nodeDefElem)
-		if de < 0 || !strings.EqualFold(d.str(d.get(de, keyDefname)), "analyze") {
+	_ = d.Items(opts, func(o int32) error {
+		de := d.Get(o, nodeDefElem)
+		if de < 0 || !strings.EqualFold(d.Str(d.Get(de, keyDefname)), "analyze") {
 			return nil
 		}
 		var a analyzeArg
 		var v int32
-		a.typ, v = d.nodeType(d.get(de, keyArg))
+		a.typ, v = nodeType(d, d.Get(de, keyArg))
 		switch a.typ {
 		case nodeBoolean:
-			a.boolval = d.truthy(d.get(v, keyBoolval))
+			a.boolval = d.Truthy(d.Get(v, keyBoolval))
 		case nodeString:
-			a.sval = d.str(d.get(v, keySval))
+			a.sval = d.Str(d.Get(v, keySval))
 		case nodeInteger:
-			iv := d.get(v, keyIval)
+			iv := d.Get(v, keyIval)
 			if iv < 0 {
 				exact = false
 			}
-			a.ival, _ = d.int(iv)
+			a.ival, _ = d.Int(iv)
 		}
 		on = a.on()
 		return nil

@@ -7,6 +7,7 @@ import (
 	pg_query "github.com/pganalyze/pg_query_go/v5"
 
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/policy/sqlfacts/internal/jsontree"
 )
 
 // Options are the session facts a parse needs.
@@ -39,25 +40,25 @@ func Parse(sql string, opt Options) ([]*Statement, error) {
 	// (the JSON escapes only ASCII, so checking the document checks every
 	// string in it).
 	if !utf8.ValidString(tree) {
-		return nil, parseError(jsonErr("parse tree is not valid UTF-8"))
+		return nil, parseError(treeErr("parse tree is not valid UTF-8"))
 	}
-	d := getDoc()
-	defer d.release()
-	if err := d.parse(tree); err != nil {
+	d := jsontree.Acquire()
+	defer d.Release()
+	if err := d.Parse(tree); err != nil {
 		return nil, parseError(err)
 	}
 	def := "public"
 	if len(opt.SearchPath) > 0 {
 		def = opt.SearchPath[0]
 	}
-	stmts := d.get(0, keyStmts)
-	if stmts < 0 || d.vals[stmts].kind != jArray {
-		return nil, parseError(jsonErr("parse tree has no statement list"))
+	stmts := d.Get(0, keyStmts)
+	if stmts < 0 || d.Kind(stmts) != jsontree.Array {
+		return nil, parseError(treeErr("parse tree has no statement list"))
 	}
 	out := []*Statement{}
-	err = d.items(stmts, func(raw int32) error {
+	err = d.Items(stmts, func(raw int32) error {
 		c := classifier{d: d, defSchema: def}
-		st, err := c.classify(d.get(raw, keyStmt))
+		st, err := c.classify(d.Get(raw, keyStmt))
 		if err != nil {
 			return err
 		}
@@ -85,12 +86,12 @@ func parseError(err error) error {
 
 // stmtText is the statement's slice of sql. pg_query gives byte offsets; a
 // zero length means "to the end".
-func stmtText(d *jsonDoc, sql string, raw int32) (string, error) {
-	loc, err := d.int(d.get(raw, keyStmtLocation))
+func stmtText(d *jsontree.Doc, sql string, raw int32) (string, error) {
+	loc, err := d.Int(d.Get(raw, keyStmtLocation))
 	if err != nil {
 		return "", err
 	}
-	n, err := d.int(d.get(raw, keyStmtLen))
+	n, err := d.Int(d.Get(raw, keyStmtLen))
 	if err != nil {
 		return "", err
 	}
@@ -107,7 +108,7 @@ func stmtText(d *jsonDoc, sql string, raw int32) (string, error) {
 
 // classifier builds the facts of one statement.
 type classifier struct {
-	d         *jsonDoc
+	d         *jsontree.Doc
 	defSchema string
 	// inexact is set when the JSON cannot tell whether EXPLAIN's ANALYZE
 	// is on (see explainAnalyze).
@@ -117,7 +118,7 @@ type classifier struct {
 // classify builds the facts of the statement Node object n.
 func (c *classifier) classify(n int32) (*Statement, error) {
 	d := c.d
-	typ, v := d.nodeType(n)
+	typ, v := nodeType(d, n)
 	command := "unknown"
 	if f, ok := nodeInfo.fields[typ]; ok && f.msg != nil {
 		command = f.msg.command
@@ -127,21 +128,21 @@ func (c *classifier) classify(n int32) (*Statement, error) {
 	var err error
 	switch typ {
 	case nodeUpdateStmt, nodeDeleteStmt:
-		st.HasWhere = d.present(d.get(v, keyWhere))
+		st.HasWhere = d.Present(d.Get(v, keyWhere))
 	case nodeCopyStmt:
-		program := d.truthy(d.get(v, keyIsProgram))
-		st.Copy = &Copy{Direction: "to", Program: program, File: d.str(d.get(v, keyFilename)) != "" || program, Table: d.present(d.get(v, keyRelation))}
-		if d.truthy(d.get(v, keyIsFrom)) {
+		program := d.Truthy(d.Get(v, keyIsProgram))
+		st.Copy = &Copy{Direction: "to", Program: program, File: d.Str(d.Get(v, keyFilename)) != "" || program, Table: d.Present(d.Get(v, keyRelation))}
+		if d.Truthy(d.Get(v, keyIsFrom)) {
 			st.Copy.Direction = "from"
 		}
 	case nodeVariableSetStmt:
-		action, ok := setActions[d.str(d.get(v, keySetKind))]
+		action, ok := setActions[d.Str(d.Get(v, keySetKind))]
 		if !ok {
 			action = "unknown"
 		}
-		st.Set = &Set{Name: strings.Clone(strings.ToLower(d.str(d.get(v, keySetName)))), Action: action, Local: d.truthy(d.get(v, keyIsLocal))}
+		st.Set = &Set{Name: strings.Clone(strings.ToLower(d.Str(d.Get(v, keySetName)))), Action: action, Local: d.Truthy(d.Get(v, keyIsLocal))}
 	case nodeTransactionStmt:
-		k := d.str(d.get(v, keyTransKind))
+		k := d.Str(d.Get(v, keyTransKind))
 		if k == "" {
 			// An omitted enum is its zero value.
 			k = pg_query.TransactionStmtKind(0).String()
@@ -151,14 +152,14 @@ func (c *classifier) classify(n int32) (*Statement, error) {
 			st.Transaction = strings.ToLower(strings.TrimPrefix(k, "TRANS_STMT_"))
 		}
 	case nodeListenStmt, nodeUnlistenStmt, nodeNotifyStmt:
-		st.Channel = strings.Clone(d.str(d.get(v, keyCondition)))
+		st.Channel = strings.Clone(d.Str(d.Get(v, keyCondition)))
 	case nodeExplainStmt:
 		var exact bool
-		st.ExplainAnalyze, exact = explainAnalyze(d, d.get(v, keyOptions))
+		st.ExplainAnalyze, exact = explainAnalyze(d, d.Get(v, keyOptions))
 		c.inexact = c.inexact || !exact
-		st.Inner, err = c.classify(d.get(v, keyQuery))
+		st.Inner, err = c.classify(d.Get(v, keyQuery))
 	case nodePrepareStmt, nodeDeclareCursor:
-		st.Inner, err = c.classify(d.get(v, keyQuery))
+		st.Inner, err = c.classify(d.Get(v, keyQuery))
 	}
 	if err != nil {
 		return nil, err

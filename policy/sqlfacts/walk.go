@@ -1,8 +1,27 @@
 package sqlfacts
 
 import (
+	"errors"
+	"fmt"
 	"strings"
+
+	"github.com/egressd/egressd/policy/sqlfacts/internal/jsontree"
 )
+
+var errTree = errors.New("unexpected parse tree")
+
+func treeErr(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errTree}, a...)...)
+}
+
+// nodeType is a Node object's one key (its type) and that key's value;
+// "" and -1 for an absent or empty Node.
+func nodeType(d *jsontree.Doc, v int32) (string, int32) {
+	if d.Kind(v) != jsontree.Object || d.Next(v) == v+1 {
+		return "", -1
+	}
+	return d.Raw(v + 1), v + 2
+}
 
 // walker collects relations and functions from every node of one
 // statement's JSON parse tree. It walks every message generically, guided
@@ -17,7 +36,7 @@ import (
 // the tree is not what the walker understands, and skipping the part it
 // cannot place could skip a relation.
 type walker struct {
-	d         *jsonDoc
+	d         *jsontree.Doc
 	st        *Statement
 	defSchema string
 	// ctes is the stack of CTE names visible at the current node: an
@@ -36,10 +55,10 @@ func (w *walker) visibleCTE(name string) bool {
 
 // relation records the RangeVar object rv (absent: -1) in role.
 func (w *walker) relation(rv int32, role string) {
-	if !w.d.present(rv) {
+	if !w.d.Present(rv) {
 		return
 	}
-	schema, name := w.d.str(w.d.get(rv, keySchemaname)), w.d.str(w.d.get(rv, keyRelname))
+	schema, name := w.d.Str(w.d.Get(rv, keySchemaname)), w.d.Str(w.d.Get(rv, keyRelname))
 	if schema == "" && w.visibleCTE(name) {
 		return
 	}
@@ -64,7 +83,7 @@ func (w *walker) relation(rv int32, role string) {
 func (w *walker) function(names int32) {
 	d := w.d
 	n, last, prev := 0, int32(-1), int32(-1)
-	_ = d.items(names, func(e int32) error {
+	_ = d.Items(names, func(e int32) error {
 		n, prev, last = n+1, last, e
 		return nil
 	})
@@ -73,10 +92,10 @@ func (w *walker) function(names int32) {
 	case 0:
 		return
 	case 1:
-		name = d.str(d.get(d.get(last, nodeString), keySval))
+		name = d.Str(d.Get(d.Get(last, nodeString), keySval))
 	default:
-		schema = d.str(d.get(d.get(prev, nodeString), keySval))
-		name = d.str(d.get(d.get(last, nodeString), keySval))
+		schema = d.Str(d.Get(d.Get(prev, nodeString), keySval))
+		name = d.Str(d.Get(d.Get(last, nodeString), keySval))
 	}
 	for _, x := range w.st.Functions {
 		if x.Schema == schema && x.Name == name {
@@ -91,24 +110,24 @@ func (w *walker) function(names int32) {
 // before it: `WITH t AS (SELECT * FROM t)` reads the table t.
 func (w *walker) with(wc int32) error {
 	d := w.d
-	if !d.present(wc) {
+	if !d.Present(wc) {
 		return nil
 	}
-	recursive := d.truthy(d.get(wc, keyRecursive))
-	ctes := d.get(wc, keyCtes)
+	recursive := d.Truthy(d.Get(wc, keyRecursive))
+	ctes := d.Get(wc, keyCtes)
 	if recursive {
-		_ = d.items(ctes, func(e int32) error {
-			w.ctes = append(w.ctes, d.str(d.get(d.get(e, nodeCommonTableExpr), keyCtename)))
+		_ = d.Items(ctes, func(e int32) error {
+			w.ctes = append(w.ctes, d.Str(d.Get(d.Get(e, nodeCommonTableExpr), keyCtename)))
 			return nil
 		})
 	}
-	return d.items(ctes, func(e int32) error {
-		cte := d.get(e, nodeCommonTableExpr)
+	return d.Items(ctes, func(e int32) error {
+		cte := d.Get(e, nodeCommonTableExpr)
 		if cte < 0 {
 			return nil
 		}
-		q := d.get(cte, keyCtequery)
-		switch typ, _ := d.nodeType(q); typ {
+		q := d.Get(cte, keyCtequery)
+		switch typ, _ := nodeType(d, q); typ {
 		case nodeInsertStmt, nodeUpdateStmt, nodeDeleteStmt, nodeMergeStmt:
 			w.st.WritableCTE = true
 		}
@@ -116,7 +135,7 @@ func (w *walker) with(wc int32) error {
 			return err
 		}
 		if !recursive {
-			w.ctes = append(w.ctes, d.str(d.get(cte, keyCtename)))
+			w.ctes = append(w.ctes, d.Str(d.Get(cte, keyCtename)))
 		}
 		return nil
 	})
@@ -125,19 +144,19 @@ func (w *walker) with(wc int32) error {
 // msg walks the value v (absent: -1) as a message of type mi.
 func (w *walker) msg(mi *msgInfo, v int32) error {
 	d := w.d
-	if !d.present(v) {
+	if !d.Present(v) {
 		return nil
 	}
-	if d.vals[v].kind != jObject {
-		return jsonErr("%s is not an object at %d", mi.typeName, d.vals[v].off)
+	if d.Kind(v) != jsontree.Object {
+		return treeErr("%s is not an object at %d", mi.typeName, d.Offset(v))
 	}
 	switch mi.kind {
 	case kindNode:
 		// One key, the member's type; none for a NULL list element.
-		for k := v + 1; k < d.vals[v].next; k = d.vals[k+1].next {
-			f, ok := mi.fields[d.raw(k)]
+		for k := v + 1; k < d.Next(v); k = d.Next(k + 1) {
+			f, ok := mi.fields[d.Raw(k)]
 			if !ok || f.msg == nil {
-				return jsonErr("unknown node type %q", d.raw(k))
+				return treeErr("unknown node type %q", d.Raw(k))
 			}
 			if err := w.msg(f.msg, k+1); err != nil {
 				return err
@@ -152,8 +171,8 @@ func (w *walker) msg(mi *msgInfo, v int32) error {
 		w.relation(v, RoleRead)
 		return nil
 	case kindLockTarget:
-		return d.items(d.get(v, keyRelations), func(e int32) error {
-			w.relation(d.get(e, nodeRangeVar), RoleWrite)
+		return d.Items(d.Get(v, keyRelations), func(e int32) error {
+			w.relation(d.Get(e, nodeRangeVar), RoleWrite)
 			return nil
 		})
 	}
@@ -161,55 +180,59 @@ func (w *walker) msg(mi *msgInfo, v int32) error {
 	defer func() { w.ctes = w.ctes[:mark] }()
 	switch mi.kind {
 	case kindFuncCall:
-		w.function(d.get(v, keyFuncname))
+		w.function(d.Get(v, keyFuncname))
 	case kindSelect:
 		// WITH first: its names scope the rest of the statement, and the
 		// JSON has it near the end.
-		if err := w.with(d.get(v, keyWithClause)); err != nil {
+		if err := w.with(d.Get(v, keyWithClause)); err != nil {
 			return err
 		}
-		if d.nonEmpty(d.get(v, keyLocking)) {
+		if d.NonEmpty(d.Get(v, keyLocking)) {
 			w.st.Locking = true
 		}
-		if into := d.get(v, keyIntoClause); d.present(into) {
+		if into := d.Get(v, keyIntoClause); d.Present(into) {
 			w.st.SelectInto = true
-			w.relation(d.get(into, keyIntoRel), RoleWrite)
+			w.relation(d.Get(into, keyIntoRel), RoleWrite)
 		}
 		return w.fields(mi, v, keyWithClause, keyIntoClause)
 	case kindDML:
-		if err := w.with(d.get(v, keyWithClause)); err != nil {
+		if err := w.with(d.Get(v, keyWithClause)); err != nil {
 			return err
 		}
-		w.relation(d.get(v, keyRelation), RoleWrite)
+		w.relation(d.Get(v, keyRelation), RoleWrite)
 		return w.fields(mi, v, keyWithClause, keyRelation)
 	case kindCopy:
 		role := RoleRead
-		if d.truthy(d.get(v, keyIsFrom)) {
+		if d.Truthy(d.Get(v, keyIsFrom)) {
 			role = RoleWrite
 		}
-		w.relation(d.get(v, keyRelation), role)
+		w.relation(d.Get(v, keyRelation), role)
 		return w.fields(mi, v, keyRelation, "")
 	}
 	return w.fields(mi, v, "", "")
 }
 
 // fields walks every message-typed field of the object v except skip1 and
-// skip2, in document order (which is the descriptor's field order).
+// skip2, in document order, which is the descriptor's field order
+// (TestJSONCarriesTheTree), so relations and functions are listed in tree
+// order. (protobuf-go's Range, which the walker used before, swaps two
+// adjacent fields of some messages depending on a hash of the binary, so
+// that order varied from build to build.)
 func (w *walker) fields(mi *msgInfo, v int32, skip1, skip2 string) error {
 	d := w.d
-	for k := v + 1; k < d.vals[v].next; k = d.vals[k+1].next {
-		key := d.raw(k)
+	for k := v + 1; k < d.Next(v); k = d.Next(k + 1) {
+		key := d.Raw(k)
 		f, ok := mi.fields[key]
 		if !ok {
-			return jsonErr("unknown field %s.%s", mi.typeName, key)
+			return treeErr("unknown field %s.%s", mi.typeName, key)
 		}
 		val := k + 1
 		if f.msg == nil {
 			// A scalar, enum or list of them: nothing to find, but an
 			// object here would be a subtree the walker cannot place.
-			for i := val; i < d.vals[val].next; i++ {
-				if d.vals[i].kind == jObject {
-					return jsonErr("object in scalar field %s.%s", mi.typeName, key)
+			for i := val; i < d.Next(val); i++ {
+				if d.Kind(i) == jsontree.Object {
+					return treeErr("object in scalar field %s.%s", mi.typeName, key)
 				}
 			}
 			continue
@@ -223,16 +246,16 @@ func (w *walker) fields(mi *msgInfo, v int32, skip1, skip2 string) error {
 			}
 			continue
 		}
-		switch d.vals[val].kind {
-		case jNull:
+		switch d.Kind(val) {
+		case jsontree.Null:
 			continue
-		case jArray:
+		case jsontree.Array:
 		default:
-			return jsonErr("list field %s.%s is not an array", mi.typeName, key)
+			return treeErr("list field %s.%s is not an array", mi.typeName, key)
 		}
-		for e := val + 1; e < d.vals[val].next; e = d.vals[e].next {
+		for e := val + 1; e < d.Next(val); e = d.Next(e) {
 			// IntList and OidList items are bare numbers in the JSON.
-			if d.vals[e].kind == jNumber {
+			if d.Kind(e) == jsontree.Number {
 				continue
 			}
 			if err := w.msg(f.msg, e); err != nil {

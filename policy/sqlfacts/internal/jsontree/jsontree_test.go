@@ -1,4 +1,4 @@
-package sqlfacts
+package jsontree
 
 import (
 	"encoding/json"
@@ -10,20 +10,20 @@ import (
 
 // toAny converts the value v of d as encoding/json (with UseNumber) would
 // decode it.
-func toAny(d *jsonDoc, v int32) any {
+func toAny(d *Doc, v int32) any {
 	x := d.vals[v]
 	switch x.kind {
-	case jNull:
+	case Null:
 		return nil
-	case jTrue:
+	case True:
 		return true
-	case jFalse:
+	case False:
 		return false
-	case jNumber:
+	case Number:
 		return json.Number(d.src[x.off:x.end])
-	case jString:
-		return d.str(v)
-	case jArray:
+	case String:
+		return d.Str(v)
+	case Array:
 		a := []any{}
 		for e := v + 1; e < x.next; e = d.vals[e].next {
 			a = append(a, toAny(d, e))
@@ -32,7 +32,7 @@ func toAny(d *jsonDoc, v int32) any {
 	}
 	m := map[string]any{}
 	for k := v + 1; k < x.next; k = d.vals[k+1].next {
-		m[d.str(k)] = toAny(d, k+1)
+		m[d.Str(k)] = toAny(d, k+1)
 	}
 	return m
 }
@@ -62,9 +62,9 @@ func TestJSONParse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := getDoc()
-			defer d.release()
-			if err := d.parse(tt.in); err != nil {
+			d := Acquire()
+			defer d.Release()
+			if err := d.Parse(tt.in); err != nil {
 				t.Fatalf("parse(%q) = %v; want nil", tt.in, err)
 			}
 			want, err := stdDecode(tt.in)
@@ -110,9 +110,9 @@ func TestJSONMalformed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := getDoc()
-			defer d.release()
-			if err := d.parse(tt.in); err == nil {
+			d := Acquire()
+			defer d.Release()
+			if err := d.Parse(tt.in); err == nil {
 				t.Errorf("parse(%q) = nil; want an error", tt.in)
 			}
 		})
@@ -125,9 +125,9 @@ func TestJSONMalformed(t *testing.T) {
 func TestJSONDeep(t *testing.T) {
 	const n = 200000
 	in := strings.Repeat(`{"a":[`, n) + strings.Repeat(`]}`, n)
-	d := getDoc()
-	defer d.release()
-	if err := d.parse(in); err != nil {
+	d := Acquire()
+	defer d.Release()
+	if err := d.Parse(in); err != nil {
 		t.Fatalf("parse(%d levels) = %v; want nil", 2*n, err)
 	}
 	if got, want := len(d.vals), 3*n; got != want {
@@ -136,42 +136,39 @@ func TestJSONDeep(t *testing.T) {
 }
 
 func TestJSONAccessors(t *testing.T) {
-	d := getDoc()
-	defer d.release()
-	if err := d.parse(`{"s":"a\u003eb","n":-42,"big":1e3,"t":true,"l":[1,{"x":null},"z"],"e":{}}`); err != nil {
+	d := Acquire()
+	defer d.Release()
+	if err := d.Parse(`{"s":"a\u003eb","n":-42,"big":1e3,"t":true,"l":[1,{"x":null},"z"],"e":{}}`); err != nil {
 		t.Fatal(err)
 	}
-	if got := d.str(d.get(0, "s")); got != "a>b" {
+	if got := d.Str(d.Get(0, "s")); got != "a>b" {
 		t.Errorf(`str(s) = %q; want "a>b"`, got)
 	}
-	if got := d.str(d.get(0, "missing")); got != "" {
+	if got := d.Str(d.Get(0, "missing")); got != "" {
 		t.Errorf(`str(missing) = %q; want ""`, got)
 	}
-	if got, err := d.int(d.get(0, "n")); got != -42 || err != nil {
+	if got, err := d.Int(d.Get(0, "n")); got != -42 || err != nil {
 		t.Errorf("int(n) = %d, %v; want -42, nil", got, err)
 	}
-	if _, err := d.int(d.get(0, "big")); err == nil {
+	if _, err := d.Int(d.Get(0, "big")); err == nil {
 		t.Errorf("int(big) = nil error; want an error for a non-integer")
 	}
-	if _, err := d.int(d.get(0, "s")); err == nil {
+	if _, err := d.Int(d.Get(0, "s")); err == nil {
 		t.Errorf("int(s) = nil error; want an error for a string")
 	}
-	if !d.truthy(d.get(0, "t")) || d.truthy(d.get(0, "n")) || d.truthy(-1) {
+	if !d.Truthy(d.Get(0, "t")) || d.Truthy(d.Get(0, "n")) || d.Truthy(-1) {
 		t.Errorf("truthy wrong")
 	}
-	var kinds []jsonKind
-	_ = d.items(d.get(0, "l"), func(e int32) error {
+	var kinds []Kind
+	_ = d.Items(d.Get(0, "l"), func(e int32) error {
 		kinds = append(kinds, d.vals[e].kind)
 		return nil
 	})
-	if want := []jsonKind{jNumber, jObject, jString}; !reflect.DeepEqual(kinds, want) {
+	if want := []Kind{Number, Object, String}; !reflect.DeepEqual(kinds, want) {
 		t.Errorf("items(l) kinds = %v; want %v", kinds, want)
 	}
-	if d.nonEmpty(d.get(0, "e")) || !d.nonEmpty(d.get(0, "l")) {
+	if d.NonEmpty(d.Get(0, "e")) || !d.NonEmpty(d.Get(0, "l")) {
 		t.Errorf("nonEmpty wrong")
-	}
-	if typ, v := d.nodeType(d.get(0, "e")); typ != "" || v != -1 {
-		t.Errorf(`nodeType(e) = %q, %d; want "", -1`, typ, v)
 	}
 }
 
@@ -186,9 +183,9 @@ func FuzzJSON(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		d := getDoc()
-		defer d.release()
-		err := d.parse(s)
+		d := Acquire()
+		defer d.Release()
+		err := d.Parse(s)
 		// encoding/json stops at 10,000 levels, and decodes invalid UTF-8
 		// as U+FFFD: compare only where it is exact.
 		if len(s) > 10000 || !utf8.ValidString(s) {

@@ -1,4 +1,8 @@
-package sqlfacts
+// Package jsontree parses a JSON document into a flat arena of values, for
+// reading pg_query's JSON parse trees without allocating per value. It is
+// a package of its own, without cgo, so that its fuzz target runs at full
+// speed: in sqlfacts, which links pg_query, Go's fuzzing engine stalls.
+package jsontree
 
 import (
 	"errors"
@@ -11,93 +15,101 @@ import (
 	"unicode/utf8"
 )
 
-// jsonDoc is a parsed JSON document: every value in a flat arena, in
-// document order. A container's members follow it; its next is the index
-// just past its last descendant, so siblings are reached by jumping from
-// one next to the following one and nothing is allocated per value. An
-// object's members are key, value pairs (the key is a jString).
+// Doc is a parsed JSON document: every value in a flat arena, in
+// document order, named by its index (the root is 0; -1 stands for an
+// absent value and every accessor accepts it). A container's members
+// follow it and Next is the index just past its last descendant, so
+// siblings are reached by jumping from one Next to the following one and
+// nothing is allocated per value. An object's members are key, value
+// pairs (the key is a String):
+//
+//	for k := obj + 1; k < d.Next(obj); k = d.Next(k + 1) { key, value := d.Raw(k), k+1 }
 //
 // The parser is iterative with an explicit stack rather than recursive, so
-// it has no depth limit of its own: the pre-scan bounds what pg_query may
-// nest, and a parse tree near those bounds is thousands of levels deep.
-type jsonDoc struct {
+// it has no depth limit of its own: sqlfacts' pre-scan bounds what
+// pg_query may nest, and a parse tree near those bounds is thousands of
+// levels deep, beyond the depth limits of common JSON libraries.
+type Doc struct {
 	src   string
-	vals  []jsonVal
+	vals  []val
 	stack []int32
 }
 
-type jsonKind uint8
+// Kind is the type of a value.
+type Kind uint8
 
 const (
-	jNull jsonKind = iota
-	jFalse
-	jTrue
-	jNumber
-	jString
-	jObject
-	jArray
+	Null Kind = iota
+	False
+	True
+	Number
+	String
+	Object
+	Array
 )
 
-// jsonVal is one value. For a string, [off, end) is its raw text between
+// val is one value. For a string, [off, end) is its raw text between
 // the quotes and esc says it holds a backslash escape; for a number or a
 // literal, the token itself.
-type jsonVal struct {
-	kind     jsonKind
+type val struct {
+	kind     Kind
 	esc      bool
 	off, end int32
 	next     int32
 }
 
-var errJSON = errors.New("malformed parse tree JSON")
+// ErrSyntax is wrapped by every error of Parse and Int.
+var ErrSyntax = errors.New("malformed parse tree JSON")
 
-func jsonErr(format string, a ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{errJSON}, a...)...)
+func syntaxErr(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrSyntax}, a...)...)
 }
 
-// docPool recycles arenas: a parse tree of a typical query is a few
+// pool recycles arenas: a parse tree of a typical query is a few
 // hundred values, and the gate parses on every uncached query.
-var docPool = sync.Pool{New: func() any { return new(jsonDoc) }}
+var pool = sync.Pool{New: func() any { return new(Doc) }}
 
-func getDoc() *jsonDoc { return docPool.Get().(*jsonDoc) }
+// Acquire returns an empty document from a pool; Release returns it.
+func Acquire() *Doc { return pool.Get().(*Doc) }
 
-// release drops the document's text and returns its arena to the pool.
+// Release drops the document's text and returns its arena to the pool.
 // Strings taken from the document stay valid (they are Go strings).
-func (d *jsonDoc) release() {
+func (d *Doc) Release() {
 	d.src = ""
 	// A huge tree's arena is not worth keeping for the next small one.
 	if cap(d.vals) > 1<<16 {
 		d.vals, d.stack = nil, nil
 	}
-	docPool.Put(d)
+	pool.Put(d)
 }
 
-// parse parses src into d; the root is d.vals[0].
-func (d *jsonDoc) parse(src string) error {
+// Parse parses src into d; the root is d.vals[0].
+func (d *Doc) Parse(src string) error {
 	if len(src) >= math.MaxInt32 {
-		return jsonErr("document is %d bytes", len(src))
+		return syntaxErr("document is %d bytes", len(src))
 	}
 	d.src, d.vals, d.stack = src, d.vals[:0], d.stack[:0]
 	i := skipSpace(src, 0)
 	for {
 		// A value starts at i.
 		if i >= len(src) {
-			return jsonErr("unexpected end of input")
+			return syntaxErr("unexpected end of input")
 		}
 		switch c := src[i]; c {
 		case '{', '[':
-			kind, closer := jObject, byte('}')
+			kind, closer := Object, byte('}')
 			if c == '[' {
-				kind, closer = jArray, ']'
+				kind, closer = Array, ']'
 			}
 			d.stack = append(d.stack, int32(len(d.vals)))
-			d.vals = append(d.vals, jsonVal{kind: kind, off: int32(i)})
+			d.vals = append(d.vals, val{kind: kind, off: int32(i)})
 			i = skipSpace(src, i+1)
 			if i < len(src) && src[i] == closer {
 				i++
 				d.close()
 				break
 			}
-			if kind == jObject {
+			if kind == Object {
 				var err error
 				if i, err = d.key(i); err != nil {
 					return err
@@ -109,32 +121,32 @@ func (d *jsonDoc) parse(src string) error {
 			if err != nil {
 				return err
 			}
-			d.scalar(jString, esc, i+1, end-1)
+			d.scalar(String, esc, i+1, end-1)
 			i = end
 		case 't':
 			if !strings.HasPrefix(src[i:], "true") {
-				return jsonErr("bad literal at %d", i)
+				return syntaxErr("bad literal at %d", i)
 			}
-			d.scalar(jTrue, false, i, i+4)
+			d.scalar(True, false, i, i+4)
 			i += 4
 		case 'f':
 			if !strings.HasPrefix(src[i:], "false") {
-				return jsonErr("bad literal at %d", i)
+				return syntaxErr("bad literal at %d", i)
 			}
-			d.scalar(jFalse, false, i, i+5)
+			d.scalar(False, false, i, i+5)
 			i += 5
 		case 'n':
 			if !strings.HasPrefix(src[i:], "null") {
-				return jsonErr("bad literal at %d", i)
+				return syntaxErr("bad literal at %d", i)
 			}
-			d.scalar(jNull, false, i, i+4)
+			d.scalar(Null, false, i, i+4)
 			i += 4
 		default:
 			end, err := scanNumber(src, i)
 			if err != nil {
 				return err
 			}
-			d.scalar(jNumber, false, i, end)
+			d.scalar(Number, false, i, end)
 			i = end
 		}
 		// A value ended at i: close containers until one continues.
@@ -142,18 +154,18 @@ func (d *jsonDoc) parse(src string) error {
 			i = skipSpace(src, i)
 			if len(d.stack) == 0 {
 				if i != len(src) {
-					return jsonErr("trailing data at %d", i)
+					return syntaxErr("trailing data at %d", i)
 				}
 				return nil
 			}
 			if i >= len(src) {
-				return jsonErr("unexpected end of input")
+				return syntaxErr("unexpected end of input")
 			}
 			top := d.vals[d.stack[len(d.stack)-1]].kind
 			c := src[i]
 			if c == ',' {
 				i = skipSpace(src, i+1)
-				if top == jObject {
+				if top == Object {
 					var err error
 					if i, err = d.key(i); err != nil {
 						return err
@@ -161,39 +173,39 @@ func (d *jsonDoc) parse(src string) error {
 				}
 				break
 			}
-			if top == jObject && c == '}' || top == jArray && c == ']' {
+			if top == Object && c == '}' || top == Array && c == ']' {
 				i++
 				d.close()
 				continue
 			}
-			return jsonErr("unexpected %q at %d", c, i)
+			return syntaxErr("unexpected %q at %d", c, i)
 		}
 	}
 }
 
-func (d *jsonDoc) scalar(kind jsonKind, esc bool, off, end int) {
-	d.vals = append(d.vals, jsonVal{kind: kind, esc: esc, off: int32(off), end: int32(end), next: int32(len(d.vals) + 1)})
+func (d *Doc) scalar(kind Kind, esc bool, off, end int) {
+	d.vals = append(d.vals, val{kind: kind, esc: esc, off: int32(off), end: int32(end), next: int32(len(d.vals) + 1)})
 }
 
-func (d *jsonDoc) close() {
+func (d *Doc) close() {
 	top := d.stack[len(d.stack)-1]
 	d.stack = d.stack[:len(d.stack)-1]
 	d.vals[top].next = int32(len(d.vals))
 }
 
 // key parses an object key and its colon at i, leaving i at the value.
-func (d *jsonDoc) key(i int) (int, error) {
+func (d *Doc) key(i int) (int, error) {
 	if i >= len(d.src) || d.src[i] != '"' {
-		return 0, jsonErr("expected a key at %d", i)
+		return 0, syntaxErr("expected a key at %d", i)
 	}
 	end, esc, err := scanString(d.src, i)
 	if err != nil {
 		return 0, err
 	}
-	d.scalar(jString, esc, i+1, end-1)
+	d.scalar(String, esc, i+1, end-1)
 	i = skipSpace(d.src, end)
 	if i >= len(d.src) || d.src[i] != ':' {
-		return 0, jsonErr("expected ':' at %d", i)
+		return 0, syntaxErr("expected ':' at %d", i)
 	}
 	return skipSpace(d.src, i+1), nil
 }
@@ -216,24 +228,24 @@ func scanString(s string, i int) (int, bool, error) {
 		case c == '\\':
 			esc = true
 			if i+1 >= len(s) {
-				return 0, false, jsonErr("unterminated escape")
+				return 0, false, syntaxErr("unterminated escape")
 			}
 			i++
 			switch s[i] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			case 'u':
 				if i+4 >= len(s) || !isHex4(s[i+1:i+5]) {
-					return 0, false, jsonErr("bad \\u escape at %d", i)
+					return 0, false, syntaxErr("bad \\u escape at %d", i)
 				}
 				i += 4
 			default:
-				return 0, false, jsonErr("bad escape at %d", i)
+				return 0, false, syntaxErr("bad escape at %d", i)
 			}
 		case c < ' ':
-			return 0, false, jsonErr("control character in string at %d", i)
+			return 0, false, syntaxErr("control character in string at %d", i)
 		}
 	}
-	return 0, false, jsonErr("unterminated string")
+	return 0, false, syntaxErr("unterminated string")
 }
 
 func isHex4(s string) bool {
@@ -258,12 +270,12 @@ func scanNumber(s string, i int) (int, error) {
 	case i < len(s) && s[i] >= '1' && s[i] <= '9':
 		i = digits(s, i)
 	default:
-		return 0, jsonErr("bad value at %d", start)
+		return 0, syntaxErr("bad value at %d", start)
 	}
 	if i < len(s) && s[i] == '.' {
 		j := digits(s, i+1)
 		if j == i+1 {
-			return 0, jsonErr("bad number at %d", start)
+			return 0, syntaxErr("bad number at %d", start)
 		}
 		i = j
 	}
@@ -274,7 +286,7 @@ func scanNumber(s string, i int) (int, error) {
 		}
 		j := digits(s, i)
 		if j == i {
-			return 0, jsonErr("bad number at %d", start)
+			return 0, syntaxErr("bad number at %d", start)
 		}
 		i = j
 	}
@@ -288,23 +300,23 @@ func digits(s string, i int) int {
 	return i
 }
 
-// raw is a string value's text without unescaping: for keys and other
+// Raw is a string value's text without unescaping: for keys and other
 // strings compared with constants (pg_query escapes only control
 // characters, quotes, backslashes and '<' '>', none of which occur in keys
 // or enum names).
-func (d *jsonDoc) raw(v int32) string {
+func (d *Doc) Raw(v int32) string {
 	x := &d.vals[v]
 	return d.src[x.off:x.end]
 }
 
-// str is a string value's text, unescaped; "" for null and non-strings. A
+// Str is a string value's text, unescaped; "" for null and non-strings. A
 // string without escapes shares the document's memory.
-func (d *jsonDoc) str(v int32) string {
+func (d *Doc) Str(v int32) string {
 	if v < 0 {
 		return ""
 	}
 	x := &d.vals[v]
-	if x.kind != jString {
+	if x.kind != String {
 		return ""
 	}
 	s := d.src[x.off:x.end]
@@ -364,59 +376,64 @@ func hex4(s string) rune {
 	return rune(n)
 }
 
-// int is a number value as an int64; 0 for an absent (negative index)
+// Int is a number value as an int64; 0 for an absent (negative index)
 // value. A number that is not an integer in range is an error.
-func (d *jsonDoc) int(v int32) (int64, error) {
+func (d *Doc) Int(v int32) (int64, error) {
 	if v < 0 {
 		return 0, nil
 	}
 	x := &d.vals[v]
-	if x.kind != jNumber {
-		return 0, jsonErr("expected a number at %d", x.off)
+	if x.kind != Number {
+		return 0, syntaxErr("expected a number at %d", x.off)
 	}
 	n, err := strconv.ParseInt(d.src[x.off:x.end], 10, 64)
 	if err != nil {
-		return 0, jsonErr("bad integer at %d", x.off)
+		return 0, syntaxErr("bad integer at %d", x.off)
 	}
 	return n, nil
 }
 
-// present reports whether v is a value other than null.
-func (d *jsonDoc) present(v int32) bool { return v >= 0 && d.vals[v].kind != jNull }
-
-// nonEmpty reports whether v is a container with members.
-func (d *jsonDoc) nonEmpty(v int32) bool { return v >= 0 && d.vals[v].next > v+1 }
-
-// nodeType is a Node object's one key (its type) and that key's value;
-// "" and -1 for an absent or empty Node.
-func (d *jsonDoc) nodeType(v int32) (string, int32) {
-	if v < 0 || d.vals[v].kind != jObject || d.vals[v].next == v+1 {
-		return "", -1
+// Kind is v's type; Null for an absent value.
+func (d *Doc) Kind(v int32) Kind {
+	if v < 0 {
+		return Null
 	}
-	return d.raw(v + 1), v + 2
+	return d.vals[v].kind
 }
 
-// truthy reports whether v is present and true.
-func (d *jsonDoc) truthy(v int32) bool { return v >= 0 && d.vals[v].kind == jTrue }
+// Next is the index just past v and its members.
+func (d *Doc) Next(v int32) int32 { return d.vals[v].next }
 
-// get is the value of key in object obj, or -1. Objects in a parse tree
+// Offset is v's byte offset in the document, for error messages.
+func (d *Doc) Offset(v int32) int { return int(d.vals[v].off) }
+
+// Present reports whether v is a value other than null.
+func (d *Doc) Present(v int32) bool { return v >= 0 && d.vals[v].kind != Null }
+
+// NonEmpty reports whether v is a container with members.
+func (d *Doc) NonEmpty(v int32) bool { return v >= 0 && d.vals[v].next > v+1 }
+
+// Truthy reports whether v is present and true.
+func (d *Doc) Truthy(v int32) bool { return v >= 0 && d.vals[v].kind == True }
+
+// Get is the value of key in object obj, or -1. Objects in a parse tree
 // have a handful of keys: a scan beats a map.
-func (d *jsonDoc) get(obj int32, key string) int32 {
-	if obj < 0 || d.vals[obj].kind != jObject {
+func (d *Doc) Get(obj int32, key string) int32 {
+	if obj < 0 || d.vals[obj].kind != Object {
 		return -1
 	}
 	for k := obj + 1; k < d.vals[obj].next; k = d.vals[k+1].next {
-		if d.raw(k) == key {
+		if d.Raw(k) == key {
 			return k + 1
 		}
 	}
 	return -1
 }
 
-// items calls f for each element of array arr (nothing when arr is absent
+// Items calls f for each element of array arr (nothing when arr is absent
 // or not an array) and stops at the first error.
-func (d *jsonDoc) items(arr int32, f func(int32) error) error {
-	if arr < 0 || d.vals[arr].kind != jArray {
+func (d *Doc) Items(arr int32, f func(int32) error) error {
+	if arr < 0 || d.vals[arr].kind != Array {
 		return nil
 	}
 	for e := arr + 1; e < d.vals[arr].next; e = d.vals[e].next {
