@@ -2,12 +2,17 @@ package proxy
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/policy"
 )
 
 // waitRecords polls until the audit log holds want (joined by commas).
@@ -123,5 +128,69 @@ func TestConnectEarlyBytes(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("upstream received nothing")
+	}
+}
+
+type denyAll struct{}
+
+func (denyAll) Decide(context.Context, policy.Input) policy.Decision {
+	return policy.Deny("rule_revoked", "")
+}
+
+// A reload that no longer allows an open tunnel closes it, and the
+// tunnel's completion record says why; one still allowed stays open. The
+// first flight is 4 bytes, shorter than a TLS record header, and must be
+// forwarded at once for the echo to arrive.
+func TestReloadRevokesTunnels(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		engine     Engine
+		wantClosed bool
+	}{
+		{"still allowed", allowAll{}, false},
+		{"revoked", denyAll{}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			up, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer up.Close()
+			go func() {
+				c, err := up.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				io.Copy(c, c)
+			}()
+			a := &recordingAudit{}
+			s, addr := startServer(t, DefaultConfig(), allowAll{}, a)
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			target := up.Addr().String()
+			io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n\r\nping")
+			br := bufio.NewReader(c)
+			if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
+				t.Fatalf("CONNECT = %v, %v; want 200", resp, err)
+			}
+			echo := make([]byte, 4)
+			if _, err := io.ReadFull(br, echo); err != nil {
+				t.Fatalf("read echo: %v", err)
+			}
+			s.Reload(&Decider{Engine: tt.engine, Floor: openFloor{}}, s.state.Load().ids)
+			c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+			_, err = br.ReadByte()
+			closed := err == io.EOF || errors.Is(err, syscall.ECONNRESET)
+			if closed != tt.wantClosed {
+				t.Fatalf("read after reload = %v; want closed %v", err, tt.wantClosed)
+			}
+			if tt.wantClosed {
+				waitRecords(t, a, "connect:allow:allowed,connect_done:deny:rule_revoked")
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -71,7 +72,7 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 	up, err := s.dialer.DialContext(dctx, "tcp", net.JoinHostPort(f.target.Host, strconv.Itoa(int(f.target.Port))))
 	cancel()
 	s.metrics.upstreamSeconds.Observe(time.Since(start).Seconds())
-	t := &tunnel{s: s, f: f, client: client, early: early}
+	t := &tunnel{s: s, f: f, client: client, early: early, identity: id, authority: r.RequestURI}
 	if err != nil {
 		rf := refusalFor(stageDial, policy.Decision{}, err)
 		t.done(rf.status, rf.reason, rf.detail)
@@ -81,7 +82,8 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 	t.up = up
 	defer up.Close()
 	if ap, ok := up.RemoteAddr().(*net.TCPAddr); ok {
-		t.ip = ap.AddrPort().Addr().Unmap().String()
+		t.addr = netip.AddrPortFrom(ap.AddrPort().Addr().Unmap(), ap.AddrPort().Port())
+		t.ip = t.addr.Addr().String()
 	}
 	if _, err := client.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
 		t.done(0, "", "client gone: "+err.Error())
@@ -122,6 +124,25 @@ func (s *Server) track(t *tunnel) bool {
 	s.tunnelsWG.Add(1)
 	s.metrics.active.WithLabelValues("tunnels").Inc()
 	return true
+}
+
+// revalidate re-decides every open tunnel under st and closes those it no
+// longer allows: a revoked rule, identity or internal allowance must not
+// live on for a tunnel's lifetime (24 h by default). The decisions run
+// without the tunnel lock; a tunnel that opens meanwhile was decided under
+// st already.
+func (s *Server) revalidate(st *state) {
+	s.tunnelsMu.Lock()
+	open := make([]*tunnel, 0, len(s.tunnels))
+	for t := range s.tunnels {
+		open = append(open, t)
+	}
+	s.tunnelsMu.Unlock()
+	for _, t := range open {
+		if reason := t.recheck(context.Background(), st); reason != "" {
+			t.revoke(reason)
+		}
+	}
 }
 
 func (s *Server) untrack(t *tunnel) {

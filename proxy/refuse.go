@@ -31,6 +31,7 @@ const (
 	reasonUpstreamFailed   = "upstream_unreachable"
 	reasonDNSFailed        = "dns_failure"
 	reasonShuttingDown     = "shutting_down"
+	reasonIdentityRevoked  = "identity_revoked"
 )
 
 // stage says where a refusal came from; the same typed error means a 400

@@ -124,13 +124,16 @@ func (s *Server) newState(d *Decider, ids *identity.Store) *state {
 	return &state{decider: d, ids: ids, tr: newTransport(s.cfg, s.dialer), up: newUpstreamPool(s.cfg, s.dialer)}
 }
 
-// Reload swaps the decider, identity table and upstream connections;
-// in-flight requests finish with the state they started with, and the old
+// Reload swaps the decider, identity table and upstream connections.
+// In-flight requests finish with the state they started with, and the old
 // state's connections close as they come back idle (the Transport's after
-// its idle timeout at the latest).
+// its idle timeout at the latest); open tunnels are decided again and those
+// no longer allowed are closed.
 func (s *Server) Reload(d *Decider, ids *identity.Store) {
-	old := s.state.Swap(s.newState(d, ids))
+	st := s.newState(d, ids)
+	old := s.state.Swap(st)
 	old.closeIdle()
+	s.revalidate(st)
 }
 
 func (st *state) closeIdle() {

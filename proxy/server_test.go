@@ -38,8 +38,14 @@ type discardAudit struct{}
 func (discardAudit) Append(*audit.Record) error { return nil }
 
 // startProxy runs a Server with the given engine, an open floor, a plain
-// dialer and a discarding audit log, and returns its address.
+// dialer and the audit log a, and returns its address.
 func startProxy(tb testing.TB, cfg Config, e Engine, a audit.Appender) string {
+	tb.Helper()
+	_, addr := startServer(tb, cfg, e, a)
+	return addr
+}
+
+func startServer(tb testing.TB, cfg Config, e Engine, a audit.Appender) (*Server, string) {
 	tb.Helper()
 	ids, _ := identity.New(nil)
 	s, err := New(Options{
@@ -60,7 +66,7 @@ func startProxy(tb testing.TB, cfg Config, e Engine, a audit.Appender) string {
 	}
 	go s.Serve(ln)
 	tb.Cleanup(func() { s.Shutdown(context.Background()) })
-	return ln.Addr().String()
+	return s, ln.Addr().String()
 }
 
 // recordingAudit keeps every record; fail makes Append refuse.

@@ -3,16 +3,20 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/policy"
 )
 
 // tunnel is one established CONNECT.
@@ -25,12 +29,18 @@ type tunnel struct {
 	// early is what the client sent along with its CONNECT head; it comes
 	// before anything read from client.
 	early []byte
+	// What the tunnel was allowed on, re-decided after a reload.
+	identity  policy.Identity
+	authority string
+	addr      netip.AddrPort
 
 	up2down, down2up atomic.Int64
 	lastActive       atomic.Int64 // unix nanos
 	closeOnce        sync.Once
 	// refused is the first-flight refusal reason, if any.
 	refused, refusedDetail string
+	// revoked is the reason a reload closed the tunnel, if it did.
+	revoked atomic.Pointer[string]
 }
 
 // checkFirstFlight peeks at the client's first bytes without consuming them:
@@ -65,16 +75,23 @@ func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
 		br.Reset(nil)
 		peekBufs.Put(br)
 	}()
-	hdr, err := br.Peek(tlsRecordHeaderLen)
-	if len(hdr) == 0 {
+	// The first byte tells TLS from anything else: a client of another
+	// protocol that sends fewer bytes than a record header and waits for
+	// an answer must not be held until a timeout.
+	first, err := br.Peek(1)
+	if len(first) == 0 {
 		// EOF before any byte: nothing to check or forward.
 		return err == nil
 	}
-	if !isTLSRecordStart(hdr) {
+	if !isTLSRecordStart(first) {
 		if tlsOnly {
 			return t.refuseFlight(reasonNotTLS, "")
 		}
 		return t.forwardPeeked(br, early)
+	}
+	hdr, err := br.Peek(tlsRecordHeaderLen)
+	if err != nil {
+		return t.refuseFlight(reasonMalformedTLS, err.Error())
 	}
 	n, err := recordLen(hdr)
 	if err != nil {
@@ -143,6 +160,12 @@ func (t *tunnel) run(tlsOnly bool) {
 	<-done
 	t.s.metrics.tunnelBytes.WithLabelValues("up").Add(float64(t.down2up.Load()))
 	t.s.metrics.tunnelBytes.WithLabelValues("down").Add(float64(t.up2down.Load()))
+	// A revoked tunnel may also have failed its first-flight check: the
+	// closed connection is what the check saw.
+	if r := t.revoked.Load(); r != nil {
+		t.done(0, *r, "closed by a reload")
+		return
+	}
 	if t.refused != "" {
 		t.done(http.StatusForbidden, t.refused, t.refusedDetail)
 		return
@@ -220,6 +243,37 @@ func minTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// recheck decides the open tunnel again under a reloaded state: its
+// identity must still exist, the policy must still allow its CONNECT, and
+// the floor its dialled address. It returns the deny reason, or "".
+func (t *tunnel) recheck(ctx context.Context, st *state) string {
+	id := t.identity
+	switch {
+	case st.ids == nil || st.ids.Len() == 0:
+		id = anonymous
+	case id.ID == anonymous.ID:
+		return reasonAuthRequired
+	default:
+		var ok bool
+		if _, id, ok = st.ids.Lookup(id.ID); !ok {
+			return reasonIdentityRevoked
+		}
+	}
+	if out := st.decider.DecideConnect(ctx, id, t.authority); !out.Decision.Allow {
+		return out.refusal().reason
+	}
+	if err := st.decider.Floor.Check(t.addr.Addr(), t.addr.Port()); err != nil {
+		return refusalFor(stageDial, policy.Decision{}, err).reason
+	}
+	return ""
+}
+
+// revoke closes the tunnel; its completion record carries reason.
+func (t *tunnel) revoke(reason string) {
+	t.revoked.Store(&reason)
+	t.close()
 }
 
 // close ends the tunnel from either side (idle, lifetime, error, drain).
