@@ -119,5 +119,28 @@ func benchConnect(o options, e *egressd, port int) error {
 		o.bulk>>20, o.rounds, median(direct)/(1<<20), median(proxied)/(1<<20), ratio, verdict(ratio >= 0.9))
 	// Busy cores say whether a run was CPU-bound or waiting on wake-ups.
 	fmt.Printf("  busy per CPU (median): direct %s; proxied %s\n", medianBusy(dBusy), medianBusy(pBusy))
+	if !o.baseline {
+		return nil
+	}
+	gp, err := startGoproxy(o)
+	if err != nil {
+		return err
+	}
+	defer gp.kill()
+	var bare []float64
+	for range o.rounds {
+		t, err := dialTunnel(gp.proxy, target)
+		if err != nil {
+			return err
+		}
+		d, err := sendBulk(t, o.bulk)
+		t.Close()
+		if err != nil {
+			return err
+		}
+		bare = append(bare, float64(o.bulk)/d.Seconds())
+	}
+	fmt.Printf("  bare goproxy (same core): %7.0f MiB/s  %.2fx direct; egressd is %.2fx bare goproxy\n",
+		median(bare)/(1<<20), median(bare)/median(direct), median(proxied)/median(bare))
 	return nil
 }

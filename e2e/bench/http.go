@@ -119,21 +119,20 @@ func benchHTTP(o options, e *egressd, port int) error {
 	return nil
 }
 
-// benchBaseline runs a bare goproxy (this binary with -serve-goproxy) pinned
-// like egressd, for the same wrk run: what the library costs without
-// identity, policy, pinned dialling or audit.
-func benchBaseline(o options, script string, direct float64) error {
+// startGoproxy runs a bare goproxy (this binary with -serve-goproxy) pinned
+// like egressd: what the library costs without identity, policy, pinned
+// dialling or audit.
+func startGoproxy(o options) (*egressd, error) {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort())
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cmd := exec.Command("taskset", "-c", o.proxyCPU, self, "-serve-goproxy", addr)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
-		return err
+		return nil, err
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	for i := 0; ; i++ {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
@@ -141,15 +140,31 @@ func benchBaseline(o options, script string, direct float64) error {
 			break
 		}
 		if i > 200 {
-			return errors.New("bare goproxy did not start")
+			cmd.Process.Kill()
+			cmd.Wait()
+			return nil, errors.New("bare goproxy did not start")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	e := &egressd{cmd: cmd}
+	return &egressd{cmd: cmd, proxy: addr}, nil
+}
+
+func (e *egressd) kill() {
+	e.cmd.Process.Kill()
+	e.cmd.Wait()
+}
+
+// benchBaseline runs the keep-alive wrk load through a bare goproxy.
+func benchBaseline(o options, script string, direct float64) error {
+	e, err := startGoproxy(o)
+	if err != nil {
+		return err
+	}
+	defer e.kill()
 	var rps, cpu []float64
 	for range o.rounds {
 		c0 := e.cpuTime()
-		r, _, err := wrk(o, o.conns, "http://"+addr+"/", script)
+		r, _, err := wrk(o, o.conns, "http://"+e.proxy+"/", script)
 		if err != nil {
 			return err
 		}
