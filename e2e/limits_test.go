@@ -33,6 +33,7 @@ func TestClientLimits(t *testing.T) {
 		if d := time.Since(start); d > 8*time.Second {
 			t.Errorf("connection with an unfinished head stayed open %v; want about read_header_timeout (1s)", d)
 		}
+		w.E.WaitRecords(t, "the incomplete request", func(r audit.Record) bool { return r.Reason == "incomplete_request" })
 	})
 
 	t.Run("oversized head refused", func(t *testing.T) {
@@ -41,6 +42,11 @@ func TestClientLimits(t *testing.T) {
 		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 			t.Errorf("16 KiB header = %d; want 431", resp.StatusCode)
 		}
+		// net/http answers this itself, before any handler; it is audited
+		// all the same.
+		w.E.WaitRecords(t, "the 431", func(r audit.Record) bool {
+			return r.Reason == "headers_too_large" && r.Status == http.StatusRequestHeaderFieldsTooLarge && r.Decision == "deny"
+		})
 	})
 
 	t.Run("idle tunnel closed, busy tunnel kept", func(t *testing.T) {
