@@ -20,6 +20,7 @@ const (
 	reasonAuditUnavailable   = "audit_unavailable"
 	reasonFunctionCall       = "function_call_denied"
 	reasonStatementNotVetted = "statement_not_vetted"
+	reasonIdentityRevoked    = "identity_revoked"
 	// reasonSibling marks an allowed statement that did not run because
 	// another statement of the same Query was denied.
 	reasonSibling = "other_statement_denied"

@@ -162,8 +162,6 @@ func (g *Gate) Update(engine Decider, ids Identities) {
 
 func (g *Gate) engine() Decider { return g.cur.Load().engine }
 
-func (g *Gate) identities() Identities { return g.cur.Load().ids }
-
 // ErrClosed is returned by Serve after Shutdown.
 var ErrClosed = errors.New("pggate: closed")
 

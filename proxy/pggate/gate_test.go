@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy/identity"
 )
 
 func rows(t *testing.T, c *pgconn.PgConn, sql string) [][]string {
@@ -262,4 +263,52 @@ func TestUpdateSwapsEngineForLiveSessions(t *testing.T) {
 	f.gate.Update(denyAll{}, testIdentities(t))
 	_, err := c.Exec(ctxT(t), "SELECT id FROM users").ReadAll()
 	wantDenied(t, err, "reloaded_deny")
+}
+
+// A reload reaches sessions already open: a removed identity loses its
+// session at its next message, a changed profile applies to the next
+// statement.
+func TestUpdateResolvesIdentityForLiveSessions(t *testing.T) {
+	f := startGate(t, sharedPG(t), nil)
+	rw, err := SCRAMVerifier(passRW, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := func(c identity.Config) *identity.Store {
+		st, err := identity.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+
+	t.Run("profile narrowed", func(t *testing.T) {
+		c := connect(t, f.dsn("agent-rw", passRW, "app"))
+		rows(t, c, "UPDATE users SET name = name WHERE id = -1")
+		f.gate.Update(testEngine(t), ids(identity.Config{
+			{ID: "agent-rw", SCRAMSHA256: rw, Attributes: map[string]string{"sql_profile": "read_only"}},
+		}))
+		_, err := c.Exec(ctxT(t), "UPDATE users SET name = name WHERE id = -1").ReadAll()
+		wantDenied(t, err, "write_denied")
+		rows(t, c, "SELECT id FROM users WHERE id = -1")
+	})
+
+	t.Run("identity removed", func(t *testing.T) {
+		f.gate.Update(testEngine(t), testIdentities(t))
+		c := connect(t, f.dsn("agent-rw", passRW, "app"))
+		rows(t, c, "SELECT id FROM users WHERE id = -1")
+		f.gate.Update(testEngine(t), ids(identity.Config{}))
+		_, err := c.Exec(ctxT(t), "SELECT id FROM users WHERE id = -1").ReadAll()
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != codeInvalidAuthorization || pe.Message != "egressd: denied: identity_revoked" {
+			t.Fatalf("query after the identity was removed = %v; want FATAL 28000 egressd: denied: identity_revoked", err)
+		}
+		if !c.IsClosed() {
+			select {
+			case <-c.CleanupDone():
+			case <-time.After(5 * time.Second):
+				t.Error("session still open after its identity was removed")
+			}
+		}
+	})
 }

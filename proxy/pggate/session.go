@@ -1,6 +1,7 @@
 package pggate
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -24,7 +25,10 @@ import (
 // pipelining, ReadyForQuery carries the server's own transaction status,
 // and a deny inside an explicit transaction aborts it upstream too.
 type session struct {
-	g         *Gate
+	g *Gate
+	// cur is the identity table and engine the session's identity was
+	// last resolved under; a reload replaces the gate's.
+	cur       *current
 	client    net.Conn
 	be        *pgproto3.Backend
 	upstream  net.Conn
@@ -110,6 +114,9 @@ var errTerminate = &fatal{}
 
 // handle acts on one client message. A non-nil result ends the session.
 func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
+	if f := s.reloaded(); f != nil {
+		return f
+	}
 	switch m := msg.(type) {
 	case *pgproto3.Query:
 		if !utf8.ValidString(m.String) {
@@ -192,6 +199,27 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 		return fatalf(codeProtocolViolation, "egressd: unexpected %T message", msg)
 	}
 	return nil
+}
+
+// reloaded resolves the session's identity again after a reload: an
+// identity that is gone, or no longer allowed this database, ends the
+// session; changed attributes (the SQL profile) apply from the next
+// statement. A reload must not leave a revoked sandbox its open session.
+func (s *session) reloaded() *fatal {
+	cur := s.g.cur.Load()
+	if cur == s.cur {
+		return nil
+	}
+	s.cur = cur
+	_, ident, ok := cur.ids.Lookup(s.identity.ID)
+	if !ok {
+		s.auditRefusal(reasonIdentityRevoked)
+		return fatalf(codeInvalidAuthorization, "egressd: denied: %s", reasonIdentityRevoked)
+	}
+	s.identity, s.keyPrefix = ident, cacheKeyPrefix(ident, s.database)
+	ctx, cancel := context.WithTimeout(context.Background(), s.g.cfg.StartupTimeout)
+	defer cancel()
+	return s.decideConnect(ctx)
 }
 
 // failExtended makes the upstream answer the current extended-protocol

@@ -32,14 +32,15 @@ func fatalf(code, format string, a ...any) *fatal {
 
 // SQLSTATEs the gate sends.
 const (
-	codeProtocolViolation  = "08P01"
-	codeConnectionFailure  = "08006"
-	codeCannotConnect      = "08001"
-	codeRejectedConnection = "08004"
-	codeFeatureUnsupported = "0A000"
-	codeInvalidPassword    = "28P01"
-	codeInsufficientPrivs  = "42501"
-	codeCharacterNotInRepr = "22021"
+	codeProtocolViolation    = "08P01"
+	codeConnectionFailure    = "08006"
+	codeCannotConnect        = "08001"
+	codeRejectedConnection   = "08004"
+	codeFeatureUnsupported   = "0A000"
+	codeInvalidPassword      = "28P01"
+	codeInvalidAuthorization = "28000"
+	codeInsufficientPrivs    = "42501"
+	codeCharacterNotInRepr   = "22021"
 )
 
 // sendFatal writes a FATAL ErrorResponse; errors are ignored because the
@@ -150,7 +151,8 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 			return nil, fatalf(codeInsufficientPrivs, "egressd: denied: startup_parameter_denied (%s)", lk)
 		}
 	}
-	entry, ident, known := g.identities().Lookup(user)
+	cur := g.cur.Load()
+	entry, ident, known := cur.ids.Lookup(user)
 	var v *verifier
 	if known && entry.SCRAMSHA256 != "" {
 		var err error
@@ -164,7 +166,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 		}
 		return nil, fatalf(codeInvalidPassword, "password authentication failed for user %q", user)
 	}
-	s := &session{g: g, client: conn, be: be, identity: ident, database: db, remote: conn.RemoteAddr().String(), stmts: map[string]struct{}{}}
+	s := &session{g: g, cur: cur, client: conn, be: be, identity: ident, database: db, remote: conn.RemoteAddr().String(), stmts: map[string]struct{}{}}
 	s.keyPrefix = cacheKeyPrefix(ident, db)
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.StartupTimeout)
 	defer cancel()
