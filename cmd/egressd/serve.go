@@ -138,7 +138,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		// The gate dials its upstream through the same pinned dialer as the
 		// proxy, so the address floor and `internal:` apply to it too.
 		d.gate, err = pggate.New(cfg.Postgres, pggate.Deps{
-			Engine: engine, Identities: ids, Audit: aw, Dial: dialer.DialContext, Log: log,
+			Engine: engine, Identities: ids, Audit: aw, Dial: dialer.DialContext, Floor: floor, Log: log,
 		})
 		if err != nil {
 			aw.Close()

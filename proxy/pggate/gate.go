@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -54,8 +55,17 @@ type Deps struct {
 	Identities Identities
 	Audit      audit.Appender
 	Dial       DialFunc
+	// Floor, if set, is asked again after an Update whether each open
+	// session's upstream address may still be reached: an `internal:`
+	// allowance removed by a reload ends the sessions it let through.
+	Floor Floor
 	// Log is the operational logger; if nil, nothing is logged.
 	Log *zap.Logger
+}
+
+// Floor is what the gate needs of *dnsguard.Floor.
+type Floor interface {
+	Check(a netip.Addr, port uint16) error
 }
 
 // Gate serves Postgres clients. It is safe for concurrent use.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -293,6 +295,19 @@ func TestUpdateResolvesIdentityForLiveSessions(t *testing.T) {
 		rows(t, c, "SELECT id FROM users WHERE id = -1")
 	})
 
+	t.Run("upstream no longer allowed", func(t *testing.T) {
+		f := startGate(t, sharedPG(t), nil)
+		var fl switchFloor
+		// Set before any session exists; sessions read it after Update.
+		f.gate.deps.Floor = &fl
+		c := connect(t, f.dsn("agent-ro", passRO, "app"))
+		rows(t, c, "SELECT id FROM users WHERE id = -1")
+		fl.deny.Store(true)
+		f.gate.Update(testEngine(t), testIdentities(t))
+		_, err := c.Exec(ctxT(t), "SELECT id FROM users WHERE id = -1").ReadAll()
+		wantDenied(t, err, "internal_denied")
+	})
+
 	t.Run("identity removed", func(t *testing.T) {
 		f.gate.Update(testEngine(t), testIdentities(t))
 		c := connect(t, f.dsn("agent-rw", passRW, "app"))
@@ -311,4 +326,15 @@ func TestUpdateResolvesIdentityForLiveSessions(t *testing.T) {
 			}
 		}
 	})
+}
+
+// switchFloor denies every address once deny is set, standing in for an
+// `internal:` allowance removed by a reload.
+type switchFloor struct{ deny atomic.Bool }
+
+func (f *switchFloor) Check(netip.Addr, uint16) error {
+	if f.deny.Load() {
+		return &policy.DenyError{Reason: "internal_denied"}
+	}
+	return nil
 }

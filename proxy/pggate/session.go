@@ -217,6 +217,19 @@ func (s *session) reloaded() *fatal {
 		return fatalf(codeInvalidAuthorization, "egressd: denied: %s", reasonIdentityRevoked)
 	}
 	s.identity, s.keyPrefix = ident, cacheKeyPrefix(ident, s.database)
+	if fl := s.g.deps.Floor; fl != nil {
+		if ap, ok := s.upstream.RemoteAddr().(*net.TCPAddr); ok {
+			if err := fl.Check(ap.AddrPort().Addr().Unmap(), ap.AddrPort().Port()); err != nil {
+				reason := "address_denied"
+				var de *policy.DenyError
+				if errors.As(err, &de) {
+					reason = de.Reason
+				}
+				s.auditRefusal(reason)
+				return fatalf(codeInsufficientPrivs, "egressd: denied: %s", reason)
+			}
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.g.cfg.StartupTimeout)
 	defer cancel()
 	return s.decideConnect(ctx)
