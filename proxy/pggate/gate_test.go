@@ -3,8 +3,8 @@ package pggate
 import (
 	"context"
 	"errors"
-	"reflect"
 	"net/netip"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
