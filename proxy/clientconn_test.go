@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -193,4 +194,100 @@ func TestReloadRevokesTunnels(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A ClientHello split over several TLS records is reassembled and checked
+// as a whole: forwarded byte for byte when its name is the CONNECT host,
+// refused when it is not.
+func TestConnectSplitClientHello(t *testing.T) {
+	tests := []struct {
+		name     string
+		flight   func(t *testing.T) []byte
+		wantSent bool
+	}{
+		// Three records, the first too short for the handshake header.
+		{"matching name", func(t *testing.T) []byte { return splitRecords(t, clientHello(t, "localhost"), 3, 100) }, true},
+		{"other name", func(t *testing.T) []byte { return splitRecords(t, clientHello(t, "evil.example"), 3, 100) }, false},
+		// Two full-size records: more than the first-flight buffer holds.
+		{"larger than one record", func(t *testing.T) []byte { return paddedHello("localhost", 20000) }, true},
+		{"larger than one record, other name", func(t *testing.T) []byte { return paddedHello("evil.example", 20000) }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer up.Close()
+			got := make(chan []byte, 1)
+			go func() {
+				c, err := up.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				b, _ := io.ReadAll(c)
+				got <- b
+			}()
+			a := &recordingAudit{}
+			c, err := net.Dial("tcp", startProxy(t, DefaultConfig(), allowAll{}, a))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_, port, _ := net.SplitHostPort(up.Addr().String())
+			target := "localhost:" + port
+			io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n\r\n")
+			br := bufio.NewReader(c)
+			if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
+				t.Fatalf("CONNECT = %v, %v; want 200", resp, err)
+			}
+			flight := tt.flight(t)
+			c.Write(flight)
+			c.(*net.TCPConn).CloseWrite()
+			select {
+			case b := <-got:
+				if sent := bytes.Equal(b, flight); sent != tt.wantSent {
+					t.Errorf("upstream received %d bytes (the flight: %v); want the flight %v", len(b), sent, tt.wantSent)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("upstream connection did not end")
+			}
+			if !tt.wantSent {
+				waitRecords(t, a, "connect:allow:allowed,connect:deny:sni_mismatch,connect_done:deny:sni_mismatch")
+			}
+		})
+	}
+}
+
+// paddedHello is a minimal ClientHello naming sni with a padding extension
+// of pad bytes, framed in records of at most 16 KiB.
+func paddedHello(sni string, pad int) []byte {
+	u16 := func(b []byte, n int) []byte { return append(b, byte(n>>8), byte(n)) }
+	var ext []byte
+	ext = u16(ext, tlsExtServerName)
+	ext = u16(ext, len(sni)+5)
+	ext = u16(ext, len(sni)+3)
+	ext = append(ext, tlsServerNameTypeDNS)
+	ext = u16(ext, len(sni))
+	ext = append(ext, sni...)
+	ext = u16(ext, 21) // padding
+	ext = u16(ext, pad)
+	ext = append(ext, make([]byte, pad)...)
+	body := append([]byte{3, 3}, make([]byte, 32)...) // version, random
+	body = append(body, 0)                            // session id
+	body = u16(body, 2)
+	body = append(body, 0x13, 0x01) // one cipher suite
+	body = append(body, 1, 0)       // null compression
+	body = u16(body, len(ext))
+	body = append(body, ext...)
+	msg := append([]byte{tlsHandshakeClient, byte(len(body) >> 16), byte(len(body) >> 8), byte(len(body))}, body...)
+	var out []byte
+	for len(msg) > 0 {
+		n := min(len(msg), tlsMaxRecordLen)
+		out = append(out, tlsRecordHandshake, 3, 1, byte(n>>8), byte(n))
+		out = append(out, msg[:n]...)
+		msg = msg[n:]
+	}
+	return out
 }

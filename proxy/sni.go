@@ -34,25 +34,79 @@ func recordLen(hdr []byte) (int, error) {
 	return n, nil
 }
 
-// parseClientHelloSNI returns the server name of the ClientHello in the one
-// TLS record rec (header included), "" when it sends none. A ClientHello
-// split over several records is refused: a tunnel's first flight is checked
-// whole or not at all.
-func parseClientHelloSNI(rec []byte) (string, error) {
-	n, err := recordLen(rec)
-	if err != nil || len(rec) < tlsRecordHeaderLen+n {
+// maxHelloFlight bounds the bytes read to reassemble a ClientHello, records
+// and their headers included: a real one fits in one record, but a client
+// may split it over several, and each record can hold up to 16 KiB.
+const maxHelloFlight = 64 << 10
+
+var errHelloTooLarge = errors.New("TLS ClientHello larger than 64 KiB")
+
+// helloMessage reassembles the ClientHello handshake message carried by the
+// TLS handshake records at the start of flight. It returns the message
+// once it is whole; until then msg is nil and need is the flight length
+// that lets it progress. One record (the common case) is returned without
+// copying.
+func helloMessage(flight []byte) (msg []byte, need int, err error) {
+	var frag []byte
+	for off := 0; ; {
+		if len(flight) < off+tlsRecordHeaderLen {
+			return nil, off + tlsRecordHeaderLen, nil
+		}
+		n, err := recordLen(flight[off:])
+		if err != nil {
+			return nil, 0, err
+		}
+		end := off + tlsRecordHeaderLen + n
+		if end > maxHelloFlight {
+			return nil, 0, errHelloTooLarge
+		}
+		if len(flight) < end {
+			return nil, end, nil
+		}
+		payload := flight[off+tlsRecordHeaderLen : end]
+		if off == 0 {
+			frag = payload
+		} else {
+			frag = append(frag[:len(frag):len(frag)], payload...)
+		}
+		off = end
+		if len(frag) < 4 {
+			continue
+		}
+		if frag[0] != tlsHandshakeClient {
+			return nil, 0, errMalformedHello
+		}
+		hl := int(frag[1])<<16 | int(frag[2])<<8 | int(frag[3])
+		if 4+hl > maxHelloFlight {
+			return nil, 0, errHelloTooLarge
+		}
+		if len(frag) >= 4+hl {
+			return frag[:4+hl], 0, nil
+		}
+	}
+}
+
+// parseClientHelloSNI returns the server name of the ClientHello at the
+// start of flight, "" when it sends none. A ClientHello not yet whole in
+// flight is malformed.
+func parseClientHelloSNI(flight []byte) (string, error) {
+	msg, _, err := helloMessage(flight)
+	if err != nil {
+		return "", err
+	}
+	if msg == nil {
 		return "", errMalformedHello
 	}
-	p := rec[tlsRecordHeaderLen : tlsRecordHeaderLen+n]
-	if len(p) < 4 || p[0] != tlsHandshakeClient {
+	return helloSNI(msg)
+}
+
+// helloSNI returns the server name of one whole ClientHello handshake
+// message.
+func helloSNI(msg []byte) (string, error) {
+	if len(msg) < 4 || msg[0] != tlsHandshakeClient {
 		return "", errMalformedHello
 	}
-	hl := int(p[1])<<16 | int(p[2])<<8 | int(p[3])
-	p = p[4:]
-	if hl > len(p) {
-		return "", errMalformedHello
-	}
-	p = p[:hl]
+	p := msg[4:]
 	// client_version, random
 	if len(p) < 34 {
 		return "", errMalformedHello
@@ -92,6 +146,7 @@ func parseClientHelloSNI(rec []byte) (string, error) {
 			return "", errMalformedHello
 		}
 		found = true
+		var err error
 		if sni, err = parseServerNameExt(data); err != nil {
 			return "", err
 		}

@@ -58,6 +58,14 @@ func TestParseClientHelloSNI(t *testing.T) {
 		{name: "plain http", in: []byte("GET / HTTP/1.1\r\n\r\n"), wantErr: true},
 		{name: "truncated record", in: clientHello(t, "example.com")[:40], wantErr: true},
 		{name: "empty", in: nil, wantErr: true},
+		{name: "split over three records", in: splitRecords(t, clientHello(t, "example.com"), 2, 60), want: "example.com"},
+		{name: "split, last record missing", in: splitRecords(t, clientHello(t, "example.com"), 2, 60)[:70], wantErr: true},
+		{name: "split, then another content type", in: func() []byte {
+			b := splitRecords(t, clientHello(t, "example.com"), 60)
+			b[65] = 23 // the second record claims to be application data
+			return b
+		}(), wantErr: true},
+		{name: "handshake longer than the flight allows", in: []byte{22, 3, 1, 0, 4, 1, 0xff, 0xff, 0xff}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,6 +74,47 @@ func TestParseClientHelloSNI(t *testing.T) {
 				t.Errorf("parseClientHelloSNI() = %q, %v; want %q, error %v", got, err, tt.want, tt.wantErr)
 			}
 		})
+	}
+}
+
+// splitRecords re-frames the one-record flight rec as several records, the
+// first payload cut after each of the given sizes.
+func splitRecords(t testing.TB, rec []byte, sizes ...int) []byte {
+	t.Helper()
+	hdr, payload := rec[:tlsRecordHeaderLen], rec[tlsRecordHeaderLen:]
+	var out []byte
+	for _, n := range append(sizes, len(payload)) {
+		n = min(n, len(payload))
+		out = append(out, hdr[0], hdr[1], hdr[2], byte(n>>8), byte(n))
+		out = append(out, payload[:n]...)
+		payload = payload[n:]
+		if len(payload) == 0 {
+			break
+		}
+	}
+	return out
+}
+
+func TestHelloMessageNeed(t *testing.T) {
+	flight := splitRecords(t, clientHello(t, "example.com"), 2, 60)
+	// Fed as a reader would: each answer asks for exactly the bytes that
+	// let it progress, never past the flight.
+	need, steps := tlsRecordHeaderLen, 0
+	for {
+		msg, more, err := helloMessage(flight[:need])
+		if err != nil {
+			t.Fatalf("helloMessage(%d bytes) = %v", need, err)
+		}
+		if msg != nil {
+			break
+		}
+		if more <= need || more > len(flight) {
+			t.Fatalf("helloMessage(%d bytes) needs %d; want more, at most %d", need, more, len(flight))
+		}
+		need, steps = more, steps+1
+	}
+	if need != len(flight) || steps != 5 {
+		t.Errorf("reassembly read %d of %d bytes in %d steps; want all in 5 (a header and a payload per record, less the first header)", need, len(flight), steps)
 	}
 }
 
@@ -93,6 +142,7 @@ func FuzzParseClientHelloSNI(f *testing.F) {
 	f.Add(clientHello(f, "example.com"))
 	f.Add(clientHello(f, ""))
 	f.Add([]byte{22, 3, 1, 0, 4, 1, 0, 0, 0})
+	f.Add(splitRecords(f, clientHello(f, "example.com"), 2, 60))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		sni, err := parseClientHelloSNI(b)
 		if err != nil && sni != "" {

@@ -63,18 +63,19 @@ func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
 			return t.refuseFlight(reasonNotTLS, "no first bytes: "+err.Error())
 		}
 	}
-	br := peekBufs.Get().(*bufio.Reader)
+	var src io.Reader = t.client
 	var early *bytes.Reader
-	if len(t.early) == 0 {
-		br.Reset(t.client)
-	} else {
+	if len(t.early) != 0 {
 		early = bytes.NewReader(t.early)
-		br.Reset(io.MultiReader(early, t.client))
+		src = io.MultiReader(early, t.client)
 	}
+	pooled := peekBufs.Get().(*bufio.Reader)
+	pooled.Reset(src)
 	defer func() {
-		br.Reset(nil)
-		peekBufs.Put(br)
+		pooled.Reset(nil)
+		peekBufs.Put(pooled)
 	}()
+	br := pooled
 	// The first byte tells TLS from anything else: a client of another
 	// protocol that sends fewer bytes than a record header and waits for
 	// an answer must not be held until a timeout.
@@ -89,19 +90,23 @@ func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
 		}
 		return t.forwardPeeked(br, early)
 	}
-	hdr, err := br.Peek(tlsRecordHeaderLen)
-	if err != nil {
-		return t.refuseFlight(reasonMalformedTLS, err.Error())
+	var hello []byte
+	for need := tlsRecordHeaderLen; hello == nil; {
+		if need > br.Size() {
+			// A ClientHello split over records: go on in a reader big
+			// enough for the whole flight, starting with what was read.
+			b, _ := br.Peek(br.Buffered())
+			br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(b)), src), maxHelloFlight)
+		}
+		flight, err := br.Peek(need)
+		if err != nil {
+			return t.refuseFlight(reasonMalformedTLS, err.Error())
+		}
+		if hello, need, err = helloMessage(flight); err != nil {
+			return t.refuseFlight(reasonMalformedTLS, err.Error())
+		}
 	}
-	n, err := recordLen(hdr)
-	if err != nil {
-		return t.refuseFlight(reasonMalformedTLS, err.Error())
-	}
-	rec, err := br.Peek(tlsRecordHeaderLen + n)
-	if err != nil {
-		return t.refuseFlight(reasonMalformedTLS, err.Error())
-	}
-	sni, err := parseClientHelloSNI(rec)
+	sni, err := helloSNI(hello)
 	if err != nil {
 		return t.refuseFlight(reasonMalformedTLS, err.Error())
 	}
