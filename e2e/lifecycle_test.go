@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -234,4 +235,48 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// A tunnel whose rule a reload removes is closed, and its completion record
+// says why; a tunnel still allowed is left alone.
+func TestReloadClosesRevokedTunnels(t *testing.T) {
+	w := newWorld(t, nil)
+	kept, resp := connect(t, w.E.ProxyAddr, fmt.Sprintf("upstream.test:%d", w.HTTP.Port), "")
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT upstream.test = %d; want 200", resp.StatusCode)
+	}
+	revoked, resp := connect(t, w.E.ProxyAddr, fmt.Sprintf("example.com:%d", w.HTTPS.Port), "")
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT example.com = %d; want 200", resp.StatusCode)
+	}
+	var rules []Rule
+	for _, r := range w.rules() {
+		if r.ID != "tls-upstream" {
+			rules = append(rules, r)
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"rules": rules})
+	if err := os.WriteFile(filepath.Join(w.Policy, "data.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.E.Reload(t)
+
+	revoked.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := revoked.Read(make([]byte, 1)); err == nil || isTimeoutErr(err) {
+		t.Errorf("read on the revoked tunnel = %d, %v; want the connection closed", n, err)
+	}
+	w.E.WaitRecords(t, "the revoked tunnel's completion", func(r audit.Record) bool {
+		return r.Kind == "connect_done" && r.Host == "example.com" && r.Decision == "deny" && r.Reason == "no_matching_rule"
+	})
+	// The kept tunnel still carries a request to the plain upstream.
+	kept.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(kept, "GET /echo HTTP/1.1\r\nHost: upstream.test\r\n\r\n")
+	if resp, err := http.ReadResponse(bufio.NewReader(kept), nil); err != nil || resp.StatusCode != 200 {
+		t.Errorf("request through the kept tunnel = %v, %v; want 200", resp, err)
+	}
+}
+
+func isTimeoutErr(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
