@@ -268,6 +268,13 @@ func TestReloadClosesRevokedTunnels(t *testing.T) {
 	w.E.WaitRecords(t, "the revoked tunnel's completion", func(r audit.Record) bool {
 		return r.Kind == "connect_done" && r.Host == "example.com" && r.Decision == "deny" && r.Reason == "no_matching_rule"
 	})
+	// The tunnel was waiting for its ClientHello when it was closed; the
+	// interrupted check is not a tls_required refusal of its own.
+	for _, r := range w.E.Records(t) {
+		if r.Reason == "tls_required" {
+			t.Errorf("audit record %+v: want no tls_required deny for the revoked tunnel", r)
+		}
+	}
 	// The kept tunnel still carries a request to the plain upstream.
 	kept.SetDeadline(time.Now().Add(5 * time.Second))
 	fmt.Fprintf(kept, "GET /echo HTTP/1.1\r\nHost: upstream.test\r\n\r\n")

@@ -139,6 +139,11 @@ func (t *tunnel) forwardPeeked(br *bufio.Reader, early *bytes.Reader) bool {
 // refuseFlight audits a first-flight refusal. The client already has its
 // 200, so the refusal is the closed connection and the audit records.
 func (t *tunnel) refuseFlight(reason, detail string) bool {
+	if t.revoked.Load() != nil {
+		// The check failed because a reload closed the connection; the
+		// completion record carries that reason.
+		return false
+	}
 	if err := t.s.decided(t.f, false, reason, "", "", detail); err != nil {
 		t.s.log.Error("audit append failed", zap.String("request", t.f.id), zap.Error(err))
 	}
@@ -165,8 +170,6 @@ func (t *tunnel) run(tlsOnly bool) {
 	<-done
 	t.s.metrics.tunnelBytes.WithLabelValues("up").Add(float64(t.down2up.Load()))
 	t.s.metrics.tunnelBytes.WithLabelValues("down").Add(float64(t.up2down.Load()))
-	// A revoked tunnel may also have failed its first-flight check: the
-	// closed connection is what the check saw.
 	if r := t.revoked.Load(); r != nil {
 		t.done(0, *r, "closed by a reload")
 		return
