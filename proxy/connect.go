@@ -95,6 +95,14 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 		return
 	}
 	defer s.untrack(t)
+	// A reload between this tunnel's decision and track missed it in
+	// revalidate's snapshot; it swapped the state before taking that
+	// snapshot, so the change shows here.
+	if cur := s.state.Load(); cur != st {
+		if reason := t.recheck(r.Context(), cur); reason != "" {
+			t.revoke(reason)
+		}
+	}
 	t.run(out.Decision.TLS)
 }
 
@@ -129,8 +137,8 @@ func (s *Server) track(t *tunnel) bool {
 // revalidate re-decides every open tunnel under st and closes those it no
 // longer allows: a revoked rule, identity or internal allowance must not
 // live on for a tunnel's lifetime (24 h by default). The decisions run
-// without the tunnel lock; a tunnel that opens meanwhile was decided under
-// st already.
+// without the tunnel lock; a tunnel tracked after the snapshot checks the
+// state itself (connectHijack).
 func (s *Server) revalidate(st *state) {
 	s.tunnelsMu.Lock()
 	open := make([]*tunnel, 0, len(s.tunnels))
