@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -109,15 +110,28 @@ type Egressd struct {
 	err    error
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// handedOut are the ports FreePort has returned in this process: the
+// kernel may offer a just-closed port again, and two listeners of one
+// egressd (the proxy and dns.listen, say) were once given the same one.
+var handedOut sync.Map
+
+// FreePort returns a loopback TCP port that was free a moment ago and that
+// it has not returned before.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("free port: %v", err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if _, dup := handedOut.LoadOrStore(port, true); !dup {
+			return port
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatal("free port: the kernel kept offering ports already handed out")
+	return 0
 }
 
 // Start writes a config for o, starts egressd and waits until /readyz
