@@ -272,11 +272,22 @@ func firstLine(s string) string {
 	return s
 }
 
+// handedOut are the ports freePort has returned in this process: the
+// kernel may offer a just-closed port again, and two servers (or a server
+// and a gate) must not be given the same one.
+var handedOut sync.Map
+
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if _, dup := handedOut.LoadOrStore(port, true); !dup {
+			return port, nil
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("pgtest: the kernel kept offering ports already handed out")
 }
