@@ -17,12 +17,12 @@ import (
 	"runtime"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/proxy/pggate/pgtest"
 	"github.com/egressd/egressd/rego"
 )
 
@@ -110,28 +110,15 @@ type Egressd struct {
 	err    error
 }
 
-// handedOut are the ports FreePort has returned in this process: the
-// kernel may offer a just-closed port again, and two listeners of one
-// egressd (the proxy and dns.listen, say) were once given the same one.
-var handedOut sync.Map
-
-// FreePort returns a loopback TCP port that was free a moment ago and that
-// it has not returned before.
+// FreePort returns a loopback TCP port no listener of this process was
+// given before (pgtest.FreePort, shared with the PostgreSQL servers).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("free port: %v", err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if _, dup := handedOut.LoadOrStore(port, true); !dup {
-			return port
-		}
+	port, err := pgtest.FreePort()
+	if err != nil {
+		t.Fatalf("free port: %v", err)
 	}
-	t.Fatal("free port: the kernel kept offering ports already handed out")
-	return 0
+	return port
 }
 
 // Start writes a config for o, starts egressd and waits until /readyz

@@ -27,6 +27,7 @@ import (
 
 	"github.com/elazarl/goproxy"
 
+	"github.com/egressd/egressd/proxy/pggate/pgtest"
 	"github.com/egressd/egressd/rego"
 )
 
@@ -168,24 +169,12 @@ func serveTCP(handle func(net.Conn)) (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// handedOut are the ports freePort has returned: the kernel may offer a
-// just-closed port again, and egressd's proxy and admin listeners must not
-// be given the same one.
-var handedOut = map[int]bool{}
-
 func freePort() int {
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			panic(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if !handedOut[port] {
-			handedOut[port] = true
-			return port
-		}
+	port, err := pgtest.FreePort()
+	if err != nil {
+		panic(err)
 	}
+	return port
 }
 
 func startEgressd(o options, work string, ports []int) (*egressd, error) {

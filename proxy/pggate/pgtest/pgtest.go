@@ -161,7 +161,7 @@ func (s *Server) Start() error {
 		return errors.New("pgtest: already running")
 	}
 	if s.Port == 0 {
-		p, err := freePort()
+		p, err := FreePort()
 		if err != nil {
 			return err
 		}
@@ -272,12 +272,16 @@ func firstLine(s string) string {
 	return s
 }
 
-// handedOut are the ports freePort has returned in this process: the
-// kernel may offer a just-closed port again, and two servers (or a server
-// and a gate) must not be given the same one.
+// handedOut are the ports FreePort has returned in this process.
 var handedOut sync.Map
 
-func freePort() (int, error) {
+// FreePort returns a loopback TCP port that was free a moment ago and that
+// no caller in this process was given before: the kernel may offer a
+// just-closed port again, and two listeners of one test (a server and a
+// gate, or egressd's proxy and DNS listeners) were once given the same one.
+// Tests that start servers of their own take ports here too, so that one
+// registry covers them all.
+func FreePort() (int, error) {
 	for range 100 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
