@@ -87,48 +87,76 @@ func TestHandledRequestIsNotAuditedTwice(t *testing.T) {
 	}
 }
 
-// A client may send its first tunnel bytes in the same write as the CONNECT
-// head; they must reach the upstream, first and once.
-func TestConnectEarlyBytes(t *testing.T) {
+// oneConnUpstream serves one connection on loopback with handle and
+// returns its port.
+func oneConnUpstream(t *testing.T, handle func(net.Conn)) string {
+	t.Helper()
 	up, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer up.Close()
-	got := make(chan string, 1)
+	t.Cleanup(func() { up.Close() })
 	go func() {
 		c, err := up.Accept()
 		if err != nil {
 			return
 		}
 		defer c.Close()
-		b, _ := io.ReadAll(c)
-		got <- string(b)
+		handle(c)
 	}()
-	c, err := net.Dial("tcp", startProxy(t, DefaultConfig(), allowAll{}, &recordingAudit{}))
+	_, port, _ := net.SplitHostPort(up.Addr().String())
+	return port
+}
+
+// recordingUpstream is a one-connection upstream that hands back
+// everything the connection carried once the client half-closes it.
+func recordingUpstream(t *testing.T) (port string, got <-chan []byte) {
+	ch := make(chan []byte, 1)
+	port = oneConnUpstream(t, func(c net.Conn) {
+		b, _ := io.ReadAll(c)
+		ch <- b
+	})
+	return port, ch
+}
+
+// openTunnel sends CONNECT target, followed at once by early, and reads
+// the 200.
+func openTunnel(t *testing.T, proxyAddr, target, early string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", proxyAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	target := up.Addr().String()
-	io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n\r\nearly bytes|")
+	t.Cleanup(func() { c.Close() })
+	io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n\r\n"+early)
 	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-	if err != nil {
-		t.Fatal(err)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT %s = %v, %v; want 200", target, resp, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("CONNECT = %d; want 200", resp.StatusCode)
+	return c, br
+}
+
+// received waits for what a recordingUpstream got.
+func received(t *testing.T, got <-chan []byte) []byte {
+	t.Helper()
+	select {
+	case b := <-got:
+		return b
+	case <-time.After(10 * time.Second):
+		t.Fatal("upstream connection did not end")
+		return nil
 	}
+}
+
+// A client may send its first tunnel bytes in the same write as the CONNECT
+// head; they must reach the upstream, first and once.
+func TestConnectEarlyBytes(t *testing.T) {
+	port, got := recordingUpstream(t)
+	c, _ := openTunnel(t, startProxy(t, DefaultConfig(), allowAll{}, &recordingAudit{}), "127.0.0.1:"+port, "early bytes|")
 	io.WriteString(c, "later bytes")
 	c.(*net.TCPConn).CloseWrite()
-	select {
-	case s := <-got:
-		if s != "early bytes|later bytes" {
-			t.Errorf("upstream received %q; want %q", s, "early bytes|later bytes")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("upstream received nothing")
+	if s := string(received(t, got)); s != "early bytes|later bytes" {
+		t.Errorf("upstream received %q; want %q", s, "early bytes|later bytes")
 	}
 }
 
@@ -152,39 +180,17 @@ func TestReloadRevokesTunnels(t *testing.T) {
 		{"revoked", denyAll{}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			up, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer up.Close()
-			go func() {
-				c, err := up.Accept()
-				if err != nil {
-					return
-				}
-				defer c.Close()
-				io.Copy(c, c)
-			}()
+			port := oneConnUpstream(t, func(c net.Conn) { io.Copy(c, c) })
 			a := &recordingAudit{}
 			s, addr := startServer(t, DefaultConfig(), allowAll{}, a)
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			target := up.Addr().String()
-			io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n\r\nping")
-			br := bufio.NewReader(c)
-			if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
-				t.Fatalf("CONNECT = %v, %v; want 200", resp, err)
-			}
+			c, br := openTunnel(t, addr, "127.0.0.1:"+port, "ping")
 			echo := make([]byte, 4)
 			if _, err := io.ReadFull(br, echo); err != nil {
 				t.Fatalf("read echo: %v", err)
 			}
 			s.Reload(&Decider{Engine: tt.engine, Floor: openFloor{}}, s.state.Load().ids)
 			c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-			_, err = br.ReadByte()
+			_, err := br.ReadByte()
 			closed := err == io.EOF || errors.Is(err, syscall.ECONNRESET)
 			if closed != tt.wantClosed {
 				t.Fatalf("read after reload = %v; want closed %v", err, tt.wantClosed)
@@ -214,44 +220,15 @@ func TestConnectSplitClientHello(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			up, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer up.Close()
-			got := make(chan []byte, 1)
-			go func() {
-				c, err := up.Accept()
-				if err != nil {
-					return
-				}
-				defer c.Close()
-				b, _ := io.ReadAll(c)
-				got <- b
-			}()
+			port, got := recordingUpstream(t)
 			a := &recordingAudit{}
-			c, err := net.Dial("tcp", startProxy(t, DefaultConfig(), allowAll{}, a))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			_, port, _ := net.SplitHostPort(up.Addr().String())
-			target := "localhost:" + port
-			io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n\r\n")
-			br := bufio.NewReader(c)
-			if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
-				t.Fatalf("CONNECT = %v, %v; want 200", resp, err)
-			}
+			c, _ := openTunnel(t, startProxy(t, DefaultConfig(), allowAll{}, a), "localhost:"+port, "")
 			flight := tt.flight(t)
 			c.Write(flight)
 			c.(*net.TCPConn).CloseWrite()
-			select {
-			case b := <-got:
-				if sent := bytes.Equal(b, flight); sent != tt.wantSent {
-					t.Errorf("upstream received %d bytes (the flight: %v); want the flight %v", len(b), sent, tt.wantSent)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("upstream connection did not end")
+			b := received(t, got)
+			if sent := bytes.Equal(b, flight); sent != tt.wantSent {
+				t.Errorf("upstream received %d bytes (the flight: %v); want the flight %v", len(b), sent, tt.wantSent)
 			}
 			if !tt.wantSent {
 				waitRecords(t, a, "connect:allow:allowed,connect:deny:sni_mismatch,connect_done:deny:sni_mismatch")
