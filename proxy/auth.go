@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
 	"net/http"
 	"net/netip"
@@ -14,30 +15,60 @@ import (
 // configured at all.
 var anonymous = policy.Identity{ID: "anonymous"}
 
+// credential is how a client proved its identity, kept so that a reload can
+// ask again: the SHA-256 of its Basic token (never the token), or its
+// source address.
+type credential struct {
+	tokenSum [sha256.Size]byte
+	basic    bool
+	source   netip.Addr
+}
+
 // authenticate names the client of r: Basic credentials when sent, else a
 // source-CIDR mapping, else anonymous when the table is empty. A missing or
 // wrong credential is a refusal with reason proxy_auth_required or
 // proxy_auth_invalid; wrong credentials never fall back to the source
 // mapping, so a mapped address cannot mask a guessing client.
-func authenticate(ids *identity.Store, r *http.Request, client netip.Addr) (policy.Identity, string) {
+func authenticate(ids *identity.Store, r *http.Request, client netip.Addr) (policy.Identity, credential, string) {
+	cred := credential{source: client}
 	if ids == nil || ids.Len() == 0 {
-		return anonymous, ""
+		return anonymous, cred, ""
 	}
 	if v := r.Header.Get("Proxy-Authorization"); v != "" {
 		user, token, ok := parseBasic(v)
 		if !ok {
-			return policy.Identity{}, reasonAuthInvalid
+			return policy.Identity{}, cred, reasonAuthInvalid
 		}
-		id, ok := ids.Authenticate(user, token)
+		cred.tokenSum, cred.basic = sha256.Sum256([]byte(token)), true
+		id, ok := ids.AuthenticateSum(user, cred.tokenSum)
 		if !ok {
-			return policy.Identity{}, reasonAuthInvalid
+			return policy.Identity{}, cred, reasonAuthInvalid
 		}
-		return id, ""
+		return id, cred, ""
 	}
-	if id, ok := ids.BySource(client); ok {
-		return id, ""
+	return reauthenticate(ids, anonymous.ID, cred)
+}
+
+// reauthenticate answers authenticate again for a client that proved it was
+// id with cred, against ids (after a reload): a removed identity, a rotated
+// token or a source now mapped elsewhere is refused.
+func reauthenticate(ids *identity.Store, id string, cred credential) (policy.Identity, credential, string) {
+	switch {
+	case ids == nil || ids.Len() == 0:
+		return anonymous, cred, ""
+	case cred.basic:
+		if nid, ok := ids.AuthenticateSum(id, cred.tokenSum); ok {
+			return nid, cred, ""
+		}
+		return policy.Identity{}, cred, reasonIdentityRevoked
 	}
-	return policy.Identity{}, reasonAuthRequired
+	if nid, ok := ids.BySource(cred.source); ok && (id == anonymous.ID || nid.ID == id) {
+		return nid, cred, ""
+	}
+	if id == anonymous.ID {
+		return policy.Identity{}, cred, reasonAuthRequired
+	}
+	return policy.Identity{}, cred, reasonIdentityRevoked
 }
 
 // parseBasic decodes a "Basic base64(user:token)" credential.

@@ -45,9 +45,67 @@ func TestAuthenticate(t *testing.T) {
 			if tt.auth != "" {
 				r.Header.Set("Proxy-Authorization", tt.auth)
 			}
-			id, reason := authenticate(tt.ids, r, netip.MustParseAddr(tt.client))
+			id, _, reason := authenticate(tt.ids, r, netip.MustParseAddr(tt.client))
 			if id.ID != tt.wantID || reason != tt.wantReason {
 				t.Errorf("authenticate() = %q, %q; want %q, %q", id.ID, reason, tt.wantID, tt.wantReason)
+			}
+		})
+	}
+}
+
+// After a reload, a credential that authenticated before is asked again:
+// a rotated token, a removed identity or a source mapped elsewhere is
+// refused; an unchanged one keeps its identity with its new attributes.
+func TestReauthenticate(t *testing.T) {
+	sum := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+	store := func(c identity.Config) *identity.Store {
+		s, err := identity.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	before := store(identity.Config{
+		{ID: "sbx-1", TokenSHA256: sum("s3cret")},
+		{ID: "sbx-2", Sources: []string{"10.1.0.0/16"}},
+	})
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("sbx-1:s3cret"))
+	tests := []struct {
+		name       string
+		auth       string
+		client     string
+		after      *identity.Store
+		wantID     string
+		wantReason string
+	}{
+		{name: "token unchanged", auth: basic, client: "10.9.9.9",
+			after: store(identity.Config{{ID: "sbx-1", TokenSHA256: sum("s3cret"), Attributes: map[string]string{"tier": "b"}}}), wantID: "sbx-1"},
+		{name: "token rotated", auth: basic, client: "10.9.9.9",
+			after: store(identity.Config{{ID: "sbx-1", TokenSHA256: sum("n3w")}}), wantReason: reasonIdentityRevoked},
+		{name: "identity removed", auth: basic, client: "10.9.9.9",
+			after: store(identity.Config{{ID: "other", TokenSHA256: sum("x")}}), wantReason: reasonIdentityRevoked},
+		{name: "source still mapped", client: "10.1.2.3",
+			after: store(identity.Config{{ID: "sbx-2", Sources: []string{"10.1.2.0/24"}}}), wantID: "sbx-2"},
+		{name: "source mapped elsewhere", client: "10.1.2.3",
+			after: store(identity.Config{{ID: "sbx-3", Sources: []string{"10.1.0.0/16"}}}), wantReason: reasonIdentityRevoked},
+		{name: "identities emptied", auth: basic, client: "10.9.9.9", after: store(nil), wantID: "anonymous"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, _ := http.NewRequest(http.MethodConnect, "http://example.com:443", nil)
+			if tt.auth != "" {
+				r.Header.Set("Proxy-Authorization", tt.auth)
+			}
+			id, cred, reason := authenticate(before, r, netip.MustParseAddr(tt.client))
+			if reason != "" {
+				t.Fatalf("authenticate() before the reload = %q", reason)
+			}
+			got, _, reason := reauthenticate(tt.after, id.ID, cred)
+			if got.ID != tt.wantID || reason != tt.wantReason {
+				t.Errorf("reauthenticate() = %q, %q; want %q, %q", got.ID, reason, tt.wantID, tt.wantReason)
+			}
+			if tt.name == "token unchanged" && got.Attributes["tier"] != "b" {
+				t.Errorf("reauthenticate() attributes = %v; want the reloaded ones", got.Attributes)
 			}
 		})
 	}

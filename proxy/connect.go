@@ -38,7 +38,7 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 		s.refuseConn(f, client, refusal{status: http.StatusServiceUnavailable, reason: reasonShuttingDown})
 		return
 	}
-	id, reason := authenticate(st.ids, r, f.client)
+	id, cred, reason := authenticate(st.ids, r, f.client)
 	if reason != "" {
 		s.refuseConn(f, client, refusalFor(stagePolicy, policy.Deny(reason, ""), nil))
 		return
@@ -72,7 +72,7 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 	up, err := s.dialer.DialContext(dctx, "tcp", net.JoinHostPort(f.target.Host, strconv.Itoa(int(f.target.Port))))
 	cancel()
 	s.metrics.upstreamSeconds.Observe(time.Since(start).Seconds())
-	t := &tunnel{s: s, f: f, client: client, early: early, identity: id, authority: r.RequestURI}
+	t := &tunnel{s: s, f: f, client: client, early: early, identity: id, cred: cred, authority: r.RequestURI}
 	if err != nil {
 		rf := refusalFor(stageDial, policy.Decision{}, err)
 		t.done(rf.status, rf.reason, rf.detail)

@@ -47,7 +47,7 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	if s.draining.Load() {
 		return r, s.refuse(f, r, refusal{status: http.StatusServiceUnavailable, reason: reasonShuttingDown})
 	}
-	id, reason := authenticate(st.ids, r, f.client)
+	id, _, reason := authenticate(st.ids, r, f.client)
 	if reason != "" {
 		return r, s.refuse(f, r, refusalFor(stagePolicy, policy.Deny(reason, ""), nil))
 	}

@@ -31,6 +31,7 @@ type tunnel struct {
 	early []byte
 	// What the tunnel was allowed on, re-decided after a reload.
 	identity  policy.Identity
+	cred      credential
 	authority string
 	addr      netip.AddrPort
 
@@ -254,20 +255,13 @@ func minTime(a, b time.Time) time.Time {
 }
 
 // recheck decides the open tunnel again under a reloaded state: its
-// identity must still exist, the policy must still allow its CONNECT, and
-// the floor its dialled address. It returns the deny reason, or "".
+// credential must still name its identity (not removed, token not rotated),
+// the policy must still allow its CONNECT, and the floor its dialled
+// address. It returns the deny reason, or "".
 func (t *tunnel) recheck(ctx context.Context, st *state) string {
-	id := t.identity
-	switch {
-	case st.ids == nil || st.ids.Len() == 0:
-		id = anonymous
-	case id.ID == anonymous.ID:
-		return reasonAuthRequired
-	default:
-		var ok bool
-		if _, id, ok = st.ids.Lookup(id.ID); !ok {
-			return reasonIdentityRevoked
-		}
+	id, _, reason := reauthenticate(st.ids, t.identity.ID, t.cred)
+	if reason != "" {
+		return reason
 	}
 	if out := st.decider.DecideConnect(ctx, id, t.authority); !out.Decision.Allow {
 		return out.refusal().reason

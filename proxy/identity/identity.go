@@ -111,7 +111,13 @@ func New(c Config) (*Store, error) {
 // Authenticate checks a proxy Basic user and token. The comparison is
 // constant-time in the token; unknown ids cost the same hash.
 func (s *Store) Authenticate(id, token string) (policy.Identity, bool) {
-	sum := sha256.Sum256([]byte(token))
+	return s.AuthenticateSum(id, sha256.Sum256([]byte(token)))
+}
+
+// AuthenticateSum is Authenticate for a token already hashed: the proxy
+// keeps the hash of a tunnel's token (never the token) to ask again after a
+// reload whether it still authenticates.
+func (s *Store) AuthenticateSum(id string, sum [sha256.Size]byte) (policy.Identity, bool) {
 	r, ok := s.byID[id]
 	if !ok || !r.hasToken {
 		var zero [sha256.Size]byte

@@ -272,10 +272,11 @@ func TestUpdateSwapsEngineForLiveSessions(t *testing.T) {
 // statement.
 func TestUpdateResolvesIdentityForLiveSessions(t *testing.T) {
 	f := startGate(t, sharedPG(t), nil)
-	rw, err := SCRAMVerifier(passRW, nil, 0)
+	v, err := testVerifiers()
 	if err != nil {
 		t.Fatal(err)
 	}
+	rw := v[1]
 	ids := func(c identity.Config) *identity.Store {
 		st, err := identity.New(c)
 		if err != nil {
@@ -306,6 +307,24 @@ func TestUpdateResolvesIdentityForLiveSessions(t *testing.T) {
 		f.gate.Update(testEngine(t), testIdentities(t))
 		_, err := c.Exec(ctxT(t), "SELECT id FROM users WHERE id = -1").ReadAll()
 		wantDenied(t, err, "internal_denied")
+	})
+
+	t.Run("password rotated", func(t *testing.T) {
+		f.gate.Update(testEngine(t), testIdentities(t))
+		c := connect(t, f.dsn("agent-rw", passRW, "app"))
+		rows(t, c, "SELECT id FROM users WHERE id = -1")
+		rotated, err := SCRAMVerifier("n3w-"+passRW, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.gate.Update(testEngine(t), ids(identity.Config{
+			{ID: "agent-rw", SCRAMSHA256: rotated, Attributes: map[string]string{"sql_profile": "read_write"}},
+		}))
+		_, err = c.Exec(ctxT(t), "SELECT id FROM users WHERE id = -1").ReadAll()
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != codeInvalidAuthorization {
+			t.Fatalf("query after the password was rotated = %v; want FATAL 28000", err)
+		}
 	})
 
 	t.Run("identity removed", func(t *testing.T) {

@@ -137,13 +137,25 @@ func testEngine(t testing.TB) *policy.Engine {
 	return engine
 }
 
+// testVerifiers are the test identities' SCRAM verifiers, made once: a
+// verifier has a random salt, and a reload with a different one is a
+// rotated password.
+var testVerifiers = sync.OnceValues(func() ([2]string, error) {
+	ro, err := SCRAMVerifier(passRO, nil, 0)
+	if err != nil {
+		return [2]string{}, err
+	}
+	rw, err := SCRAMVerifier(passRW, nil, 0)
+	return [2]string{ro, rw}, err
+})
+
 func testIdentities(t testing.TB) *identity.Store {
 	t.Helper()
-	ro, err := SCRAMVerifier(passRO, nil, 0)
+	v, err := testVerifiers()
 	if err != nil {
 		t.Fatal(err)
 	}
-	rw, _ := SCRAMVerifier(passRW, nil, 0)
+	ro, rw := v[0], v[1]
 	st, err := identity.New(identity.Config{
 		{ID: "agent-ro", SCRAMSHA256: ro, Attributes: map[string]string{"sql_profile": "read_only"}},
 		{ID: "agent-rw", SCRAMSHA256: rw, Attributes: map[string]string{"sql_profile": "read_write"}},

@@ -28,7 +28,10 @@ type session struct {
 	g *Gate
 	// cur is the identity table and engine the session's identity was
 	// last resolved under; a reload replaces the gate's.
-	cur       *current
+	cur *current
+	// verifier is the SCRAM verifier the client logged in against: a
+	// reload that rotates it ends the session.
+	verifier  string
 	client    net.Conn
 	be        *pgproto3.Backend
 	upstream  net.Conn
@@ -202,8 +205,8 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 }
 
 // reloaded resolves the session's identity again after a reload: an
-// identity that is gone, or no longer allowed this database, ends the
-// session; changed attributes (the SQL profile) apply from the next
+// identity that is gone, whose password was rotated, or that is no longer
+// allowed this database ends the session; changed attributes (the SQL profile) apply from the next
 // statement. A reload must not leave a revoked sandbox its open session.
 func (s *session) reloaded() *fatal {
 	cur := s.g.cur.Load()
@@ -211,8 +214,8 @@ func (s *session) reloaded() *fatal {
 		return nil
 	}
 	s.cur = cur
-	_, ident, ok := cur.ids.Lookup(s.identity.ID)
-	if !ok {
+	entry, ident, ok := cur.ids.Lookup(s.identity.ID)
+	if !ok || entry.SCRAMSHA256 != s.verifier {
 		s.auditRefusal(reasonIdentityRevoked)
 		return fatalf(codeInvalidAuthorization, "egressd: denied: %s", reasonIdentityRevoked)
 	}
