@@ -15,6 +15,10 @@ type countingBody struct {
 	n       atomic.Int64
 	idle    *time.Timer
 	timeout time.Duration
+	// trailer, if not nil, is the request's trailer map: net/http fills it
+	// when the body ends and the Transport sends it after the last read, so
+	// hop-by-hop names are stripped at EOF, in between.
+	trailer http.Header
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
@@ -22,6 +26,9 @@ func (b *countingBody) Read(p []byte) (int, error) {
 	b.n.Add(int64(n))
 	if n > 0 {
 		b.idle.Reset(b.timeout)
+	}
+	if err == io.EOF && b.trailer != nil {
+		stripHopByHop(b.trailer)
 	}
 	return n, err
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,8 +56,7 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 	if out.Facts != nil {
 		f.target = out.Target
 	} else {
-		// Unparsed client input: keep enough to recognise it, bounded.
-		f.target.Host = r.RequestURI[:min(len(r.RequestURI), 256)]
+		f.target.Host = unparsedAuthority(r.RequestURI)
 	}
 	s.metrics.decisionSeconds.Observe(time.Since(start).Seconds())
 	if !out.Decision.Allow {
@@ -159,4 +159,15 @@ func (s *Server) untrack(t *tunnel) {
 	s.tunnelsMu.Unlock()
 	s.tunnelsWG.Done()
 	s.metrics.active.WithLabelValues("tunnels").Dec()
+}
+
+// unparsedAuthority is what the audit record keeps of a CONNECT target that
+// did not parse: enough to recognise it, bounded, and never a userinfo part
+// ("user:token@host:443" carries a credential), so everything up to the
+// last '@' is dropped.
+func unparsedAuthority(target string) string {
+	if i := strings.LastIndexByte(target, '@'); i >= 0 {
+		target = target[i+1:]
+	}
+	return target[:min(len(target), 256)]
 }

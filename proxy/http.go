@@ -58,6 +58,10 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	}
 	f.release = release
 
+	if smuggledBody(r) {
+		f.finish()
+		return r, s.refuse(f, r, refusal{status: http.StatusBadRequest, reason: reasonBodyNotAllowed})
+	}
 	out := st.decider.DecideHTTP(r.Context(), id, policy.KindHTTP, r.Method, r.RequestURI, r.Host)
 	if out.Facts != nil {
 		f.target = out.Target
@@ -128,10 +132,18 @@ func (f *httpFlow) upstreamRequest(r *http.Request) *http.Request {
 	}
 	u.RawPath, u.RawQuery, u.ForceQuery = "", f.target.Query, false
 	out.URL = &u
+	out.Host = hostHeader(f.target.Scheme, f.target.Host, f.target.Port)
 	// The client's header map is not used again: strip it in place.
 	stripHopByHop(out.Header)
+	stripRequestOnly(out.Header)
 	if r.Body != nil && r.Body != http.NoBody {
 		f.sent.ReadCloser, f.sent.idle, f.sent.timeout = r.Body, f.idle, f.s.cfg.BodyIdleTimeout
+		// Declared trailers are sent after the body: strip the names
+		// declared now (they would be announced in the Trailer header) and
+		// the values net/http merged in when the body ended, which may
+		// name fields the client never declared.
+		stripHopByHop(out.Trailer)
+		f.sent.trailer = out.Trailer
 		out.Body = &f.sent
 	}
 	return out
@@ -156,11 +168,18 @@ func (f *httpFlow) RoundTrip(req *http.Request, _ *goproxy.ProxyCtx) (*http.Resp
 		f.complete(rf.status, rf.reason, rf.detail)
 		return rf.response(req, f.id), nil
 	}
-	if loc := resp.Header.Get("Location"); loc != "" && isRedirect(resp.StatusCode) {
-		if rf, denied := f.checkRedirect(req, resp.StatusCode, loc); denied {
-			resp.Body.Close()
-			f.complete(rf.status, rf.reason, "")
-			return rf.response(req, f.id), nil
+	if isRedirect(resp.StatusCode) {
+		// Clients differ in which Location they follow when there are
+		// several, so every one must be allowed.
+		for _, loc := range resp.Header.Values("Location") {
+			if loc == "" {
+				continue
+			}
+			if rf, denied := f.checkRedirect(req, resp.StatusCode, loc); denied {
+				resp.Body.Close()
+				f.complete(rf.status, rf.reason, "")
+				return rf.response(req, f.id), nil
+			}
 		}
 	}
 	stripHopByHop(resp.Header)
@@ -169,13 +188,12 @@ func (f *httpFlow) RoundTrip(req *http.Request, _ *goproxy.ProxyCtx) (*http.Resp
 	return resp, nil
 }
 
+// isRedirect covers the whole 3xx class, not only the codes clients follow
+// today: which codes a client follows (300 with a Location, 304 from a
+// confused cache, codes not yet registered) is up to the client, and the
+// decision must not depend on it.
 func isRedirect(code int) bool {
-	switch code {
-	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
-		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
-		return true
-	}
-	return false
+	return code >= 300 && code <= 399
 }
 
 // checkRedirect decides the Location of a 3xx as kind redirect for the same

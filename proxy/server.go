@@ -116,6 +116,9 @@ func New(o Options) (*Server, error) {
 		IdleTimeout:       o.Config.IdleTimeout,
 		ErrorLog:          zap.NewStdLog(s.log.Named("http")),
 		ConnState:         s.connState,
+		// net/http would answer "OPTIONS *" itself with a 200 that no
+		// handler sees, so nothing would decide or audit it.
+		DisableGeneralOptionsHandler: true,
 	}
 	return s, nil
 }
