@@ -1,26 +1,18 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/policy"
 )
-
-// peekBufs holds readers big enough for one whole TLS record; a tunnel
-// returns its reader once the peeked bytes are forwarded.
-var peekBufs = sync.Pool{New: func() any {
-	return bufio.NewReaderSize(nil, tlsRecordHeaderLen+tlsMaxRecordLen)
-}}
 
 // connectHijack identifies, decides, audits and dials a CONNECT, checks the
 // first client bytes (early: those the client sent along with its CONNECT

@@ -34,63 +34,12 @@ func recordLen(hdr []byte) (int, error) {
 	return n, nil
 }
 
-// maxHelloFlight bounds the bytes read to reassemble a ClientHello, records
-// and their headers included: a real one fits in one record, but a client
-// may split it over several, and each record can hold up to 16 KiB.
-const maxHelloFlight = 64 << 10
-
-var errHelloTooLarge = errors.New("TLS ClientHello larger than 64 KiB")
-
-// helloMessage reassembles the ClientHello handshake message carried by the
-// TLS handshake records at the start of flight. It returns the message
-// once it is whole; until then msg is nil and need is the flight length
-// that lets it progress. One record (the common case) is returned without
-// copying.
-func helloMessage(flight []byte) (msg []byte, need int, err error) {
-	var frag []byte
-	for off := 0; ; {
-		if len(flight) < off+tlsRecordHeaderLen {
-			return nil, off + tlsRecordHeaderLen, nil
-		}
-		n, err := recordLen(flight[off:])
-		if err != nil {
-			return nil, 0, err
-		}
-		end := off + tlsRecordHeaderLen + n
-		if end > maxHelloFlight {
-			return nil, 0, errHelloTooLarge
-		}
-		if len(flight) < end {
-			return nil, end, nil
-		}
-		payload := flight[off+tlsRecordHeaderLen : end]
-		if off == 0 {
-			frag = payload
-		} else {
-			frag = append(frag[:len(frag):len(frag)], payload...)
-		}
-		off = end
-		if len(frag) < 4 {
-			continue
-		}
-		if frag[0] != tlsHandshakeClient {
-			return nil, 0, errMalformedHello
-		}
-		hl := int(frag[1])<<16 | int(frag[2])<<8 | int(frag[3])
-		if 4+hl > maxHelloFlight {
-			return nil, 0, errHelloTooLarge
-		}
-		if len(frag) >= 4+hl {
-			return frag[:4+hl], 0, nil
-		}
-	}
-}
-
 // parseClientHelloSNI returns the server name of the ClientHello at the
 // start of flight, "" when it sends none. A ClientHello not yet whole in
 // flight is malformed.
 func parseClientHelloSNI(flight []byte) (string, error) {
-	msg, _, err := helloMessage(flight)
+	var a helloAssembler
+	msg, err := a.feed(flight)
 	if err != nil {
 		return "", err
 	}

@@ -95,29 +95,6 @@ func splitRecords(t testing.TB, rec []byte, sizes ...int) []byte {
 	return out
 }
 
-func TestHelloMessageNeed(t *testing.T) {
-	flight := splitRecords(t, clientHello(t, "example.com"), 2, 60)
-	// Fed as a reader would: each answer asks for exactly the bytes that
-	// let it progress, never past the flight.
-	need, steps := tlsRecordHeaderLen, 0
-	for {
-		msg, more, err := helloMessage(flight[:need])
-		if err != nil {
-			t.Fatalf("helloMessage(%d bytes) = %v", need, err)
-		}
-		if msg != nil {
-			break
-		}
-		if more <= need || more > len(flight) {
-			t.Fatalf("helloMessage(%d bytes) needs %d; want more, at most %d", need, more, len(flight))
-		}
-		need, steps = more, steps+1
-	}
-	if need != len(flight) || steps != 5 {
-		t.Errorf("reassembly read %d of %d bytes in %d steps; want all in 5 (a header and a payload per record, less the first header)", need, len(flight), steps)
-	}
-}
-
 func TestSNIMatches(t *testing.T) {
 	tests := []struct {
 		name, sni, host string

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -9,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -44,11 +44,11 @@ type tunnel struct {
 	revoked atomic.Pointer[string]
 }
 
-// checkFirstFlight peeks at the client's first bytes without consuming them:
-// a ClientHello naming another server than the CONNECT host is refused
-// (sni_mismatch), and so are non-TLS bytes when the rule is TLS-only. What
-// was peeked is then written upstream unchanged. It reports whether the
-// client-to-upstream direction may proceed.
+// checkFirstFlight reads the client's first bytes before anything of the
+// client's goes upstream: a ClientHello naming another server than the
+// CONNECT host is refused (sni_mismatch), and so are non-TLS bytes when the
+// rule is TLS-only. What was read is then written upstream unchanged. It
+// reports whether the client-to-upstream direction may proceed.
 func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
 	wait := t.s.cfg.TunnelIdleTimeout
 	if tlsOnly {
@@ -70,42 +70,37 @@ func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
 		early = bytes.NewReader(t.early)
 		src = io.MultiReader(early, t.client)
 	}
-	pooled := peekBufs.Get().(*bufio.Reader)
-	pooled.Reset(src)
-	defer func() {
-		pooled.Reset(nil)
-		peekBufs.Put(pooled)
-	}()
-	br := pooled
-	// The first byte tells TLS from anything else: a client of another
+	bp := flightBufs.Get().(*[]byte)
+	defer flightBufs.Put(bp)
+	// The first read tells TLS from anything else: a client of another
 	// protocol that sends fewer bytes than a record header and waits for
 	// an answer must not be held until a timeout.
-	first, err := br.Peek(1)
-	if len(first) == 0 {
+	flight, err := readSome((*bp)[:0], src)
+	if len(flight) == 0 {
 		// EOF before any byte: nothing to check or forward.
-		return err == nil
+		return false
 	}
-	if !isTLSRecordStart(first) {
+	if !isTLSRecordStart(flight) {
 		if tlsOnly {
 			return t.refuseFlight(reasonNotTLS, "")
 		}
-		return t.forwardPeeked(br, early)
+		return t.forwardFlight(flight, early)
 	}
-	var hello []byte
-	for need := tlsRecordHeaderLen; hello == nil; {
-		if need > br.Size() {
-			// A ClientHello split over records: go on in a reader big
-			// enough for the whole flight, starting with what was read.
-			b, _ := br.Peek(br.Buffered())
-			br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(b)), src), maxHelloFlight)
-		}
-		flight, err := br.Peek(need)
+	var a helloAssembler
+	hello, ferr := a.feed(flight)
+	for hello == nil && ferr == nil {
 		if err != nil {
-			return t.refuseFlight(reasonMalformedTLS, err.Error())
+			return t.refuseFlight(reasonMalformedTLS, "incomplete ClientHello: "+err.Error())
 		}
-		if hello, need, err = helloMessage(flight); err != nil {
-			return t.refuseFlight(reasonMalformedTLS, err.Error())
+		if len(flight) >= maxHelloFlight {
+			return t.refuseFlight(reasonMalformedTLS, errHelloTooLarge.Error())
 		}
+		n := len(flight)
+		flight, err = readSome(flight, src)
+		hello, ferr = a.feed(flight[n:])
+	}
+	if ferr != nil {
+		return t.refuseFlight(reasonMalformedTLS, ferr.Error())
 	}
 	sni, err := helloSNI(hello)
 	if err != nil {
@@ -114,17 +109,40 @@ func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
 	if sni != "" && !sniMatches(sni, t.f.target.Host) {
 		return t.refuseFlight(reasonSNIMismatch, "sni "+sni)
 	}
-	return t.forwardPeeked(br, early)
+	return t.forwardFlight(flight, early)
 }
 
-// forwardPeeked writes upstream what br peeked and then any early bytes br
-// did not reach, so the raw connection is next in the client's stream.
-func (t *tunnel) forwardPeeked(br *bufio.Reader, early *bytes.Reader) bool {
-	b, _ := br.Peek(br.Buffered())
+// flightBufs hold one whole TLS record, enough for a usual first flight; a
+// ClientHello split over more grows its own buffer up to maxHelloFlight.
+var flightBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, tlsRecordHeaderLen+tlsMaxRecordLen)
+	return &b
+}}
+
+// readSome appends to b what one read of src returns, retrying reads that
+// return nothing, and grows b (up to maxHelloFlight) when it is full. The
+// bytes are appended even when err is not nil.
+func readSome(b []byte, src io.Reader) ([]byte, error) {
+	if len(b) == cap(b) {
+		b = slices.Grow(b, min(max(cap(b), 4<<10), maxHelloFlight-len(b)))
+	}
+	for {
+		n, err := src.Read(b[len(b):min(cap(b), maxHelloFlight)])
+		b = b[:len(b)+n]
+		if n > 0 || err != nil {
+			return b, err
+		}
+	}
+}
+
+// forwardFlight writes upstream the bytes read from the client and then any
+// early bytes the reads did not reach, so the raw connection is next in the
+// client's stream.
+func (t *tunnel) forwardFlight(b []byte, early *bytes.Reader) bool {
 	if early != nil && early.Len() > 0 {
 		rest := make([]byte, early.Len())
 		early.Read(rest)
-		b = append(b[:len(b):len(b)], rest...)
+		b = append(b, rest...)
 	}
 	if len(b) == 0 {
 		return true
