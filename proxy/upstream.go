@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -40,11 +41,40 @@ type upConn struct {
 	p     *upstreamPool
 	key   string
 	c     net.Conn
-	br    *bufio.Reader
+	br    *bufio.Reader // reads through readLimited
 	bw    *bufio.Writer
 	ip    string      // the dialled address, for the audit record
 	timer *time.Timer // closes the connection after idleTimeout in the pool
 	idle  bool        // in the pool; guarded by p.mu
+	// limit is what br may still read while a response head is read;
+	// negative when no head is being read.
+	limit int64
+}
+
+// maxResponseHeaderBytes caps a response head, as the Transport's
+// MaxResponseHeaderBytes does on the other path: without it a 150 MB head
+// is held in memory whole.
+const maxResponseHeaderBytes = 1 << 20
+
+var errResponseHeaderTooLarge = errors.New("response head larger than 1 MiB")
+
+// readLimited is br's source: while a response head is read it hands out
+// no more than the head's budget, so an endless head ends the request.
+type readLimited upConn
+
+func (r *readLimited) Read(p []byte) (int, error) {
+	if r.limit < 0 {
+		return r.c.Read(p)
+	}
+	if r.limit == 0 {
+		return 0, errResponseHeaderTooLarge
+	}
+	if int64(len(p)) > r.limit {
+		p = p[:r.limit]
+	}
+	n, err := r.c.Read(p)
+	r.limit -= int64(n)
+	return n, err
 }
 
 func newUpstreamPool(c Config, d Dialer) *upstreamPool {
@@ -90,7 +120,8 @@ func (p *upstreamPool) roundTrip(req *http.Request, key string) (*http.Response,
 }
 
 func (p *upstreamPool) wrap(key string, c net.Conn) *upConn {
-	pc := &upConn{p: p, key: key, c: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 4<<10)}
+	pc := &upConn{p: p, key: key, c: c, bw: bufio.NewWriterSize(c, 4<<10), limit: -1}
+	pc.br = bufio.NewReaderSize((*readLimited)(pc), 16<<10)
 	if ap, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		pc.ip = ap.AddrPort().Addr().Unmap().String()
 	}
@@ -123,6 +154,9 @@ func (p *upstreamPool) send(ctx context.Context, pc *upConn, req *http.Request) 
 		return fail(fmt.Errorf("write request: %w", err))
 	}
 	var resp *http.Response
+	// The budget covers every head read, interim 1xx ones included, and
+	// what br reads ahead of the body.
+	pc.limit = maxResponseHeaderBytes
 	for {
 		var err error
 		resp, err = http.ReadResponse(pc.br, req)
@@ -139,10 +173,11 @@ func (p *upstreamPool) send(ctx context.Context, pc *upConn, req *http.Request) 
 		}
 		// Interim 1xx responses (103 Early Hints) are not forwarded.
 	}
+	pc.limit = -1
 	if p.headerTimeout > 0 {
 		pc.c.SetReadDeadline(time.Time{})
 	}
-	reuse := !resp.Close && !req.Close
+	reuse := !resp.Close && !req.Close && !bodylessWithLength(req, resp)
 	if resp.Body == http.NoBody {
 		pc.release(stop, reuse)
 		return resp, nil
@@ -151,11 +186,25 @@ func (p *upstreamPool) send(ctx context.Context, pc *upConn, req *http.Request) 
 	return resp, nil
 }
 
+// bodylessWithLength reports a response that has no body by its request or
+// status (HEAD, 204, 304) yet declares one: an upstream that sends the body
+// anyway leaves its bytes to be read as the next response, which could be
+// another identity's.
+func bodylessWithLength(req *http.Request, resp *http.Response) bool {
+	if req.Method != http.MethodHead && resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified {
+		return false
+	}
+	cl := resp.Header.Get("Content-Length")
+	return (cl != "" && cl != "0") || len(resp.TransferEncoding) > 0 || resp.Header.Get("Transfer-Encoding") != ""
+}
+
 // release returns pc to the pool once its response is fully read, unless
 // the request was cancelled meanwhile (stop reports the AfterFunc already
-// ran) or either side asked to close.
+// ran), either side asked to close, or the upstream sent more than the
+// response: bytes past it are not a response to any request of ours. Bytes
+// still on their way are found when the connection is taken (get).
 func (pc *upConn) release(stop func() bool, reuse bool) {
-	if !stop() || !reuse {
+	if !stop() || !reuse || pc.br.Buffered() > 0 {
 		pc.close()
 		return
 	}
@@ -164,7 +213,20 @@ func (pc *upConn) release(stop func() bool, reuse bool) {
 
 func (pc *upConn) close() { pc.c.Close() }
 
+// get takes the most recently used idle connection to key that has
+// nothing to read: bytes or an EOF that arrived while it sat idle were
+// sent for no request, so the connection is closed rather than reused.
 func (p *upstreamPool) get(key string) *upConn {
+	for {
+		pc := p.take(key)
+		if pc == nil || quiet(pc.c) {
+			return pc
+		}
+		pc.close()
+	}
+}
+
+func (p *upstreamPool) take(key string) *upConn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	list := p.idle[key]
@@ -178,6 +240,28 @@ func (p *upstreamPool) get(key string) *upConn {
 	pc.idle = false
 	pc.timer.Stop()
 	return pc
+}
+
+// quiet reports whether c has nothing to read right now: no bytes, no EOF,
+// no error. It asks the socket with a non-blocking MSG_PEEK, so nothing is
+// consumed; a connection it cannot ask is not quiet.
+func quiet(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var b [1]byte
+	idle := false
+	err = rc.Read(func(fd uintptr) bool {
+		_, _, rerr := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		idle = errors.Is(rerr, syscall.EAGAIN)
+		return true
+	})
+	return err == nil && idle
 }
 
 func (p *upstreamPool) put(pc *upConn) {

@@ -7,9 +7,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // rawUpstream answers each request on a connection with resp, then closes
@@ -59,6 +62,7 @@ func TestUpstreamPool(t *testing.T) {
 	tests := []struct {
 		name       string
 		method     string
+		resp       string // if empty, ok
 		closeAfter int
 		readAll    bool
 		wantConns  int32
@@ -66,11 +70,16 @@ func TestUpstreamPool(t *testing.T) {
 		{name: "keep-alive reuses one connection", method: "GET", readAll: true, wantConns: 1},
 		{name: "upstream closed idle connection is retried on a new one", method: "GET", closeAfter: 1, readAll: true, wantConns: 3},
 		{name: "early close does not reuse", method: "GET", readAll: false, wantConns: 3},
-		{name: "HEAD has no body and reuses", method: "HEAD", readAll: true, wantConns: 1},
+		{name: "HEAD declaring no length reuses", method: "HEAD", resp: "HTTP/1.1 200 OK\r\n\r\n", readAll: true, wantConns: 1},
+		{name: "HEAD declaring a length does not reuse", method: "HEAD", readAll: true, wantConns: 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			addr, conns := rawUpstream(t, ok, tt.closeAfter)
+			resp := tt.resp
+			if resp == "" {
+				resp = ok
+			}
+			addr, conns := rawUpstream(t, resp, tt.closeAfter)
 			p := newUpstreamPool(DefaultConfig(), &net.Dialer{})
 			defer p.closeIdle()
 			for i := range 3 {
@@ -156,5 +165,146 @@ func TestUpstreamPoolCancel(t *testing.T) {
 	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+ln.Addr().String()+"/", nil)
 	if _, _, err := p.roundTrip(req, ln.Addr().String()); !errors.Is(err, context.Canceled) {
 		t.Fatalf("roundTrip after cancel: err = %v; want context.Canceled", err)
+	}
+}
+
+// plantedResponse is what a misbehaving upstream slips in after a response:
+// a whole response that the next request on the connection would read as
+// its own.
+const plantedResponse = "HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nplanted"
+
+// scriptedUpstream answers the first request it gets with first, then (once
+// plant is closed, if it is not nil) writes plantedResponse on the same
+// connection; every other request gets a 200 whose body is its path.
+func scriptedUpstream(t *testing.T, first string, plant <-chan struct{}) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var n atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					if n.Add(1) == 1 {
+						io.WriteString(c, first)
+						if plant != nil {
+							<-plant
+							io.WriteString(c, plantedResponse)
+						}
+						continue
+					}
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: "+strconv.Itoa(len(req.URL.Path))+"\r\n\r\n"+req.URL.Path)
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// The pool is shared by every identity: a request (identity A's) whose
+// upstream sends more than its response must not leave those bytes to be
+// read as the response of the next request (identity B's) on the
+// connection. B always gets its own response.
+func TestUpstreamPoolNeverHandsOverForeignBytes(t *testing.T) {
+	tests := []struct {
+		name    string
+		method  string
+		first   string
+		delayed bool // the planted response arrives after A's response was read
+	}{
+		{name: "extra response after a framed one", method: "GET", first: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n/a" + plantedResponse},
+		{name: "short Content-Length", method: "GET", first: "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx" + plantedResponse},
+		{name: "HEAD with a body", method: "HEAD", first: "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(plantedResponse)) + "\r\n\r\n" + plantedResponse},
+		{name: "204 with a body", method: "GET", first: "HTTP/1.1 204 No Content\r\nContent-Length: " + strconv.Itoa(len(plantedResponse)) + "\r\n\r\n" + plantedResponse},
+		{name: "304 with a body", method: "GET", first: "HTTP/1.1 304 Not Modified\r\nContent-Length: " + strconv.Itoa(len(plantedResponse)) + "\r\n\r\n" + plantedResponse},
+		{name: "extra response while idle", method: "GET", first: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n/a", delayed: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var plant chan struct{}
+			if tt.delayed {
+				plant = make(chan struct{})
+			}
+			addr := scriptedUpstream(t, tt.first, plant)
+			p := newUpstreamPool(DefaultConfig(), &net.Dialer{})
+			defer p.closeIdle()
+
+			reqA, _ := http.NewRequest(tt.method, "http://"+addr+"/a", nil)
+			resp, _, err := p.roundTrip(reqA, addr)
+			if err != nil {
+				t.Fatalf("A: roundTrip: %v", err)
+			}
+			io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if tt.delayed {
+				close(plant)
+				waitPlanted(t, p, addr)
+			}
+
+			reqB, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/b", nil)
+			resp, _, err = p.roundTrip(reqB, addr)
+			if err != nil {
+				t.Fatalf("B: roundTrip: %v", err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(b) != "/b" {
+				t.Errorf("B received body %q; want its own response %q", b, "/b")
+			}
+		})
+	}
+}
+
+// waitPlanted waits until the pooled connection to addr has bytes to read:
+// the planted response arrived while it sat idle.
+func waitPlanted(t *testing.T, p *upstreamPool, addr string) {
+	t.Helper()
+	p.mu.Lock()
+	list := p.idle[addr]
+	p.mu.Unlock()
+	if len(list) != 1 {
+		t.Fatalf("idle connections to %s = %d; want 1", addr, len(list))
+	}
+	rc, err := list[0].c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	list[0].c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var b [1]byte
+	rc.Read(func(fd uintptr) bool {
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return !errors.Is(err, syscall.EAGAIN)
+	})
+	list[0].c.SetReadDeadline(time.Time{})
+}
+
+// A response head is read up to 1 MiB, as on the Transport path, not held
+// in memory whole however long it is.
+func TestUpstreamPoolCapsResponseHead(t *testing.T) {
+	huge := "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("a", 4<<20) + "\r\nContent-Length: 0\r\n\r\n"
+	addr, _ := rawUpstream(t, huge, 0)
+	p := newUpstreamPool(DefaultConfig(), &net.Dialer{})
+	defer p.closeIdle()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+	resp, _, err := p.roundTrip(req, addr)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("roundTrip of a 4 MiB head = %d, nil; want an error", resp.StatusCode)
+	}
+	if !strings.Contains(err.Error(), "1 MiB") {
+		t.Errorf("roundTrip of a 4 MiB head: %v; want the 1 MiB cap named", err)
 	}
 }
