@@ -18,7 +18,7 @@ import (
 // rawUpstream answers each request on a connection with resp, then closes
 // the connection after closeAfter requests (0: never). It counts accepted
 // connections.
-func rawUpstream(t *testing.T, resp string, closeAfter int) (string, *atomic.Int32) {
+func rawUpstream(t testing.TB, resp string, closeAfter int) (string, *atomic.Int32) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
