@@ -124,6 +124,20 @@ func TestConnectTLS(t *testing.T) {
 		}
 	})
 
+	t.Run("plaintext tunnel carries only its own host", func(t *testing.T) {
+		c, resp := connect(t, w.E.ProxyAddr, "upstream.test:"+itoa(w.HTTP.Port), "")
+		if resp.StatusCode != 200 {
+			t.Fatalf("CONNECT = %d; want 200", resp.StatusCode)
+		}
+		io.WriteString(c, "GET /echo HTTP/1.1\r\nHost: other-tenant.test\r\nConnection: close\r\n\r\n")
+		if b, _ := io.ReadAll(c); len(b) != 0 {
+			t.Errorf("request for another host through the tunnel got %q; want the tunnel closed", b)
+		}
+		w.E.WaitRecords(t, "tunnel_host_mismatch", func(r audit.Record) bool {
+			return r.Kind == "connect" && r.Decision == "deny" && r.Reason == "tunnel_host_mismatch" && r.Host == "upstream.test"
+		})
+	})
+
 	refusals := []struct {
 		name, target, reason string
 		status               int

@@ -26,16 +26,18 @@ type world struct {
 }
 
 func yes() *bool { return new(true) }
+func no() *bool  { return new(false) }
 
 func (w *world) rules() []Rule {
 	hp, tp := w.HTTP.Port, w.HTTPS.Port
 	return []Rule{
-		{ID: "upstream", Hosts: []string{"upstream.test", "127.0.0.1"}, Ports: []int{hp}},
+		// Plaintext tunnels to the HTTP upstream need "tls": false.
+		{ID: "upstream", Hosts: []string{"upstream.test", "127.0.0.1"}, Ports: []int{hp}, TLS: no()},
 		{ID: "upstream-paths", Hosts: []string{"paths.test"}, Ports: []int{hp}, Methods: []string{"GET"}, Paths: []string{"/allowed/**"}},
 		{ID: "rebinding", Hosts: []string{"rebind.test", "mixed.test", "meta.test"}, Ports: []int{hp}},
 		{ID: "tls-upstream", Hosts: []string{"example.com"}, Ports: []int{tp}, TLS: yes()},
 		{ID: "tls-path-only", Hosts: []string{"pathonly.test"}, Ports: []int{tp}, Paths: []string{"/x/**"}},
-		{ID: "plain-tunnel", Hosts: []string{"upstream.test"}, Ports: []int{hp}},
+		{ID: "plain-tunnel", Hosts: []string{"upstream.test"}, Ports: []int{hp}, TLS: no()},
 		{ID: "sandbox-only", Hosts: []string{"private.test"}, Ports: []int{hp}, Identities: []string{"sbx-1"}},
 	}
 }

@@ -74,8 +74,8 @@ type Decision struct {
 	// Policy is the digest of the bundle that decided.
 	Policy string `json:"policy"`
 	// TLS is set on an allowed CONNECT whose rule requires TLS inside the
-	// tunnel (a rule's "tls", true by default on port 443): the proxy must
-	// close a tunnel whose first client bytes are not a TLS handshake
+	// tunnel (a rule's "tls", true by default on every port): the proxy
+	// must close a tunnel whose first client bytes are not a TLS handshake
 	// record. False on every other decision.
 	TLS bool `json:"tls,omitempty"`
 }

@@ -149,14 +149,16 @@ func received(t *testing.T, got <-chan []byte) []byte {
 }
 
 // A client may send its first tunnel bytes in the same write as the CONNECT
-// head; they must reach the upstream, first and once.
+// head; they must reach the upstream, first and once, also when they are
+// only part of the first request head the tunnel checks.
 func TestConnectEarlyBytes(t *testing.T) {
 	port, got := recordingUpstream(t)
-	c, _ := openTunnel(t, startProxy(t, DefaultConfig(), allowAll{}, &recordingAudit{}), "127.0.0.1:"+port, "early bytes|")
-	io.WriteString(c, "later bytes")
+	early := "GET /x HTTP/1.1\r\nHost: 127.0.0.1:" + port + "\r\n"
+	c, _ := openTunnel(t, startProxy(t, DefaultConfig(), allowAll{}, &recordingAudit{}), "127.0.0.1:"+port, early)
+	io.WriteString(c, "\r\nlater bytes")
 	c.(*net.TCPConn).CloseWrite()
-	if s := string(received(t, got)); s != "early bytes|later bytes" {
-		t.Errorf("upstream received %q; want %q", s, "early bytes|later bytes")
+	if s, want := string(received(t, got)), early+"\r\nlater bytes"; s != want {
+		t.Errorf("upstream received %q; want %q", s, want)
 	}
 }
 
@@ -168,8 +170,8 @@ func (denyAll) Decide(context.Context, policy.Input) policy.Decision {
 
 // A reload that no longer allows an open tunnel closes it, and the
 // tunnel's completion record says why; one still allowed stays open. The
-// first flight is 4 bytes, shorter than a TLS record header, and must be
-// forwarded at once for the echo to arrive.
+// first flight is 4 bytes, shorter than a TLS record header and no HTTP
+// request, and must be forwarded at once for the echo to arrive.
 func TestReloadRevokesTunnels(t *testing.T) {
 	for _, tt := range []struct {
 		name       string
@@ -183,7 +185,7 @@ func TestReloadRevokesTunnels(t *testing.T) {
 			port := oneConnUpstream(t, func(c net.Conn) { io.Copy(c, c) })
 			a := &recordingAudit{}
 			s, addr := startServer(t, DefaultConfig(), allowAll{}, a)
-			c, br := openTunnel(t, addr, "127.0.0.1:"+port, "ping")
+			c, br := openTunnel(t, addr, "127.0.0.1:"+port, "<pi>")
 			echo := make([]byte, 4)
 			if _, err := io.ReadFull(br, echo); err != nil {
 				t.Fatalf("read echo: %v", err)

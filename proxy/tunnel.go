@@ -47,7 +47,9 @@ type tunnel struct {
 // checkFirstFlight reads the client's first bytes before anything of the
 // client's goes upstream: a ClientHello naming another server than the
 // CONNECT host is refused (sni_mismatch), and so are non-TLS bytes when the
-// rule is TLS-only. What was read is then written upstream unchanged. It
+// rule is TLS-only, and a first HTTP request for another host in a
+// plaintext tunnel (checkPlainFlight). What was read is then written
+// upstream unchanged. It
 // reports whether the client-to-upstream direction may proceed.
 func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
 	wait := t.s.cfg.TunnelIdleTimeout
@@ -84,7 +86,7 @@ func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
 		if tlsOnly {
 			return t.refuseFlight(reasonNotTLS, "")
 		}
-		return t.forwardFlight(flight, early)
+		return t.checkPlainFlight(flight, err, src, early)
 	}
 	var a helloAssembler
 	hello, ferr := a.feed(flight)

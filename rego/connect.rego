@@ -2,8 +2,12 @@
 # host-wide rule (no methods, no paths) opens one, and any deny rule for
 # the host and port closes it, whatever methods or paths that deny names.
 # An allowed decision carries "tls": when true the proxy must refuse a
-# tunnel whose first bytes are not a TLS ClientHello. A rule's "tls"
-# defaults to true on port 443 and false elsewhere.
+# tunnel whose first bytes are not a TLS ClientHello (and one whose SNI
+# names another host). A rule's "tls" defaults to true on every port: a
+# plaintext tunnel is bound to nothing the proxy can check reliably (its
+# first HTTP request's Host is checked, but any other protocol passes), so
+# a rule must ask for one with "tls": false. Plain HTTP to a port-80 host
+# goes through the proxy path instead, decided request by request.
 package egress.connect
 
 import data.egress.base
@@ -16,7 +20,7 @@ decision := {"allow": false, "reason": reason, "rule": ""} if {
 } else := {"allow": false, "reason": "rule_deny", "rule": r.id} if {
 	r := input.views[min(tunnels)]
 	r.deny
-} else := {"allow": true, "reason": "allowed", "rule": r.id, "tls": object.get(r, "tls", input.port == 443)} if {
+} else := {"allow": true, "reason": "allowed", "rule": r.id, "tls": object.get(r, "tls", true)} if {
 	r := input.views[min(tunnels)]
 } else := {"allow": false, "reason": "tunnel_needs_host_wide_rule", "rule": ""} if {
 	count(base.reaches) > 0

@@ -40,8 +40,12 @@ test_port_must_be_listed if {
 	decide(fixtures.connect("ports.test", 8443)).allow
 }
 
+# TLS-only unless the rule says otherwise, on every port: a plaintext
+# tunnel to a port-80 host could carry a request for any other host the
+# server answers for.
 test_tls_defaults_and_overrides if {
-	not decide(fixtures.connect("ports.test", 8443)).tls
+	decide(fixtures.connect("ports.test", 8443)).tls
+	decide(fixtures.connect("ports.test", 80)).tls
 	not decide(fixtures.connect("ssh.test", 22)).tls
 	decide(fixtures.connect("db.test", 5432)).tls
 	decide(fixtures.connect("a.wild.test", 443)).tls

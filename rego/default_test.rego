@@ -28,3 +28,13 @@ test_default_connect if {
 	connect.decision.reason == "no_matching_rule" with input as fixtures.connect("example.com", 443)
 	connect.decision.reason == "no_matching_rule" with input as fixtures.connect("pypi.org", 22)
 }
+
+# No plaintext tunnel on port 80: apt's plain HTTP goes through the proxy
+# path (test_default_http), and a CONNECT to the same host and port must
+# carry TLS for that host.
+test_default_no_plaintext_tunnel_on_port_80 if {
+	d := connect.decision with input as fixtures.connect("deb.debian.org", 80)
+	d.allow
+	d.tls
+	connect.decision.tls with input as fixtures.connect("security.debian.org", 80)
+}
