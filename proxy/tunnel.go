@@ -114,6 +114,8 @@ func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
 	return t.forwardFlight(flight, early)
 }
 
+var errFlightTooLarge = errors.New("first flight larger than 64 KiB")
+
 // flightBufs hold one whole TLS record, enough for a usual first flight; a
 // ClientHello split over more grows its own buffer up to maxHelloFlight.
 var flightBufs = sync.Pool{New: func() any {
@@ -125,6 +127,9 @@ var flightBufs = sync.Pool{New: func() any {
 // return nothing, and grows b (up to maxHelloFlight) when it is full. The
 // bytes are appended even when err is not nil.
 func readSome(b []byte, src io.Reader) ([]byte, error) {
+	if len(b) >= maxHelloFlight {
+		return b, errFlightTooLarge
+	}
 	if len(b) == cap(b) {
 		b = slices.Grow(b, min(max(cap(b), 4<<10), maxHelloFlight-len(b)))
 	}
