@@ -58,10 +58,6 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	}
 	f.release = release
 
-	if smuggledBody(r) {
-		f.finish()
-		return r, s.refuse(f, r, refusal{status: http.StatusBadRequest, reason: reasonBodyNotAllowed})
-	}
 	out := st.decider.DecideHTTP(r.Context(), id, policy.KindHTTP, r.Method, r.RequestURI, r.Host)
 	if out.Facts != nil {
 		f.target = out.Target
@@ -71,6 +67,11 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		rf := out.refusal()
 		f.finish()
 		return r, s.refuse(f, r, rf)
+	}
+	if smuggledBody(r) {
+		// Refused after the decision so that the record names the target.
+		f.finish()
+		return r, s.refuse(f, r, refusal{status: http.StatusBadRequest, reason: reasonBodyNotAllowed})
 	}
 	if err := s.decided(&f.flowInfo, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
 		f.finish()

@@ -22,6 +22,18 @@ import (
 // bodies, Expect: 100-continue) still goes through the Transport, which can
 // read a response while the body is being sent.
 //
+// Measured against the Transport on the same dialer in 6 alternating
+// rounds on a shared 2-core machine (medians): on this leg alone
+// (BenchmarkUpstreamPath) the pool cost 0.66x the Transport's CPU per
+// request serially and 0.64x with 8 concurrent requests; through the whole
+// proxy (BenchmarkProxyHTTPKeepAlive, client and upstream in the same
+// process) 0.88x. So it stays for the one case it serves, and only that: it
+// speaks HTTP/1.1 only, and upstream HTTP/2, request bodies and trailers
+// stay with the Transport.
+//
+// A pooled connection serves any identity next, so a connection that holds
+// or receives a byte past its response is never reused (release, get).
+//
 // Connections come only from the pinned dialer, like the Transport's.
 type upstreamPool struct {
 	dial          func(ctx context.Context, network, address string) (net.Conn, error)
