@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"bufio"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/dnsguard/dnstest"
+)
+
+// pythonUpstream is Python's http.server speaking HTTP/1.1: it never reads
+// the body of a GET, so body bytes on a kept-alive connection are read as
+// the next request. It prints every request line it runs.
+const pythonUpstream = `
+import sys, http.server
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self): self.reply()
+    def do_POST(self): self.reply()
+    def reply(self):
+        print(self.command, self.path, flush=True)
+        b = self.path.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+    def log_message(self, *a): pass
+s = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+print("ready", flush=True)
+s.serve_forever()
+`
+
+// startPythonUpstream runs pythonUpstream on port and returns a function
+// that lists the request lines it has run so far.
+func startPythonUpstream(t *testing.T, port int) func() []string {
+	t.Helper()
+	cmd := exec.Command("python3", "-c", pythonUpstream, itoa(port))
+	cmd.Env = cleanEnv()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("python3: %v", err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var mu sync.Mutex
+	var lines []string
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				close(ready)
+				continue
+			}
+			mu.Lock()
+			lines = append(lines, sc.Text())
+			mu.Unlock()
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(20 * time.Second):
+		t.Fatal("python http.server did not start")
+	}
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), lines...)
+	}
+}
+
+// A GET carrying a second request in its body (CL.0 smuggling) is refused:
+// the upstream, which would run the body as a POST no rule allows, never
+// sees either.
+func TestBodyOnGETNeverReachesUpstream(t *testing.T) {
+	port := FreePort(t)
+	seen := startPythonUpstream(t, port)
+	dns := dnstest.Start(t)
+	dns.SetRR("py.test", "py.test. 60 IN A 127.0.0.1")
+	e := Start(t, Options{
+		PolicyDir: WritePolicy(t, []Rule{{ID: "public-read", Hosts: []string{"py.test"}, Ports: []int{port}, Methods: []string{"GET"}, Paths: []string{"/public/**"}}}),
+		DNS:       dns.Addr(),
+		YAML:      InternalAllow("127.0.0.1:" + itoa(port)),
+	})
+	host := "py.test:" + itoa(port)
+	smuggled := "POST /admin/delete HTTP/1.1\r\nHost: " + host + "\r\nContent-Length: 0\r\n\r\n"
+	resp, body := rawRequest(t, e.ProxyAddr, "GET http://"+host+"/public/x HTTP/1.1\r\nHost: "+host+
+		"\r\nContent-Length: "+itoa(len(smuggled))+"\r\n\r\n"+smuggled)
+	if resp.StatusCode != 400 || reasonOf(resp.Header) != "request_body_not_allowed" {
+		t.Errorf("GET with a request in its body = %d %q; want 400 request_body_not_allowed", resp.StatusCode, body)
+	}
+	e.WaitRecords(t, "the refusal", func(r audit.Record) bool {
+		return r.Kind == "http" && r.Decision == "deny" && r.Reason == "request_body_not_allowed" && r.Host == "py.test"
+	})
+	// A plain GET afterwards is served: the upstream works and has run
+	// nothing else.
+	resp, body = rawRequest(t, e.ProxyAddr, "GET http://"+host+"/public/y HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+	if resp.StatusCode != 200 || body != "/public/y" {
+		t.Fatalf("GET /public/y = %d %q; want 200 /public/y", resp.StatusCode, body)
+	}
+	if got := strings.Join(seen(), ","); got != "GET /public/y" {
+		t.Errorf("upstream ran %q; want only GET /public/y", got)
+	}
+}
