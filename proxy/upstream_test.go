@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -294,17 +295,28 @@ func waitPlanted(t *testing.T, p *upstreamPool, addr string) {
 // A response head is read up to 1 MiB, as on the Transport path, not held
 // in memory whole however long it is.
 func TestUpstreamPoolCapsResponseHead(t *testing.T) {
-	huge := "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("a", 4<<20) + "\r\nContent-Length: 0\r\n\r\n"
-	addr, _ := rawUpstream(t, huge, 0)
+	// Built before counting; written as bytes, not converted from a string.
+	huge := []byte("HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("a", 16<<20) + "\r\nContent-Length: 0\r\n\r\n")
+	addr := "127.0.0.1:" + oneConnUpstream(t, func(c net.Conn) {
+		http.ReadRequest(bufio.NewReader(c))
+		c.Write(huge)
+	})
 	p := newUpstreamPool(DefaultConfig(), &net.Dialer{})
 	defer p.closeIdle()
 	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
 	resp, _, err := p.roundTrip(req, addr)
+	runtime.ReadMemStats(&after)
 	if err == nil {
 		resp.Body.Close()
-		t.Fatalf("roundTrip of a 4 MiB head = %d, nil; want an error", resp.StatusCode)
+		t.Errorf("roundTrip of a 16 MiB head = %d, nil; want an error", resp.StatusCode)
+	} else if !strings.Contains(err.Error(), "1 MiB") {
+		t.Errorf("roundTrip of a 16 MiB head: %v; want the 1 MiB cap named", err)
 	}
-	if !strings.Contains(err.Error(), "1 MiB") {
-		t.Errorf("roundTrip of a 4 MiB head: %v; want the 1 MiB cap named", err)
+	// textproto grows the line it reads by append, which allocates about
+	// seven times the 1 MiB read; the whole 16 MiB head would cost ~80 MiB.
+	if alloc, limit := after.TotalAlloc-before.TotalAlloc, uint64(12<<20); alloc > limit {
+		t.Errorf("reading a 16 MiB head allocated %d bytes; want at most %d", alloc, limit)
 	}
 }
