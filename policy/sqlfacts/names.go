@@ -389,14 +389,18 @@ func asciiLower(s string) string {
 }
 
 // truncateIdent cuts s to 63 bytes at a character boundary, as
-// truncate_identifier does.
+// truncate_identifier does. (The parse tree is valid UTF-8, so a boundary
+// is at most three bytes back; bytes that are not UTF-8 are cut at 63.)
 func truncateIdent(s string) string {
 	if len(s) <= maxIdentLen {
 		return s
 	}
 	n := maxIdentLen
-	for n > 0 && !utf8.RuneStart(s[n]) {
+	for n > maxIdentLen-utf8.UTFMax+1 && !utf8.RuneStart(s[n]) {
 		n--
+	}
+	if !utf8.RuneStart(s[n]) {
+		n = maxIdentLen
 	}
 	return s[:n]
 }

@@ -154,7 +154,7 @@ func (c *classifier) classify(n int32) (*Statement, error) {
 			st.Copy.Direction = "from"
 		}
 		// COPY (query) TO runs its query, DML with RETURNING included.
-		if q := d.Get(v, keyQuery); d.Present(q) {
+		if q := d.Get(v, keyCopyQuery); d.Present(q) {
 			st.Inner, err = c.classify(q)
 		}
 	case nodeVariableShow:

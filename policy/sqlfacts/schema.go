@@ -79,6 +79,7 @@ var (
 	keyCondition    = jsonName(&pg_query.ListenStmt{}, "conditionname")
 	keyOptions      = jsonName(&pg_query.ExplainStmt{}, "options")
 	keyQuery        = jsonName(&pg_query.ExplainStmt{}, "query")
+	keyCopyQuery    = jsonName(&pg_query.CopyStmt{}, "query")
 	keyRecursive    = jsonName(&pg_query.WithClause{}, "recursive")
 	keyCtes         = jsonName(&pg_query.WithClause{}, "ctes")
 	keyCtename      = jsonName(&pg_query.CommonTableExpr{}, "ctename")

@@ -275,6 +275,7 @@ func TestQualifiedName(t *testing.T) {
 		{`a"b`, []string{`a"b`}},
 		{"db.s.t", []string{"db", "s", "t"}},
 		{strings.Repeat("x", 70), []string{strings.Repeat("x", 63)}},
+		{strings.Repeat("é", 40), []string{strings.Repeat("é", 31)}},
 		{"", nil},
 		{"a..b", nil},
 		{"a.", nil},
