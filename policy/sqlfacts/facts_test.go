@@ -193,6 +193,20 @@ func TestAppendKeyDistinguishes(t *testing.T) {
 	if string(a.AppendKey(nil)) != string(c.AppendKey(nil)) {
 		t.Errorf("AppendKey differs for the same facts")
 	}
+	// The policy caches decisions by this key: facts read from constants
+	// must be in it.
+	for _, pair := range [][2]string{
+		{"SET statement_timeout = '5s'", "SET statement_timeout = 0"},
+		{"SET work_mem = '64MB'", "SET work_mem = '64GB'"},
+		{"SET statement_timeout = '5s'", "SET statement_timeout = '5 s'"},
+		{"MERGE INTO t USING s ON true WHEN MATCHED AND x THEN DELETE", "MERGE INTO t USING s ON true WHEN MATCHED THEN DELETE"},
+		{"SELECT currval(NULL)", "SELECT currval($1)"},
+	} {
+		x, y := parseOne(t, pair[0]), parseOne(t, pair[1])
+		if string(x.AppendKey(nil)) == string(y.AppendKey(nil)) {
+			t.Errorf("AppendKey(%q) = AppendKey(%q); want different", pair[0], pair[1])
+		}
+	}
 }
 
 // TestNormalizedTextDeterminesFacts is the soundness argument for the
