@@ -154,14 +154,14 @@ unfiltered_write(s) if {
 # within_bounds: a bounded setting may be set only to a value the server
 # reads as a number of the bound's unit within [min, max]; SET … TO
 # DEFAULT and RESET restore what the role or database set.
-within_bounds(b, set) if {
-	set.time_ms >= b.min_ms
-	set.time_ms <= b.max_ms
+within_bounds(b, v) if {
+	v.time_ms >= b.min_ms
+	v.time_ms <= b.max_ms
 }
 
-within_bounds(b, set) if {
-	set.memory_kb >= b.min_kb
-	set.memory_kb <= b.max_kb
+within_bounds(b, v) if {
+	v.memory_kb >= b.min_kb
+	v.memory_kb <= b.max_kb
 }
 
 # table_allowed matches "schema.table" or "schema.*" patterns.

@@ -127,19 +127,19 @@ test_sequences_follow_the_write_list if {
 	reason_of(rw, seq("private", "s", "currval", "read")) == "table_not_allowed"
 }
 
-set(name, extra) := {"command": "set", "set": object.union({"name": name, "action": "set"}, extra)}
+set_stmt(name, extra) := {"command": "set", "set": object.union({"name": name, "action": "set"}, extra)}
 
 test_setting_bounds if {
-	sql.decision.allow with input as req(ro, set("statement_timeout", {"value": "5s", "time_ms": 5000}))
-	reason_of(ro, set("statement_timeout", {"value": "0", "time_ms": 0})) == "setting_value_denied"
-	reason_of(ro, set("statement_timeout", {"value": "-5"})) == "setting_value_denied"
-	reason_of(ro, set("lock_timeout", {"value": "1d", "time_ms": 86400000})) == "setting_value_denied"
-	reason_of(ro, set("idle_in_transaction_session_timeout", {"value": "soon"})) == "setting_value_denied"
-	sql.decision.allow with input as req(ro, set("work_mem", {"value": "64MB", "time_ms": 64, "memory_kb": 65536}))
-	reason_of(ro, set("work_mem", {"value": "100GB", "memory_kb": 104857600})) == "setting_value_denied"
-	sql.decision.allow with input as req(ro, set("statement_timeout", {"action": "set_default"}))
-	sql.decision.allow with input as req(ro, set("statement_timeout", {"action": "reset"}))
-	sql.decision.allow with input as req(ro, set("application_name", {"value": "x"}))
+	sql.decision.allow with input as req(ro, set_stmt("statement_timeout", {"value": "5s", "time_ms": 5000}))
+	reason_of(ro, set_stmt("statement_timeout", {"value": "0", "time_ms": 0})) == "setting_value_denied"
+	reason_of(ro, set_stmt("statement_timeout", {"value": "-5"})) == "setting_value_denied"
+	reason_of(ro, set_stmt("lock_timeout", {"value": "1d", "time_ms": 86400000})) == "setting_value_denied"
+	reason_of(ro, set_stmt("idle_in_transaction_session_timeout", {"value": "soon"})) == "setting_value_denied"
+	sql.decision.allow with input as req(ro, set_stmt("work_mem", {"value": "64MB", "time_ms": 64, "memory_kb": 65536}))
+	reason_of(ro, set_stmt("work_mem", {"value": "100GB", "memory_kb": 104857600})) == "setting_value_denied"
+	sql.decision.allow with input as req(ro, set_stmt("statement_timeout", {"action": "set_default"}))
+	sql.decision.allow with input as req(ro, set_stmt("statement_timeout", {"action": "reset"}))
+	sql.decision.allow with input as req(ro, set_stmt("application_name", {"value": "x"}))
 }
 
 test_show_all_is_a_settings_read if {
