@@ -98,8 +98,9 @@ type Statement struct {
 	HasWhere bool `json:"has_where"`
 	// MissingWhere is set when any UPDATE or DELETE anywhere in the
 	// statement (a WITH query, COPY's query, what EXPLAIN or PREPARE
-	// wraps) has no WHERE, or a MERGE updates or deletes matched rows in a
-	// WHEN MATCHED clause without an AND condition of its own.
+	// wraps) has no WHERE, a MERGE updates or deletes matched rows in a
+	// WHEN MATCHED clause without an AND condition of its own, or an
+	// INSERT of a query's rows does ON CONFLICT DO UPDATE without WHERE.
 	MissingWhere bool `json:"missing_where"`
 	// DynamicName is set when a relation or function is named by a value
 	// the facts cannot resolve: `nextval(col)`, `$1::regclass`, an OID, a

@@ -428,3 +428,17 @@ func mergeUnfiltered(d *jsontree.Doc, clauses int32) bool {
 	})
 	return unfiltered
 }
+
+// upsertUnfiltered reports whether the InsertStmt object ins updates, ON
+// CONFLICT DO UPDATE with no WHERE of its own, rows that a query chooses:
+// `INSERT INTO t SELECT * FROM t ON CONFLICT (id) DO UPDATE SET …`
+// updates every row of t. Rows written out in VALUES (or DEFAULT VALUES)
+// bound what the upsert can touch, as an UPDATE's WHERE would.
+func upsertUnfiltered(d *jsontree.Doc, ins int32) bool {
+	oc := d.Get(ins, keyOnConflict)
+	if !d.Present(oc) || d.Str(d.Get(oc, keyConflictAct)) != conflictUpdate || d.Present(d.Get(oc, keyConflictWhr)) {
+		return false
+	}
+	typ, sel := nodeType(d, d.Get(ins, keyInsertSelect))
+	return typ != "" && !(typ == nodeSelectStmt && d.NonEmpty(d.Get(sel, keyValuesLists)))
+}

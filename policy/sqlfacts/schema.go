@@ -104,6 +104,11 @@ var (
 	keyCommandType  = jsonName(&pg_query.MergeWhenClause{}, "command_type")
 	keyMergeCond    = jsonName(&pg_query.MergeWhenClause{}, "condition")
 	keyShowName     = jsonName(&pg_query.VariableShowStmt{}, "name")
+	keyOnConflict   = jsonName(&pg_query.InsertStmt{}, "on_conflict_clause")
+	keyInsertSelect = jsonName(&pg_query.InsertStmt{}, "select_stmt")
+	keyConflictAct  = jsonName(&pg_query.OnConflictClause{}, "action")
+	keyConflictWhr  = jsonName(&pg_query.OnConflictClause{}, "where_clause")
+	keyValuesLists  = jsonName(&pg_query.SelectStmt{}, "values_lists")
 	keyIsnull       = jsonName(&pg_query.A_Const{}, "isnull")
 	keyConstSval    = jsonName(&pg_query.A_Const{}, "sval")
 	keyConstIval    = jsonName(&pg_query.A_Const{}, "ival")
@@ -139,8 +144,9 @@ var (
 	nodeTypeCast        = nodeKey(&pg_query.TypeCast{})
 	nodeMergeWhenClause = nodeKey(&pg_query.MergeWhenClause{})
 
-	cmdUpdate = pg_query.CmdType_CMD_UPDATE.String()
-	cmdDelete = pg_query.CmdType_CMD_DELETE.String()
+	conflictUpdate = pg_query.OnConflictAction_ONCONFLICT_UPDATE.String()
+	cmdUpdate      = pg_query.CmdType_CMD_UPDATE.String()
+	cmdDelete      = pg_query.CmdType_CMD_DELETE.String()
 
 	// setActions and transactionKinds map enum value names (as the JSON
 	// writes them) to the facts' words.

@@ -81,7 +81,11 @@ func TestMissingWhere(t *testing.T) {
 		{"merge insert only", "MERGE INTO orders o USING src s ON o.id = s.id WHEN NOT MATCHED THEN INSERT VALUES (s.id)", false},
 		{"merge do nothing", "MERGE INTO orders o USING src s ON o.id = s.id WHEN MATCHED THEN DO NOTHING", false},
 		{"insert", "INSERT INTO t SELECT * FROM u", false},
-		{"upsert", "INSERT INTO t VALUES (1) ON CONFLICT (id) DO UPDATE SET a = 2", false},
+		{"upsert of values", "INSERT INTO t VALUES (1), (2) ON CONFLICT (id) DO UPDATE SET a = 2", false},
+		{"upsert of default values", "INSERT INTO t DEFAULT VALUES ON CONFLICT (id) DO UPDATE SET a = 2", false},
+		{"upsert of a query", "INSERT INTO t SELECT * FROM t ON CONFLICT (id) DO UPDATE SET a = 2", true},
+		{"upsert of a query with where", "INSERT INTO t SELECT * FROM t ON CONFLICT (id) DO UPDATE SET a = 2 WHERE t.a < 0", false},
+		{"upsert of a query doing nothing", "INSERT INTO t SELECT * FROM u ON CONFLICT DO NOTHING", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -322,6 +322,10 @@ func (w *walker) msg(mi *msgInfo, v int32) error {
 		}
 		w.target(d.Get(v, keyRelation), RoleWrite)
 		switch mi.kind {
+		case kindInsert:
+			if upsertUnfiltered(d, v) {
+				w.st.MissingWhere = true
+			}
 		case kindFilteredDML:
 			if !d.Present(d.Get(v, keyWhere)) {
 				w.st.MissingWhere = true

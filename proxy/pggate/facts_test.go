@@ -58,6 +58,7 @@ func TestWritesHiddenInCopyAndCTEsDenied(t *testing.T) {
 		{"rw writable cte without where", "agent-rw", passRW, "WITH d AS (DELETE FROM gf_x RETURNING *) SELECT count(*) FROM d", "missing_where"},
 		{"rw merge on true", "agent-rw", passRW, "MERGE INTO gf_orders o USING (SELECT 1) s ON true WHEN MATCHED THEN UPDATE SET total = 0", "missing_where"},
 		{"rw merge delete", "agent-rw", passRW, "MERGE INTO gf_orders o USING gf_x s ON o.id = s.id WHEN MATCHED THEN DELETE", "missing_where"},
+		{"rw upsert of a query", "agent-rw", passRW, "INSERT INTO gf_orders SELECT * FROM gf_orders ON CONFLICT (id) DO UPDATE SET total = 0", "missing_where"},
 	}
 	conns := map[string]*pgconn.PgConn{
 		"agent-ro": connect(t, f.dsn("agent-ro", passRO, "app")),
@@ -77,6 +78,7 @@ func TestWritesHiddenInCopyAndCTEsDenied(t *testing.T) {
 	for _, q := range []string{
 		"COPY (DELETE FROM gf_x WHERE id = 3 RETURNING id) TO STDOUT",
 		"WITH d AS (DELETE FROM gf_x WHERE id = 2 RETURNING *) SELECT count(*) FROM d",
+		"INSERT INTO gf_orders VALUES (2, 20) ON CONFLICT (id) DO UPDATE SET total = excluded.total",
 		"MERGE INTO gf_orders o USING gf_x s ON o.id = s.id WHEN MATCHED AND s.id = 1 THEN UPDATE SET total = 0",
 	} {
 		if _, err := rw.Exec(ctxT(t), q).ReadAll(); err != nil {
