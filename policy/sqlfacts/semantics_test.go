@@ -3,9 +3,13 @@ package sqlfacts
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	pg_query "github.com/pganalyze/pg_query_go/v5"
 )
 
 // The tests of this file pin facts to what PostgreSQL does with the
@@ -293,4 +297,99 @@ func TestQualifiedName(t *testing.T) {
 			t.Errorf("qualifiedName(%q) = %q, %v; want %q", tt.in, got, ok, tt.want)
 		}
 	}
+}
+
+// TestConstantsDecideNothingUnmarked is the generated-input form of
+// TestNormalizedTextDeterminesFacts: every constant of every corpus text
+// (the drift corpus, the analyst corpus, the fact-bearing statements
+// below) is replaced by other constants, and each variant that normalizes
+// as the original does must have the original's ConstantFacts, and, when
+// that is not set, its facts. A fact read from a constant that the walker
+// failed to mark would show as two variants with one normalized form and
+// different facts.
+func TestConstantsDecideNothingUnmarked(t *testing.T) {
+	corpus := append([]string{
+		"SELECT nextval('s'), currval('x.y')",
+		"SELECT 'a.b'::regclass, to_regtype('int'), 'f(int)'::regprocedure",
+		"SET statement_timeout = 5000",
+		"SET work_mem TO '64MB'",
+		"SELECT jsonb_populate_record(NULL::pg_authid, '{}')",
+		"COPY (DELETE FROM t WHERE a = 1 RETURNING id) TO STDOUT",
+		"MERGE INTO o USING s ON o.id = s.id WHEN MATCHED AND s.x = 1 THEN DELETE",
+	}, driftCorpus...)
+	files, err := filepath.Glob(filepath.Join("..", "testdata", "analyst", "*.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if filepath.Base(f) == "schema.sql" {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, block := range strings.Split(string(b), "\n\n") {
+			if q := strings.TrimSpace(block); q != "" {
+				corpus = append(corpus, q)
+			}
+		}
+	}
+	constants := []string{"'private.secrets'", "0", "-1", "NULL", "'5s'", "2.5", "'x'", "'1260'", "true"}
+	variants := 0
+	for _, sql := range corpus {
+		norm, err := pg_query.Normalize(sql)
+		if err != nil {
+			continue
+		}
+		orig, err := Parse(sql, Options{Database: "app"})
+		if err != nil {
+			continue
+		}
+		for _, c := range constants {
+			v := replaceParams(norm, c)
+			if v == norm {
+				break
+			}
+			if nv, err := pg_query.Normalize(v); err != nil || nv != norm {
+				continue
+			}
+			sts, err := Parse(v, Options{Database: "app"})
+			if err != nil || len(sts) != len(orig) {
+				continue
+			}
+			variants++
+			for i := range sts {
+				a, b := orig[i], sts[i]
+				if a.ConstantFacts != b.ConstantFacts {
+					t.Errorf("ConstantFacts of %q = %v, of %q = %v; want equal (one normalized form)", sql, a.ConstantFacts, v, b.ConstantFacts)
+				} else if !a.ConstantFacts && string(a.AppendKey(nil)) != string(b.AppendKey(nil)) {
+					ja, _ := json.Marshal(a)
+					jb, _ := json.Marshal(b)
+					t.Errorf("facts of %q and %q differ without ConstantFacts:\n%s\n%s", sql, v, ja, jb)
+				}
+			}
+		}
+	}
+	if variants < 200 {
+		t.Errorf("%d variants checked; want at least 200", variants)
+	}
+}
+
+// replaceParams replaces every $n of a normalized text by c.
+func replaceParams(norm, c string) string {
+	var b strings.Builder
+	for i := 0; i < len(norm); i++ {
+		if norm[i] == '$' && i+1 < len(norm) && norm[i+1] >= '0' && norm[i+1] <= '9' {
+			j := i + 1
+			for j < len(norm) && norm[j] >= '0' && norm[j] <= '9' {
+				j++
+			}
+			b.WriteString(c)
+			i = j - 1
+			continue
+		}
+		b.WriteByte(norm[i])
+	}
+	return b.String()
 }
