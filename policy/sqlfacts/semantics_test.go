@@ -3,13 +3,13 @@ package sqlfacts
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
+
+	"github.com/egressd/egressd/policy/sqlfacts/analyst"
 )
 
 // The tests of this file pin facts to what PostgreSQL does with the
@@ -317,24 +317,7 @@ func TestConstantsDecideNothingUnmarked(t *testing.T) {
 		"COPY (DELETE FROM t WHERE a = 1 RETURNING id) TO STDOUT",
 		"MERGE INTO o USING s ON o.id = s.id WHEN MATCHED AND s.x = 1 THEN DELETE",
 	}, driftCorpus...)
-	files, err := filepath.Glob(filepath.Join("..", "testdata", "analyst", "*.sql"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		if filepath.Base(f) == "schema.sql" {
-			continue
-		}
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, block := range strings.Split(string(b), "\n\n") {
-			if q := strings.TrimSpace(block); q != "" {
-				corpus = append(corpus, q)
-			}
-		}
-	}
+	corpus = append(corpus, analyst.Queries()...)
 	constants := []string{"'private.secrets'", "0", "-1", "NULL", "'5s'", "2.5", "'x'", "'1260'", "true"}
 	variants := 0
 	for _, sql := range corpus {

@@ -1,8 +1,5 @@
--- The schema the analyst corpus (*.sql beside this file) is written
--- against: a small shop's database in schema public. The corpus queries
--- are what a data analyst with the read_only profile writes against it;
--- every one must be allowed (policy: TestAnalystCorpusReadOnly) and run
--- on PostgreSQL (proxy/pggate: TestAnalystCorpusThroughGate).
+-- The schema the analyst corpus (*.sql beside this file, package
+-- analyst) is written against: a small shop's database in schema public.
 CREATE TABLE customers (
     id         int PRIMARY KEY,
     name       text NOT NULL,
