@@ -114,9 +114,7 @@ var (
 	keyConstIval    = jsonName(&pg_query.A_Const{}, "ival")
 	keyConstFval    = jsonName(&pg_query.A_Const{}, "fval")
 	keyConstBool    = jsonName(&pg_query.A_Const{}, "boolval")
-	keyConstBsval   = jsonName(&pg_query.A_Const{}, "bsval")
 	keyFval         = jsonName(&pg_query.Float{}, "fval")
-	keyBsval        = jsonName(&pg_query.BitString{}, "bsval")
 
 	// Node member keys ("SelectStmt", "String", …).
 	nodeString          = nodeKey(&pg_query.String{})
