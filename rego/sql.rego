@@ -26,9 +26,10 @@ profile := data.sql.profiles[profile_name]
 
 stmt := input.statement
 
-# eff is the statement that actually runs: what EXPLAIN, PREPARE and
-# DECLARE CURSOR wrap, or the statement itself. The outer statement's
-# relation and function lists already include the inner ones.
+# eff is the statement that actually runs: what EXPLAIN, PREPARE,
+# DECLARE CURSOR and COPY (query) wrap, or the statement itself. The outer
+# statement's relation and function lists and its flags already include
+# the inner ones.
 eff := s if {
 	s := stmt.inner
 } else := stmt
@@ -72,6 +73,11 @@ forbidden := "do_denied" if {
 	eff.command in {"create_server", "create_fdw", "create_user_mapping", "create_foreign_table"}
 } else := "create_subscription_denied" if {
 	eff.command == "create_subscription"
+} else := "dynamic_name_denied" if {
+	# A relation or function named by a value the facts cannot resolve
+	# (nextval(col), $1::regclass, an OID) cannot be checked against any
+	# list.
+	stmt.dynamic_name
 } else := "set_role_denied" if {
 	stmt.set.name in {"role", "session_authorization"}
 } else := "set_denied" if {
@@ -112,9 +118,9 @@ refusal := "write_denied" if {
 	stmt.copy.direction == "to"
 	not profile.copy_table_out
 } else := "missing_where" if {
-	eff.command in {"update", "delete"}
-	not eff.has_where
 	profile.require_where
+	some s in [stmt, eff]
+	unfiltered_write(s)
 } else := "write_denied" if {
 	some r in stmt.relations
 	r.role == "write"
@@ -129,6 +135,33 @@ refusal := "write_denied" if {
 } else := "set_denied" if {
 	stmt.set.name != ""
 	not stmt.set.name in profile.settings
+} else := "setting_value_denied" if {
+	bounds := profile.setting_bounds[stmt.set.name]
+	not stmt.set.action in {"set_default", "reset"}
+	not within_bounds(bounds, stmt.set)
+}
+
+# unfiltered_write: an UPDATE or DELETE anywhere in the statement (a WITH
+# query, COPY's query, what EXPLAIN or PREPARE wraps) without WHERE, or a
+# MERGE that updates or deletes matched rows with no AND condition.
+unfiltered_write(s) if s.missing_where
+
+unfiltered_write(s) if {
+	s.command in {"update", "delete"}
+	not s.has_where
+}
+
+# within_bounds: a bounded setting may be set only to a value the server
+# reads as a number of the bound's unit within [min, max]; SET … TO
+# DEFAULT and RESET restore what the role or database set.
+within_bounds(b, v) if {
+	v.time_ms >= b.min_ms
+	v.time_ms <= b.max_ms
+}
+
+within_bounds(b, v) if {
+	v.memory_kb >= b.min_kb
+	v.memory_kb <= b.max_kb
 }
 
 # table_allowed matches "schema.table" or "schema.*" patterns.

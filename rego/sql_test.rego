@@ -44,13 +44,13 @@ test_read_only_denials if {
 	reason_of(ro, {"command": "copy", "copy": {"direction": "to", "table": true}}) == "copy_table_denied"
 	reason_of(ro, {"command": "explain", "explain_analyze": true, "inner": {"command": "delete"}}) == "write_denied"
 	reason_of(ro, {"command": "select", "writable_cte": true}) == "writable_cte_denied"
-	reason_of(ro, {"command": "set", "set": {"name": "work_mem", "action": "set"}}) == "set_denied"
+	reason_of(ro, {"command": "set", "set": {"name": "enable_seqscan", "action": "set"}}) == "set_denied"
 }
 
 test_read_only_allows if {
 	sql.decision.allow with input as req(ro, {"command": "copy", "copy": {"direction": "to", "table": false}})
 	sql.decision.allow with input as req(ro, {"command": "transaction", "transaction": "begin"})
-	sql.decision.allow with input as req(ro, {"command": "set", "set": {"name": "statement_timeout", "action": "set"}})
+	sql.decision.allow with input as req(ro, {"command": "set", "set": {"name": "statement_timeout", "action": "set", "value": "5000", "time_ms": 5000}})
 	sql.decision.allow with input as req(ro, {"command": "set", "set": {"name": "", "action": "reset_all"}})
 	sql.decision.allow with input as req(ro, {"command": "explain", "inner": {"command": "select"}})
 }
@@ -92,4 +92,57 @@ test_connect if {
 	d := sql.decision with input as req(ro, {"command": "connect"}) with data.sql.profiles.read_only.databases as ["other"]
 	d.reason == "sql_database_denied"
 	reason_of({"id": "nobody"}, {"command": "connect"}) == "sql_no_profile"
+}
+
+test_missing_where_anywhere if {
+	del := {"command": "delete", "has_where": false, "missing_where": true, "relations": [{"schema": "public", "name": "x", "role": "write"}]}
+
+	# COPY (DELETE … RETURNING) TO STDOUT: the inner statement runs.
+	reason_of(rw, {"command": "copy", "copy": {"direction": "to"}, "missing_where": true, "relations": del.relations, "inner": del}) == "missing_where"
+
+	# A writable CTE's DELETE under a SELECT.
+	reason_of(rw, {"command": "select", "writable_cte": true, "missing_where": true, "relations": del.relations, "functions": [{"schema": "", "name": "count"}]}) == "missing_where"
+
+	# MERGE … WHEN MATCHED THEN UPDATE with no AND condition.
+	reason_of(rw, {"command": "merge", "missing_where": true, "relations": [{"schema": "public", "name": "orders", "role": "write"}]}) == "missing_where"
+	sql.decision.allow with input as req(rw, {"command": "merge", "relations": [{"schema": "public", "name": "orders", "role": "write"}]})
+}
+
+test_copy_query_runs_its_dml if {
+	reason_of(ro, {"command": "copy", "copy": {"direction": "to"}, "relations": [{"schema": "public", "name": "t", "role": "write"}], "inner": {"command": "delete", "has_where": true}}) == "write_denied"
+}
+
+test_dynamic_name_denied if {
+	every identity in [ro, rw] {
+		reason_of(identity, {"command": "select", "dynamic_name": true, "functions": [{"schema": "", "name": "nextval"}]}) == "dynamic_name_denied"
+	}
+}
+
+seq(schema, name, fn, role) := {"command": "select", "functions": [{"schema": "", "name": fn}], "relations": [{"schema": schema, "name": name, "role": role}]}
+
+test_sequences_follow_the_write_list if {
+	sql.decision.allow with input as req(rw, seq("public", "s", "nextval", "write"))
+	reason_of(rw, seq("private", "s", "nextval", "write")) == "write_denied"
+	sql.decision.allow with input as req(rw, seq("public", "s", "currval", "read"))
+	reason_of(rw, seq("private", "s", "currval", "read")) == "table_not_allowed"
+}
+
+set_stmt(name, extra) := {"command": "set", "set": object.union({"name": name, "action": "set"}, extra)}
+
+test_setting_bounds if {
+	sql.decision.allow with input as req(ro, set_stmt("statement_timeout", {"value": "5s", "time_ms": 5000}))
+	reason_of(ro, set_stmt("statement_timeout", {"value": "0", "time_ms": 0})) == "setting_value_denied"
+	reason_of(ro, set_stmt("statement_timeout", {"value": "-5"})) == "setting_value_denied"
+	reason_of(ro, set_stmt("lock_timeout", {"value": "1d", "time_ms": 86400000})) == "setting_value_denied"
+	reason_of(ro, set_stmt("idle_in_transaction_session_timeout", {"value": "soon"})) == "setting_value_denied"
+	sql.decision.allow with input as req(ro, set_stmt("work_mem", {"value": "64MB", "time_ms": 64, "memory_kb": 65536}))
+	reason_of(ro, set_stmt("work_mem", {"value": "100GB", "memory_kb": 104857600})) == "setting_value_denied"
+	sql.decision.allow with input as req(ro, set_stmt("statement_timeout", {"action": "set_default"}))
+	sql.decision.allow with input as req(ro, set_stmt("statement_timeout", {"action": "reset"}))
+	sql.decision.allow with input as req(ro, set_stmt("application_name", {"value": "x"}))
+}
+
+test_show_all_is_a_settings_read if {
+	reason_of(ro, {"command": "show", "relations": [{"schema": "pg_catalog", "name": "pg_settings", "role": "read"}]}) == "table_not_allowed"
+	sql.decision.allow with input as req(ro, {"command": "show"})
 }

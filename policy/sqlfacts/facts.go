@@ -8,6 +8,7 @@ package sqlfacts
 
 import (
 	"encoding/binary"
+	"math"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -61,6 +62,17 @@ type Set struct {
 	// or "reset_all".
 	Action string `json:"action"`
 	Local  bool   `json:"local"`
+	// Value is the value as the server receives it: each constant's text
+	// (a number as written), joined by ", " for a list; "?" stands for a
+	// value that is not a plain constant. Empty without a value.
+	Value string `json:"value"`
+	// TimeMS is Value read as a time setting reads it (a number with an
+	// optional unit us, ms, s, min, h or d; a bare number is
+	// milliseconds); nil when it is not one.
+	TimeMS *float64 `json:"time_ms,omitempty"`
+	// MemoryKB is Value read as a memory setting reads it (units B, kB,
+	// MB, GB, TB; a bare number is kB); nil when it is not one.
+	MemoryKB *float64 `json:"memory_kb,omitempty"`
 }
 
 // Statement is the facts of one SQL statement. It implements policy.Facts.
@@ -81,8 +93,19 @@ type Statement struct {
 	SelectInto bool `json:"select_into"`
 	// Locking is set for SELECT … FOR UPDATE/SHARE anywhere.
 	Locking bool `json:"locking"`
-	// HasWhere is set when an UPDATE or DELETE has a WHERE clause.
+	// HasWhere is set when the statement is an UPDATE or DELETE with a
+	// WHERE clause.
 	HasWhere bool `json:"has_where"`
+	// MissingWhere is set when any UPDATE or DELETE anywhere in the
+	// statement (a WITH query, COPY's query, what EXPLAIN or PREPARE
+	// wraps) has no WHERE, a MERGE updates or deletes matched rows in a
+	// WHEN MATCHED clause without an AND condition of its own, or an
+	// INSERT of a query's rows does ON CONFLICT DO UPDATE without WHERE.
+	MissingWhere bool `json:"missing_where"`
+	// DynamicName is set when a relation or function is named by a value
+	// the facts cannot resolve: `nextval(col)`, `$1::regclass`, an OID, a
+	// string that is not a name.
+	DynamicName bool `json:"dynamic_name"`
 	// ExplainAnalyze is set for EXPLAIN ANALYZE.
 	ExplainAnalyze bool `json:"explain_analyze"`
 	// Transaction is the transaction-control kind: "begin", "commit",
@@ -92,11 +115,17 @@ type Statement struct {
 	Channel string `json:"channel,omitempty"`
 	Copy    *Copy  `json:"copy,omitempty"`
 	Set     *Set   `json:"set,omitempty"`
-	// Inner is the statement that EXPLAIN, PREPARE and DECLARE CURSOR wrap.
+	// Inner is the statement that EXPLAIN, PREPARE, DECLARE CURSOR and
+	// COPY (query) wrap.
 	Inner *Statement `json:"inner,omitempty"`
 
 	// Text is this statement's slice of the query text.
 	Text string `json:"-"`
+	// ConstantFacts is set when some fact was read from a constant's
+	// value (a sequence or relation named by a string, a setting's value),
+	// or could have been: texts that differ only in constants, and so
+	// normalize alike, may then have different facts.
+	ConstantFacts bool `json:"-"`
 }
 
 // Kind is policy.KindSQL.
@@ -112,7 +141,7 @@ func (s *Statement) AppendKey(dst []byte) []byte {
 func (s *Statement) appendKey(dst []byte) []byte {
 	dst = appendStr(dst, s.Command)
 	var flags byte
-	for i, b := range []bool{s.DDL, s.WritableCTE, s.SelectInto, s.Locking, s.HasWhere, s.ExplainAnalyze} {
+	for i, b := range []bool{s.DDL, s.WritableCTE, s.SelectInto, s.Locking, s.HasWhere, s.ExplainAnalyze, s.MissingWhere, s.DynamicName} {
 		if b {
 			flags |= 1 << i
 		}
@@ -136,8 +165,9 @@ func (s *Statement) appendKey(dst []byte) []byte {
 	}
 	if v := s.Set; v != nil {
 		dst = append(dst, 's')
-		dst = appendStr(appendStr(dst, v.Name), v.Action)
+		dst = appendStr(appendStr(appendStr(dst, v.Name), v.Action), v.Value)
 		dst = append(dst, b2b(v.Local))
+		dst = appendNum(appendNum(dst, v.TimeMS), v.MemoryKB)
 	} else {
 		dst = append(dst, '-')
 	}
@@ -153,6 +183,13 @@ func b2b(b bool) byte {
 		return 1
 	}
 	return 0
+}
+
+func appendNum(dst []byte, f *float64) []byte {
+	if f == nil {
+		return append(dst, '-')
+	}
+	return binary.LittleEndian.AppendUint64(append(dst, 'n'), math.Float64bits(*f))
 }
 
 func appendStr(dst []byte, s string) []byte {
@@ -191,6 +228,8 @@ func (s *Statement) object() ast.Object {
 		ast.Item(ast.StringTerm("select_into"), ast.BooleanTerm(s.SelectInto)),
 		ast.Item(ast.StringTerm("locking"), ast.BooleanTerm(s.Locking)),
 		ast.Item(ast.StringTerm("has_where"), ast.BooleanTerm(s.HasWhere)),
+		ast.Item(ast.StringTerm("missing_where"), ast.BooleanTerm(s.MissingWhere)),
+		ast.Item(ast.StringTerm("dynamic_name"), ast.BooleanTerm(s.DynamicName)),
 		ast.Item(ast.StringTerm("explain_analyze"), ast.BooleanTerm(s.ExplainAnalyze)),
 		ast.Item(ast.StringTerm("transaction"), ast.StringTerm(s.Transaction)),
 		ast.Item(ast.StringTerm("channel"), ast.StringTerm(s.Channel)),
@@ -204,11 +243,19 @@ func (s *Statement) object() ast.Object {
 		))
 	}
 	if v := s.Set; v != nil {
-		o.Insert(ast.StringTerm("set"), ast.ObjectTerm(
+		set := ast.NewObject(
 			ast.Item(ast.StringTerm("name"), ast.StringTerm(v.Name)),
 			ast.Item(ast.StringTerm("action"), ast.StringTerm(v.Action)),
 			ast.Item(ast.StringTerm("local"), ast.BooleanTerm(v.Local)),
-		))
+			ast.Item(ast.StringTerm("value"), ast.StringTerm(v.Value)),
+		)
+		if v.TimeMS != nil {
+			set.Insert(ast.StringTerm("time_ms"), ast.FloatNumberTerm(*v.TimeMS))
+		}
+		if v.MemoryKB != nil {
+			set.Insert(ast.StringTerm("memory_kb"), ast.FloatNumberTerm(*v.MemoryKB))
+		}
+		o.Insert(ast.StringTerm("set"), ast.NewTerm(set))
 	}
 	if s.Inner != nil {
 		o.Insert(ast.StringTerm("inner"), ast.NewTerm(s.Inner.object()))

@@ -193,35 +193,60 @@ func TestAppendKeyDistinguishes(t *testing.T) {
 	if string(a.AppendKey(nil)) != string(c.AppendKey(nil)) {
 		t.Errorf("AppendKey differs for the same facts")
 	}
+	// The policy caches decisions by this key: facts read from constants
+	// must be in it.
+	for _, pair := range [][2]string{
+		{"SET statement_timeout = '5s'", "SET statement_timeout = 0"},
+		{"SET work_mem = '64MB'", "SET work_mem = '64GB'"},
+		{"SET statement_timeout = '5s'", "SET statement_timeout = '5 s'"},
+		{"MERGE INTO t USING s ON true WHEN MATCHED AND x THEN DELETE", "MERGE INTO t USING s ON true WHEN MATCHED THEN DELETE"},
+		{"SELECT currval(NULL)", "SELECT currval($1)"},
+	} {
+		x, y := parseOne(t, pair[0]), parseOne(t, pair[1])
+		if string(x.AppendKey(nil)) == string(y.AppendKey(nil)) {
+			t.Errorf("AppendKey(%q) = AppendKey(%q); want different", pair[0], pair[1])
+		}
+	}
 }
 
 // TestNormalizedTextDeterminesFacts is the soundness argument for the
-// gate's verdict cache keyed by pg_query.Normalize output: texts that
-// normalize alike must have equal facts, so the policy (a function of the
-// facts) decides them alike. Each pair differs only in literals, including
-// literals that name things to a function (set_config, nextval, regclass
-// casts, query_to_xml): the function name is a fact, its arguments are not.
-// The one fact read from a string value, EXPLAIN's ANALYZE option, must
-// keep its texts apart: Normalize leaves EXPLAIN options alone.
+// gate's verdict caches keyed by pg_query.Normalize output (and by shape):
+// texts that normalize alike must have equal facts, so the policy (a
+// function of the facts) decides them alike — unless their facts were
+// read from constants (ConstantFacts), which the gate keeps out of those
+// caches. ConstantFacts itself must depend on the tree's form only, never
+// on a constant's value (a NULL, a number, a string, all normalize alike),
+// or one text of a normalized form could be cached and decide another.
+// Function names are facts; arguments are not, except the sequence of
+// nextval, a string cast to a reg* type and a SET value. EXPLAIN's ANALYZE
+// option is read from a constant too: Normalize leaves EXPLAIN options
+// alone.
 func TestNormalizedTextDeterminesFacts(t *testing.T) {
 	tests := []struct {
 		name, a, b string
 		sameNorm   bool
+		// constant: the facts of both were read from constants.
+		constant bool
 	}{
-		{"numbers", "SELECT abalance FROM pgbench_accounts WHERE aid = 1", "SELECT abalance FROM pgbench_accounts WHERE aid = 99999999999", true},
-		{"string vs number", "SELECT * FROM users WHERE name = 'x'", "SELECT * FROM users WHERE name = -4.2e1", true},
-		{"set_config", "SELECT set_config('application_name', 'x', false)", "SELECT set_config('role', 'postgres', false)", true},
-		{"current_setting", "SELECT current_setting('search_path')", "SELECT current_setting('is_superuser')", true},
-		{"nextval", "SELECT nextval('users_id_seq')", "SELECT nextval('private.secret_seq')", true},
-		{"regclass cast", "SELECT 'users'::regclass", "SELECT 'private.secrets'::regclass", true},
-		{"query_to_xml", "SELECT query_to_xml('select 1', true, true, '')", "SELECT query_to_xml('delete from users', true, true, '')", true},
-		{"set value", "SET application_name = 'a'", "SET application_name = 'b'", true},
-		{"set role", "SET ROLE 'nobody'", "SET ROLE 'postgres'", true},
-		{"session authorization", "SET SESSION AUTHORIZATION 'nobody'", "SET SESSION AUTHORIZATION 'postgres'", true},
-		{"copy query", "COPY (SELECT 1) TO STDOUT", "COPY (SELECT 'x') TO STDOUT", true},
-		{"copy file name kept", "COPY users TO ''", "COPY users TO '/tmp/x'", false},
-		{"explain analyze string kept", "EXPLAIN (ANALYZE 'off') DELETE FROM users", "EXPLAIN (ANALYZE 'on') DELETE FROM users", false},
-		{"parameter", "SELECT * FROM users WHERE id = $1", "SELECT * FROM users WHERE id = 7", true},
+		{"numbers", "SELECT abalance FROM pgbench_accounts WHERE aid = 1", "SELECT abalance FROM pgbench_accounts WHERE aid = 99999999999", true, false},
+		{"string vs number", "SELECT * FROM users WHERE name = 'x'", "SELECT * FROM users WHERE name = -4.2e1", true, false},
+		{"set_config", "SELECT set_config('application_name', 'x', false)", "SELECT set_config('role', 'postgres', false)", true, false},
+		{"current_setting", "SELECT current_setting('search_path')", "SELECT current_setting('is_superuser')", true, false},
+		{"nextval", "SELECT nextval('users_id_seq')", "SELECT nextval('private.secret_seq')", true, true},
+		{"regclass cast", "SELECT 'users'::regclass", "SELECT 'private.secrets'::regclass", true, true},
+		{"query_to_xml", "SELECT query_to_xml('select 1', true, true, '')", "SELECT query_to_xml('delete from users', true, true, '')", true, false},
+		{"set value", "SET application_name = 'a'", "SET application_name = 'b'", true, true},
+		{"set role", "SET ROLE 'nobody'", "SET ROLE 'postgres'", true, true},
+		{"session authorization", "SET SESSION AUTHORIZATION 'nobody'", "SET SESSION AUTHORIZATION 'postgres'", true, true},
+		{"copy query", "COPY (SELECT 1) TO STDOUT", "COPY (SELECT 'x') TO STDOUT", true, false},
+		{"copy file name kept", "COPY users TO ''", "COPY users TO '/tmp/x'", false, false},
+		{"explain analyze string kept", "EXPLAIN (ANALYZE 'off') DELETE FROM users", "EXPLAIN (ANALYZE 'on') DELETE FROM users", false, false},
+		{"parameter", "SELECT * FROM users WHERE id = $1", "SELECT * FROM users WHERE id = 7", true, false},
+		{"regclass null vs name", "SELECT NULL::regclass", "SELECT 'private.secrets'::regclass", true, true},
+		{"sequence number vs name", "SELECT currval(1)", "SELECT currval('private.s')", true, true},
+		{"set number vs string", "SET statement_timeout = 0", "SET statement_timeout = '5s'", true, true},
+		{"set integer shape", "SET statement_timeout = 5000", "SET statement_timeout = 0", true, true},
+		{"row type", "SELECT NULL::users", "SELECT 'x'::users", true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -241,8 +266,11 @@ func TestNormalizedTextDeterminesFacts(t *testing.T) {
 			}
 			sa, sb := parseAll(t, tt.a), parseAll(t, tt.b)
 			for i := range sa {
+				if sa[i].ConstantFacts != tt.constant || sb[i].ConstantFacts != tt.constant {
+					t.Fatalf("ConstantFacts of %q, %q = %v, %v; want %v", tt.a, tt.b, sa[i].ConstantFacts, sb[i].ConstantFacts, tt.constant)
+				}
 				ka, kb := string(sa[i].AppendKey(nil)), string(sb[i].AppendKey(nil))
-				if ka != kb {
+				if ka != kb && !tt.constant {
 					t.Errorf("facts of %q and %q differ: %+v vs %+v", tt.a, tt.b, sa[i], sb[i])
 				}
 			}

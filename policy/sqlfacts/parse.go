@@ -19,6 +19,10 @@ type Options struct {
 	SearchPath []string
 	// Limits bound the text given to the parser.
 	Limits Limits
+
+	// work, if not nil, is added the walkers' lookups (walker.work), for
+	// the test of the extraction's linear bound.
+	work *int
 }
 
 // Parse pre-scans sql, parses it with pg_query and returns the facts of
@@ -59,6 +63,9 @@ func Parse(sql string, opt Options) ([]*Statement, error) {
 	err = d.Items(stmts, func(raw int32) error {
 		c := classifier{d: d, defSchema: def}
 		st, err := c.classify(d.Get(raw, keyStmt))
+		if opt.work != nil {
+			*opt.work += c.work
+		}
 		if err != nil {
 			return err
 		}
@@ -66,6 +73,12 @@ func Parse(sql string, opt Options) ([]*Statement, error) {
 			if st.ExplainAnalyze, err = explainAnalyzeExact(sql, len(out)); err != nil {
 				return err
 			}
+		}
+		if c.inexactSet {
+			if st.Set.Value, err = setValueExact(sql, len(out)); err != nil {
+				return err
+			}
+			setQuantities(st.Set, c.setArgs)
 		}
 		st.Database = opt.Database
 		if st.Text, err = stmtText(d, sql, raw); err != nil {
@@ -111,8 +124,13 @@ type classifier struct {
 	d         *jsontree.Doc
 	defSchema string
 	// inexact is set when the JSON cannot tell whether EXPLAIN's ANALYZE
-	// is on (see explainAnalyze).
-	inexact bool
+	// is on (see explainAnalyze); inexactSet when it cannot tell a SET's
+	// value (see setValue), which has setArgs arguments.
+	inexact    bool
+	inexactSet bool
+	setArgs    int
+	// work counts the walkers' lookups (walker.work).
+	work int
 }
 
 // classify builds the facts of the statement Node object n.
@@ -135,12 +153,28 @@ func (c *classifier) classify(n int32) (*Statement, error) {
 		if d.Truthy(d.Get(v, keyIsFrom)) {
 			st.Copy.Direction = "from"
 		}
+		// COPY (query) TO runs its query, DML with RETURNING included.
+		if q := d.Get(v, keyCopyQuery); d.Present(q) {
+			st.Inner, err = c.classify(q)
+		}
+	case nodeVariableShow:
+		// SHOW ALL lists every setting, as pg_settings does: the same read.
+		if strings.EqualFold(d.Str(d.Get(v, keyShowName)), "all") {
+			st.Relations = append(st.Relations, Relation{Schema: "pg_catalog", Name: "pg_settings", Role: RoleRead})
+		}
 	case nodeVariableSetStmt:
 		action, ok := setActions[d.Str(d.Get(v, keySetKind))]
 		if !ok {
 			action = "unknown"
 		}
 		st.Set = &Set{Name: strings.Clone(strings.ToLower(d.Str(d.Get(v, keySetName)))), Action: action, Local: d.Truthy(d.Get(v, keyIsLocal))}
+		var exact bool
+		st.Set.Value, c.setArgs, exact = setValue(d, d.Get(v, keySetArgs))
+		st.Set.Value = strings.Clone(st.Set.Value)
+		c.inexactSet = !exact
+		setQuantities(st.Set, c.setArgs)
+		// The value is a fact from a constant (see Statement.ConstantFacts).
+		st.ConstantFacts = c.setArgs > 0
 	case nodeTransactionStmt:
 		k := d.Str(d.Get(v, keyTransKind))
 		if k == "" {
@@ -165,15 +199,20 @@ func (c *classifier) classify(n int32) (*Statement, error) {
 		return nil, err
 	}
 	w := &walker{d: d, st: st, defSchema: c.defSchema}
-	if err := w.msg(nodeInfo, n); err != nil {
+	err = w.msg(nodeInfo, n)
+	c.work += w.work
+	if err != nil {
 		return nil, err
 	}
-	if st.Inner != nil {
+	if in := st.Inner; in != nil {
 		// The wrapper's own lists are the union, so a rule that looks only
 		// at the outer statement still sees every relation and function.
-		st.WritableCTE = st.WritableCTE || st.Inner.WritableCTE
-		st.Locking = st.Locking || st.Inner.Locking
-		st.SelectInto = st.SelectInto || st.Inner.SelectInto
+		st.WritableCTE = st.WritableCTE || in.WritableCTE
+		st.Locking = st.Locking || in.Locking
+		st.SelectInto = st.SelectInto || in.SelectInto
+		st.MissingWhere = st.MissingWhere || in.MissingWhere
+		st.DynamicName = st.DynamicName || in.DynamicName
+		st.ConstantFacts = st.ConstantFacts || in.ConstantFacts
 	}
 	return st, nil
 }

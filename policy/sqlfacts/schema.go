@@ -27,9 +27,13 @@ const (
 	kindRangeVar
 	kindFuncCall
 	kindSelect
-	kindDML // INSERT, UPDATE, DELETE, MERGE: relation is the target
+	kindInsert      // INSERT: relation is the target
+	kindFilteredDML // UPDATE, DELETE: relation is the target, WHERE filters
+	kindMerge       // MERGE: relation is the target, WHEN clauses filter
 	kindCopy
 	kindLockTarget // LOCK, TRUNCATE: relations are targets
+	kindTypeName   // a type, which may be a relation's row type
+	kindTypeCast   // a cast, which to a reg* type names a relation or function
 )
 
 type msgInfo struct {
@@ -75,6 +79,7 @@ var (
 	keyCondition    = jsonName(&pg_query.ListenStmt{}, "conditionname")
 	keyOptions      = jsonName(&pg_query.ExplainStmt{}, "options")
 	keyQuery        = jsonName(&pg_query.ExplainStmt{}, "query")
+	keyCopyQuery    = jsonName(&pg_query.CopyStmt{}, "query")
 	keyRecursive    = jsonName(&pg_query.WithClause{}, "recursive")
 	keyCtes         = jsonName(&pg_query.WithClause{}, "ctes")
 	keyCtename      = jsonName(&pg_query.CommonTableExpr{}, "ctename")
@@ -87,6 +92,29 @@ var (
 	keyBoolval      = jsonName(&pg_query.Boolean{}, "boolval")
 	keyDefname      = jsonName(&pg_query.DefElem{}, "defname")
 	keyArg          = jsonName(&pg_query.DefElem{}, "arg")
+	keyCastArg      = jsonName(&pg_query.TypeCast{}, "arg")
+	keyTypeName     = jsonName(&pg_query.TypeCast{}, "type_name")
+	keyNames        = jsonName(&pg_query.TypeName{}, "names")
+	keyTypmods      = jsonName(&pg_query.TypeName{}, "typmods")
+	keyArrayBounds  = jsonName(&pg_query.TypeName{}, "array_bounds")
+	keyArgs         = jsonName(&pg_query.FuncCall{}, "args")
+	keySetArgs      = jsonName(&pg_query.VariableSetStmt{}, "args")
+	keyMergeWhen    = jsonName(&pg_query.MergeStmt{}, "merge_when_clauses")
+	keyMatched      = jsonName(&pg_query.MergeWhenClause{}, "matched")
+	keyCommandType  = jsonName(&pg_query.MergeWhenClause{}, "command_type")
+	keyMergeCond    = jsonName(&pg_query.MergeWhenClause{}, "condition")
+	keyShowName     = jsonName(&pg_query.VariableShowStmt{}, "name")
+	keyOnConflict   = jsonName(&pg_query.InsertStmt{}, "on_conflict_clause")
+	keyInsertSelect = jsonName(&pg_query.InsertStmt{}, "select_stmt")
+	keyConflictAct  = jsonName(&pg_query.OnConflictClause{}, "action")
+	keyConflictWhr  = jsonName(&pg_query.OnConflictClause{}, "where_clause")
+	keyValuesLists  = jsonName(&pg_query.SelectStmt{}, "values_lists")
+	keyIsnull       = jsonName(&pg_query.A_Const{}, "isnull")
+	keyConstSval    = jsonName(&pg_query.A_Const{}, "sval")
+	keyConstIval    = jsonName(&pg_query.A_Const{}, "ival")
+	keyConstFval    = jsonName(&pg_query.A_Const{}, "fval")
+	keyConstBool    = jsonName(&pg_query.A_Const{}, "boolval")
+	keyFval         = jsonName(&pg_query.Float{}, "fval")
 
 	// Node member keys ("SelectStmt", "String", …).
 	nodeString          = nodeKey(&pg_query.String{})
@@ -109,6 +137,14 @@ var (
 	nodeExplainStmt     = nodeKey(&pg_query.ExplainStmt{})
 	nodePrepareStmt     = nodeKey(&pg_query.PrepareStmt{})
 	nodeDeclareCursor   = nodeKey(&pg_query.DeclareCursorStmt{})
+	nodeVariableShow    = nodeKey(&pg_query.VariableShowStmt{})
+	nodeAConst          = nodeKey(&pg_query.A_Const{})
+	nodeTypeCast        = nodeKey(&pg_query.TypeCast{})
+	nodeMergeWhenClause = nodeKey(&pg_query.MergeWhenClause{})
+
+	conflictUpdate = pg_query.OnConflictAction_ONCONFLICT_UPDATE.String()
+	cmdUpdate      = pg_query.CmdType_CMD_UPDATE.String()
+	cmdDelete      = pg_query.CmdType_CMD_DELETE.String()
 
 	// setActions and transactionKinds map enum value names (as the JSON
 	// writes them) to the facts' words.
@@ -132,9 +168,10 @@ func messageKinds() map[protoreflect.FullName]msgKind {
 		&pg_query.String{}: kindLeaf, &pg_query.Integer{}: kindLeaf, &pg_query.Float{}: kindLeaf,
 		&pg_query.Boolean{}: kindLeaf, &pg_query.BitString{}: kindLeaf, &pg_query.A_Star{}: kindLeaf,
 		&pg_query.RangeVar{}: kindRangeVar, &pg_query.FuncCall{}: kindFuncCall,
-		&pg_query.SelectStmt{}: kindSelect, &pg_query.InsertStmt{}: kindDML, &pg_query.UpdateStmt{}: kindDML,
-		&pg_query.DeleteStmt{}: kindDML, &pg_query.MergeStmt{}: kindDML, &pg_query.CopyStmt{}: kindCopy,
+		&pg_query.SelectStmt{}: kindSelect, &pg_query.InsertStmt{}: kindInsert, &pg_query.UpdateStmt{}: kindFilteredDML,
+		&pg_query.DeleteStmt{}: kindFilteredDML, &pg_query.MergeStmt{}: kindMerge, &pg_query.CopyStmt{}: kindCopy,
 		&pg_query.LockStmt{}: kindLockTarget, &pg_query.TruncateStmt{}: kindLockTarget,
+		&pg_query.TypeName{}: kindTypeName, &pg_query.TypeCast{}: kindTypeCast,
 	} {
 		kinds[m.ProtoReflect().Descriptor().FullName()] = k
 	}

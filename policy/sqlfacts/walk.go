@@ -23,12 +23,18 @@ func nodeType(d *jsontree.Doc, v int32) (string, int32) {
 	return d.Raw(v + 1), v + 2
 }
 
+// smallList is the length up to which the walker looks names up by
+// scanning a slice; past it, it keeps a map, so that a statement naming
+// tens of thousands of relations or CTEs is walked in linear time.
+const smallList = 16
+
 // walker collects relations and functions from every node of one
 // statement's JSON parse tree. It walks every message generically, guided
 // by its descriptor, so that a node kind the code does not name (a new
 // expression form, a clause of a DDL statement) is still searched for
-// RangeVar and FuncCall; only the nodes whose meaning depends on their
-// position (DML targets, WITH scopes) are handled by name.
+// RangeVar, FuncCall and TypeName; only the nodes whose meaning depends on
+// their position (DML targets, WITH scopes, casts to reg* types) are
+// handled by name.
 //
 // A key that the message's descriptor does not have, or a value of the
 // wrong shape, is an error and the statement is denied: the JSON and the
@@ -40,12 +46,51 @@ type walker struct {
 	st        *Statement
 	defSchema string
 	// ctes is the stack of CTE names visible at the current node: an
-	// unqualified name that matches one is not a table.
-	ctes []string
+	// unqualified name that matches one is not a table. cteIndex counts
+	// them by name once the stack is longer than smallList.
+	ctes     []string
+	cteIndex map[string]int
+	// relIndex and funcIndex hold st.Relations and st.Functions once
+	// they are longer than smallList.
+	relIndex  map[Relation]struct{}
+	funcIndex map[Function]struct{}
+	// work counts the names the lookups above examine: the test of the
+	// walker's linear bound reads it.
+	work int
+}
+
+func (w *walker) pushCTE(name string) {
+	w.ctes = append(w.ctes, name)
+	switch {
+	case w.cteIndex != nil:
+		w.cteIndex[name]++
+	case len(w.ctes) > smallList:
+		w.cteIndex = make(map[string]int, 2*len(w.ctes))
+		for _, n := range w.ctes {
+			w.cteIndex[n]++
+		}
+	}
+}
+
+// popCTEs ends the scope of the CTEs pushed after mark.
+func (w *walker) popCTEs(mark int) {
+	if w.cteIndex != nil {
+		for _, n := range w.ctes[mark:] {
+			if w.cteIndex[n]--; w.cteIndex[n] == 0 {
+				delete(w.cteIndex, n)
+			}
+		}
+	}
+	w.ctes = w.ctes[:mark]
 }
 
 func (w *walker) visibleCTE(name string) bool {
+	if w.cteIndex != nil {
+		w.work++
+		return w.cteIndex[name] > 0
+	}
 	for i := len(w.ctes) - 1; i >= 0; i-- {
+		w.work++
 		if w.ctes[i] == name {
 			return true
 		}
@@ -53,8 +98,9 @@ func (w *walker) visibleCTE(name string) bool {
 	return false
 }
 
-// relation records the RangeVar object rv (absent: -1) in role.
-func (w *walker) relation(rv int32, role string) {
+// rangeVar records the RangeVar object rv (absent: -1) read in a FROM
+// list or similar position, where an unqualified name may be a CTE.
+func (w *walker) rangeVar(rv int32) {
 	if !w.d.Present(rv) {
 		return
 	}
@@ -62,6 +108,25 @@ func (w *walker) relation(rv int32, role string) {
 	if schema == "" && w.visibleCTE(name) {
 		return
 	}
+	w.relation(schema, name, RoleRead)
+}
+
+// target records the RangeVar object rv (absent: -1) in role. A target —
+// of INSERT, UPDATE, DELETE, MERGE, COPY, LOCK, SELECT INTO — is always a
+// table, never a CTE of the same name: PostgreSQL does not look targets up
+// among the CTEs, so `WITH t AS (SELECT 1) DELETE FROM t` deletes from
+// the table t.
+func (w *walker) target(rv int32, role string) {
+	if !w.d.Present(rv) {
+		return
+	}
+	w.relation(w.d.Str(w.d.Get(rv, keySchemaname)), w.d.Str(w.d.Get(rv, keyRelname)), role)
+}
+
+// relation records schema.name in role, resolving an unqualified name as
+// PostgreSQL does with the session's search path: pg_catalog first (where
+// every pg_-prefixed name is), then the first schema.
+func (w *walker) relation(schema, name, role string) {
 	if schema == "" {
 		if strings.HasPrefix(name, "pg_") {
 			schema = "pg_catalog"
@@ -69,44 +134,93 @@ func (w *walker) relation(rv int32, role string) {
 			schema = w.defSchema
 		}
 	}
-	// Statements name few relations: a scan beats a map.
-	for _, x := range w.st.Relations {
-		if x.Schema == schema && x.Name == name && x.Role == role {
+	r := Relation{Schema: schema, Name: name, Role: role}
+	if w.relIndex != nil {
+		w.work++
+		if _, ok := w.relIndex[r]; ok {
 			return
+		}
+	} else {
+		for _, x := range w.st.Relations {
+			w.work++
+			if x == r {
+				return
+			}
 		}
 	}
 	// Clones: the facts must not pin the whole JSON document.
-	w.st.Relations = append(w.st.Relations, Relation{Schema: strings.Clone(schema), Name: strings.Clone(name), Role: role})
+	r.Schema, r.Name = strings.Clone(schema), strings.Clone(name)
+	w.st.Relations = append(w.st.Relations, r)
+	switch {
+	case w.relIndex != nil:
+		w.relIndex[r] = struct{}{}
+	case len(w.st.Relations) > smallList:
+		w.relIndex = make(map[Relation]struct{}, 2*len(w.st.Relations))
+		for _, x := range w.st.Relations {
+			w.relIndex[x] = struct{}{}
+		}
+	}
 }
 
-// function records the function named by the list of String nodes names.
-func (w *walker) function(names int32) {
-	d := w.d
-	n, last, prev := 0, int32(-1), int32(-1)
+// function records the function named by the list of String nodes names
+// and returns its schema ("" when unqualified) and name.
+func (w *walker) function(names int32) (schema, name string) {
+	schema, name, n := lastTwo(w.d, names)
+	if n == 0 {
+		return "", ""
+	}
+	w.addFunction(schema, name)
+	return schema, name
+}
+
+func (w *walker) addFunction(schema, name string) {
+	f := Function{Schema: schema, Name: name}
+	if w.funcIndex != nil {
+		w.work++
+		if _, ok := w.funcIndex[f]; ok {
+			return
+		}
+	} else {
+		for _, x := range w.st.Functions {
+			w.work++
+			if x == f {
+				return
+			}
+		}
+	}
+	f.Schema, f.Name = strings.Clone(schema), strings.Clone(name)
+	w.st.Functions = append(w.st.Functions, f)
+	switch {
+	case w.funcIndex != nil:
+		w.funcIndex[f] = struct{}{}
+	case len(w.st.Functions) > smallList:
+		w.funcIndex = make(map[Function]struct{}, 2*len(w.st.Functions))
+		for _, x := range w.st.Functions {
+			w.funcIndex[x] = struct{}{}
+		}
+	}
+}
+
+// lastTwo is the last two names of the list of String nodes names (a
+// qualified name: [catalog.]schema.name), and how many it holds.
+func lastTwo(d *jsontree.Doc, names int32) (schema, name string, n int) {
+	last, prev := int32(-1), int32(-1)
 	_ = d.Items(names, func(e int32) error {
 		n, prev, last = n+1, last, e
 		return nil
 	})
-	var schema, name string
-	switch n {
-	case 0:
-		return
-	case 1:
-		name = d.Str(d.Get(d.Get(last, nodeString), keySval))
-	default:
+	if n == 0 {
+		return "", "", 0
+	}
+	name = d.Str(d.Get(d.Get(last, nodeString), keySval))
+	if n > 1 {
 		schema = d.Str(d.Get(d.Get(prev, nodeString), keySval))
-		name = d.Str(d.Get(d.Get(last, nodeString), keySval))
 	}
-	for _, x := range w.st.Functions {
-		if x.Schema == schema && x.Name == name {
-			return
-		}
-	}
-	w.st.Functions = append(w.st.Functions, Function{Schema: strings.Clone(schema), Name: strings.Clone(name)})
+	return schema, name, n
 }
 
 // with walks a WITH clause and leaves its names visible; the caller pops
-// them with w.ctes = w.ctes[:mark]. A non-recursive CTE sees only the CTEs
+// them with w.popCTEs. A non-recursive CTE sees only the CTEs
 // before it: `WITH t AS (SELECT * FROM t)` reads the table t.
 func (w *walker) with(wc int32) error {
 	d := w.d
@@ -117,7 +231,7 @@ func (w *walker) with(wc int32) error {
 	ctes := d.Get(wc, keyCtes)
 	if recursive {
 		_ = d.Items(ctes, func(e int32) error {
-			w.ctes = append(w.ctes, d.Str(d.Get(d.Get(e, nodeCommonTableExpr), keyCtename)))
+			w.pushCTE(d.Str(d.Get(d.Get(e, nodeCommonTableExpr), keyCtename)))
 			return nil
 		})
 	}
@@ -135,7 +249,7 @@ func (w *walker) with(wc int32) error {
 			return err
 		}
 		if !recursive {
-			w.ctes = append(w.ctes, d.Str(d.Get(cte, keyCtename)))
+			w.pushCTE(d.Str(d.Get(cte, keyCtename)))
 		}
 		return nil
 	})
@@ -168,19 +282,26 @@ func (w *walker) msg(mi *msgInfo, v int32) error {
 		// common nodes, not worth walking.
 		return nil
 	case kindRangeVar:
-		w.relation(v, RoleRead)
+		w.rangeVar(v)
 		return nil
 	case kindLockTarget:
 		return d.Items(d.Get(v, keyRelations), func(e int32) error {
-			w.relation(d.Get(e, nodeRangeVar), RoleWrite)
+			w.target(d.Get(e, nodeRangeVar), RoleWrite)
 			return nil
 		})
+	case kindTypeName:
+		w.typeName(v)
+		return w.fields(mi, v, "", "")
+	case kindTypeCast:
+		w.cast(d.Get(v, keyArg), d.Get(v, keyTypeName))
+		return w.fields(mi, v, "", "")
 	}
 	mark := len(w.ctes)
-	defer func() { w.ctes = w.ctes[:mark] }()
+	defer w.popCTEs(mark)
 	switch mi.kind {
 	case kindFuncCall:
-		w.function(d.Get(v, keyFuncname))
+		schema, name := w.function(d.Get(v, keyFuncname))
+		w.nameArgs(schema, name, d.Get(v, keyArgs))
 	case kindSelect:
 		// WITH first: its names scope the rest of the statement, and the
 		// JSON has it near the end.
@@ -192,21 +313,35 @@ func (w *walker) msg(mi *msgInfo, v int32) error {
 		}
 		if into := d.Get(v, keyIntoClause); d.Present(into) {
 			w.st.SelectInto = true
-			w.relation(d.Get(into, keyIntoRel), RoleWrite)
+			w.target(d.Get(into, keyIntoRel), RoleWrite)
 		}
 		return w.fields(mi, v, keyWithClause, keyIntoClause)
-	case kindDML:
+	case kindInsert, kindFilteredDML, kindMerge:
 		if err := w.with(d.Get(v, keyWithClause)); err != nil {
 			return err
 		}
-		w.relation(d.Get(v, keyRelation), RoleWrite)
+		w.target(d.Get(v, keyRelation), RoleWrite)
+		switch mi.kind {
+		case kindInsert:
+			if upsertUnfiltered(d, v) {
+				w.st.MissingWhere = true
+			}
+		case kindFilteredDML:
+			if !d.Present(d.Get(v, keyWhere)) {
+				w.st.MissingWhere = true
+			}
+		case kindMerge:
+			if mergeUnfiltered(d, d.Get(v, keyMergeWhen)) {
+				w.st.MissingWhere = true
+			}
+		}
 		return w.fields(mi, v, keyWithClause, keyRelation)
 	case kindCopy:
 		role := RoleRead
 		if d.Truthy(d.Get(v, keyIsFrom)) {
 			role = RoleWrite
 		}
-		w.relation(d.Get(v, keyRelation), role)
+		w.target(d.Get(v, keyRelation), role)
 		return w.fields(mi, v, keyRelation, "")
 	}
 	return w.fields(mi, v, "", "")

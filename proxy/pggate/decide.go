@@ -96,7 +96,8 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 	}
 	// Facts carry no literal values, so every text with this normalized
 	// form gets the same verdict (TestNormalizedTextDeterminesFacts in
-	// sqlfacts).
+	// sqlfacts), except texts whose facts were read from constants, which
+	// are never stored here (see below).
 	nkey := cacheKey{prefix: prefix, digest: digest, text: norm, normalized: true}
 	if v, ok := g.ncache.get(nkey); ok {
 		g.addShape(skey, norm, v)
@@ -107,7 +108,16 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 		return g.refused(err)
 	}
 	v := &verdict{allow: true, cacheable: true, stmts: make([]stmtAudit, 0, len(sts))}
+	// A fact read from a constant (a sequence or relation named by a
+	// string, a bounded setting's value) breaks the premise of the shape
+	// and normalized caches: texts that differ only in constants would
+	// share a verdict, and the first would decide the rest. Such texts are
+	// cached by their exact text only.
+	shared := true
 	for _, st := range sts {
+		if st.ConstantFacts {
+			shared = false
+		}
 		d := g.engine().Decide(ctx, policy.Input{Identity: ident, Facts: st})
 		if d.Reason == policy.ReasonPolicyTimeout || d.Reason == policy.ReasonPolicyError {
 			v.cacheable = false
@@ -136,7 +146,7 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 			}
 		}
 	}
-	if v.cacheable {
+	if v.cacheable && shared {
 		g.ncache.add(nkey, v)
 		g.addShape(skey, norm, v)
 	}

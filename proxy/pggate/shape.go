@@ -18,7 +18,9 @@ import (
 // token, so two texts of one shape differ only in the digits of integer
 // tokens at the same places, which parse to the same tree up to constant
 // values (or fail to parse, upstream too). No fact is read from an integer
-// value except EXPLAIN's ANALYZE option, so EXPLAIN is refused here. The
+// value except EXPLAIN's ANALYZE option, so EXPLAIN is refused here, and
+// those of statements marked sqlfacts.Statement.ConstantFacts (a SET
+// value), whose verdicts the gate never stores under a shape. The
 // gate stores a verdict under a shape only when pg_query.Normalize agrees
 // (shapeMatches), so the cached audit SQL is also what Normalize gives.
 func shapeOf(text string, buf []byte) (shape []byte, ok bool) {
