@@ -58,6 +58,7 @@ func (e *encoder) appendLine(b []byte, r *Record, seq uint64, prev *[sha256.Size
 	b = appendStr(b, `,"kind":`, r.Kind)
 	b = appendOpt(b, `,"request":`, r.Request)
 	b = appendOpt(b, `,"identity":`, r.Identity)
+	b = appendOpt(b, `,"user":`, r.User)
 	b = appendOpt(b, `,"client":`, r.Client)
 	b = appendOpt(b, `,"method":`, r.Method)
 	b = appendOpt(b, `,"scheme":`, r.Scheme)
@@ -67,6 +68,7 @@ func (e *encoder) appendLine(b []byte, r *Record, seq uint64, prev *[sha256.Size
 		b = strconv.AppendUint(b, uint64(r.Port), 10)
 	}
 	b = appendOpt(b, `,"path":`, r.Path)
+	b = appendOpt(b, `,"query":`, r.Query)
 	b = appendOpt(b, `,"name":`, r.Name)
 	b = appendOpt(b, `,"qtype":`, r.QType)
 	b = appendOpt(b, `,"database":`, r.Database)
@@ -82,6 +84,8 @@ func (e *encoder) appendLine(b []byte, r *Record, seq uint64, prev *[sha256.Size
 	b = appendInt(b, `,"bytes_out":`, r.BytesOut)
 	b = appendInt(b, `,"duration_us":`, r.DurationUS)
 	b = appendOpt(b, `,"error":`, r.Error)
+	b = appendInt(b, `,"count":`, r.Count)
+	b = appendOpt(b, `,"truncated":`, r.Truncated)
 	if len(r.Detail) > 0 {
 		b = appendDetail(b, r.Detail)
 	}

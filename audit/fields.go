@@ -1,0 +1,180 @@
+package audit
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Every string in a record may come from a client (a path, a query, a
+// claimed user, SQL, an error quoting input), so each is capped before the
+// record is queued: one request can never cost more than a few KiB of log,
+// whatever its head held. Capping happens here, in Append, so every kind
+// of record gets it without each entry point remembering to.
+
+// fieldCaps lists the capped string fields with their names for the
+// "truncated" mark, in layout order.
+var fieldCaps = []struct {
+	name string
+	get  func(*Record) *string
+}{
+	{"request", func(r *Record) *string { return &r.Request }},
+	{"identity", func(r *Record) *string { return &r.Identity }},
+	{"user", func(r *Record) *string { return &r.User }},
+	{"client", func(r *Record) *string { return &r.Client }},
+	{"method", func(r *Record) *string { return &r.Method }},
+	{"scheme", func(r *Record) *string { return &r.Scheme }},
+	{"host", func(r *Record) *string { return &r.Host }},
+	{"path", func(r *Record) *string { return &r.Path }},
+	{"query", func(r *Record) *string { return &r.Query }},
+	{"name", func(r *Record) *string { return &r.Name }},
+	{"qtype", func(r *Record) *string { return &r.QType }},
+	{"database", func(r *Record) *string { return &r.Database }},
+	{"sql", func(r *Record) *string { return &r.SQL }},
+	{"fingerprint", func(r *Record) *string { return &r.Fingerprint }},
+	{"ip", func(r *Record) *string { return &r.IP }},
+	{"decision", func(r *Record) *string { return &r.Decision }},
+	{"reason", func(r *Record) *string { return &r.Reason }},
+	{"rule", func(r *Record) *string { return &r.Rule }},
+	{"policy", func(r *Record) *string { return &r.Policy }},
+	{"error", func(r *Record) *string { return &r.Error }},
+}
+
+// prepare redacts r's query and caps its fields in place (r is the
+// writer's own copy). Work is linear in the capped sizes: a value is cut
+// before anything else looks at it.
+func (w *Writer) prepare(r *Record) {
+	max := w.cfg.MaxFieldBytes
+	var cut []string
+	for _, f := range fieldCaps {
+		p := f.get(r)
+		long := len(*p) > max
+		if long {
+			*p, _ = capString(*p, max)
+		}
+		if f.name == "query" && *p != "" {
+			// Redact after the cut, so the work is bounded; the
+			// [redacted:N] markers may lengthen it past the cap again.
+			if *p = redactQuery(*p, w.redact); len(*p) > max {
+				*p, long = capString(*p, max)
+			}
+		}
+		if long {
+			cut = append(cut, f.name)
+		}
+	}
+	if long := longDetail(r.Detail, max); long != "" {
+		d := make(map[string]string, len(r.Detail))
+		for k, v := range r.Detail {
+			d[k], _ = capString(v, max)
+		}
+		r.Detail = d
+		cut = append(cut, "detail")
+	}
+	if len(cut) > 0 {
+		if r.Truncated != "" {
+			cut = append([]string{r.Truncated}, cut...)
+		}
+		r.Truncated = strings.Join(cut, ",")
+	}
+}
+
+func longDetail(d map[string]string, max int) string {
+	for k, v := range d {
+		if len(v) > max {
+			return k
+		}
+	}
+	return ""
+}
+
+// capString cuts s to at most max bytes at a rune boundary, copying the
+// prefix so the record does not pin the client's whole request in memory.
+func capString(s string, max int) (string, bool) {
+	if len(s) <= max {
+		return s, false
+	}
+	n := max
+	for n > 0 && n > max-utf8.UTFMax && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return strings.Clone(s[:n]), true
+}
+
+// redactQuery replaces the value of every parameter whose name contains one
+// of frags with [redacted:N]. Parameters are split on '&' and ';' (servers
+// differ; splitting on both redacts in either reading), the name is
+// percent-decoded and lower-cased before matching, and a parameter without
+// '=' has no value to hide.
+func redactQuery(q string, frags []string) string {
+	if len(frags) == 0 {
+		return q
+	}
+	var b []byte
+	last := 0 // q[last:] is not yet copied to b
+	for start := 0; start < len(q); {
+		end := start + strings.IndexAny(q[start:], "&;")
+		if end < start {
+			end = len(q)
+		}
+		if eq := strings.IndexByte(q[start:end], '='); eq >= 0 {
+			name := q[start : start+eq]
+			if sensitive(name, frags) {
+				if b == nil {
+					b = make([]byte, 0, len(q))
+				}
+				b = append(b, q[last:start+eq+1]...)
+				b = append(b, "[redacted:"...)
+				b = strconv.AppendInt(b, int64(end-start-eq-1), 10)
+				b = append(b, ']')
+				last = end
+			}
+		}
+		start = end + 1
+	}
+	if b == nil {
+		return q
+	}
+	return string(append(b, q[last:]...))
+}
+
+// sensitive reports whether a raw parameter name, decoded, contains a
+// fragment. Decoding is lenient: a malformed escape stays as written, so
+// "%74oken" and "%2" both have a name to test.
+func sensitive(raw string, frags []string) bool {
+	var buf [128]byte
+	name := buf[:0]
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if c == '%' && i+2 < len(raw) && isHex(raw[i+1]) && isHex(raw[i+2]) {
+			c = unhex(raw[i+1])<<4 | unhex(raw[i+2])
+			i += 2
+		} else if c == '+' {
+			c = ' '
+		}
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		name = append(name, c)
+	}
+	for _, f := range frags {
+		if strings.Contains(string(name), f) {
+			return true
+		}
+	}
+	return false
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c >= 'a':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
+}
