@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -167,8 +169,10 @@ const hexDigits = "0123456789abcdef"
 
 // appendJSONString appends s as a JSON string. Control characters, quote
 // and backslash are escaped; invalid UTF-8 becomes U+FFFD, so every line is
-// valid UTF-8 JSON whatever a client sent; U+2028/U+2029 are escaped so a
-// line can be pasted into JavaScript.
+// valid UTF-8 JSON whatever a client sent; characters that are invisible or
+// reorder text (see hidden) are escaped too, so a line read in a terminal
+// or pasted into JavaScript shows what a client sent, not what it wanted
+// an operator to see.
 func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
@@ -204,9 +208,14 @@ func appendJSONString(b []byte, s string) []byte {
 			start = i
 			continue
 		}
-		if r == '\u2028' || r == '\u2029' {
+		if hidden(r) {
 			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			if r > 0xffff {
+				r1, r2 := utf16.EncodeRune(r)
+				b = appendU(appendU(b, r1), r2)
+			} else {
+				b = appendU(b, r)
+			}
 			i += size
 			start = i
 			continue
@@ -215,4 +224,16 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// hidden reports whether r must be written as an escape: C1 controls,
+// format characters (bidi overrides and isolates, zero-width characters,
+// U+FEFF, tag characters) and the line and paragraph separators.
+func hidden(r rune) bool {
+	return r < 0xa0 || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
+}
+
+// appendU appends the escape \uXXXX of a BMP code unit.
+func appendU(b []byte, r rune) []byte {
+	return append(b, '\\', 'u', hexDigits[r>>12&0xf], hexDigits[r>>8&0xf], hexDigits[r>>4&0xf], hexDigits[r&0xf])
 }
