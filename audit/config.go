@@ -48,11 +48,13 @@ type Config struct {
 	// (before authentication, each client address's). Past it the
 	// identity's allows are refused (audit_budget_exceeded) and its
 	// refusals are counted into aggregate records, so its flood cannot
-	// fill the queue or the disk for the others. If zero, 5000 is used:
+	// fill the queue or the disk for the others. If zero, 10000 is used:
 	// above twice proxy.per_identity_rate, since an allowed request writes
-	// a decision and a completion.
+	// a decision and a completion, with room for the identity's DNS and
+	// SQL records. Without identities every client is "anonymous" and
+	// shares one budget.
 	IdentityRate float64 `yaml:"identity_rate"`
-	// IdentityBurst is the budget's bucket size. If zero, 10000 is used.
+	// IdentityBurst is the budget's bucket size. If zero, 20000 is used.
 	IdentityBurst int `yaml:"identity_burst"`
 	// RefusalSamples is how many refusals of one kind, identity (or
 	// client) and reason are written in full each second; the rest of that
@@ -76,8 +78,8 @@ func DefaultConfig() Config {
 		CheckpointInterval: time.Minute,
 		MaxFieldBytes:      1024,
 		RedactQueryParams:  DefaultRedactQueryParams(),
-		IdentityRate:       5000,
-		IdentityBurst:      10000,
+		IdentityRate:       10000,
+		IdentityBurst:      20000,
 		RefusalSamples:     10,
 	}
 }

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 )
@@ -33,8 +34,9 @@ const maxMeterKeys = 4096
 //     second ends, whose count says how many. A refusal sends nothing
 //     upstream, so writing it a second later keeps the rule that nothing
 //     goes upstream before its record;
-//   - other records (completions) are always written: their decision is
-//     already in the log. They still spend budget.
+//   - completions ("…_done", even when they deny because the upstream
+//     failed) and records without a decision are always written: their
+//     request's allow is already in the log. They still spend budget.
 //
 // Meter is an Appender; the Postgres gate and the DNS server use it the
 // same way as the proxy.
@@ -114,12 +116,15 @@ func (m *Meter) Append(r *Record) error {
 	b := m.budget(who, now)
 	var err error
 	write := true
-	switch r.Decision {
-	case "allow":
+	switch {
+	case isCompletion(r.Kind):
+		// Written whatever its decision: the request's allow is
+		// already in the log, and its bytes and outcome belong to it.
+	case r.Decision == "allow":
 		if b.tokens < 1 {
 			err, write = ErrOverBudget, false
 		}
-	case "deny":
+	case r.Decision == "deny":
 		write = m.sample(r, who, b, now)
 	}
 	if write {
@@ -132,6 +137,10 @@ func (m *Meter) Append(r *Record) error {
 	}
 	return m.next.Append(r)
 }
+
+// isCompletion reports whether kind is a completion record ("http_done",
+// "connect_done", …), which ends a request that was allowed.
+func isCompletion(kind string) bool { return strings.HasSuffix(kind, "_done") }
 
 // budget returns who's bucket, refilled to now.
 func (m *Meter) budget(who budgetKey, now time.Time) *bucket {

@@ -183,3 +183,53 @@ func TestFailLogThrottles(t *testing.T) {
 		t.Errorf("second line fields = %v; want suppressed 1538, failed_total 1540", f)
 	}
 }
+
+// TestMeterWritesEveryCompletion: a failed upstream makes completions deny;
+// they end allowed requests and are never folded.
+func TestMeterWritesEveryCompletion(t *testing.T) {
+	m, l, _ := testMeter(5000, 10000, 1)
+	for range 20 {
+		m.Append(&Record{Kind: "http_done", Identity: "sbx-1", Decision: "deny", Reason: "upstream_unreachable"})
+	}
+	m.Flush()
+	if records, _ := l.refusalsOf("sbx-1", "upstream_unreachable"); records != 20 {
+		t.Errorf("20 failed completions wrote %d records; want 20", records)
+	}
+}
+
+// TestMeterLogVerifies: aggregate records go through the writer like any
+// other and the log verifies.
+func TestMeterLogVerifies(t *testing.T) {
+	c := testConfig(t, "interval")
+	c.RefusalSamples = 2
+	w := mustOpen(t, c)
+	m := NewMeter(w, c)
+	for range 50 {
+		if err := m.Append(&Record{Kind: "connect", Identity: "sbx-1", Decision: "deny", Reason: "rate_limited"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Close()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mustVerify(t, c.Dir)
+	var n int64
+	rd, err := NewReader([]string{c.Dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	for {
+		r, err := rd.Next()
+		if err != nil {
+			break
+		}
+		if r.Reason == "rate_limited" {
+			n += max(1, r.Count)
+		}
+	}
+	if n != 50 {
+		t.Errorf("log accounts for %d refusals; want 50", n)
+	}
+}

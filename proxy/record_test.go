@@ -441,3 +441,34 @@ func TestAuditBudgetRefusesAllows(t *testing.T) {
 		t.Errorf("audit_budget_exceeded refusals recorded = %d; want 2", folded)
 	}
 }
+
+// TestBadRequestClosesConnection is the 400 half of item 5: requests
+// pipelined after a 400 are not read, decided or audited.
+func TestBadRequestClosesConnection(t *testing.T) {
+	a := &recordingAudit{}
+	s := startAudited(t, DefaultConfig(), nil, a, zap.NewNop())
+	c, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, strings.Repeat("GET /not-a-proxy-request HTTP/1.1\r\nHost: h.test\r\n\r\n", 50))
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(c)
+	responses := 0
+	for {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			break
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		responses++
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("response %d = %d; want 400", responses, resp.StatusCode)
+		}
+	}
+	if responses != 1 {
+		t.Errorf("50 pipelined origin-form requests got %d responses; want 1, then close", responses)
+	}
+}
