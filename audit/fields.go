@@ -12,32 +12,59 @@ import (
 // whatever its head held. Capping happens here, in Append, so every kind
 // of record gets it without each entry point remembering to.
 
-// fieldCaps lists the capped string fields with their names for the
-// "truncated" mark, in layout order.
-var fieldCaps = []struct {
-	name string
-	get  func(*Record) *string
-}{
-	{"request", func(r *Record) *string { return &r.Request }},
-	{"identity", func(r *Record) *string { return &r.Identity }},
-	{"user", func(r *Record) *string { return &r.User }},
-	{"client", func(r *Record) *string { return &r.Client }},
-	{"method", func(r *Record) *string { return &r.Method }},
-	{"scheme", func(r *Record) *string { return &r.Scheme }},
-	{"host", func(r *Record) *string { return &r.Host }},
-	{"path", func(r *Record) *string { return &r.Path }},
-	{"query", func(r *Record) *string { return &r.Query }},
-	{"name", func(r *Record) *string { return &r.Name }},
-	{"qtype", func(r *Record) *string { return &r.QType }},
-	{"database", func(r *Record) *string { return &r.Database }},
-	{"sql", func(r *Record) *string { return &r.SQL }},
-	{"fingerprint", func(r *Record) *string { return &r.Fingerprint }},
-	{"ip", func(r *Record) *string { return &r.IP }},
-	{"decision", func(r *Record) *string { return &r.Decision }},
-	{"reason", func(r *Record) *string { return &r.Reason }},
-	{"rule", func(r *Record) *string { return &r.Rule }},
-	{"policy", func(r *Record) *string { return &r.Policy }},
-	{"error", func(r *Record) *string { return &r.Error }},
+// capNames are the capped string fields, named for the "truncated" mark,
+// in layout order; capField returns field i of r.
+var capNames = [...]string{"request", "identity", "user", "client", "method", "scheme", "host", "path",
+	"query", "name", "qtype", "database", "sql", "fingerprint", "ip", "decision", "reason", "rule",
+	"policy", "error"}
+
+// capQuery is the index of "query" in capNames.
+const capQuery = 8
+
+// capField is a switch rather than a table of funcs so that the record
+// does not escape: Append keeps its copy on the stack.
+func capField(r *Record, i int) *string {
+	switch i {
+	case 0:
+		return &r.Request
+	case 1:
+		return &r.Identity
+	case 2:
+		return &r.User
+	case 3:
+		return &r.Client
+	case 4:
+		return &r.Method
+	case 5:
+		return &r.Scheme
+	case 6:
+		return &r.Host
+	case 7:
+		return &r.Path
+	case capQuery:
+		return &r.Query
+	case 9:
+		return &r.Name
+	case 10:
+		return &r.QType
+	case 11:
+		return &r.Database
+	case 12:
+		return &r.SQL
+	case 13:
+		return &r.Fingerprint
+	case 14:
+		return &r.IP
+	case 15:
+		return &r.Decision
+	case 16:
+		return &r.Reason
+	case 17:
+		return &r.Rule
+	case 18:
+		return &r.Policy
+	}
+	return &r.Error
 }
 
 // prepare redacts r's query and caps its fields in place (r is the
@@ -45,14 +72,15 @@ var fieldCaps = []struct {
 // before anything else looks at it.
 func (w *Writer) prepare(r *Record) {
 	max := w.cfg.MaxFieldBytes
-	var cut []string
-	for _, f := range fieldCaps {
-		p := f.get(r)
+	var cutBuf [len(capNames)]string
+	cut := cutBuf[:0]
+	for i, name := range capNames {
+		p := capField(r, i)
 		long := len(*p) > max
 		if long {
 			*p, _ = capString(*p, max)
 		}
-		if f.name == "query" && *p != "" {
+		if i == capQuery && *p != "" {
 			// Redact after the cut, so the work is bounded; the
 			// [redacted:N] markers may lengthen it past the cap again.
 			if *p = redactQuery(*p, w.redact); len(*p) > max {
@@ -60,7 +88,7 @@ func (w *Writer) prepare(r *Record) {
 			}
 		}
 		if long {
-			cut = append(cut, f.name)
+			cut = append(cut, name)
 		}
 	}
 	if long := longDetail(r.Detail, max); long != "" {
