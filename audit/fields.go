@@ -91,7 +91,7 @@ func (w *Writer) prepare(r *Record) {
 			cut = append(cut, name)
 		}
 	}
-	if long := longDetail(r.Detail, max); long != "" {
+	if longDetail(r.Detail, max) {
 		d := make(map[string]string, len(r.Detail))
 		for k, v := range r.Detail {
 			d[k], _ = capString(v, max)
@@ -107,13 +107,15 @@ func (w *Writer) prepare(r *Record) {
 	}
 }
 
-func longDetail(d map[string]string, max int) string {
-	for k, v := range d {
+// longDetail reports whether a detail value exceeds max; only then is the
+// map (shared with the caller) copied.
+func longDetail(d map[string]string, max int) bool {
+	for _, v := range d {
 		if len(v) > max {
-			return k
+			return true
 		}
 	}
-	return ""
+	return false
 }
 
 // capString cuts s to at most max bytes at a rune boundary, copying the
