@@ -35,8 +35,9 @@ func NewFailLog(log *zap.Logger, every time.Duration) *FailLog {
 	return &FailLog{log: log, every: every, now: time.Now}
 }
 
-// Failed notes that the append for request failed with err.
-func (l *FailLog) Failed(request string, err error) {
+// Failed notes that an append failed with err; fields say for what (a
+// request id, a DNS name) on the lines that are written.
+func (l *FailLog) Failed(err error, fields ...zap.Field) {
 	now := l.now()
 	l.mu.Lock()
 	l.total++
@@ -48,7 +49,7 @@ func (l *FailLog) Failed(request string, err error) {
 	suppressed, total := l.suppressed, l.total
 	l.last, l.suppressed = now, 0
 	l.mu.Unlock()
-	l.log.Error("audit append failed; refusing requests", zap.String("request", request), zap.Error(err),
+	l.log.Error("audit append failed; refusing requests", append(fields, zap.Error(err),
 		zap.Uint64("suppressed", suppressed), zap.Uint64("failed_total", total),
-		zap.Duration("interval", l.every))
+		zap.Duration("interval", l.every))...)
 }

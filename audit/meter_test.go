@@ -166,14 +166,14 @@ func TestFailLogThrottles(t *testing.T) {
 	c := &clock{t: time.Unix(1_700_000_000, 0)}
 	fl.now = c.now
 	for range 1539 {
-		fl.Failed("req", ErrQueueFull)
+		fl.Failed(ErrQueueFull, zap.String("request", "req"))
 		c.add(4 * time.Second / 1539)
 	}
 	if n := logs.Len(); n != 1 {
 		t.Errorf("1539 failures in 4s logged %d lines; want 1", n)
 	}
 	c.add(2 * time.Second)
-	fl.Failed("req", ErrQueueFull)
+	fl.Failed(ErrQueueFull, zap.String("request", "req"))
 	entries := logs.All()
 	if len(entries) != 2 {
 		t.Fatalf("lines after the interval = %d; want 2", len(entries))

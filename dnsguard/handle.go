@@ -93,7 +93,7 @@ func (s *Server) handle(ctx context.Context, client netip.Addr, req *dns.Msg) *d
 	}
 	out := s.decide(ctx, client, req.Question[0])
 	if err := s.audit.Append(&out.rec); err != nil {
-		s.log.Error("audit append failed; refusing", zap.String("name", out.rec.Name), zap.Error(err))
+		s.failLog.Failed(err, zap.String("name", out.rec.Name))
 		resp.Rcode = dns.RcodeRefused
 		return resp
 	}

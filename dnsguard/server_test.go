@@ -16,6 +16,7 @@ import (
 
 	"github.com/miekg/dns"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
@@ -134,6 +135,11 @@ func startServer(t testing.TB, edit func(*Config)) *testServer {
 
 func startServerWith(t testing.TB, decider Decider, edit func(*Config)) *testServer {
 	t.Helper()
+	return startServerLog(t, decider, edit, zap.NewNop())
+}
+
+func startServerLog(t testing.TB, decider Decider, edit func(*Config), log *zap.Logger) *testServer {
+	t.Helper()
 	up := dnstest.Start(t)
 	up.SetRR("svc.test", "svc.test. 3600 IN A 192.0.43.10", "svc.test. 3600 IN AAAA 2001:500:88:200::10")
 	up.SetRR("x.wild.test", "x.wild.test. 30 IN A 192.0.43.11")
@@ -154,7 +160,7 @@ func startServerWith(t testing.TB, decider Decider, edit func(*Config)) *testSer
 	}
 	r, _ := newTestResolver(t, cfg, nil)
 	rec := &recorder{}
-	s, err := NewServer(ServerOptions{Config: cfg, Decider: decider, Resolver: r, Audit: rec, Log: zap.NewNop()})
+	s, err := NewServer(ServerOptions{Config: cfg, Decider: decider, Resolver: r, Audit: rec, Log: log})
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
 	}
@@ -321,6 +327,22 @@ func TestServerAnswerDetails(t *testing.T) {
 			t.Errorf("with audit down: rcode %s, %d answers; want REFUSED and none", dns.RcodeToString[resp.Rcode], len(resp.Answer))
 		}
 	})
+}
+
+// TestAuditOutageLogIsThrottled is issue 11 item 22 for the DNS server:
+// while appends fail, each refused query wrote an error line.
+func TestAuditOutageLogIsThrottled(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	ts := startServerLog(t, fakeDecider{}, func(c *Config) { c.RateLimit, c.Burst = 1e6, 1e6 }, zap.New(core))
+	ts.audit.setFail(true)
+	for range 50 {
+		if resp := ts.ask(t, "udp", "svc.test", dns.TypeA); resp.Rcode != dns.RcodeRefused {
+			t.Fatalf("with audit down: rcode %s; want REFUSED", dns.RcodeToString[resp.Rcode])
+		}
+	}
+	if n := logs.FilterMessageSnippet("audit append failed").Len(); n > 2 {
+		t.Errorf("50 refused queries during an outage wrote %d error lines; want at most 2", n)
+	}
 }
 
 func TestServerNXDOMAINMode(t *testing.T) {

@@ -115,7 +115,7 @@ func (s *Server) refusedByHTTP(c *clientConn) {
 	r := f.decisionRecord(f.kind.String(), false, refusedReason(status), "", "")
 	r.Status = max(status, 0)
 	if err := s.audit.Append(r); err != nil {
-		s.failLog.Failed(f.id, err)
+		s.failLog.Failed(err, zap.String("request", f.id))
 	}
 	s.metrics.decided(r.Kind, r.Decision, r.Reason)
 }

@@ -250,7 +250,7 @@ func (f *httpFlow) complete(status int, reason, detail string) {
 		f.s.metrics.decided(r.Kind, "deny", reason)
 	}
 	if err := f.s.audit.Append(r); err != nil {
-		f.s.failLog.Failed(f.id, err)
+		f.s.failLog.Failed(err, zap.String("request", f.id))
 	}
 	f.finish()
 }

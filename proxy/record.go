@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
 )
@@ -84,13 +86,13 @@ func (s *Server) decided(f *flowInfo, allow bool, reason, rule, pol, detail stri
 			// refusal, which the meter counts rather than writes.
 			d := f.decisionRecord(kind, false, reasonAuditBudget, rule, pol)
 			if derr := s.audit.Append(d); derr != nil {
-				s.failLog.Failed(f.id, derr)
+				s.failLog.Failed(derr, zap.String("request", f.id))
 			}
 			s.metrics.decided(kind, "deny", reasonAuditBudget)
 			return err
 		}
 		s.metrics.decided(kind, "deny", reasonAuditUnavailable)
-		s.failLog.Failed(f.id, err)
+		s.failLog.Failed(err, zap.String("request", f.id))
 		return err
 	}
 	s.metrics.decided(kind, r.Decision, reason)
