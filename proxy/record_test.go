@@ -372,6 +372,9 @@ func TestClientCutResponseShort(t *testing.T) {
 	if r.Status != 200 || r.Error != "client_closed" {
 		t.Errorf("completion = status %d error %q; want 200 with error client_closed (cut short), not a clean 200", r.Status, r.Error)
 	}
+	if n := counterValue(t, s.metrics.clientClosed.WithLabelValues("response")); n != 1 {
+		t.Errorf("client_closed{when=response} = %v; want 1", n)
+	}
 	if r.BytesIn >= 2048*32<<10 {
 		t.Errorf("bytes_in = %d; want less than the whole body", r.BytesIn)
 	}

@@ -229,6 +229,8 @@ func target(r *audit.Record) string {
 			b.WriteString(r.Database + ": ")
 		}
 		b.WriteString(r.SQL)
+	case r.Count > 0:
+		fmt.Fprintf(&b, "%d more refusals from %s, %s to %s", r.Count, dash(r.Client), r.Detail["first"], r.Detail["last"])
 	case len(r.Detail) > 0:
 		keys := make([]string, 0, len(r.Detail))
 		for k := range r.Detail {
