@@ -54,6 +54,10 @@ type responseBody struct {
 // short, by the client or by the upstream, never as a clean response.
 func (b *responseBody) Close() error {
 	err := b.countingBody.Close()
+	if b.f.done {
+		// goproxy closes the body twice; the request is complete.
+		return err
+	}
 	switch {
 	case b.cut == nil:
 		b.f.complete(b.status, "", "")
