@@ -404,8 +404,9 @@ func TestAuditOutageLogIsThrottled(t *testing.T) {
 	}
 }
 
-// TestAuditBudgetRefusesAllows: an identity over its audit budget is
-// refused with audit_budget_exceeded (429), and the refusal is counted.
+// TestAuditBudgetRefusesAllows is issue 11 item 19 at the proxy: an
+// identity over its audit budget is refused with audit_budget_exceeded
+// (429), its refusals are counted, and another identity is not affected.
 func TestAuditBudgetRefusesAllows(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer up.Close()
@@ -413,25 +414,35 @@ func TestAuditBudgetRefusesAllows(t *testing.T) {
 	ac := audit.DefaultConfig()
 	ac.IdentityRate, ac.IdentityBurst = 0.001, 4
 	m := audit.NewMeter(a, ac)
-	s := startAudited(t, DefaultConfig(), nil, m, zap.NewNop())
+	sum := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+	ids := identity.Config{{ID: "flood", TokenSHA256: sum("f")}, {ID: "quiet", TokenSHA256: sum("q")}}
+	s := startAudited(t, DefaultConfig(), ids, m, zap.NewNop())
 	c := proxyClient(s.addr)
-	var codes []int
-	for range 4 {
-		resp, err := c.Get(up.URL + "/")
+	get := func(user, token string) int {
+		req, _ := http.NewRequest(http.MethodGet, up.URL+"/", nil)
+		req.Header.Set("Proxy-Authorization", basicAuth(user, token))
+		resp, err := c.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		codes = append(codes, resp.StatusCode)
 		if resp.StatusCode == http.StatusTooManyRequests && reasonOf(resp.Header) != reasonAuditBudget {
 			t.Errorf("429 reason = %q; want %s", reasonOf(resp.Header), reasonAuditBudget)
 		}
+		return resp.StatusCode
+	}
+	var codes []int
+	for range 4 {
+		codes = append(codes, get("flood", "f"))
 	}
 	// Each allowed request writes a decision and a completion: 4 records
 	// of budget pay for two.
 	if fmt.Sprint(codes) != "[200 200 429 429]" {
-		t.Errorf("statuses = %v; want [200 200 429 429]", codes)
+		t.Errorf("flood statuses = %v; want [200 200 429 429]", codes)
+	}
+	if code := get("quiet", "q"); code != http.StatusOK {
+		t.Errorf("quiet identity = %d while another is over budget; want 200", code)
 	}
 	m.Close()
 	var folded int64
