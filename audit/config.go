@@ -65,6 +65,11 @@ type Config struct {
 	// segment, recording the acceptance. It is set from `serve
 	// --audit-accept-break` for one start, never from the file.
 	AcceptBreak bool `yaml:"-"`
+	// Started, when set, makes Open write a KindStarted record with these
+	// details and fsync it before returning, so every start is in the
+	// chain even if the process dies a moment later. Set by `serve`,
+	// never from the file.
+	Started map[string]string `yaml:"-"`
 }
 
 // DefaultConfig returns the documented defaults.

@@ -166,3 +166,32 @@ func FuzzRedactQuery(f *testing.F) {
 func splitParams(q string) []string {
 	return strings.FieldsFunc(q, func(r rune) bool { return r == '&' || r == ';' })
 }
+
+// TestOpenWritesStarted: every Open with Started set adds a started record,
+// also when it appends to a segment that ended cleanly, and the log
+// verifies.
+func TestOpenWritesStarted(t *testing.T) {
+	c := testConfig(t, "interval")
+	c.Started = map[string]string{"version": "v1", "config": "embedded", "policy": "sha256:00"}
+	for range 2 {
+		w := mustOpen(t, c)
+		if err := w.Append(decisionRecord(1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustVerify(t, c.Dir)
+	var kinds []string
+	for _, l := range readRaw(t, c.Dir) {
+		var r Record
+		if err := ParseRecord([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		kinds = append(kinds, r.Kind)
+	}
+	if got, want := strings.Join(kinds, ","), "segment,started,http,started,http"; got != want {
+		t.Errorf("records = %s; want %s", got, want)
+	}
+}

@@ -101,6 +101,12 @@ func Open(cfg Config, log *zap.Logger) (*Writer, error) {
 		w.seg.close()
 		return nil, err
 	}
+	if cfg.Started != nil {
+		if err := w.writeStarted(cfg.Started); err != nil {
+			w.seg.close()
+			return nil, err
+		}
+	}
 	w.log.Info("audit log open", zap.String("dir", cfg.Dir), zap.String("segment", w.seg.name),
 		zap.Uint64("seq", w.seg.seq), zap.String("head", w.seg.headHex()), zap.String("sync", cfg.Sync))
 	go w.run()

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -11,15 +12,22 @@ import (
 	"github.com/egressd/egressd/dnsguard/dnstest"
 )
 
-// TestStartedRecordOnEveryStart is issue 11 item 21: after a clean stop
-// the next start appended to the same segment without a trace. Every start
+// TestStartedRecordOnEveryStart is issue 11 item 21: after a clean stop,
+// or a crash that left a whole last line, the next start appended to the
+// same segment without a trace. Every start
 // now writes a started record naming the build, config and bundle, and the
 // log still verifies.
 func TestStartedRecordOnEveryStart(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "audit")
 	dns := dnstest.Start(t)
-	for i := range 2 {
+	// A clean stop, then a kill between records: both leave whole lines.
+	for i, kill := range []bool{false, true, false} {
 		e := Start(t, Options{AuditDir: dir, DNS: dns.Addr()})
+		if kill {
+			e.Signal(t, syscall.SIGKILL)
+			e.Wait(10 * time.Second)
+			continue
+		}
 		if err := e.Stop(10 * time.Second); err != nil {
 			t.Fatalf("stop %d: %v", i, err)
 		}
@@ -31,8 +39,8 @@ func TestStartedRecordOnEveryStart(t *testing.T) {
 			started = append(started, r)
 		}
 	}
-	if len(started) != 2 {
-		t.Fatalf("two starts wrote %d started records; want 2", len(started))
+	if len(started) != 3 {
+		t.Fatalf("three starts wrote %d started records; want 3", len(started))
 	}
 	for _, r := range started {
 		if r.Detail["version"] == "" || len(r.Detail["config"]) != len("sha256:")+64 || r.Detail["policy"] == "" {

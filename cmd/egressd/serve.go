@@ -103,13 +103,11 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	if err != nil {
 		return nil, err
 	}
-	aw, err := audit.Open(cfg.Audit, log)
+	ac := cfg.Audit
+	ac.Started = startedDetail(cfgPath, engine.Digest())
+	aw, err := audit.Open(ac, log)
 	if err != nil {
 		return nil, fmt.Errorf("open audit log: %w", err)
-	}
-	if err := aw.Append(startedRecord(cfgPath, engine.Digest())); err != nil {
-		aw.Close()
-		return nil, fmt.Errorf("write the started record: %w", err)
 	}
 	// One meter for all entry points: an identity's budget is shared by
 	// its HTTP, DNS and SQL records.

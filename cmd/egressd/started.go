@@ -6,21 +6,20 @@ import (
 	"os"
 	"runtime/debug"
 	"strconv"
-
-	"github.com/egressd/egressd/audit"
 )
 
-// startedRecord is the first record of every start: a restart after a
-// clean stop, or after a crash that left a whole last line, appends to the
-// same segment, and without it the chain would not show that the process
-// (and perhaps its config or bundle) changed.
-func startedRecord(cfgPath, policyDigest string) *audit.Record {
-	return &audit.Record{Kind: audit.KindStarted, Detail: map[string]string{
+// startedDetail is what the started record of this start says (see
+// audit.KindStarted): a restart after a clean stop, or after a crash that
+// left a whole last line, appends to the same segment, and without it the
+// chain would not show that the process (and perhaps its config or bundle)
+// changed.
+func startedDetail(cfgPath, policyDigest string) map[string]string {
+	return map[string]string{
 		"version": buildVersion(),
 		"config":  configDigest(cfgPath),
 		"policy":  policyDigest,
 		"pid":     strconv.Itoa(os.Getpid()),
-	}}
+	}
 }
 
 // configDigest is the SHA-256 of the config file as it is on disk now
