@@ -486,3 +486,29 @@ func TestBadRequestClosesConnection(t *testing.T) {
 		t.Errorf("50 pipelined origin-form requests got %d responses; want 1, then close", responses)
 	}
 }
+
+// TestUpstreamCutResponseShort: a body the upstream ended before its
+// Content-Length is recorded as cut short, not as a clean 200.
+func TestUpstreamCutResponseShort(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, brw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort")
+		brw.Flush()
+		c.Close()
+	}))
+	defer up.Close()
+	a := &recordingAudit{}
+	s := startAudited(t, DefaultConfig(), nil, a, zap.NewNop())
+	resp, err := proxyClient(s.addr).Get(up.URL + "/")
+	if err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	r := waitDone(t, a)
+	if r.Status != 200 || !strings.HasPrefix(r.Error, "response cut short: ") {
+		t.Errorf("completion = status %d error %q; want 200 with error \"response cut short: …\"", r.Status, r.Error)
+	}
+}
