@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -34,7 +35,7 @@ const (
 	reasonIdentityRevoked  = "identity_revoked"
 	// reasonAuditBudget refuses an allow the identity's audit budget
 	// (audit.identity_rate) cannot pay for.
-	reasonAuditBudget = "audit_budget_exceeded"
+	reasonAuditBudget = audit.ReasonOverBudget
 	// reasonSourceLimited refuses a client address that was refused
 	// before authentication more than proxy.per_source_refusal_rate
 	// allows, before its credentials are even looked at.
