@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -56,8 +57,25 @@ type Meter struct {
 	folds   map[foldKey]*fold // refusals of the current second
 	sec     int64             // the current second (Unix)
 
+	folded, overBudget atomic.Uint64
+
 	quit chan struct{}
 	done chan struct{}
+}
+
+// MeterStats are the meter's counters, for metrics.
+type MeterStats struct {
+	// Folded counts refusals counted into aggregate records instead of
+	// written in full.
+	Folded uint64
+	// OverBudget counts allows refused because their identity had spent
+	// its budget.
+	OverBudget uint64
+}
+
+// Stats returns the counters.
+func (m *Meter) Stats() MeterStats {
+	return MeterStats{Folded: m.folded.Load(), OverBudget: m.overBudget.Load()}
 }
 
 // budgetKey is an identity, or a client address for records without one.
@@ -136,8 +154,13 @@ func (m *Meter) Append(r *Record) error {
 	}
 	m.mu.Unlock()
 	m.writeFolds(stale)
-	if err != nil || !write {
+	if err != nil {
+		m.overBudget.Add(1)
 		return err
+	}
+	if !write {
+		m.folded.Add(1)
+		return nil
 	}
 	return m.next.Append(r)
 }

@@ -132,6 +132,9 @@ func TestMeterBudgetIsolatesIdentities(t *testing.T) {
 	if records != 1 || refusals != 50 {
 		t.Errorf("flood refusals over budget: %d records for %d refusals; want 1 aggregate of 50", records, refusals)
 	}
+	if st := m.Stats(); st.Folded != 50 || st.OverBudget != 800 {
+		t.Errorf("Stats() = %+v; want 50 folded, 800 over budget", st)
+	}
 	// The budget refills at its rate.
 	c.add(time.Second)
 	if err := allow("flood"); err != nil {

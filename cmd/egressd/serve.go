@@ -114,7 +114,15 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	meter := audit.NewMeter(aw, cfg.Audit)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		admin.AuditCollector(aw.Stats))
+		admin.AuditCollector(aw.Stats),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "egressd_audit_refusals_folded_total",
+			Help: "Refusals counted into aggregate audit records (audit.refusal_samples) instead of written in full.",
+		}, func() float64 { return float64(meter.Stats().Folded) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "egressd_audit_over_budget_total",
+			Help: "Allows refused with audit_budget_exceeded because their identity spent its audit budget.",
+		}, func() float64 { return float64(meter.Stats().OverBudget) }))
 	d := &daemon{cfg: cfg, cfgPath: cfgPath, log: log, floor: floor, res: res, audit: aw, meter: meter,
 		registry: reg, metrics: proxy.NewMetrics(reg)}
 	fail := func(err error) (*daemon, error) {
