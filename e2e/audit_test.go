@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -73,6 +74,10 @@ func TestRefusalFloodIsAggregated(t *testing.T) {
 		if resp.StatusCode == http.StatusTooManyRequests && reasonOf(resp.Header) == "rate_limited" {
 			refused++
 		}
+	}
+	if m := w.E.Metrics(t); !strings.Contains(m, "egressd_audit_refusals_folded_total ") ||
+		strings.Contains(m, "egressd_audit_refusals_folded_total 0\n") {
+		t.Errorf("metrics do not count folded refusals:\n%s", m)
 	}
 	// A clean stop writes the last second's counts.
 	if err := w.E.Stop(10 * time.Second); err != nil {
