@@ -150,7 +150,7 @@ func (m *Meter) Append(r *Record) error {
 		write = m.sample(r, who, b, now)
 	}
 	if write {
-		b.tokens--
+		b.tokens = max(b.tokens-1, -m.burst)
 	}
 	m.mu.Unlock()
 	m.writeFolds(stale)
