@@ -93,6 +93,7 @@ func TestRefusalFloodIsAggregated(t *testing.T) {
 		counted += max(1, r.Count)
 		seconds[r.TS.Unix()] = true
 	}
+	t.Logf("%d rate_limited refusals: %d records in %d seconds", refused, records, len(seconds))
 	if counted != int64(refused) {
 		t.Errorf("records account for %d rate_limited refusals; the client saw %d", counted, refused)
 	}
