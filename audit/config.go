@@ -2,6 +2,7 @@ package audit
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -32,10 +33,43 @@ type Config struct {
 	// checkpoints are only logged, not signed.
 	SigningKey string `yaml:"signing_key"`
 
+	// MaxFieldBytes caps every string a record carries (paths, queries,
+	// hosts, SQL, errors, …): a longer value is cut at a UTF-8 boundary and
+	// the record's "truncated" field names it, so a client cannot make one
+	// request cost more than a few KiB of log. If zero, 1024 is used.
+	MaxFieldBytes int `yaml:"max_field_bytes"`
+	// RedactQueryParams are the query parameter names whose values the log
+	// never holds: a parameter whose name (percent-decoded, lower-cased)
+	// contains one of them is recorded as name=[redacted:N], N being the
+	// value's length. If nil, DefaultRedactQueryParams is used; an empty
+	// list records every value.
+	RedactQueryParams []string `yaml:"redact_query_params"`
+	// IdentityRate is each identity's audit budget in records per second
+	// (before authentication, each client address's). Past it the
+	// identity's allows are refused (audit_budget_exceeded) and its
+	// refusals are counted into aggregate records, so its flood cannot
+	// fill the queue or the disk for the others. If zero, 10000 is used:
+	// above twice proxy.per_identity_rate, since an allowed request writes
+	// a decision and a completion, with room for the identity's DNS and
+	// SQL records. Without identities every client is "anonymous" and
+	// shares one budget.
+	IdentityRate float64 `yaml:"identity_rate"`
+	// IdentityBurst is the budget's bucket size. If zero, 20000 is used.
+	IdentityBurst int `yaml:"identity_burst"`
+	// RefusalSamples is how many refusals of one kind, identity (or
+	// client) and reason are written in full each second; the rest of that
+	// second are folded into one record with a count. If zero, 10 is used.
+	RefusalSamples int `yaml:"refusal_samples"`
+
 	// AcceptBreak lets Open continue past a broken chain in the newest
 	// segment, recording the acceptance. It is set from `serve
 	// --audit-accept-break` for one start, never from the file.
 	AcceptBreak bool `yaml:"-"`
+	// Started, when set, makes Open write a KindStarted record with these
+	// details and fsync it before returning, so every start is in the
+	// chain even if the process dies a moment later. Set by `serve`,
+	// never from the file.
+	Started map[string]string `yaml:"-"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -47,8 +81,24 @@ func DefaultConfig() Config {
 		MaxSegmentBytes:    64 << 20,
 		QueueSize:          16384,
 		CheckpointInterval: time.Minute,
+		MaxFieldBytes:      1024,
+		RedactQueryParams:  DefaultRedactQueryParams(),
+		IdentityRate:       10000,
+		IdentityBurst:      20000,
+		RefusalSamples:     10,
 	}
 }
+
+// DefaultRedactQueryParams are the name fragments whose query values are
+// redacted unless audit.redact_query_params says otherwise. Matching is by
+// substring, so "token" covers access_token and X-Goog-Token; a harmless
+// parameter caught by a fragment loses only its value.
+func DefaultRedactQueryParams() []string {
+	return []string{"token", "key", "secret", "pass", "pwd", "auth", "sig", "credential", "session", "cookie", "jwt", "code"}
+}
+
+// minFieldBytes keeps capped fields long enough to recognise a target.
+const minFieldBytes = 64
 
 // minSegmentBytes keeps rotation from degenerating into a file per record.
 const minSegmentBytes = 4096
@@ -74,5 +124,43 @@ func (c *Config) Validate() error {
 	if c.CheckpointInterval <= 0 {
 		return fmt.Errorf("checkpoint_interval must be > 0, got %q", c.CheckpointInterval)
 	}
+	if c.MaxFieldBytes != 0 && (c.MaxFieldBytes < minFieldBytes || c.MaxFieldBytes > maxRecordInput/32) {
+		return fmt.Errorf("max_field_bytes must be between %d and %d, got %d", minFieldBytes, maxRecordInput/32, c.MaxFieldBytes)
+	}
+	for i, p := range c.RedactQueryParams {
+		if p == "" || p != strings.ToLower(p) {
+			return fmt.Errorf("redact_query_params[%d] must be a non-empty lower-case name fragment, got %q", i, p)
+		}
+	}
+	if c.IdentityRate < 0 {
+		return fmt.Errorf("identity_rate must be >= 0, got %v", c.IdentityRate)
+	}
+	if c.IdentityBurst < 0 {
+		return fmt.Errorf("identity_burst must be >= 0, got %d", c.IdentityBurst)
+	}
+	if c.RefusalSamples < 0 {
+		return fmt.Errorf("refusal_samples must be >= 0, got %d", c.RefusalSamples)
+	}
 	return nil
+}
+
+// provision replaces the zero values of the keys added after the first
+// release with their defaults, so a Config built in code keeps working.
+func (c *Config) provision() {
+	d := DefaultConfig()
+	if c.MaxFieldBytes == 0 {
+		c.MaxFieldBytes = d.MaxFieldBytes
+	}
+	if c.RedactQueryParams == nil {
+		c.RedactQueryParams = d.RedactQueryParams
+	}
+	if c.IdentityRate == 0 {
+		c.IdentityRate = d.IdentityRate
+	}
+	if c.IdentityBurst == 0 {
+		c.IdentityBurst = d.IdentityBurst
+	}
+	if c.RefusalSamples == 0 {
+		c.RefusalSamples = d.RefusalSamples
+	}
 }

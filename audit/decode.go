@@ -14,12 +14,14 @@ const (
 	fKind
 	fRequest
 	fIdentity
+	fUser
 	fClient
 	fMethod
 	fScheme
 	fHost
 	fPort
 	fPath
+	fQuery
 	fName
 	fQType
 	fDatabase
@@ -35,6 +37,8 @@ const (
 	fBytesOut
 	fDurationUS
 	fError
+	fCount
+	fTruncated
 	fDetail
 	fPrev
 	fHash
@@ -42,13 +46,13 @@ const (
 
 var fieldIndex = map[string]int{
 	"seq": fSeq, "ts": fTS, "kind": fKind, "request": fRequest,
-	"identity": fIdentity, "client": fClient, "method": fMethod,
-	"scheme": fScheme, "host": fHost, "port": fPort, "path": fPath,
+	"identity": fIdentity, "user": fUser, "client": fClient, "method": fMethod,
+	"scheme": fScheme, "host": fHost, "port": fPort, "path": fPath, "query": fQuery,
 	"name": fName, "qtype": fQType, "database": fDatabase, "sql": fSQL,
 	"fingerprint": fFingerprint, "ip": fIP, "decision": fDecision,
 	"reason": fReason, "rule": fRule, "policy": fPolicy, "status": fStatus,
 	"bytes_in": fBytesIn, "bytes_out": fBytesOut, "duration_us": fDurationUS,
-	"error": fError, "detail": fDetail, "prev": fPrev, "hash": fHash,
+	"error": fError, "count": fCount, "truncated": fTruncated, "detail": fDetail, "prev": fPrev, "hash": fHash,
 }
 
 // fieldNames are the keys in layout order.
@@ -186,6 +190,8 @@ func (d *decoder) value(r *Record, idx int) error {
 		r.BytesOut, err = d.int()
 	case fDurationUS:
 		r.DurationUS, err = d.int()
+	case fCount:
+		r.Count, err = d.int()
 	case fDetail:
 		r.Detail, err = d.object()
 	case fTS:
@@ -232,6 +238,8 @@ func internKind(b []byte) string {
 		return KindSegment
 	case KindCheckpoint:
 		return KindCheckpoint
+	case KindStarted:
+		return KindStarted
 	}
 	return string(b)
 }
@@ -242,6 +250,8 @@ func stringField(r *Record, idx int) *string {
 		return &r.Request
 	case fIdentity:
 		return &r.Identity
+	case fUser:
+		return &r.User
 	case fClient:
 		return &r.Client
 	case fMethod:
@@ -252,6 +262,8 @@ func stringField(r *Record, idx int) *string {
 		return &r.Host
 	case fPath:
 		return &r.Path
+	case fQuery:
+		return &r.Query
 	case fName:
 		return &r.Name
 	case fQType:
@@ -274,6 +286,8 @@ func stringField(r *Record, idx int) *string {
 		return &r.Policy
 	case fError:
 		return &r.Error
+	case fTruncated:
+		return &r.Truncated
 	case fPrev:
 		return &r.Prev
 	}

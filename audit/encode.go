@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -58,6 +60,7 @@ func (e *encoder) appendLine(b []byte, r *Record, seq uint64, prev *[sha256.Size
 	b = appendStr(b, `,"kind":`, r.Kind)
 	b = appendOpt(b, `,"request":`, r.Request)
 	b = appendOpt(b, `,"identity":`, r.Identity)
+	b = appendOpt(b, `,"user":`, r.User)
 	b = appendOpt(b, `,"client":`, r.Client)
 	b = appendOpt(b, `,"method":`, r.Method)
 	b = appendOpt(b, `,"scheme":`, r.Scheme)
@@ -67,6 +70,7 @@ func (e *encoder) appendLine(b []byte, r *Record, seq uint64, prev *[sha256.Size
 		b = strconv.AppendUint(b, uint64(r.Port), 10)
 	}
 	b = appendOpt(b, `,"path":`, r.Path)
+	b = appendOpt(b, `,"query":`, r.Query)
 	b = appendOpt(b, `,"name":`, r.Name)
 	b = appendOpt(b, `,"qtype":`, r.QType)
 	b = appendOpt(b, `,"database":`, r.Database)
@@ -82,6 +86,8 @@ func (e *encoder) appendLine(b []byte, r *Record, seq uint64, prev *[sha256.Size
 	b = appendInt(b, `,"bytes_out":`, r.BytesOut)
 	b = appendInt(b, `,"duration_us":`, r.DurationUS)
 	b = appendOpt(b, `,"error":`, r.Error)
+	b = appendInt(b, `,"count":`, r.Count)
+	b = appendOpt(b, `,"truncated":`, r.Truncated)
 	if len(r.Detail) > 0 {
 		b = appendDetail(b, r.Detail)
 	}
@@ -163,8 +169,10 @@ const hexDigits = "0123456789abcdef"
 
 // appendJSONString appends s as a JSON string. Control characters, quote
 // and backslash are escaped; invalid UTF-8 becomes U+FFFD, so every line is
-// valid UTF-8 JSON whatever a client sent; U+2028/U+2029 are escaped so a
-// line can be pasted into JavaScript.
+// valid UTF-8 JSON whatever a client sent; characters that are invisible or
+// reorder text (see hidden) are escaped too, so a line read in a terminal
+// or pasted into JavaScript shows what a client sent, not what it wanted
+// an operator to see.
 func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
@@ -200,9 +208,14 @@ func appendJSONString(b []byte, s string) []byte {
 			start = i
 			continue
 		}
-		if r == '\u2028' || r == '\u2029' {
+		if hidden(r) {
 			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			if r > 0xffff {
+				r1, r2 := utf16.EncodeRune(r)
+				b = appendU(appendU(b, r1), r2)
+			} else {
+				b = appendU(b, r)
+			}
 			i += size
 			start = i
 			continue
@@ -211,4 +224,16 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// hidden reports whether r must be written as an escape: C1 controls,
+// format characters (bidi overrides and isolates, zero-width characters,
+// U+FEFF, tag characters) and the line and paragraph separators.
+func hidden(r rune) bool {
+	return r < 0xa0 || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
+}
+
+// appendU appends the escape \uXXXX of a BMP code unit.
+func appendU(b []byte, r rune) []byte {
+	return append(b, '\\', 'u', hexDigits[r>>12&0xf], hexDigits[r>>8&0xf], hexDigits[r>>4&0xf], hexDigits[r&0xf])
 }

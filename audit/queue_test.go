@@ -2,7 +2,7 @@ package audit
 
 import (
 	"errors"
-	"strings"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -49,9 +49,14 @@ func TestAppendTooLarge(t *testing.T) {
 	w := mustOpen(t, testConfig(t, "interval"))
 	defer w.Close()
 	r := decisionRecord(0)
-	r.SQL = strings.Repeat("x", maxRecordInput)
+	// Values are capped, so only a writer record's many detail keys can
+	// still exceed the bound.
+	r.Detail = map[string]string{}
+	for i := 0; len(r.Detail)*64 <= maxRecordInput; i++ {
+		r.Detail[fmt.Sprintf("%064d", i)] = "v"
+	}
 	if err := w.Append(r); !errors.Is(err, ErrUnavailable) {
-		t.Errorf("Append of a %d-byte record = %v; want ErrUnavailable", len(r.SQL), err)
+		t.Errorf("Append of a record with %d detail keys = %v; want ErrUnavailable", len(r.Detail), err)
 	}
 }
 
@@ -81,6 +86,9 @@ func TestConfigValidate(t *testing.T) {
 		{"tiny segment", func(c *Config) { c.MaxSegmentBytes = 100 }, "max_segment_bytes must be >= 4096, got 100"},
 		{"zero queue", func(c *Config) { c.QueueSize = 0 }, "queue_size must be > 0, got 0"},
 		{"negative checkpoint", func(c *Config) { c.CheckpointInterval = -time.Second }, `checkpoint_interval must be > 0, got "-1s"`},
+		{"tiny field cap", func(c *Config) { c.MaxFieldBytes = 10 }, "max_field_bytes must be between 64 and 4096, got 10"},
+		{"upper-case redaction", func(c *Config) { c.RedactQueryParams = []string{"Token"} }, `redact_query_params[0] must be a non-empty lower-case name fragment, got "Token"`},
+		{"negative budget", func(c *Config) { c.IdentityRate = -1 }, "identity_rate must be >= 0, got -1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -16,14 +16,20 @@ type Record struct {
 	Kind     string `json:"kind"`
 	Request  string `json:"request,omitempty"`
 	Identity string `json:"identity,omitempty"`
-	Client   string `json:"client,omitempty"`
+	// User is the name a client claimed in a credential that did not
+	// authenticate it (never the secret), on 407 refusals.
+	User   string `json:"user,omitempty"`
+	Client string `json:"client,omitempty"`
 
 	// Target fields; which are set depends on Kind.
-	Method      string `json:"method,omitempty"`
-	Scheme      string `json:"scheme,omitempty"`
-	Host        string `json:"host,omitempty"`
-	Port        uint16 `json:"port,omitempty"`
-	Path        string `json:"path,omitempty"`
+	Method string `json:"method,omitempty"`
+	Scheme string `json:"scheme,omitempty"`
+	Host   string `json:"host,omitempty"`
+	Port   uint16 `json:"port,omitempty"`
+	Path   string `json:"path,omitempty"`
+	// Query is the raw query string with the values of sensitive
+	// parameters (Config.RedactQueryParams) replaced by [redacted:N].
+	Query       string `json:"query,omitempty"`
 	Name        string `json:"name,omitempty"`
 	QType       string `json:"qtype,omitempty"`
 	Database    string `json:"database,omitempty"`
@@ -42,6 +48,13 @@ type Record struct {
 	BytesOut   int64  `json:"bytes_out,omitempty"`
 	DurationUS int64  `json:"duration_us,omitempty"`
 	Error      string `json:"error,omitempty"`
+
+	// Count is set on an aggregate refusal record: how many refusals of
+	// this kind, identity (or client) and reason the Meter folded into it.
+	Count int64 `json:"count,omitempty"`
+	// Truncated names the fields (comma-separated) that were cut to
+	// Config.MaxFieldBytes.
+	Truncated string `json:"truncated,omitempty"`
 
 	// Detail carries writer records' extra facts (byte offset of a torn
 	// tail, the previous segment, a signature).
@@ -68,6 +81,11 @@ const (
 	// KindAcceptedBreak records that the operator started egressd past a
 	// broken chain: Detail "file", "line", "seq", "error".
 	KindAcceptedBreak = "accepted_break"
+	// KindStarted is written by egressd on every start, so a restart shows
+	// in the chain even when the last segment ended cleanly: Detail
+	// "version", "config" (SHA-256 of the config file, or "embedded") and
+	// "policy" (the bundle digest).
+	KindStarted = "started"
 )
 
 // Appender is what entry points need of the log. Append returns only once the

@@ -151,3 +151,17 @@ func (w *Writer) startSegment(reason string, note *Record) error {
 	}
 	return nil
 }
+
+// writeStarted writes and fsyncs the started record at Open, before the
+// writer goroutine takes the segment over.
+func (w *Writer) writeStarted(detail map[string]string) error {
+	rec := Record{TS: time.Now(), Kind: KindStarted, Detail: detail}
+	w.prepare(&rec)
+	if _, err := w.seg.write([]*Record{&rec}); err != nil {
+		return fmt.Errorf("audit log: started record: %w", err)
+	}
+	if err := w.seg.sync(); err != nil {
+		return fmt.Errorf("audit log: started record: %w", err)
+	}
+	return nil
+}

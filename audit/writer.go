@@ -37,6 +37,7 @@ type Writer struct {
 	log    *zap.Logger
 	always bool
 	signer ed25519.PrivateKey
+	redact []string // query parameter name fragments
 
 	mu      sync.Mutex
 	pending []queued // guarded by mu
@@ -70,6 +71,7 @@ var ackPool = sync.Pool{New: func() any { return make(chan error, 1) }}
 // It fails when the newest segment's chain is broken, unless
 // cfg.AcceptBreak is set.
 func Open(cfg Config, log *zap.Logger) (*Writer, error) {
+	cfg.provision()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("audit config: %w", err)
 	}
@@ -77,6 +79,7 @@ func Open(cfg Config, log *zap.Logger) (*Writer, error) {
 		cfg:    cfg,
 		log:    log.Named("audit"),
 		always: cfg.Sync == "always",
+		redact: cfg.RedactQueryParams,
 		wake:   make(chan struct{}, 1),
 		wakeAt: max(1, min(cfg.QueueSize/4, 1024)),
 		quit:   make(chan struct{}),
@@ -98,6 +101,12 @@ func Open(cfg Config, log *zap.Logger) (*Writer, error) {
 		w.seg.close()
 		return nil, err
 	}
+	if cfg.Started != nil {
+		if err := w.writeStarted(cfg.Started); err != nil {
+			w.seg.close()
+			return nil, err
+		}
+	}
 	w.log.Info("audit log open", zap.String("dir", cfg.Dir), zap.String("segment", w.seg.name),
 		zap.Uint64("seq", w.seg.seq), zap.String("head", w.seg.headHex()), zap.String("sync", cfg.Sync))
 	go w.run()
@@ -105,14 +114,18 @@ func Open(cfg Config, log *zap.Logger) (*Writer, error) {
 }
 
 // Append queues a copy of r (r.Detail is shared and must not change
-// afterwards). With sync: always it returns once the record is on disk and
-// fsynced; with interval once it is queued. TS is set to now when zero; Seq,
-// Prev and Hash are assigned by the writer. An error wraps ErrUnavailable.
-func (w *Writer) Append(r *Record) error {
+// afterwards), its query redacted and its strings capped (see prepare).
+// With sync: always it returns once the record is on disk and fsynced;
+// with interval once it is queued. TS is set to now when zero; Seq, Prev
+// and Hash are assigned by the writer. An error wraps ErrUnavailable.
+func (w *Writer) Append(in *Record) error {
+	rec := *in
+	r := &rec
+	w.prepare(r)
 	if n := len(r.Request) + len(r.Identity) + len(r.Client) + len(r.Method) + len(r.Scheme) +
 		len(r.Host) + len(r.Path) + len(r.Name) + len(r.QType) + len(r.Database) + len(r.SQL) +
 		len(r.Fingerprint) + len(r.IP) + len(r.Decision) + len(r.Reason) + len(r.Rule) +
-		len(r.Policy) + len(r.Error) + len(r.Kind) + detailLen(r.Detail); n > maxRecordInput {
+		len(r.Policy) + len(r.Error) + len(r.Kind) + len(r.User) + len(r.Query) + len(r.Truncated) + detailLen(r.Detail); n > maxRecordInput {
 		w.st.refused.Add(1)
 		return fmt.Errorf("%w: record of %d bytes exceeds %d", ErrUnavailable, n, maxRecordInput)
 	}

@@ -93,7 +93,15 @@ func (s *Server) handle(ctx context.Context, client netip.Addr, req *dns.Msg) *d
 	}
 	out := s.decide(ctx, client, req.Question[0])
 	if err := s.audit.Append(&out.rec); err != nil {
-		s.log.Error("audit append failed; refusing", zap.String("name", out.rec.Name), zap.Error(err))
+		if errors.Is(err, audit.ErrOverBudget) {
+			// The client's identity spent its audit budget: the allow
+			// becomes a refusal, which the meter counts.
+			out.rec.Decision, out.rec.Reason, out.rec.Rule, out.rec.IP = "deny", audit.ReasonOverBudget, "", ""
+			err = s.audit.Append(&out.rec)
+		}
+		if err != nil {
+			s.failLog.Failed(err, zap.String("name", out.rec.Name))
+		}
 		resp.Rcode = dns.RcodeRefused
 		return resp
 	}

@@ -47,6 +47,10 @@ type Server struct {
 	log    *zap.Logger
 	limits *limiter
 	refuse int
+
+	// failLog reports failed appends at most once per interval: while
+	// the audit disk is full every query fails its append.
+	failLog *audit.FailLog
 }
 
 // serverState is what a reload swaps: the policy and the identities.
@@ -76,6 +80,7 @@ func NewServer(o ServerOptions) (*Server, error) {
 		limits: newLimiter(cfg.RateLimit, cfg.Burst),
 		refuse: refuse,
 	}
+	s.failLog = audit.NewFailLog(s.log, 0)
 	s.Reload(o.Decider, o.Identify)
 	return s, nil
 }

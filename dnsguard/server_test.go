@@ -16,6 +16,7 @@ import (
 
 	"github.com/miekg/dns"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
@@ -134,6 +135,13 @@ func startServer(t testing.TB, edit func(*Config)) *testServer {
 
 func startServerWith(t testing.TB, decider Decider, edit func(*Config)) *testServer {
 	t.Helper()
+	return startServerLog(t, decider, edit, zap.NewNop(), nil)
+}
+
+// startServerLog starts a server logging to log; wrap, if set, puts an
+// Appender (an audit.Meter) between the server and its recorder.
+func startServerLog(t testing.TB, decider Decider, edit func(*Config), log *zap.Logger, wrap func(audit.Appender) audit.Appender) *testServer {
+	t.Helper()
 	up := dnstest.Start(t)
 	up.SetRR("svc.test", "svc.test. 3600 IN A 192.0.43.10", "svc.test. 3600 IN AAAA 2001:500:88:200::10")
 	up.SetRR("x.wild.test", "x.wild.test. 30 IN A 192.0.43.11")
@@ -154,7 +162,11 @@ func startServerWith(t testing.TB, decider Decider, edit func(*Config)) *testSer
 	}
 	r, _ := newTestResolver(t, cfg, nil)
 	rec := &recorder{}
-	s, err := NewServer(ServerOptions{Config: cfg, Decider: decider, Resolver: r, Audit: rec, Log: zap.NewNop()})
+	var app audit.Appender = rec
+	if wrap != nil {
+		app = wrap(rec)
+	}
+	s, err := NewServer(ServerOptions{Config: cfg, Decider: decider, Resolver: r, Audit: app, Log: log})
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
 	}
@@ -321,6 +333,60 @@ func TestServerAnswerDetails(t *testing.T) {
 			t.Errorf("with audit down: rcode %s, %d answers; want REFUSED and none", dns.RcodeToString[resp.Rcode], len(resp.Answer))
 		}
 	})
+}
+
+// TestAuditOutageLogIsThrottled is issue 11 item 22 for the DNS server:
+// while appends fail, each refused query wrote an error line.
+func TestAuditOutageLogIsThrottled(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	ts := startServerLog(t, fakeDecider{}, func(c *Config) { c.RateLimit, c.Burst = 1e6, 1e6 }, zap.New(core), nil)
+	ts.audit.setFail(true)
+	for range 50 {
+		if resp := ts.ask(t, "udp", "svc.test", dns.TypeA); resp.Rcode != dns.RcodeRefused {
+			t.Fatalf("with audit down: rcode %s; want REFUSED", dns.RcodeToString[resp.Rcode])
+		}
+	}
+	if n := logs.FilterMessageSnippet("audit append failed").Len(); n > 2 {
+		t.Errorf("50 refused queries during an outage wrote %d error lines; want at most 2", n)
+	}
+}
+
+// TestAuditBudgetRefusesQueries: a client over its audit budget (issue 11
+// item 19) is refused, and the refusal is recorded with its reason.
+func TestAuditBudgetRefusesQueries(t *testing.T) {
+	ac := audit.DefaultConfig()
+	ac.IdentityRate, ac.IdentityBurst = 0.001, 3
+	var m *audit.Meter
+	ts := startServerLog(t, fakeDecider{}, func(c *Config) { c.RateLimit, c.Burst = 1e6, 1e6 }, zap.NewNop(),
+		func(a audit.Appender) audit.Appender { m = audit.NewMeter(a, ac); return m })
+	// waitReady's query spent at least one record of the budget of 3, so
+	// at most two of these are answered, and the rest are refused.
+	refused, answered := 0, 0
+	for range 6 {
+		switch rc := ts.ask(t, "udp", "svc.test", dns.TypeA).Rcode; {
+		case rc == dns.RcodeRefused:
+			refused++
+		case refused > 0:
+			t.Errorf("rcode %s after a refusal; want REFUSED while over budget", dns.RcodeToString[rc])
+		default:
+			answered++
+		}
+	}
+	if answered > 2 || refused < 4 {
+		t.Errorf("over budget: %d answered, %d refused; want at most 2 answered", answered, refused)
+	}
+	m.Close()
+	var over int64
+	ts.audit.mu.Lock()
+	for _, r := range ts.audit.recs {
+		if r.Reason == audit.ReasonOverBudget && r.Decision == "deny" {
+			over += max(1, r.Count)
+		}
+	}
+	ts.audit.mu.Unlock()
+	if over != int64(refused) {
+		t.Errorf("%s refusals recorded = %d; want %d", audit.ReasonOverBudget, over, refused)
+	}
 }
 
 func TestServerNXDOMAINMode(t *testing.T) {

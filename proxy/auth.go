@@ -22,6 +22,9 @@ type credential struct {
 	tokenSum [sha256.Size]byte
 	basic    bool
 	source   netip.Addr
+	// user is the name the client claimed, kept for the audit record of
+	// a refusal (the token never is).
+	user string
 }
 
 // authenticate names the client of r: Basic credentials when sent, else a
@@ -39,7 +42,7 @@ func authenticate(ids *identity.Store, r *http.Request, client netip.Addr) (poli
 		if !ok {
 			return policy.Identity{}, cred, reasonAuthInvalid
 		}
-		cred.tokenSum, cred.basic = sha256.Sum256([]byte(token)), true
+		cred.tokenSum, cred.basic, cred.user = sha256.Sum256([]byte(token)), true, user
 		id, ok := ids.AuthenticateSum(user, cred.tokenSum)
 		if !ok {
 			return policy.Identity{}, cred, reasonAuthInvalid

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -33,19 +35,50 @@ func (b *countingBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// clientClosed is the completion error of an allowed request whose client
+// hung up: before the upstream answered, or before it had the whole
+// response. It is not a reason: nothing was refused.
+const clientClosed = "client_closed"
+
+// clientClosed completes a request the client hung up on; when says at
+// which stage, for the metric.
+func (f *httpFlow) clientClosed(when string) {
+	f.s.metrics.clientClosed.WithLabelValues(when).Inc()
+	f.complete(0, "", clientClosed)
+}
+
 // responseBody writes the completion record when goproxy closes it after
 // copying the response to the client.
 type responseBody struct {
 	countingBody
 	f      *httpFlow
 	status int
+	// cut is the error that ended the copy before the upstream's EOF.
+	cut error
 }
 
+// Close completes the request: a copy that ended early is recorded as cut
+// short, by the client or by the upstream, never as a clean response.
 func (b *responseBody) Close() error {
 	err := b.countingBody.Close()
-	b.f.complete(b.status, "", "")
+	if b.f.done {
+		// goproxy closes the body twice; the request is complete.
+		return err
+	}
+	switch {
+	case b.cut == nil:
+		b.f.complete(b.status, "", "")
+	case b.f.clientCtx.Err() != nil || errors.Is(b.cut, errClientWrite):
+		b.f.s.metrics.clientClosed.WithLabelValues("response").Inc()
+		b.f.complete(b.status, "", clientClosed)
+	default:
+		b.f.complete(b.status, "", "response cut short: "+b.cut.Error())
+	}
 	return err
 }
+
+// errClientWrite marks a failed write to the client.
+var errClientWrite = errors.New("write to client")
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
@@ -66,6 +99,7 @@ func (b *responseBody) WriteTo(w io.Writer) (int64, error) {
 			m, werr := w.Write(buf[:n])
 			total += int64(m)
 			if werr != nil {
+				b.cut = fmt.Errorf("%w: %w", errClientWrite, werr)
 				return total, werr
 			}
 			if n < len(buf) && f != nil && rerr == nil {
@@ -76,6 +110,7 @@ func (b *responseBody) WriteTo(w io.Writer) (int64, error) {
 			return total, nil
 		}
 		if rerr != nil {
+			b.cut = rerr
 			return total, rerr
 		}
 	}

@@ -111,10 +111,11 @@ func (s *Server) refusedByHTTP(c *clientConn) {
 	status := int(c.status.Load())
 	f := &flowInfo{id: s.newRequestID(), kind: policy.KindHTTP}
 	f.setClient(c.RemoteAddr().String())
+	s.sources.refused(f.client)
 	r := f.decisionRecord(f.kind.String(), false, refusedReason(status), "", "")
 	r.Status = max(status, 0)
 	if err := s.audit.Append(r); err != nil {
-		s.log.Error("audit append failed", zap.String("request", f.id), zap.Error(err))
+		s.failLog.Failed(err, zap.String("request", f.id))
 	}
 	s.metrics.decided(r.Kind, r.Decision, r.Reason)
 }

@@ -49,6 +49,14 @@ type Config struct {
 	PerIdentityRate float64 `yaml:"per_identity_rate"`
 	// PerIdentityBurst is the token bucket size. Default 4000.
 	PerIdentityBurst int `yaml:"per_identity_burst"`
+	// PerSourceRefusalRate is how many refusals per second a client
+	// address may earn before it is authenticated (407, 400); past it
+	// (and PerSourceRefusalBurst) its requests are refused with
+	// source_rate_limited before their credentials are checked, and the
+	// connection is closed. Default 20.
+	PerSourceRefusalRate float64 `yaml:"per_source_refusal_rate"`
+	// PerSourceRefusalBurst is that bucket's size. Default 100.
+	PerSourceRefusalBurst int `yaml:"per_source_refusal_burst"`
 	// DrainTimeout is how long SIGTERM waits for in-flight requests and
 	// tunnels before closing them. Default 30s.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
@@ -73,6 +81,8 @@ func DefaultConfig() Config {
 		PerIdentityMaxConns:   2000,
 		PerIdentityRate:       2000,
 		PerIdentityBurst:      4000,
+		PerSourceRefusalRate:  20,
+		PerSourceRefusalBurst: 100,
 		DrainTimeout:          30 * time.Second,
 	}
 }
@@ -112,6 +122,7 @@ func (c *Config) Validate() error {
 		{"max_conns", c.MaxConns},
 		{"per_identity_max_conns", c.PerIdentityMaxConns},
 		{"per_identity_burst", c.PerIdentityBurst},
+		{"per_source_refusal_burst", c.PerSourceRefusalBurst},
 	}
 	for _, n := range ints {
 		if n.v <= 0 {
@@ -120,6 +131,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PerIdentityRate <= 0 {
 		return fmt.Errorf("per_identity_rate must be > 0, got %v", c.PerIdentityRate)
+	}
+	if c.PerSourceRefusalRate <= 0 {
+		return fmt.Errorf("per_source_refusal_rate must be > 0, got %v", c.PerSourceRefusalRate)
 	}
 	return nil
 }

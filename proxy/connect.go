@@ -25,14 +25,21 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 	f := &flowInfo{id: s.newRequestID(), kind: policy.KindConnect,
 		method: http.MethodConnect, start: start}
 	f.setClient(r.RemoteAddr)
+	f.target = claimTarget("", r.RequestURI, "", "")
 	client.SetDeadline(start.Add(s.cfg.DialTimeout + s.cfg.ReadHeaderTimeout))
 
 	if s.draining.Load() {
 		s.refuseConn(f, client, refusal{status: http.StatusServiceUnavailable, reason: reasonShuttingDown})
 		return
 	}
+	if s.sources.exhausted(f.client) {
+		s.refuseConn(f, client, refusal{status: http.StatusTooManyRequests, reason: reasonSourceLimited})
+		return
+	}
 	id, cred, reason := authenticate(st.ids, r, f.client)
 	if reason != "" {
+		f.user = cred.user
+		s.sources.refused(f.client)
 		s.refuseConn(f, client, refusalFor(stagePolicy, policy.Deny(reason, ""), nil))
 		return
 	}
@@ -56,7 +63,7 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 		return
 	}
 	if err := s.decided(f, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
-		s.denyConn(f, client, refusal{status: http.StatusServiceUnavailable, reason: reasonAuditUnavailable})
+		s.denyConn(f, client, auditRefusal(err))
 		return
 	}
 

@@ -31,6 +31,10 @@ type httpFlow struct {
 	recv     *responseBody
 	done     bool
 	fast     bool // sent through the upstream pool, not the Transport
+
+	// clientCtx is the client's request context: it ends when the client
+	// hangs up, while the upstream request's also ends on idle timeouts.
+	clientCtx context.Context
 }
 
 // onRequest identifies, limits, decides and audits a plain-HTTP request, then
@@ -42,13 +46,18 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		id: s.newRequestID(), kind: policy.KindHTTP, method: r.Method, start: start,
 	}}
 	f.setClient(r.RemoteAddr)
-	f.target.Path = r.URL.EscapedPath()
+	f.target = claimTarget(r.URL.Scheme, r.URL.Host, r.URL.EscapedPath(), r.URL.RawQuery)
 
 	if s.draining.Load() {
 		return r, s.refuse(f, r, refusal{status: http.StatusServiceUnavailable, reason: reasonShuttingDown})
 	}
-	id, _, reason := authenticate(st.ids, r, f.client)
+	if s.sources.exhausted(f.client) {
+		return r, s.refuse(f, r, refusal{status: http.StatusTooManyRequests, reason: reasonSourceLimited})
+	}
+	id, cred, reason := authenticate(st.ids, r, f.client)
 	if reason != "" {
+		f.user = cred.user
+		s.sources.refused(f.client)
 		return r, s.refuse(f, r, refusalFor(stagePolicy, policy.Deny(reason, ""), nil))
 	}
 	f.identity, f.flowInfo.identity = id, id.ID
@@ -75,7 +84,7 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	}
 	if err := s.decided(&f.flowInfo, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
 		f.finish()
-		return r, s.deny(f, r, refusal{status: http.StatusServiceUnavailable, reason: reasonAuditUnavailable})
+		return r, s.deny(f, r, auditRefusal(err))
 	}
 
 	f.base = *r.URL
@@ -111,7 +120,8 @@ func (f *httpFlow) upstreamRequest(r *http.Request) *http.Request {
 	if rawPath == "" {
 		rawPath = "/"
 	}
-	ctx, cancel := context.WithCancel(r.Context())
+	f.clientCtx = r.Context()
+	ctx, cancel := context.WithCancel(f.clientCtx)
 	f.cancel = cancel
 	f.idle = time.AfterFunc(f.s.cfg.BodyIdleTimeout, cancel)
 	f.fast = fastPathOK(r)
@@ -165,6 +175,12 @@ func (f *httpFlow) RoundTrip(req *http.Request, _ *goproxy.ProxyCtx) (*http.Resp
 	}
 	s.metrics.upstreamSeconds.Observe(time.Since(t0).Seconds())
 	if err != nil {
+		if f.clientCtx.Err() != nil {
+			// The client hung up first: the decision stands, nothing
+			// failed upstream.
+			f.clientClosed("waiting")
+			return refusal{status: http.StatusBadGateway, reason: clientClosed}.response(req, f.id), nil
+		}
 		rf := refusalFor(stageDial, policy.Decision{}, err)
 		f.complete(rf.status, rf.reason, rf.detail)
 		return rf.response(req, f.id), nil
@@ -219,7 +235,7 @@ func (f *httpFlow) checkRedirect(req *http.Request, code int, loc string) (refus
 	rinfo.target = out.Target
 	if out.Decision.Allow {
 		if err := s.decided(&rinfo, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
-			return refusal{status: http.StatusServiceUnavailable, reason: reasonAuditUnavailable}, true
+			return auditRefusal(err), true
 		}
 		return refusal{}, false
 	}
@@ -231,7 +247,9 @@ func (f *httpFlow) checkRedirect(req *http.Request, code int, loc string) (refus
 }
 
 // complete appends the completion record once and releases the request's
-// limits.
+// limits. A reason makes the completion a deny (the upstream failed);
+// detail alone (client_closed, a cut body) is an error of an allowed
+// request.
 func (f *httpFlow) complete(status int, reason, detail string) {
 	if f.done {
 		return
@@ -245,12 +263,13 @@ func (f *httpFlow) complete(status int, reason, detail string) {
 		r.BytesIn = f.recv.n.Load()
 	}
 	r.DurationUS = time.Since(f.start).Microseconds()
+	r.Error = detail
 	if reason != "" {
-		r.Decision, r.Reason, r.Error = "deny", reason, detail
+		r.Decision, r.Reason = "deny", reason
 		f.s.metrics.decided(r.Kind, "deny", reason)
 	}
 	if err := f.s.audit.Append(r); err != nil {
-		f.s.log.Error("audit append failed", zap.String("request", f.id), zap.Error(err))
+		f.s.failLog.Failed(err, zap.String("request", f.id))
 	}
 	f.finish()
 }
@@ -272,6 +291,8 @@ func (s *Server) serveNonProxy(w http.ResponseWriter, r *http.Request) {
 		id: s.newRequestID(), kind: policy.KindHTTP, method: r.Method,
 	}}
 	f.setClient(r.RemoteAddr)
+	f.target = claimTarget("", r.Host, r.URL.EscapedPath(), r.URL.RawQuery)
+	s.sources.refused(f.client)
 	rf := refusal{status: http.StatusBadRequest, reason: reasonNotProxyRequest}
 	if err := s.decided(&f.flowInfo, false, rf.reason, "", "", ""); err != nil {
 		rf = refusal{status: http.StatusServiceUnavailable, reason: reasonAuditUnavailable}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,50 @@ func (l *limiter) acquire(id string) (func(), string) {
 		return nil, reasonConnLimit
 	}
 	return func() { e.active.Add(-1) }, ""
+}
+
+// sourceLimiter meters refusals before authentication per client
+// address: a client without valid credentials costs a decision and a
+// record per request, so its pace is bounded before the identity limits
+// (which need an identity) can apply.
+type sourceLimiter struct {
+	rate  rate.Limit
+	burst int
+
+	mu  sync.Mutex
+	ids map[netip.Addr]*rate.Limiter
+}
+
+func newSourceLimiter(c Config) *sourceLimiter {
+	return &sourceLimiter{rate: rate.Limit(c.PerSourceRefusalRate), burst: c.PerSourceRefusalBurst,
+		ids: make(map[netip.Addr]*rate.Limiter)}
+}
+
+// exhausted reports whether a has no refusals left to spend.
+func (l *sourceLimiter) exhausted(a netip.Addr) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.ids[a]
+	return ok && b.Tokens() < 1
+}
+
+// refused charges a refusal to a.
+func (l *sourceLimiter) refused(a netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.ids[a]
+	if !ok {
+		if len(l.ids) >= maxTrackedIdentities {
+			for k, v := range l.ids {
+				if v.Tokens() >= float64(l.burst) {
+					delete(l.ids, k)
+				}
+			}
+		}
+		b = rate.NewLimiter(l.rate, l.burst)
+		l.ids[a] = b
+	}
+	b.Allow()
 }
 
 // capListener closes connections accepted past the global cap and wraps the

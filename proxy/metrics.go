@@ -13,6 +13,7 @@ type Metrics struct {
 	tunnelBytes     *prometheus.CounterVec
 	active          *prometheus.GaugeVec
 	acceptRejected  prometheus.Counter
+	clientClosed    *prometheus.CounterVec
 	// Reloads counts policy/config reloads by result ("ok", "failed").
 	Reloads *prometheus.CounterVec
 }
@@ -46,13 +47,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "egressd_proxy_connections_rejected_total",
 			Help: "Client connections closed on accept because max_conns was reached.",
 		}),
+		clientClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressd_proxy_client_closed_total",
+			Help: "Allowed requests the client hung up on, by when: before the upstream answered (waiting) or while the response was copied (response); counted apart from upstream failures.",
+		}, []string{"when"}),
 		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_reloads_total",
 			Help: "Configuration and policy reloads by result.",
 		}, []string{"result"}),
 	}
 	reg.MustRegister(m.requests, m.decisionSeconds, m.upstreamSeconds, m.tunnelBytes,
-		m.active, m.acceptRejected, m.Reloads)
+		m.active, m.acceptRejected, m.clientClosed, m.Reloads)
 	return m
 }
 

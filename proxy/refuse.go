@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -32,6 +33,13 @@ const (
 	reasonDNSFailed        = "dns_failure"
 	reasonShuttingDown     = "shutting_down"
 	reasonIdentityRevoked  = "identity_revoked"
+	// reasonAuditBudget refuses an allow the identity's audit budget
+	// (audit.identity_rate) cannot pay for.
+	reasonAuditBudget = audit.ReasonOverBudget
+	// reasonSourceLimited refuses a client address that was refused
+	// before authentication more than proxy.per_source_refusal_rate
+	// allows, before its credentials are even looked at.
+	reasonSourceLimited = "source_rate_limited"
 )
 
 // stage says where a refusal came from; the same typed error means a 400
@@ -93,7 +101,7 @@ func statusForReason(def int, reason string) int {
 		return http.StatusProxyAuthRequired
 	case reasonAuditUnavailable, reasonShuttingDown:
 		return http.StatusServiceUnavailable
-	case reasonRateLimited, reasonConnLimit:
+	case reasonRateLimited, reasonConnLimit, reasonAuditBudget, reasonSourceLimited:
 		return http.StatusTooManyRequests
 	case reasonDNSFailed, "dns_nxdomain", "dns_no_address":
 		// The name could not be resolved: an upstream failure, not a
@@ -137,6 +145,18 @@ func (r refusal) header(h http.Header, requestID string) {
 	if r.status == http.StatusProxyAuthRequired {
 		h.Set("Proxy-Authenticate", `Basic realm="egressd"`)
 	}
+	if r.closes() {
+		h.Set("Connection", "close")
+	}
+}
+
+// closes reports whether the connection ends after this refusal: a client
+// that failed to authenticate, sent what is not a proxy request, or is
+// refused per source would otherwise pipeline thousands of refusals down
+// one connection, each costing a decision and a record.
+func (r refusal) closes() bool {
+	return r.status == http.StatusBadRequest || r.status == http.StatusProxyAuthRequired ||
+		r.reason == reasonSourceLimited
 }
 
 // response builds the refusal as an *http.Response for goproxy's request

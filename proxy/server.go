@@ -57,6 +57,8 @@ type Server struct {
 	metrics *Metrics
 	dialer  Dialer
 	limits  *limiter
+	sources *sourceLimiter
+	failLog *audit.FailLog
 	state   atomic.Pointer[state]
 	srv     *http.Server
 	gp      *goproxy.ProxyHttpServer
@@ -90,6 +92,8 @@ func New(o Options) (*Server, error) {
 		metrics:  o.Metrics,
 		dialer:   o.Dialer,
 		limits:   newLimiter(o.Config),
+		sources:  newSourceLimiter(o.Config),
+		failLog:  audit.NewFailLog(o.Log.Named("proxy"), 0),
 		idPrefix: hex.EncodeToString(pfx[:]) + "-",
 		tunnels:  make(map[*tunnel]struct{}),
 	}

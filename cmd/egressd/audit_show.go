@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/egressd/egressd/audit"
 )
@@ -227,6 +229,8 @@ func target(r *audit.Record) string {
 			b.WriteString(r.Database + ": ")
 		}
 		b.WriteString(r.SQL)
+	case r.Count > 0:
+		fmt.Fprintf(&b, "%d more refusals from %s, %s to %s", r.Count, dash(r.Client), r.Detail["first"], r.Detail["last"])
 	case len(r.Detail) > 0:
 		keys := make([]string, 0, len(r.Detail))
 		for k := range r.Detail {
@@ -248,15 +252,43 @@ func target(r *audit.Record) string {
 	return b.String()
 }
 
-// printable keeps client-supplied bytes (hosts, paths, SQL) from driving
-// the terminal: control characters become '?'.
+// printable keeps client-supplied text (hosts, paths, SQL) from driving
+// the terminal or disguising itself: control characters, format characters
+// (bidi overrides and isolates U+202A–202E and U+2066–2069, zero-width
+// characters, U+FEFF, tag characters), and the line and paragraph
+// separators U+2028/2029 are shown as \uXXXX (\U0010XXXX beyond the BMP),
+// and a backslash as \\, so an escape cannot be forged either.
 func printable(s string) string {
-	return strings.Map(func(c rune) rune {
-		if c < 0x20 || (c >= 0x7f && c < 0xa0) {
-			return '?'
+	clean := true
+	for _, c := range s {
+		if c == '\\' || mustEscape(c) {
+			clean = false
+			break
 		}
-		return c
-	}, s)
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for _, c := range s {
+		switch {
+		case c == '\\':
+			b.WriteString(`\\`)
+		case !mustEscape(c):
+			b.WriteRune(c)
+		case c > 0xffff:
+			fmt.Fprintf(&b, `\U%08x`, c)
+		default:
+			fmt.Fprintf(&b, `\u%04x`, c)
+		}
+	}
+	return b.String()
+}
+
+// mustEscape reports whether c may not reach the terminal as it is.
+func mustEscape(c rune) bool {
+	return c < 0x20 || (c >= 0x7f && c < 0xa0) || c == utf8.RuneError ||
+		unicode.In(c, unicode.Cf, unicode.Zl, unicode.Zp, unicode.Co, unicode.Cs)
 }
 
 func hostPort(r *audit.Record) string {

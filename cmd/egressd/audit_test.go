@@ -101,7 +101,7 @@ func TestAuditShowCLI(t *testing.T) {
 		{"decision and reason", []string{"--json", "--decision", "deny", "--reason", "no_rule"}, 10, `"decision":"deny"`, `"allow"`},
 		{"until long ago", []string{"--json", "--until", "24h"}, 0, "", ""},
 		{"since long ago", []string{"--json", "--since", "24h", "--kind", "http"}, 30, "", ""},
-		{"table", []string{"--table", "--identity", "sb-b"}, 11, "GET https://pypi.org:443/evil?[2J", "\x1b"},
+		{"table", []string{"--table", "--identity", "sb-b"}, 11, `GET https://pypi.org:443/evil\u001b[2J`, "\x1b"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -228,6 +228,53 @@ func TestAuditSignedCLI(t *testing.T) {
 			code, out, errOut := runCLI(args...)
 			if code != tt.wantCode || !strings.Contains(out, tt.wantOut) {
 				t.Errorf("egressd %v = %d, %q (stderr %q); want %d, %q", args, code, out, errOut, tt.wantCode, tt.wantOut)
+			}
+		})
+	}
+}
+
+// TestAuditShowEscapesSpoofing is issue 11 item 11: a client-chosen path
+// with bidi controls, separators or invisible characters must reach the
+// operator's terminal escaped, in the table and in the JSON lines.
+func TestAuditShowEscapesSpoofing(t *testing.T) {
+	hidden := []struct{ r, want string }{
+		{"\u202e", `\u202e`}, {"\u202a", `\u202a`}, {"\u2066", `\u2066`}, {"\u2069", `\u2069`},
+		{"\u2028", `\u2028`}, {"\u2029", `\u2029`}, {"\u200b", `\u200b`}, {"\u200d", `\u200d`},
+		{"\ufeff", `\ufeff`}, {"\u0085", `\u0085`}, {"\U000e0041", `\U000e0041`},
+	}
+	var path strings.Builder
+	path.WriteString("/invoice")
+	for _, h := range hidden {
+		path.WriteString(h.r + "x")
+	}
+	c := audit.DefaultConfig()
+	c.Dir = filepath.Join(t.TempDir(), "audit")
+	w, err := audit.Open(c, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Append(&audit.Record{Kind: "http", Identity: "sb-a", Method: "GET", Scheme: "http", Host: "h.test",
+		Path: path.String(), Decision: "deny", Reason: "no_rule\u202e"})
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"--table", "--json"} {
+		t.Run(mode, func(t *testing.T) {
+			code, out, errOut := runCLI("audit", "show", mode, "--kind", "http", c.Dir)
+			if code != 0 {
+				t.Fatalf("audit show %s = %d (%s)", mode, code, errOut)
+			}
+			for _, h := range hidden {
+				if strings.Contains(out, h.r) {
+					t.Errorf("audit show %s printed U+%04X raw:\n%q", mode, []rune(h.r)[0], out)
+				}
+			}
+			if mode == "--table" {
+				for _, h := range hidden {
+					if !strings.Contains(out, h.want) {
+						t.Errorf("audit show --table = %q; want %s shown", out, h.want)
+					}
+				}
 			}
 		})
 	}

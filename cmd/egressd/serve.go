@@ -63,6 +63,8 @@ func runServe(args []string, _, stderr io.Writer) error {
 		return err
 	}
 	defer d.audit.Close()
+	// Closed before the writer: it writes the last second's counts.
+	defer d.meter.Close()
 	return d.run(ctx)
 }
 
@@ -75,6 +77,7 @@ type daemon struct {
 	floor    *dnsguard.Floor
 	res      *dnsguard.Resolver
 	audit    *audit.Writer
+	meter    *audit.Meter // what every entry point appends through
 	metrics  *proxy.Metrics
 	registry *prometheus.Registry
 	proxy    *proxy.Server
@@ -100,15 +103,33 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	if err != nil {
 		return nil, err
 	}
-	aw, err := audit.Open(cfg.Audit, log)
+	ac := cfg.Audit
+	ac.Started = startedDetail(cfgPath, engine.Digest())
+	aw, err := audit.Open(ac, log)
 	if err != nil {
 		return nil, fmt.Errorf("open audit log: %w", err)
 	}
+	// One meter for all entry points: an identity's budget is shared by
+	// its HTTP, DNS and SQL records.
+	meter := audit.NewMeter(aw, cfg.Audit)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		admin.AuditCollector(aw.Stats))
-	d := &daemon{cfg: cfg, cfgPath: cfgPath, log: log, floor: floor, res: res, audit: aw,
+		admin.AuditCollector(aw.Stats),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "egressd_audit_refusals_folded_total",
+			Help: "Refusals counted into aggregate audit records (audit.refusal_samples) instead of written in full.",
+		}, func() float64 { return float64(meter.Stats().Folded) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "egressd_audit_over_budget_total",
+			Help: "Allows refused with audit_budget_exceeded because their identity spent its audit budget.",
+		}, func() float64 { return float64(meter.Stats().OverBudget) }))
+	d := &daemon{cfg: cfg, cfgPath: cfgPath, log: log, floor: floor, res: res, audit: aw, meter: meter,
 		registry: reg, metrics: proxy.NewMetrics(reg)}
+	fail := func(err error) (*daemon, error) {
+		meter.Close()
+		aw.Close()
+		return nil, err
+	}
 	d.engine.Store(engine)
 	dialer := dnsguard.NewDialer(res, floor, cfg.Proxy.DialTimeout)
 	d.proxy, err = proxy.New(proxy.Options{
@@ -116,33 +137,30 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		Decider:    &proxy.Decider{Engine: engine, Floor: floor},
 		Identities: ids,
 		Dialer:     dialer,
-		Audit:      aw,
+		Audit:      meter,
 		Metrics:    d.metrics,
 		Log:        log,
 	})
 	if err != nil {
-		aw.Close()
-		return nil, err
+		return fail(err)
 	}
 	if cfg.DNS.Listen != "" {
 		d.dns, err = dnsguard.NewServer(dnsguard.ServerOptions{
-			Config: cfg.DNS, Decider: engine, Resolver: res, Audit: aw,
+			Config: cfg.DNS, Decider: engine, Resolver: res, Audit: meter,
 			Identify: dnsIdentify(ids), Log: log,
 		})
 		if err != nil {
-			aw.Close()
-			return nil, err
+			return fail(err)
 		}
 	}
 	if cfg.Postgres.Listen != "" {
 		// The gate dials its upstream through the same pinned dialer as the
 		// proxy, so the address floor and `internal:` apply to it too.
 		d.gate, err = pggate.New(cfg.Postgres, pggate.Deps{
-			Engine: engine, Identities: ids, Audit: aw, Dial: dialer.DialContext, Floor: floor, Log: log,
+			Engine: engine, Identities: ids, Audit: meter, Dial: dialer.DialContext, Floor: floor, Log: log,
 		})
 		if err != nil {
-			aw.Close()
-			return nil, fmt.Errorf("postgres: %w", err)
+			return fail(fmt.Errorf("postgres: %w", err))
 		}
 	}
 	return d, nil
