@@ -75,16 +75,18 @@ func buildIndex(raw any) (*ast.Term, *viewIndex, error) {
 	}
 	views := make([]*ast.Term, 0, len(rules))
 	paths := make([][]string, 0, len(rules))
+	fold := make([]bool, 0, len(rules))
 	byView, byRule := newHostIndex(), newHostIndex()
 	for _, i := range order {
 		r := &rules[i]
 		views = append(views, r.view(i))
 		paths = append(paths, r.Paths)
+		fold = append(fold, r.Action == "deny")
 		if len(r.Paths) == 0 {
 			paths[len(paths)-1] = []string{"**"}
 		}
 	}
-	vx := newViewIndex(views, paths)
+	vx := newViewIndex(views, paths, fold)
 	for v, i := range order {
 		for _, h := range rules[i].Hosts {
 			byView.add(h, v)
