@@ -11,7 +11,7 @@ import (
 
 func TestCheckSQL(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
-	if err := os.WriteFile(cfg, []byte("identities:\n  - id: agent\n    attributes: {sql_profile: read_only}\n  - id: plain\n"), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte("identities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_only}\n  - id: plain\n    sources: [192.0.2.2/32]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {

@@ -60,7 +60,9 @@ func runServe(args []string, _, stderr io.Writer) error {
 	defer stop()
 	d, err := build(ctx, cfg, *cfgPath, log)
 	if err != nil {
-		return err
+		// build's collaborators quote what they were given (a file
+		// name in an open error); some config values are secrets.
+		return cfg.Redact(err)
 	}
 	defer d.audit.Close()
 	return d.run(ctx)
