@@ -258,6 +258,11 @@ func (r *ruleSpec) validate() error {
 		if m == "" || !isToken(m) {
 			return fmt.Errorf("methods[%d] must be an HTTP method, got %q (rule %q)", j, m, r.ID)
 		}
+		// Methods are case-sensitive and clients send them upper-case:
+		// "get" would never match a request.
+		if up := strings.ToUpper(m); up != m {
+			return fmt.Errorf("methods[%d] must be upper-case, got %q, which no request matches: write %q (rule %q)", j, m, up, r.ID)
+		}
 	}
 	for j, p := range r.Paths {
 		if !strings.HasPrefix(p, "/") {

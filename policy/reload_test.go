@@ -148,7 +148,7 @@ func TestDecideFailsClosed(t *testing.T) {
 		reason  string
 	}{
 		{"undefined", "package egress.http\n\ndecision := 1 if false\n", 0, ReasonNoDecision},
-		{"no module", "package egress.other\n\nx := 1\n", 0, ReasonNoDecision},
+		{"no decision rule", "package egress.http\n\nx := 1\n", 0, ReasonNoDecision},
 		{"not an object", "package egress.http\n\ndecision := true\n", 0, ReasonMalformedDecision},
 		{"allow not bool", `package egress.http
 

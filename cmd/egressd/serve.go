@@ -102,6 +102,9 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	if err != nil {
 		return nil, err
 	}
+	if err := checkIdentities(cfgPath, cfg.Identities, engine); err != nil {
+		return nil, err
+	}
 	aw, err := audit.Open(cfg.Audit, log)
 	if err != nil {
 		return nil, fmt.Errorf("open audit log: %w", err)
@@ -274,13 +277,14 @@ func (d *daemon) reloadLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	engine := d.engine.Load()
-	if cfg.Policy != d.cfg.Policy {
-		if engine, err = policy.New(ctx, cfg.Policy, d.log); err != nil {
-			return fmt.Errorf("load policy: %w", err)
-		}
-	} else if err := engine.Reload(ctx); err != nil {
-		return fmt.Errorf("reload policy: %w", err)
+	// A new engine, not Engine.Reload: the bundle must be checked against
+	// the identities before either takes effect.
+	engine, err := policy.New(ctx, cfg.Policy, d.log)
+	if err != nil {
+		return fmt.Errorf("load policy: %w", err)
+	}
+	if err := checkIdentities(d.cfgPath, cfg.Identities, engine); err != nil {
+		return err
 	}
 	if !reflect.DeepEqual(cfg.Internal, d.cfg.Internal) {
 		// Validated by config.Load, so this does not fail half-way.
