@@ -44,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"what"}),
 		acceptRejected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "egressd_proxy_connections_rejected_total",
-			Help: "Client connections closed on accept because max_conns was reached.",
+			Help: "Client connections closed on accept: max_conns was reached or file descriptors were short.",
 		}),
 		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_reloads_total",

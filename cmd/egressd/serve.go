@@ -28,6 +28,7 @@ import (
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/proxy/admin"
+	"github.com/egressd/egressd/proxy/fdlimit"
 	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/proxy/pggate"
 )
@@ -82,6 +83,7 @@ type daemon struct {
 	proxy    *proxy.Server
 	dns      *dnsguard.Server // nil unless dns.listen is set
 	gate     *pggate.Gate     // nil unless postgres.listen is set
+	fds      *fdlimit.Budget  // nil if the limit could not be read
 	reloadMu sync.Mutex
 }
 
@@ -113,7 +115,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		admin.AuditCollector(aw.Stats))
 	d := &daemon{cfg: cfg, cfgPath: cfgPath, log: log, floor: floor, res: res, audit: aw,
-		registry: reg, metrics: proxy.NewMetrics(reg)}
+		registry: reg, metrics: proxy.NewMetrics(reg), fds: descriptorBudget(log)}
 	d.engine.Store(engine)
 	dialer := dnsguard.NewDialer(res, floor, cfg.Proxy.DialTimeout)
 	d.proxy, err = proxy.New(proxy.Options{
@@ -124,6 +126,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		Audit:      aw,
 		Metrics:    d.metrics,
 		Log:        log,
+		FDs:        d.fds,
 	})
 	if err != nil {
 		aw.Close()
@@ -153,6 +156,21 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	return d, nil
 }
 
+// descriptorBudget raises the soft RLIMIT_NOFILE to the hard limit, logs
+// both, and returns the budget the client listeners refuse by; nil (no
+// budget) if the limit cannot be read.
+func descriptorBudget(log *zap.Logger) *fdlimit.Budget {
+	lim, err := fdlimit.Raise()
+	if err != nil {
+		log.Warn("cannot read or raise the file descriptor limit; clients are refused only on max_conns", zap.Error(err))
+		return nil
+	}
+	b := fdlimit.NewBudget(lim.Soft)
+	log.Info("file descriptor limit", zap.Uint64("soft", lim.Soft), zap.Uint64("hard", lim.Hard),
+		zap.Int("reserve", b.Reserve()))
+	return b
+}
+
 // dnsIdentify maps DNS clients by source address: with no identities every
 // client is anonymous; otherwise an unmapped source is refused.
 func dnsIdentify(ids *identity.Store) func(netip.Addr) (policy.Identity, bool) {
@@ -178,6 +196,9 @@ func (d *daemon) run(ctx context.Context) error {
 			pln.Close()
 			aln.Close()
 			return fmt.Errorf("postgres listen: %w", err)
+		}
+		if d.fds != nil {
+			gln = &fdlimit.Listener{Listener: gln, Raw: gln.(*net.TCPListener), Budget: d.fds, Name: "postgres", Audit: d.audit, Log: d.log}
 		}
 	}
 	adminSrv := &http.Server{

@@ -1,0 +1,128 @@
+package e2e
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/dnsguard/dnstest"
+)
+
+// heldConn is a client connection the proxy served and keeps open.
+type heldConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+// ask sends one denied request on c and reads the answer. The deadline
+// only guards against a hang, which is the bug under test.
+func ask(c net.Conn, r *bufio.Reader, path string) (*http.Response, error) {
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := fmt.Fprintf(c, "GET http://nowhere.test%s HTTP/1.1\r\nHost: nowhere.test\r\n\r\n", path); err != nil {
+		return nil, err
+	}
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body.Close()
+	return resp, nil
+}
+
+// openServed opens a client connection and has one request answered on it:
+// it returns the connection if the proxy served it, nil if the proxy
+// refused it (closed or reset it), and fails the test if it hung.
+func openServed(t *testing.T, addr, path string) *heldConn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("dial %s hung: %v", addr, err)
+		}
+		return nil
+	}
+	h := &heldConn{Conn: c, r: bufio.NewReader(c)}
+	if _, err := ask(c, h.r, path); err != nil {
+		c.Close()
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("client %s neither served nor refused within 10s: %v", path, err)
+		}
+		return nil
+	}
+	return h
+}
+
+// TestFDShortageRefusesClientsAndAdminAnswers runs egressd with
+// RLIMIT_NOFILE lowered to 128 (prlimit) and opens client connections
+// until the proxy refuses one (item 20): egressd logs the soft and hard
+// limits, refuses while it still has its reserve (well before 128), every
+// later client is refused at once rather than left hanging, /readyz
+// answers, and the whole shortage is one audit record.
+func TestFDShortageRefusesClientsAndAdminAnswers(t *testing.T) {
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Fatalf("prlimit (util-linux) is needed to lower egressd's RLIMIT_NOFILE: %v", err)
+	}
+	const limit = 128
+	e := Start(t, Options{
+		DNS:       dnstest.Start(t).Addr(),
+		ProxyYAML: "read_header_timeout: 60s\nidle_timeout: 120s",
+		Wrap:      []string{prlimit, fmt.Sprintf("--nofile=%d:%d", limit, limit)},
+	})
+	if want := fmt.Sprintf(`"msg":"file descriptor limit","soft":%d,"hard":%d`, limit, limit); !strings.Contains(e.Log(), want) {
+		t.Errorf("egressd log lacks %s:\n%s", want, e.Log())
+	}
+
+	var held []*heldConn
+	defer func() {
+		for _, h := range held {
+			h.Close()
+		}
+	}()
+	for len(held) < limit {
+		h := openServed(t, e.ProxyAddr, fmt.Sprintf("/held-%d", len(held)))
+		if h == nil {
+			break
+		}
+		held = append(held, h)
+	}
+	if len(held) == 0 || len(held) >= limit-32 {
+		t.Fatalf("proxy served %d connections before refusing one; want 1 to %d (the reserve kept free of %d)", len(held), limit-33, limit)
+	}
+	t.Logf("served %d connections before the first refusal", len(held))
+	for i := range 20 {
+		if h := openServed(t, e.ProxyAddr, fmt.Sprintf("/late-%d", i)); h != nil {
+			h.Close()
+			t.Fatalf("client %d after the first refusal was served; want refused", i)
+		}
+	}
+	if code, body, err := e.Admin(http.MethodGet, "/readyz"); err != nil || code != http.StatusOK {
+		t.Errorf("/readyz while refusing clients = %d %q, %v; want 200", code, body, err)
+	}
+
+	// A request on a connection already open needs no descriptor; its
+	// record follows any a refusal wrote.
+	resp, err := ask(held[0], held[0].r, "/marker")
+	if err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("request on a held connection = %v, %v; want 403", resp, err)
+	}
+	e.WaitRecords(t, "marker request", func(r audit.Record) bool { return r.Path == "/marker" })
+	var refusals []audit.Record
+	for _, r := range e.Records(t) {
+		if r.Kind == "accept" {
+			refusals = append(refusals, r)
+		}
+	}
+	if len(refusals) != 1 || refusals[0].Reason != "fd_exhausted" || refusals[0].Decision != "deny" || refusals[0].Detail["listener"] != "proxy" {
+		t.Errorf("accept records after 21 refused clients = %+v; want exactly one deny fd_exhausted for the proxy", refusals)
+	}
+}
