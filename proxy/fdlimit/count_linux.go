@@ -6,11 +6,25 @@ import (
 	"syscall"
 )
 
-// countOpen counts this process's open descriptors: the entries of
-// /proc/self/fd other than "." and "..", less the one reading it. It
-// reads the directory with getdents into one buffer, so a count allocates
-// that buffer and nothing per entry.
+// countOpen counts this process's open descriptors. Since Linux 6.2 the
+// size stat reports for /proc/self/fd is that count, computed from the
+// descriptor bitmap without a descriptor of our own; before, it is 0 and
+// countDir reads the directory.
 func countOpen() (int, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/self/fd", &st); err != nil {
+		return 0, fmt.Errorf("stat /proc/self/fd: %w", err)
+	}
+	if st.Size > 0 {
+		return int(st.Size), nil
+	}
+	return countDir()
+}
+
+// countDir counts the entries of /proc/self/fd other than "." and "..",
+// less the one reading it: linear in the descriptors open. It reads the
+// directory with getdents into one buffer, allocating nothing per entry.
+func countDir() (int, error) {
 	fd, err := syscall.Open("/proc/self/fd", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, fmt.Errorf("open /proc/self/fd: %w", err)

@@ -57,15 +57,21 @@ func Reserve(limit uint64) int {
 // opened without an accept (upstream dials, DNS) are seen within it.
 const recount = time.Second
 
-// refuseRecount is the least time between two counts while refusing, so
-// that a flood of refused connections costs one count per interval, not
-// one per connection.
-const refuseRecount = 10 * time.Millisecond
+// minGap is the least time between two counts when the estimate says
+// descriptors are short, so that a flood of connections costs one count
+// per gap, not one per connection; a count that takes longer (reading a
+// large /proc/self/fd) widens the gap to gapFactor times its duration,
+// keeping counting under 1/gapFactor of a core.
+const (
+	minGap    = 10 * time.Millisecond
+	gapFactor = 20
+)
 
 // Budget decides whether one more client connection fits in the
-// descriptor limit. It counts the descriptors open (on Linux, the entries
-// of /proc/self/fd; each count is linear in them), and between counts
-// charges each admitted connection PerConn. It is safe for concurrent use.
+// descriptor limit. It counts the descriptors open (see countOpen), and
+// between counts charges each admitted connection PerConn; when that
+// estimate leaves too few and the last count is recent, it refuses
+// without counting. It is safe for concurrent use.
 type Budget struct {
 	limit   int
 	reserve int
@@ -76,8 +82,7 @@ type Budget struct {
 	open     int // at the last count
 	admitted int // connections admitted since
 	counted  time.Time
-	ok       bool // the last answer
-	counts   uint64
+	gap      time.Duration
 }
 
 // NewBudget returns a Budget for limit (the soft RLIMIT_NOFILE) keeping
@@ -88,7 +93,7 @@ func NewBudget(limit uint64) *Budget {
 }
 
 func newBudget(limit uint64, reserve int, count func() (int, error), now func() time.Time) *Budget {
-	return &Budget{limit: int(min(limit, 1<<30)), reserve: reserve, count: count, now: now, ok: true}
+	return &Budget{limit: int(min(limit, 1<<30)), reserve: reserve, count: count, now: now, gap: minGap}
 }
 
 // Limit and Reserve report the budget's parameters.
@@ -104,8 +109,8 @@ func (b *Budget) Admit() bool {
 	now := b.now()
 	need := b.reserve + PerConn
 	est := b.open + PerConn*b.admitted
-	stale := now.Sub(b.counted) >= recount
-	if stale || (b.limit-est < need && (b.ok || now.Sub(b.counted) >= refuseRecount)) {
+	age := now.Sub(b.counted)
+	if age >= recount || (b.limit-est < need && age >= b.gap) {
 		n, err := b.count()
 		switch {
 		case errors.Is(err, errUnsupported):
@@ -113,15 +118,15 @@ func (b *Budget) Admit() bool {
 		case err != nil:
 			n = b.limit
 		}
+		b.gap = max(minGap, gapFactor*b.now().Sub(now))
 		b.open, b.admitted, b.counted = n, 0, now
-		b.counts++
 		est = n
 	}
-	b.ok = b.limit-est >= need
-	if b.ok {
-		b.admitted++
+	if b.limit-est < need {
+		return false
 	}
-	return b.ok
+	b.admitted++
+	return true
 }
 
 // Open is the number of descriptors open at the last count.

@@ -80,7 +80,7 @@ func TestBudgetRefusesBeforeReserve(t *testing.T) {
 // TestBudgetChargesAdmissionsAndCountsRarely: between counts each admitted
 // connection is charged PerConn, so the budget counts again before the
 // estimate could overrun the reserve; far from the limit it counts once
-// per interval, and while refusing at most once per refuseRecount.
+// per interval, and when short at most once per gap, refusing in between.
 func TestBudgetChargesAdmissionsAndCountsRarely(t *testing.T) {
 	clk := newFakeClock()
 	fc := newFakeCount(100, nil)
@@ -101,9 +101,8 @@ func TestBudgetChargesAdmissionsAndCountsRarely(t *testing.T) {
 
 	// Near the limit: 100 open of 256, reserve 32, room for
 	// (256-32-100)/4 = 31 connections, charged without counting again
-	// (the fake count never moves); the 32nd forces a count, which says
-	// there is room again, and so on: every admission is backed by a
-	// count at most 31 admissions old.
+	// (the fake count never moves). The 32nd is refused until a gap has
+	// passed since the count; then it is counted and admitted.
 	fc = newFakeCount(100, nil)
 	b = newBudget(256, 32, fc.count, clk.now)
 	for i := range 31 {
@@ -111,12 +110,12 @@ func TestBudgetChargesAdmissionsAndCountsRarely(t *testing.T) {
 			t.Fatalf("admission %d refused", i)
 		}
 	}
-	if fc.calls.Load() != 1 {
-		t.Errorf("31 admissions within the room counted %d times; want 1", fc.calls.Load())
+	if b.Admit() || fc.calls.Load() != 1 {
+		t.Errorf("the admission past the estimated room within %v: admitted or counted (%d counts); want refused uncounted", minGap, fc.calls.Load())
 	}
-	b.Admit()
-	if fc.calls.Load() != 2 {
-		t.Errorf("the admission past the estimated room counted %d times in all; want 2", fc.calls.Load())
+	clk.add(minGap)
+	if !b.Admit() || fc.calls.Load() != 2 {
+		t.Errorf("the admission past the estimated room after %v: refused or uncounted (%d counts); want counted and admitted", minGap, fc.calls.Load())
 	}
 
 	fc.open.Store(250)
@@ -127,12 +126,36 @@ func TestBudgetChargesAdmissionsAndCountsRarely(t *testing.T) {
 		}
 	}
 	if fc.calls.Load() != 3 {
-		t.Errorf("1000 refusals within %v counted %d times in all; want 3", refuseRecount, fc.calls.Load())
+		t.Errorf("1000 refusals within %v counted %d times in all; want 3", minGap, fc.calls.Load())
 	}
 	fc.open.Store(10)
-	clk.add(refuseRecount)
+	clk.add(minGap)
 	if !b.Admit() {
-		t.Errorf("Admit() = false after descriptors were freed and %v passed", refuseRecount)
+		t.Errorf("Admit() = false after descriptors were freed and %v passed", minGap)
+	}
+}
+
+// TestBudgetGapFollowsCountCost: a count that takes long (a large
+// /proc/self/fd read directory-wise) widens the gap between counts.
+func TestBudgetGapFollowsCountCost(t *testing.T) {
+	clk := newFakeClock()
+	calls := 0
+	slow := func() (int, error) {
+		calls++
+		clk.add(5 * time.Millisecond)
+		return 250, nil
+	}
+	b := newBudget(256, 32, slow, clk.now)
+	b.Admit()
+	clk.add(minGap)
+	b.Admit()
+	if calls != 1 {
+		t.Errorf("counts within %v of a 5ms count = %d; want 1", gapFactor*5*time.Millisecond, calls)
+	}
+	clk.add(gapFactor * 5 * time.Millisecond)
+	b.Admit()
+	if calls != 2 {
+		t.Errorf("counts after the widened gap = %d; want 2", calls)
 	}
 }
 
@@ -152,13 +175,39 @@ func TestCountOpen(t *testing.T) {
 		files = append(files, f)
 	}
 	after, err := countOpen()
+	dirBefore, dirErr := countDir()
 	for _, f := range files {
 		f.Close()
 	}
 	if err != nil || after-before != 10 {
 		t.Errorf("countOpen() = %d, %v after opening 10 files; want %d", after, err, before+10)
 	}
+	if dirErr != nil || dirBefore != after {
+		t.Errorf("countDir() = %d, %v; want countOpen()'s %d", dirBefore, dirErr, after)
+	}
 	if _, err := countOpen(); errors.Is(err, errUnsupported) {
 		t.Errorf("countOpen() is unsupported on this platform")
+	}
+}
+
+// BenchmarkCountOpen and BenchmarkCountDir count with 4096 more
+// descriptors open than the test binary has: the cost of one count by
+// stat (Linux 6.2 and later) and by reading the directory.
+func BenchmarkCountOpen(b *testing.B) { benchCount(b, countOpen) }
+func BenchmarkCountDir(b *testing.B)  { benchCount(b, countDir) }
+
+func benchCount(b *testing.B, count func() (int, error)) {
+	b.ReportAllocs()
+	for range 4096 {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+	}
+	for b.Loop() {
+		if _, err := count(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

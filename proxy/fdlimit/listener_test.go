@@ -101,7 +101,7 @@ func TestListenerRefusesAndAuditsOnce(t *testing.T) {
 	}
 
 	fc.open.Store(10)
-	clk.add(refuseRecount)
+	clk.add(minGap)
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
