@@ -95,8 +95,10 @@ func TestFDShortageRefusesClientsAndAdminAnswers(t *testing.T) {
 		}
 		held = append(held, h)
 	}
-	if len(held) == 0 || len(held) >= limit-32 {
-		t.Fatalf("proxy served %d connections before refusing one; want 1 to %d (the reserve kept free of %d)", len(held), limit-33, limit)
+	// It refuses before the reserve (32) is touched, but not long before:
+	// an idle egressd holds a dozen or two descriptors.
+	if len(held) < limit/2 || len(held) >= limit-32 {
+		t.Fatalf("proxy served %d connections before refusing one; want %d to %d (the reserve kept free of %d)", len(held), limit/2, limit-33, limit)
 	}
 	t.Logf("served %d connections before the first refusal", len(held))
 	for i := range 20 {

@@ -63,7 +63,7 @@ const recount = time.Second
 // large /proc/self/fd) widens the gap to gapFactor times its duration,
 // keeping counting under 1/gapFactor of a core.
 const (
-	minGap    = 10 * time.Millisecond
+	minGap    = 100 * time.Microsecond
 	gapFactor = 20
 )
 
