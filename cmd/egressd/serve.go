@@ -222,7 +222,9 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	errc := make(chan error, 4)
 	go func() { errc <- d.proxy.Serve(pln) }()
-	go func() { errc <- adminSrv.Serve(aln) }()
+	// The admin listener is never refused for want of descriptors; at
+	// the very end it accepts into a spare one.
+	go func() { errc <- adminSrv.Serve(fdlimit.NewSpare(aln)) }()
 	dnsCtx, stopDNS := context.WithCancel(ctx)
 	defer stopDNS()
 	if d.dns != nil {

@@ -180,3 +180,61 @@ func resetClose(c net.Conn) {
 	}
 	c.Close()
 }
+
+// Spare wraps a listener that must keep answering when the process is out
+// of descriptors (the admin listener, for /readyz and reload): when accept
+// fails for want of them, it frees a descriptor it holds in reserve and
+// accepts into that one. It takes the spare again on a later accept.
+type Spare struct {
+	net.Listener
+
+	mu    sync.Mutex
+	spare *os.File
+}
+
+// NewSpare wraps ln and takes its spare descriptor.
+func NewSpare(ln net.Listener) *Spare {
+	s := &Spare{Listener: ln}
+	s.refill()
+	return s
+}
+
+// Accept returns the next connection, into the spare descriptor if need be.
+func (s *Spare) Accept() (net.Conn, error) {
+	c, err := s.Listener.Accept()
+	if err == nil || !outOfDescriptors(err) {
+		if err == nil {
+			s.refill()
+		}
+		return c, err
+	}
+	s.mu.Lock()
+	spare := s.spare
+	s.spare = nil
+	s.mu.Unlock()
+	if spare == nil {
+		return nil, err
+	}
+	spare.Close()
+	return s.Listener.Accept()
+}
+
+// Close closes the listener and the spare descriptor.
+func (s *Spare) Close() error {
+	err := s.Listener.Close()
+	s.mu.Lock()
+	if s.spare != nil {
+		s.spare.Close()
+		s.spare = nil
+	}
+	s.mu.Unlock()
+	return err
+}
+
+func (s *Spare) refill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.spare == nil {
+		s.spare, _ = os.Open(os.DevNull)
+	}
+}

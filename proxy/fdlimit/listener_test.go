@@ -179,3 +179,38 @@ func TestListenerShedsWhenOutOfDescriptors(t *testing.T) {
 		t.Errorf("audit records = %+v; want one fd_exhausted record", recs)
 	}
 }
+
+// TestSpareKeepsAccepting: when accept fails for want of descriptors, the
+// admin listener's wrapper frees its spare and accepts the client instead
+// of failing (the server would back off and leave it queued).
+func TestSpareKeepsAccepting(t *testing.T) {
+	ln := listen(t)
+	s := NewSpare(&emfileOnce{Listener: ln})
+	defer s.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sc, err := s.Accept()
+	if err != nil {
+		t.Fatalf("Accept() out of descriptors = %v; want the client, in the spare descriptor", err)
+	}
+	sc.Close()
+	if s.spare != nil {
+		t.Errorf("spare still held after it was used")
+	}
+	c2, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	sc, err = s.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Close()
+	if s.spare == nil {
+		t.Errorf("spare not taken again after a later accept")
+	}
+}
