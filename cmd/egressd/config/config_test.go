@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/egressd/egressd/proxy/identity"
 )
 
 func TestParseDefaults(t *testing.T) {
@@ -119,5 +121,35 @@ func TestRedact(t *testing.T) {
 	}
 	if plain := errors.New("nothing secret"); c.Redact(plain) != plain {
 		t.Errorf("Redact(plain) changed an error that quotes no secret")
+	}
+}
+
+// TestParseNeverNamesInsideSecrets: a pasted value that YAML reads as a
+// mapping or list is reported at the secret key, never by the keys inside
+// it, which are the secret.
+func TestParseNeverNamesInsideSecrets(t *testing.T) {
+	const secret = "S3cretToken"
+	for _, in := range []string{
+		"identities:\n  - id: a\n    token_sha256: {" + secret + ": x}\n",
+		"identities:\n  - id: a\n    token_sha256:\n      " + secret + ": x\n",
+		"identities:\n  - id: a\n    scram_sha256: [" + secret + "]\n",
+		"audit:\n  signing_key:\n    " + secret + ": x\n",
+	} {
+		_, err := Parse([]byte(in))
+		if err == nil || strings.Contains(err.Error(), secret) {
+			t.Errorf("Parse(%q) error = %v; want an error that does not quote the value", in, err)
+		}
+	}
+}
+
+// TestSecretPathsMatchSecretKeys keeps secretPath (for messages built from
+// the YAML tree) in step with secretKeys.
+func TestSecretPathsMatchSecretKeys(t *testing.T) {
+	c := Default()
+	c.Identities = make([]identity.Entry, 12)
+	for _, k := range c.secretKeys() {
+		if !secretPath.MatchString(k.key) {
+			t.Errorf("secretPath does not match secret key %s", k.key)
+		}
 	}
 }

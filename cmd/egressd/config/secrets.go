@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -33,6 +34,13 @@ func (c *Config) secretKeys() []secretKey {
 		secretKey{"postgres.password_file", c.Postgres.PasswordFile},
 		secretKey{"audit.signing_key", c.Audit.SigningKey})
 }
+
+// secretPath matches the dotted paths of the keys secretKeys lists, for
+// messages built from the YAML tree (nameKeys), which must not descend
+// into a secret key's value: a pasted value can parse as a mapping whose
+// keys are the secret. TestSecretPathsMatchSecretKeys keeps the two in
+// step.
+var secretPath = regexp.MustCompile(`^(identities\[\d+\]\.(token_sha256|scram_sha256)|postgres\.(upstream|password_env|password_file)|audit\.signing_key)$`)
 
 // validateSecretShapes refuses values that are the secret rather than where
 // it is kept, without printing them. identities and postgres.upstream are
