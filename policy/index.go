@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gobwas/glob"
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
@@ -267,6 +268,9 @@ func (r *ruleSpec) validate() error {
 	for j, p := range r.Paths {
 		if !strings.HasPrefix(p, "/") {
 			return fmt.Errorf("paths[%d] must start with \"/\", got %q (rule %q)", j, p, r.ID)
+		}
+		if _, err := glob.Compile(p, '/'); err != nil {
+			return fmt.Errorf("paths[%d] must be a glob (\"*\" one segment, \"**\" any depth), got %q, which never matches: %v (rule %q)", j, p, err, r.ID)
 		}
 	}
 	if r.Action != "" && r.Action != "allow" && r.Action != "deny" {

@@ -127,6 +127,7 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"duplicate id", `{"rules": [{"id": "a", "hosts": ["a.test"], "ports": [443]}, {"id": "a", "hosts": ["b.test"], "ports": [443]}]}`, "rules[1].id \"a\" is also rules[0].id"},
 		{"bad action", `{"rules": [{"id": "a", "hosts": ["a.test"], "ports": [443], "action": "drop"}]}`, "rules[0].action"},
 		{"relative path", `{"rules": [{"id": "a", "hosts": ["a.test"], "ports": [443], "paths": ["x/*"]}]}`, "rules[0].paths[0]"},
+		{"bad glob", `{"rules": [{"id": "a", "hosts": ["a.test"], "ports": [443], "paths": ["/x/[a"]}]}`, `data.json: rules[0].paths[0] must be a glob`},
 		{"reserved index", `{"rule_index": {}}`, "data.rule_index is reserved"},
 	}
 	for _, tt := range tests {

@@ -20,8 +20,7 @@ import (
 type viewIndex struct {
 	views []*ast.Term
 	// paths are each view's compiled globs ("**" when the rule has
-	// none). A pattern that does not compile is left out: it never
-	// matches.
+	// none; ruleSpec.validate has compiled each).
 	paths [][]*glob.Pattern
 	// fold marks the views whose globs match the ASCII-lower-cased path
 	// (deny rules, see newViewIndex).
