@@ -128,3 +128,83 @@ func TestFDShortageRefusesClientsAndAdminAnswers(t *testing.T) {
 		t.Errorf("accept records after 21 refused clients = %+v; want exactly one deny fd_exhausted for the proxy", refusals)
 	}
 }
+
+// sslRequest is the PostgreSQL SSLRequest message; a gate without TLS
+// answers it with one byte, 'N', and then waits for the startup message.
+var sslRequest = []byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}
+
+// openGate opens a connection to the Postgres gate and has its SSLRequest
+// answered: the connection if the gate served it, nil if it refused it;
+// a hang fails the test.
+func openGate(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return nil
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	b := make([]byte, 1)
+	if _, err = c.Write(sslRequest); err == nil {
+		_, err = c.Read(b)
+	}
+	if err != nil {
+		c.Close()
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("gate client neither served nor refused within 10s: %v", err)
+		}
+		return nil
+	}
+	if b[0] != 'N' {
+		t.Fatalf("gate answered SSLRequest with %q; want 'N'", b)
+	}
+	return c
+}
+
+// TestFDShortageRefusesGateClients is the Postgres gate's side of item
+// 20: under a lowered RLIMIT_NOFILE new gate clients are refused at once
+// once the reserve is reached, with one audit record for the shortage.
+// (No database is needed: the gate dials upstream only after a login.)
+func TestFDShortageRefusesGateClients(t *testing.T) {
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Fatalf("prlimit (util-linux) is needed to lower egressd's RLIMIT_NOFILE: %v", err)
+	}
+	const limit = 128
+	gate := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+	e := Start(t, Options{
+		DNS:  dnstest.Start(t).Addr(),
+		YAML: fmt.Sprintf("postgres:\n  listen: %s\n  upstream: \"host=127.0.0.1 port=1 user=nobody sslmode=disable\"\n  startup_timeout: 60s\n", gate),
+		Wrap: []string{prlimit, fmt.Sprintf("--nofile=%d:%d", limit, limit)},
+	})
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for len(held) < limit {
+		c := openGate(t, gate)
+		if c == nil {
+			break
+		}
+		held = append(held, c)
+	}
+	t.Logf("gate served %d connections before the first refusal", len(held))
+	if len(held) < limit/2 || len(held) >= limit-32 {
+		t.Fatalf("gate served %d connections before refusing one; want %d to %d", len(held), limit/2, limit-33)
+	}
+	for i := range 10 {
+		if c := openGate(t, gate); c != nil {
+			c.Close()
+			t.Fatalf("gate client %d after the first refusal was served; want refused", i)
+		}
+	}
+	if code, body, err := e.Admin(http.MethodGet, "/readyz"); err != nil || code != http.StatusOK {
+		t.Errorf("/readyz while refusing gate clients = %d %q, %v; want 200", code, body, err)
+	}
+	recs := e.WaitRecords(t, "fd_exhausted record", func(r audit.Record) bool { return r.Kind == "accept" })
+	if len(recs) != 1 || recs[0].Reason != "fd_exhausted" || recs[0].Detail["listener"] != "postgres" {
+		t.Errorf("accept records = %+v; want one fd_exhausted for the postgres listener", recs)
+	}
+}

@@ -57,15 +57,14 @@ func Reserve(limit uint64) int {
 // opened without an accept (upstream dials, DNS) are seen within it.
 const recount = time.Second
 
-// minGap is the least time between two counts when the estimate says
-// descriptors are short, so that a flood of connections costs one count
-// per gap, not one per connection; a count that takes longer (reading a
-// large /proc/self/fd) widens the gap to gapFactor times its duration,
-// keeping counting under 1/gapFactor of a core.
-const (
-	minGap    = 100 * time.Microsecond
-	gapFactor = 20
-)
+// gapFactor spaces counts by their own cost: when the estimate says
+// descriptors are short, the next count waits gapFactor times as long as
+// the last one took, which keeps counting under 1/gapFactor of a core
+// however many clients arrive. A count by stat takes about a microsecond,
+// so in practice each refusal is backed by a fresh count; reading a large
+// /proc/self/fd (kernels before 6.2) takes milliseconds, and between
+// counts the estimate decides.
+const gapFactor = 20
 
 // Budget decides whether one more client connection fits in the
 // descriptor limit. It counts the descriptors open (see countOpen), and
@@ -83,6 +82,7 @@ type Budget struct {
 	admitted int // connections admitted since
 	counted  time.Time
 	gap      time.Duration
+	refusing bool // the last answer was no
 }
 
 // NewBudget returns a Budget for limit (the soft RLIMIT_NOFILE) keeping
@@ -93,7 +93,7 @@ func NewBudget(limit uint64) *Budget {
 }
 
 func newBudget(limit uint64, reserve int, count func() (int, error), now func() time.Time) *Budget {
-	return &Budget{limit: int(min(limit, 1<<30)), reserve: reserve, count: count, now: now, gap: minGap}
+	return &Budget{limit: int(min(limit, 1<<30)), reserve: reserve, count: count, now: now}
 }
 
 // Limit and Reserve report the budget's parameters.
@@ -101,13 +101,19 @@ func (b *Budget) Limit() int   { return b.limit }
 func (b *Budget) Reserve() int { return b.reserve }
 
 // Admit reports whether one more client connection fits: its PerConn
-// descriptors must leave the reserve free. A count that fails (with
-// EMFILE, when the process is already out) is a refusal.
+// descriptors must leave the reserve free, and once refusing, a quarter
+// of the reserve more, so that clients arriving as descriptors hover at
+// the edge do not flip it between refusing and admitting (each flip would
+// be a new shortage in the audit log). A count that fails (with EMFILE,
+// when the process is already out) is a refusal.
 func (b *Budget) Admit() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()
 	need := b.reserve + PerConn
+	if b.refusing {
+		need += b.reserve / 4
+	}
 	est := b.open + PerConn*b.admitted
 	age := now.Sub(b.counted)
 	if age >= recount || (b.limit-est < need && age >= b.gap) {
@@ -118,11 +124,12 @@ func (b *Budget) Admit() bool {
 		case err != nil:
 			n = b.limit
 		}
-		b.gap = max(minGap, gapFactor*b.now().Sub(now))
+		b.gap = gapFactor * b.now().Sub(now)
 		b.open, b.admitted, b.counted = n, 0, now
 		est = n
 	}
-	if b.limit-est < need {
+	b.refusing = b.limit-est < need
+	if b.refusing {
 		return false
 	}
 	b.admitted++

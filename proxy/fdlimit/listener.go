@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -33,7 +34,7 @@ type Listener struct {
 	net.Listener
 	// Raw is the socket under Listener, accepted from directly to shed a
 	// connection when accept fails for want of descriptors. If nil,
-	// such failures are returned (and the server backs off).
+	// Accept waits for a descriptor instead.
 	Raw *net.TCPListener
 	// Budget decides. If nil, every connection is admitted.
 	Budget *Budget
@@ -58,16 +59,27 @@ type Listener struct {
 	refused   uint64
 }
 
-// Accept returns the next connection the budget admits.
+// Accept returns the next connection the budget admits. It never
+// returns a failure for want of descriptors: it sheds a client with the
+// spare descriptor, or waits for one to come free (backing off from 5ms
+// to 1s), because a server may end on an accept error it does not take
+// for temporary.
 func (l *Listener) Accept() (net.Conn, error) {
 	l.spareOnce.Do(l.openSpare)
+	var delay time.Duration
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
-			if outOfDescriptors(err) && l.shed() {
+			if !outOfDescriptors(err) {
+				return nil, err
+			}
+			if l.shed() {
+				delay = 0
 				continue
 			}
-			return nil, err
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			time.Sleep(delay)
+			continue
 		}
 		if l.Budget == nil || l.Budget.Admit() {
 			if l.refusing.Load() {

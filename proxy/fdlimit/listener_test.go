@@ -101,7 +101,7 @@ func TestListenerRefusesAndAuditsOnce(t *testing.T) {
 	}
 
 	fc.open.Store(10)
-	clk.add(minGap)
+	clk.add(time.Millisecond)
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -125,20 +125,17 @@ func TestListenerRefusesAndAuditsOnce(t *testing.T) {
 	}
 }
 
-// emfileOnce fails its first Accept as accept(2) does when the process is
+// emfile fails its first n Accepts as accept(2) does when the process is
 // out of descriptors.
-type emfileOnce struct {
+type emfile struct {
 	net.Listener
-	once sync.Once
+	n int
 }
 
-func (l *emfileOnce) Accept() (net.Conn, error) {
-	var err error
-	l.once.Do(func() {
-		err = &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
-	})
-	if err != nil {
-		return nil, err
+func (l *emfile) Accept() (net.Conn, error) {
+	if l.n > 0 {
+		l.n--
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
 	}
 	return l.Listener.Accept()
 }
@@ -150,7 +147,7 @@ func (l *emfileOnce) Accept() (net.Conn, error) {
 func TestListenerShedsWhenOutOfDescriptors(t *testing.T) {
 	ln := listen(t)
 	rec := &recorder{}
-	l := &Listener{Listener: &emfileOnce{Listener: ln}, Raw: ln, Name: "postgres", Audit: rec, Log: zap.NewNop()}
+	l := &Listener{Listener: &emfile{Listener: ln, n: 1}, Raw: ln, Name: "postgres", Audit: rec, Log: zap.NewNop()}
 	defer l.Close()
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
@@ -185,7 +182,7 @@ func TestListenerShedsWhenOutOfDescriptors(t *testing.T) {
 // of failing (the server would back off and leave it queued).
 func TestSpareKeepsAccepting(t *testing.T) {
 	ln := listen(t)
-	s := NewSpare(&emfileOnce{Listener: ln})
+	s := NewSpare(&emfile{Listener: ln, n: 1})
 	defer s.Close()
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
@@ -213,4 +210,25 @@ func TestSpareKeepsAccepting(t *testing.T) {
 	if s.spare == nil {
 		t.Errorf("spare not taken again after a later accept")
 	}
+}
+
+// TestListenerWaitsWithoutSpare: with no socket to shed from, failures
+// for want of descriptors are waited out, never returned (the Postgres
+// gate's accept loop ends on an error it does not take for temporary,
+// and egressd with it).
+func TestListenerWaitsWithoutSpare(t *testing.T) {
+	ln := listen(t)
+	inner := &emfile{Listener: ln, n: 3}
+	l := &Listener{Listener: inner, Name: "postgres", Audit: &recorder{}, Log: zap.NewNop()}
+	defer l.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sc, err := l.Accept()
+	if err != nil || inner.n != 0 {
+		t.Fatalf("Accept() after 3 EMFILE failures = %v (%d failures left); want the client", err, inner.n)
+	}
+	sc.Close()
 }
