@@ -88,6 +88,7 @@ func TestParseNeverEchoesSecrets(t *testing.T) {
 		{"password in postgres.upstream keywords", "postgres:\n  listen: 127.0.0.1:6432\n  upstream: host=db password=" + secret + "\n", "postgres.upstream"},
 		{"password in postgres.password_env", "postgres:\n  listen: 127.0.0.1:6432\n  upstream: host=db\n  password_env: " + secret + "\n", "postgres.password_env"},
 		{"password in postgres.password_file", "postgres:\n  listen: 127.0.0.1:6432\n  upstream: host=db\n  password_file: \"" + secret + "\\n\"\n", "postgres.password_file"},
+		{"PEM in postgres.tls_key", "postgres:\n  listen: 127.0.0.1:6432\n  upstream: host=db\n  tls_cert: /c.pem\n  tls_key: \"-----BEGIN PRIVATE KEY-----\\n" + secret + "\"\n", "postgres.tls_key"},
 		{"PEM in audit.signing_key", "audit:\n  signing_key: |\n    -----BEGIN PRIVATE KEY-----\n    " + secret + "\n    -----END PRIVATE KEY-----\n", "audit.signing_key"},
 	}
 	for _, tt := range tests {

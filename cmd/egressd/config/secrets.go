@@ -19,8 +19,8 @@ type secretKey struct{ key, value string }
 
 // secretKeys lists every secret-bearing key of c: identities[i].token_sha256
 // and .scram_sha256, postgres.upstream (a libpq string may carry a
-// password), postgres.password_env, postgres.password_file and
-// audit.signing_key.
+// password), postgres.password_env, postgres.password_file,
+// postgres.tls_key and audit.signing_key.
 func (c *Config) secretKeys() []secretKey {
 	ks := make([]secretKey, 0, 2*len(c.Identities)+4)
 	for i, e := range c.Identities {
@@ -32,6 +32,7 @@ func (c *Config) secretKeys() []secretKey {
 		secretKey{"postgres.upstream", c.Postgres.Upstream},
 		secretKey{"postgres.password_env", c.Postgres.PasswordEnv},
 		secretKey{"postgres.password_file", c.Postgres.PasswordFile},
+		secretKey{"postgres.tls_key", c.Postgres.TLSKey},
 		secretKey{"audit.signing_key", c.Audit.SigningKey})
 }
 
@@ -40,7 +41,7 @@ func (c *Config) secretKeys() []secretKey {
 // into a secret key's value: a pasted value can parse as a mapping whose
 // keys are the secret. TestSecretPathsMatchSecretKeys keeps the two in
 // step.
-var secretPath = regexp.MustCompile(`^(identities\[\d+\]\.(token_sha256|scram_sha256)|postgres\.(upstream|password_env|password_file)|audit\.signing_key)$`)
+var secretPath = regexp.MustCompile(`^(identities\[\d+\]\.(token_sha256|scram_sha256)|postgres\.(upstream|password_env|password_file|tls_key)|audit\.signing_key)$`)
 
 // validateSecretShapes refuses values that are the secret rather than where
 // it is kept, without printing them. identities and postgres.upstream are
@@ -54,11 +55,19 @@ func (c *Config) validateSecretShapes() error {
 	if strings.ContainsAny(c.Postgres.PasswordFile, "\n\x00") {
 		return fmt.Errorf("postgres.password_file must be the path of a file holding the password, not the password itself %s", notShown)
 	}
-	if k := c.Audit.SigningKey; strings.ContainsAny(k, "\n\x00") || strings.Contains(k, "-----BEGIN") {
+	if isPEM(c.Audit.SigningKey) {
 		return fmt.Errorf("audit.signing_key must be the path of a PEM key file (create one with `egressd audit keygen --out FILE`), "+
 			"not the key itself %s", notShown)
 	}
+	if isPEM(c.Postgres.TLSKey) {
+		return fmt.Errorf("postgres.tls_key must be the path of a PEM key file, not the key itself %s", notShown)
+	}
 	return nil
+}
+
+// isPEM reports a value that is key material rather than a file name.
+func isPEM(s string) bool {
+	return strings.ContainsAny(s, "\n\x00") || strings.Contains(s, "-----BEGIN")
 }
 
 func isEnvName(s string) bool {
