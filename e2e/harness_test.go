@@ -95,6 +95,9 @@ type Options struct {
 	Args []string
 	// NotReady skips waiting for /readyz (for tests of an unready start).
 	NotReady bool
+	// Wrap is a command egressd runs under, e.g. {"prlimit",
+	// "--nofile=128:128"}; if empty, none.
+	Wrap []string
 }
 
 // Egressd is one running `egressd serve`.
@@ -142,8 +145,8 @@ func Start(t testing.TB, o Options) *Egressd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"serve", "--config", e.ConfigPath}, o.Args...)
-	e.cmd = exec.Command(binary, args...)
+	argv := append(append(append([]string{}, o.Wrap...), binary, "serve", "--config", e.ConfigPath), o.Args...)
+	e.cmd = exec.Command(argv[0], argv[1:]...)
 	e.cmd.Stdout, e.cmd.Stderr = logf, logf
 	e.cmd.Env = cleanEnv()
 	if err := e.cmd.Start(); err != nil {

@@ -16,7 +16,6 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/tester"
-	"github.com/open-policy-agent/opa/v1/util"
 	"sigs.k8s.io/yaml"
 )
 
@@ -102,13 +101,17 @@ type parsedBundle struct {
 	modules map[string]*ast.Module // all modules, tests included
 	data    ast.Object             // data files merged, rule_index added
 	views   *viewIndex             // the rule index's Go half (input.views)
+	// sqlProfiles are the names in data.sql.profiles, sorted.
+	sqlProfiles []string
 }
 
 // parseBundle parses every module (Rego v1) and data file and builds the
-// rule index. Errors name file:line where the parser knows it.
+// rule index. Errors name file:line where the parser knows it, and the
+// file and key of a data mistake.
 func parseBundle(srcs []source) (*parsedBundle, error) {
 	pb := &parsedBundle{modules: make(map[string]*ast.Module)}
 	root := map[string]any{}
+	origin := origins{}
 	var errs ast.Errors
 	for _, s := range srcs {
 		if isModule(s.name) {
@@ -133,18 +136,25 @@ func parseBundle(srcs []source) (*parsedBundle, error) {
 		if err := mount(root, path.Dir(s.name), v); err != nil {
 			return nil, fmt.Errorf("%s: %w", s.name, err)
 		}
+		origin.add(path.Dir(s.name), v, s.name)
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
+	if err := checkEntryPoints(pb.modules); err != nil {
+		return nil, err
+	}
 	if _, ok := root[indexKey]; ok {
-		return nil, fmt.Errorf("data.%s is reserved: egressd computes it from data.rules", indexKey)
+		return nil, fmt.Errorf("%s: data.%s is reserved: egressd computes it from data.rules", origin.of(indexKey), indexKey)
 	}
 	idx, views, err := buildIndex(root["rules"])
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", origin.of("rules"), err)
 	}
 	pb.views = views
+	if pb.sqlProfiles, err = sqlProfiles(root, origin); err != nil {
+		return nil, err
+	}
 	val, err := ast.InterfaceToValue(root)
 	if err != nil {
 		return nil, fmt.Errorf("convert data: %w", err)
@@ -163,9 +173,9 @@ func decodeData(s source) (map[string]any, error) {
 		}
 		b = j
 	}
-	var v any
-	if err := util.UnmarshalJSON(b, &v); err != nil {
-		return nil, fmt.Errorf("%s: %w", s.name, err)
+	v, err := decodeJSON(s.name, b)
+	if err != nil {
+		return nil, err
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
@@ -205,11 +215,13 @@ func mount(root map[string]any, dir string, v map[string]any) error {
 
 // compiled is a bundle ready to decide: immutable, swapped whole on reload.
 type compiled struct {
-	digest     string
-	queries    [KindRedirect + 1]*rego.PreparedEvalQuery
-	views      *viewIndex
-	identities identityTerms
-	cache      *lru
+	digest  string
+	queries [KindRedirect + 1]*rego.PreparedEvalQuery
+	views   *viewIndex
+	// sqlProfiles are the names in data.sql.profiles, sorted.
+	sqlProfiles []string
+	identities  identityTerms
+	cache       *lru
 }
 
 // entryPoints maps each Kind to its Rego package.
@@ -255,7 +267,7 @@ func prepare(ctx context.Context, pb *parsedBundle, cacheSize int) (*compiled, s
 		return nil, nil, comp.Errors
 	}
 	store := inmem.NewFromASTObject(pb.data)
-	c := &compiled{views: pb.views, cache: newLRU(cacheSize)}
+	c := &compiled{views: pb.views, sqlProfiles: pb.sqlProfiles, cache: newLRU(cacheSize)}
 	for k, pkg := range entryPoints {
 		pq, err := rego.New(
 			rego.Query("data.egress."+pkg+".decision"),

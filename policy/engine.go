@@ -71,6 +71,11 @@ func bundleSource(dir string) func() (fs.FS, string) {
 }
 
 func (e *Engine) build(ctx context.Context) (*compiled, error) {
+	if e.cfg.Dir != "" {
+		if err := checkDir(e.cfg.Dir); err != nil {
+			return nil, err
+		}
+	}
 	fsys, name := e.source()
 	srcs, err := readBundle(fsys)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gobwas/glob"
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
@@ -75,16 +76,18 @@ func buildIndex(raw any) (*ast.Term, *viewIndex, error) {
 	}
 	views := make([]*ast.Term, 0, len(rules))
 	paths := make([][]string, 0, len(rules))
+	fold := make([]bool, 0, len(rules))
 	byView, byRule := newHostIndex(), newHostIndex()
 	for _, i := range order {
 		r := &rules[i]
 		views = append(views, r.view(i))
 		paths = append(paths, r.Paths)
+		fold = append(fold, r.Action == "deny")
 		if len(r.Paths) == 0 {
 			paths[len(paths)-1] = []string{"**"}
 		}
 	}
-	vx := newViewIndex(views, paths)
+	vx := newViewIndex(views, paths, fold)
 	for v, i := range order {
 		for _, h := range rules[i].Hosts {
 			byView.add(h, v)
@@ -256,10 +259,18 @@ func (r *ruleSpec) validate() error {
 		if m == "" || !isToken(m) {
 			return fmt.Errorf("methods[%d] must be an HTTP method, got %q (rule %q)", j, m, r.ID)
 		}
+		// Methods are case-sensitive and clients send them upper-case:
+		// "get" would never match a request.
+		if up := strings.ToUpper(m); up != m {
+			return fmt.Errorf("methods[%d] must be upper-case, got %q, which no request matches: write %q (rule %q)", j, m, up, r.ID)
+		}
 	}
 	for j, p := range r.Paths {
 		if !strings.HasPrefix(p, "/") {
 			return fmt.Errorf("paths[%d] must start with \"/\", got %q (rule %q)", j, p, r.ID)
+		}
+		if _, err := glob.Compile(p, '/'); err != nil {
+			return fmt.Errorf("paths[%d] must be a glob (\"*\" one segment, \"**\" any depth), got %q, which never matches: %v (rule %q)", j, p, err, r.ID)
 		}
 	}
 	if r.Action != "" && r.Action != "allow" && r.Action != "deny" {

@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"strings"
+	"unicode/utf8"
 )
 
 // PathFlags are the path facts base rules refuse. Each one marks a spelling
@@ -21,6 +22,7 @@ const (
 	FlagBackslash                              // a raw "\"
 	FlagControlCharacter                       // bytes 0x00-0x1F or 0x7F, raw or decoded
 	FlagPathParameter                          // ";", raw or decoded
+	FlagInvalidUTF8                            // decoded bytes that are not UTF-8, overlong forms among them
 	flagCount            = iota
 )
 
@@ -33,6 +35,7 @@ var flagNames = [flagCount]string{
 	"backslash",
 	"control_character",
 	"path_parameter",
+	"invalid_utf8",
 }
 
 // Names lists the set flags in order.
@@ -98,8 +101,88 @@ func parsePath(raw string) (decoded string, flags PathFlags, err error) {
 			}
 		}
 	}
+	flags |= utf8Flags(decoded)
 	flags |= segmentFlags(raw) | segmentFlags(decoded)
 	return decoded, flags, nil
+}
+
+// utf8Flags flags the bytes of a decoded path that are not UTF-8. Some
+// decoders (old IIS, Tomcat, Java's modified UTF-8) read an overlong form
+// of an ASCII byte as that byte, so %C0%AF is "/" to them though it is no
+// separator to egressd: an overlong form also gets the flags the byte
+// itself would, an overlong "/" or "\" being an encoded separator and an
+// overlong "." an encoded dot. Each byte is looked at once.
+func utf8Flags(s string) PathFlags {
+	var f PathFlags
+	for i := 0; i < len(s); {
+		if s[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if r, n := utf8.DecodeRuneInString(s[i:]); r != utf8.RuneError || n > 1 {
+			i += n
+			continue
+		}
+		f |= FlagInvalidUTF8
+		if c, n, ok := overlongASCII(s[i:]); ok {
+			f |= asciiFlags(c)
+			i += n
+			continue
+		}
+		i++
+	}
+	return f
+}
+
+// overlongASCII reads an overlong encoding of an ASCII byte at the start
+// of s in any length from 2 to 6 bytes (the 5- and 6-byte forms of the
+// original UTF-8 too) and returns the byte and the encoding's length.
+func overlongASCII(s string) (c byte, n int, ok bool) {
+	lead := s[0]
+	switch {
+	case lead&0xE0 == 0xC0:
+		n = 2
+	case lead&0xF0 == 0xE0:
+		n = 3
+	case lead&0xF8 == 0xF0:
+		n = 4
+	case lead&0xFC == 0xF8:
+		n = 5
+	case lead&0xFE == 0xFC:
+		n = 6
+	default:
+		return 0, 0, false
+	}
+	if len(s) < n {
+		return 0, 0, false
+	}
+	v := uint32(lead & (0x7F >> n))
+	for j := 1; j < n; j++ {
+		if s[j]&0xC0 != 0x80 {
+			return 0, 0, false
+		}
+		v = v<<6 | uint32(s[j]&0x3F)
+	}
+	if v >= utf8.RuneSelf {
+		return 0, 0, false
+	}
+	return byte(v), n, true
+}
+
+// asciiFlags are the flags an ASCII byte that arrived encoded (here, as
+// an overlong form) carries.
+func asciiFlags(c byte) PathFlags {
+	switch {
+	case c == '/' || c == '\\':
+		return FlagEncodedSeparator
+	case c == '.':
+		return FlagEncodedDot
+	case c < 0x20 || c == 0x7f:
+		return FlagControlCharacter
+	case c == ';':
+		return FlagPathParameter
+	}
+	return 0
 }
 
 // segmentFlags flags dot and empty segments of p.

@@ -127,6 +127,7 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"duplicate id", `{"rules": [{"id": "a", "hosts": ["a.test"], "ports": [443]}, {"id": "a", "hosts": ["b.test"], "ports": [443]}]}`, "rules[1].id \"a\" is also rules[0].id"},
 		{"bad action", `{"rules": [{"id": "a", "hosts": ["a.test"], "ports": [443], "action": "drop"}]}`, "rules[0].action"},
 		{"relative path", `{"rules": [{"id": "a", "hosts": ["a.test"], "ports": [443], "paths": ["x/*"]}]}`, "rules[0].paths[0]"},
+		{"bad glob", `{"rules": [{"id": "a", "hosts": ["a.test"], "ports": [443], "paths": ["/x/[a"]}]}`, `data.json: rules[0].paths[0] must be a glob`},
 		{"reserved index", `{"rule_index": {}}`, "data.rule_index is reserved"},
 	}
 	for _, tt := range tests {
@@ -148,7 +149,7 @@ func TestDecideFailsClosed(t *testing.T) {
 		reason  string
 	}{
 		{"undefined", "package egress.http\n\ndecision := 1 if false\n", 0, ReasonNoDecision},
-		{"no module", "package egress.other\n\nx := 1\n", 0, ReasonNoDecision},
+		{"no decision rule", "package egress.http\n\nx := 1\n", 0, ReasonNoDecision},
 		{"not an object", "package egress.http\n\ndecision := true\n", 0, ReasonMalformedDecision},
 		{"allow not bool", `package egress.http
 

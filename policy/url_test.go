@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestParseHTTPFacts(t *testing.T) {
@@ -176,6 +177,7 @@ func FuzzParseHTTP(f *testing.F) {
 		"http://example.com/a/b", "https://[::1]:443/%2F", "http://0x7f.1/", "/x",
 		"http://u@h/", "http://h/%25%32%46", "http://ｅｘａｍｐｌｅ.com/", "http://1.2.3.4.5/",
 		"http://xn--bcher-kva.example/", "https://h:0/", "http://h\\@i/", "http://[::ffff:1.2.3.4]/",
+		"http://h/a%C0%AFb", "http://h/%E0%80%AE", "http://h/caf%C3%A9", "http://h/\xff",
 	} {
 		f.Add("GET", s, "")
 		f.Add("GET", s, "example.com:80")
@@ -199,6 +201,11 @@ func FuzzParseHTTP(f *testing.F) {
 		h, err := parseHost(hostForURL(u))
 		if err != nil || h.name != u.Host || h.obfuscated {
 			t.Fatalf("parseHost(%q) = %+v, %v; want %q unobfuscated", u.Host, h, err, u.Host)
+		}
+		// The decoder's own witness: a decoded path is flagged
+		// invalid_utf8 exactly when unicode/utf8 rejects it.
+		if utf8.ValidString(u.PathDecoded) == (u.PathFlags&FlagInvalidUTF8 != 0) {
+			t.Fatalf("ParseHTTP(%q): path_decoded %q valid UTF-8 %v but flags %v", target, u.PathDecoded, utf8.ValidString(u.PathDecoded), u.PathFlags)
 		}
 		if !bytes.Equal(u.AppendKey(nil), u.AppendKey(nil)) {
 			t.Fatalf("AppendKey is not deterministic")

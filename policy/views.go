@@ -20,9 +20,11 @@ import (
 type viewIndex struct {
 	views []*ast.Term
 	// paths are each view's compiled globs ("**" when the rule has
-	// none). A pattern that does not compile is left out: glob.match is
-	// undefined for it, so it never matched.
+	// none; ruleSpec.validate has compiled each).
 	paths [][]*glob.Pattern
+	// fold marks the views whose globs match the ASCII-lower-cased path
+	// (deny rules, see newViewIndex).
+	fold  []bool
 	hosts map[string][]int // keyed like data.rule_index.hosts
 	cidrs []cidrViews
 }
@@ -33,17 +35,38 @@ type cidrViews struct {
 	views []int
 }
 
-func newViewIndex(views []*ast.Term, paths [][]string) *viewIndex {
-	x := &viewIndex{views: views, paths: make([][]*glob.Pattern, len(views)), hosts: map[string][]int{}}
+// newViewIndex compiles each view's path globs, "*" within one segment and
+// "**" across any number, with two choices glob.match alone does not make:
+//
+//   - "/p/**" also matches "/p" itself: a rule for a tree covers its root,
+//     so "/repos/*/*/**" needs no "/repos/*/*" beside it;
+//   - paths match case-sensitively (RFC 3986 paths are), except in deny
+//     rules, whose globs match in any ASCII case: an upstream that folds
+//     case ("/ADMIN" served as "/admin") must not dodge a deny, while an
+//     allow for "/public/**" must not open "/PUBLIC/…", which a
+//     case-sensitive upstream serves as another resource.
+func newViewIndex(views []*ast.Term, paths [][]string, fold []bool) *viewIndex {
+	x := &viewIndex{views: views, paths: make([][]*glob.Pattern, len(views)), fold: fold, hosts: map[string][]int{}}
 	for v, ps := range paths {
 		for _, p := range ps {
-			// The same library and separator as glob.match(p, ["/"], path).
-			if g, err := glob.Compile(p, '/'); err == nil {
-				x.paths[v] = append(x.paths[v], g)
+			if fold[v] {
+				p = asciiLower(p)
+			}
+			x.compile(v, p)
+			if root, ok := strings.CutSuffix(p, "/**"); ok && root != "" {
+				x.compile(v, root)
 			}
 		}
 	}
 	return x
+}
+
+// compile adds glob p to view v, with the library and separator of
+// glob.match(p, ["/"], path).
+func (x *viewIndex) compile(v int, p string) {
+	if g, err := glob.Compile(p, '/'); err == nil {
+		x.paths[v] = append(x.paths[v], g)
+	}
 }
 
 // addHost records that view v matches host h as written in a rule.
@@ -103,9 +126,22 @@ func (x *viewIndex) add(in ast.Object, host string, isIP bool, path string, matc
 	}
 	sortInts(found)
 	terms := make([]*ast.Term, 0, len(found))
+	lower := ""
 	for i, v := range found {
-		if (i > 0 && v == found[i-1]) || (matchPath && !x.pathMatches(v, path)) {
+		if i > 0 && v == found[i-1] {
 			continue
+		}
+		if matchPath {
+			p := path
+			if x.fold[v] {
+				if lower == "" {
+					lower = asciiLower(path)
+				}
+				p = lower
+			}
+			if !x.pathMatches(v, p) {
+				continue
+			}
 		}
 		terms = append(terms, x.views[v])
 	}
@@ -119,6 +155,25 @@ func (x *viewIndex) pathMatches(v int, path string) bool {
 		}
 	}
 	return false
+}
+
+// asciiLower lower-cases ASCII letters only, so that no other byte of a
+// path changes; it allocates only when there is an upper-case letter.
+func asciiLower(s string) string {
+	i := 0
+	for i < len(s) && (s[i] < 'A' || s[i] > 'Z') {
+		i++
+	}
+	if i == len(s) {
+		return s
+	}
+	b := []byte(s)
+	for ; i < len(b); i++ {
+		if 'A' <= b[i] && b[i] <= 'Z' {
+			b[i] += 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 func sortInts(s []int) {

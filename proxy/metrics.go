@@ -45,7 +45,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"what"}),
 		acceptRejected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "egressd_proxy_connections_rejected_total",
-			Help: "Client connections closed on accept because max_conns was reached.",
+			Help: "Client connections closed on accept: max_conns was reached or file descriptors were short.",
 		}),
 		clientClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_proxy_client_closed_total",

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/proxy/fdlimit"
 	"github.com/egressd/egressd/proxy/identity"
 )
 
@@ -36,6 +37,9 @@ type Options struct {
 	Audit      audit.Appender
 	Metrics    *Metrics
 	Log        *zap.Logger
+	// FDs refuses new clients while file descriptors are short. If nil,
+	// only max_conns limits them.
+	FDs *fdlimit.Budget
 }
 
 // state is what a reload replaces as a whole; requests read it once. The
@@ -56,6 +60,7 @@ type Server struct {
 	audit   audit.Appender
 	metrics *Metrics
 	dialer  Dialer
+	fds     *fdlimit.Budget
 	limits  *limiter
 	sources *sourceLimiter
 	failLog *audit.FailLog
@@ -91,6 +96,7 @@ func New(o Options) (*Server, error) {
 		audit:    o.Audit,
 		metrics:  o.Metrics,
 		dialer:   o.Dialer,
+		fds:      o.FDs,
 		limits:   newLimiter(o.Config),
 		sources:  newSourceLimiter(o.Config),
 		failLog:  audit.NewFailLog(o.Log.Named("proxy"), 0),
@@ -155,12 +161,22 @@ func (s *Server) Serve(ln net.Listener) error {
 	if !ok {
 		return fmt.Errorf("proxy: listener must be TCP, got %T", ln)
 	}
-	return s.srv.Serve(&capListener{
+	var l net.Listener = &capListener{
 		TCPListener: tl,
 		active:      &s.conns,
 		max:         int64(s.cfg.MaxConns),
 		rejected:    s.metrics.acceptRejected.Inc,
-	})
+	}
+	if s.fds != nil {
+		// Outside the cap: a refused connection gives back the slot the
+		// cap took for it.
+		l = &fdlimit.Listener{
+			Listener: l, Raw: tl, Budget: s.fds, Name: "proxy", Audit: s.audit, Log: s.log,
+			Release: func(net.Conn) { s.conns.Add(-1) },
+			Refused: s.metrics.acceptRejected.Inc,
+		}
+	}
+	return s.srv.Serve(l)
 }
 
 // Shutdown stops accepting, waits for in-flight requests and tunnels until

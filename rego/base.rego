@@ -24,7 +24,7 @@ package egress.base
 # refusal is the first refused fact of the request, whatever the rules
 # say: a path flag (encoded_separator, double_encoding, encoded_dot,
 # dot_segment, empty_segment, backslash, control_character,
-# path_parameter), ip_obfuscated, userinfo or host_mismatch.
+# path_parameter, invalid_utf8), ip_obfuscated, userinfo or host_mismatch.
 refusal := input.flags[0]
 
 # reaches are the positions in input.views of the views whose port and

@@ -121,8 +121,21 @@ path_ok(_, null)
 
 path_ok(r, path) if {
 	some p in r.paths
-	glob.match(p, ["/"], path)
+	glob.match(fold(r, p), ["/"], fold(r, path))
 }
+
+# "/p/**" also matches "/p" itself.
+path_ok(r, path) if {
+	some p in r.paths
+	endswith(p, "/**")
+	root := trim_suffix(p, "/**")
+	root != ""
+	glob.match(fold(r, root), ["/"], fold(r, path))
+}
+
+# Deny rules match paths in any case.
+fold(r, s) := lower(s) if r.deny
+else := s
 
 host_keys(host) := array.concat([host], [concat("", ["*.", concat(".", array.slice(parts, i, count(parts)))]) |
 	parts := split(host, ".")

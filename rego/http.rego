@@ -16,7 +16,8 @@ decision := {"allow": false, "reason": reason, "rule": ""} if {
 # are the views whose hosts match the request's host and whose path globs
 # match its decoded path, in view order (egressd looks them up in the rule
 # index and matches the globs, "*" within one segment, "**" across any
-# number, before evaluating). Requests whose decoding could change the
+# number, "/p/**" covering "/p" too, case-sensitively for allow rules and
+# in any ASCII case for deny rules, before evaluating). Requests whose decoding could change the
 # segments (encoded separators, dot segments, …) carry a flag and were
 # refused above.
 #

@@ -95,7 +95,7 @@ test_every_flag_refuses_whatever_the_rules if {
 	every flag in [
 		"encoded_separator", "double_encoding", "encoded_dot", "dot_segment",
 		"empty_segment", "backslash", "control_character", "path_parameter",
-		"ip_obfuscated", "userinfo", "host_mismatch",
+		"invalid_utf8", "ip_obfuscated", "userinfo", "host_mismatch",
 	] {
 		denied_for(object.union(get("exact.test", "/"), {"flags": [flag]}), flag)
 	}

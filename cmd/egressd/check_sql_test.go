@@ -11,7 +11,7 @@ import (
 
 func TestCheckSQL(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
-	if err := os.WriteFile(cfg, []byte("identities:\n  - id: agent\n    attributes: {sql_profile: read_only}\n  - id: plain\n"), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte("identities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_only}\n  - id: plain\n    sources: [192.0.2.2/32]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -53,5 +53,22 @@ func TestCheckSQL(t *testing.T) {
 				t.Errorf("check sql %v = %+v; want kind sql, reason %q, %d statements", tt.args, out, tt.reason, tt.stmts)
 			}
 		})
+	}
+}
+
+// TestCheckRefusesUnknownSQLProfile: a config whose identity names a SQL
+// profile the bundle lacks is a load error for `egressd check` as for
+// serve (exit 2, naming the file and the key), not a sql_no_profile deny
+// (item 17).
+func TestCheckRefusesUnknownSQLProfile(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
+	if err := os.WriteFile(cfg, []byte("identities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_olny}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := exitCode(run([]string{"check", "sql", "--config", cfg, "--identity", "agent", "SELECT 1"}, &stdout, &stderr), &stderr)
+	want := cfg + `: identities[0].attributes.sql_profile "read_olny" is not a profile`
+	if code != 2 || !strings.Contains(stderr.String(), want) {
+		t.Errorf("check sql = exit %d, %q; want exit 2 containing %q", code, stderr.String(), want)
 	}
 }

@@ -16,7 +16,7 @@ func TestCheckIdentityFromConfig(t *testing.T) {
 	// default could turn a decision into policy_timeout.
 	const policy = "policy:\n  eval_timeout: 10s\n"
 	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
-	if err := os.WriteFile(cfg, []byte(policy+"identities:\n  - id: team\n    attributes: {tier: \"1\"}\n"), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(policy+"identities:\n  - id: team\n    sources: [192.0.2.1/32]\n    attributes: {tier: \"1\"}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	anon := filepath.Join(t.TempDir(), "anonymous.yaml")

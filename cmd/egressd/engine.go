@@ -55,6 +55,9 @@ func (f *engineFlags) load(ctx context.Context) (*decideEnv, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkIdentities(f.config, cfg.Identities, eng); err != nil {
+		return nil, err
+	}
 	floor, err := dnsguard.NewFloor(cfg.Internal)
 	if err != nil {
 		return nil, err
@@ -84,6 +87,18 @@ func (f *engineFlags) resolveIdentity(cfg *config.Config) (policy.Identity, erro
 		return policy.Identity{}, usageErrorf("--identity %q is not in the config's identities", f.identity)
 	}
 	return id, nil
+}
+
+// checkIdentities reports the first identity whose attributes the bundle
+// cannot honour (an sql_profile it lacks), naming the config file and the
+// key: serve, reload and check refuse such a pair of config and bundle.
+func checkIdentities(cfgPath string, ids identity.Config, eng *policy.Engine) error {
+	for i, e := range ids {
+		if err := eng.CheckIdentity(policy.Identity{ID: e.ID, Attributes: e.Attributes}); err != nil {
+			return fmt.Errorf("config %s: identities[%d].%w", cfgPath, i, err)
+		}
+	}
+	return nil
 }
 
 // loadError keeps the exit code of usage errors and marks the rest as

@@ -42,7 +42,7 @@ func runPolicy(args []string, stdout, stderr io.Writer) error {
 	name := "embedded bundle"
 	if len(pos) == 1 {
 		if st, err := os.Stat(pos[0]); err != nil || !st.IsDir() {
-			return usageErrorf("policy %s: %q is not a directory", sub, pos[0])
+			return usageErrorf("policy %s: %q is not a directory: write a bundle there with `egressd policy init %s`", sub, pos[0], pos[0])
 		}
 		bundle, name = os.DirFS(pos[0]), pos[0]
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/proxy/admin"
+	"github.com/egressd/egressd/proxy/fdlimit"
 	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/proxy/pggate"
 )
@@ -60,7 +61,9 @@ func runServe(args []string, _, stderr io.Writer) error {
 	defer stop()
 	d, err := build(ctx, cfg, *cfgPath, log)
 	if err != nil {
-		return err
+		// build's collaborators quote what they were given (a file
+		// name in an open error); some config values are secrets.
+		return cfg.Redact(err)
 	}
 	defer d.audit.Close()
 	// Closed before the writer: it writes the last second's counts.
@@ -83,6 +86,7 @@ type daemon struct {
 	proxy    *proxy.Server
 	dns      *dnsguard.Server // nil unless dns.listen is set
 	gate     *pggate.Gate     // nil unless postgres.listen is set
+	fds      *fdlimit.Budget  // nil if the limit could not be read
 	reloadMu sync.Mutex
 }
 
@@ -101,6 +105,9 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	}
 	ids, err := identity.New(cfg.Identities)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkIdentities(cfgPath, cfg.Identities, engine); err != nil {
 		return nil, err
 	}
 	ac := cfg.Audit
@@ -124,7 +131,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 			Help: "Allows refused with audit_budget_exceeded because their identity spent its audit budget.",
 		}, func() float64 { return float64(meter.Stats().OverBudget) }))
 	d := &daemon{cfg: cfg, cfgPath: cfgPath, log: log, floor: floor, res: res, audit: aw, meter: meter,
-		registry: reg, metrics: proxy.NewMetrics(reg)}
+		registry: reg, metrics: proxy.NewMetrics(reg), fds: descriptorBudget(log)}
 	fail := func(err error) (*daemon, error) {
 		meter.Close()
 		aw.Close()
@@ -140,6 +147,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		Audit:      meter,
 		Metrics:    d.metrics,
 		Log:        log,
+		FDs:        d.fds,
 	})
 	if err != nil {
 		return fail(err)
@@ -164,6 +172,21 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		}
 	}
 	return d, nil
+}
+
+// descriptorBudget raises the soft RLIMIT_NOFILE to the hard limit, logs
+// both, and returns the budget the client listeners refuse by; nil (no
+// budget) if the limit cannot be read.
+func descriptorBudget(log *zap.Logger) *fdlimit.Budget {
+	lim, err := fdlimit.Raise()
+	if err != nil {
+		log.Warn("cannot read or raise the file descriptor limit; clients are refused only on max_conns", zap.Error(err))
+		return nil
+	}
+	b := fdlimit.NewBudget(lim.Soft)
+	log.Info("file descriptor limit", zap.Uint64("soft", lim.Soft), zap.Uint64("hard", lim.Hard),
+		zap.Int("reserve", b.Reserve()))
+	return b
 }
 
 // dnsIdentify maps DNS clients by source address: with no identities every
@@ -192,6 +215,9 @@ func (d *daemon) run(ctx context.Context) error {
 			aln.Close()
 			return fmt.Errorf("postgres listen: %w", err)
 		}
+		if d.fds != nil {
+			gln = &fdlimit.Listener{Listener: gln, Raw: gln.(*net.TCPListener), Budget: d.fds, Name: "postgres", Audit: d.audit, Log: d.log}
+		}
 	}
 	adminSrv := &http.Server{
 		Handler: admin.Handler(admin.Options{
@@ -214,7 +240,9 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	errc := make(chan error, 4)
 	go func() { errc <- d.proxy.Serve(pln) }()
-	go func() { errc <- adminSrv.Serve(aln) }()
+	// The admin listener is never refused for want of descriptors; at
+	// the very end it accepts into a spare one.
+	go func() { errc <- adminSrv.Serve(fdlimit.NewSpare(aln)) }()
 	dnsCtx, stopDNS := context.WithCancel(ctx)
 	defer stopDNS()
 	if d.dns != nil {
@@ -290,13 +318,14 @@ func (d *daemon) reloadLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	engine := d.engine.Load()
-	if cfg.Policy != d.cfg.Policy {
-		if engine, err = policy.New(ctx, cfg.Policy, d.log); err != nil {
-			return fmt.Errorf("load policy: %w", err)
-		}
-	} else if err := engine.Reload(ctx); err != nil {
-		return fmt.Errorf("reload policy: %w", err)
+	// A new engine, not Engine.Reload: the bundle must be checked against
+	// the identities before either takes effect.
+	engine, err := policy.New(ctx, cfg.Policy, d.log)
+	if err != nil {
+		return fmt.Errorf("load policy: %w", err)
+	}
+	if err := checkIdentities(d.cfgPath, cfg.Identities, engine); err != nil {
+		return err
 	}
 	if !reflect.DeepEqual(cfg.Internal, d.cfg.Internal) {
 		// Validated by config.Load, so this does not fail half-way.

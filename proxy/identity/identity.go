@@ -50,13 +50,22 @@ func (c Config) Validate() error {
 			return fmt.Errorf("[%d].id %q is listed twice", i, e.ID)
 		}
 		seen[e.ID] = true
+		// Never print the value of token_sha256 or scram_sha256: the
+		// usual mistake is pasting the token itself, and a config error
+		// ends up in logs and terminals.
 		if e.TokenSHA256 != "" {
 			if b, err := hex.DecodeString(e.TokenSHA256); err != nil || len(b) != sha256.Size {
-				return fmt.Errorf("[%d].token_sha256 must be 64 hex digits, got %q", i, e.TokenSHA256)
+				return fmt.Errorf("[%d].token_sha256 must be 64 hex digits, the SHA-256 of the token and never the token itself "+
+					"(value not shown: it may be a secret); get it with `egressd identity hash --id %s`", i, e.ID)
 			}
 		}
 		if e.SCRAMSHA256 != "" && !strings.HasPrefix(e.SCRAMSHA256, "SCRAM-SHA-256$") {
-			return fmt.Errorf("[%d].scram_sha256 must start with \"SCRAM-SHA-256$\"", i)
+			return fmt.Errorf("[%d].scram_sha256 must start with \"SCRAM-SHA-256$\" (value not shown: it may be a secret); "+
+				"get it with `egressd identity hash --id %s`", i, e.ID)
+		}
+		if e.TokenSHA256 == "" && e.SCRAMSHA256 == "" && len(e.Sources) == 0 {
+			return fmt.Errorf("[%d] (id %q) has no token_sha256, scram_sha256 or sources, so no client can ever be it: "+
+				"add a credential (`egressd identity hash --id %s`) or a source CIDR, or remove the entry", i, e.ID, e.ID)
 		}
 		for j, s := range e.Sources {
 			if _, err := netip.ParsePrefix(s); err != nil {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -87,8 +88,8 @@ func TestNewRejectsInvalid(t *testing.T) {
 		name string
 		c    Config
 	}{
-		{"empty id", Config{{ID: ""}}},
-		{"colon in id", Config{{ID: "a:b"}}},
+		{"empty id", Config{{ID: "", Sources: []string{"10.0.0.0/8"}}}},
+		{"colon in id", Config{{ID: "a:b", Sources: []string{"10.0.0.0/8"}}}},
 		{"short hash", Config{{ID: "a", TokenSHA256: "00"}}},
 		{"bad scram", Config{{ID: "a", SCRAMSHA256: "md5abc"}}},
 		{"bad cidr", Config{{ID: "a", Sources: []string{"nope"}}}},
@@ -99,5 +100,49 @@ func TestNewRejectsInvalid(t *testing.T) {
 				t.Errorf("New(%+v) error = nil; want an error", tt.c)
 			}
 		})
+	}
+}
+
+// TestValidateNeverEchoesSecrets: an error about token_sha256 or
+// scram_sha256 names the key and what to do, never the value: the usual
+// mistake is pasting the token or password itself (item 16).
+func TestValidateNeverEchoesSecrets(t *testing.T) {
+	const secret = "tok-S3cretPastedHere"
+	tests := []struct {
+		name, key string
+		c         Config
+	}{
+		{"raw token in token_sha256", "[0].token_sha256", Config{{ID: "a", TokenSHA256: secret}}},
+		{"raw password in scram_sha256", "[0].scram_sha256", Config{{ID: "a", SCRAMSHA256: secret}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tt.key) || !strings.Contains(err.Error(), "egressd identity hash") {
+				t.Fatalf("Validate() error = %v; want one naming %s and egressd identity hash", err, tt.key)
+			}
+			if strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), secret[4:12]) {
+				t.Errorf("Validate() error = %q; it echoes the secret", err)
+			}
+		})
+	}
+}
+
+// TestValidateRefusesIdentityNoOneCanBe: an entry with no token, no SCRAM
+// verifier and no source can never be used (item 17): it is refused with
+// what to do, while each one of the three alone is enough.
+func TestValidateRefusesIdentityNoOneCanBe(t *testing.T) {
+	err := Config{{ID: "ghost", Attributes: map[string]string{"tier": "1"}}}.Validate()
+	if err == nil || !strings.Contains(err.Error(), `[0] (id "ghost") has no token_sha256, scram_sha256 or sources`) {
+		t.Errorf("Validate(no credential, no source) error = %v; want one naming the entry and the three keys", err)
+	}
+	for _, e := range []Entry{
+		{ID: "t", TokenSHA256: hashHex("x")},
+		{ID: "s", SCRAMSHA256: "SCRAM-SHA-256$4096:c2FsdA==$a:b"},
+		{ID: "src", Sources: []string{"10.0.0.0/8"}},
+	} {
+		if err := (Config{e}).Validate(); err != nil {
+			t.Errorf("Validate(%+v) error = %v; want nil", e, err)
+		}
 	}
 }

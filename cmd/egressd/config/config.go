@@ -115,6 +115,9 @@ func (c *Config) Validate() error {
 	if err := validateLoopback(c.Admin.Listen); err != nil {
 		return fmt.Errorf("admin.%w", err)
 	}
+	if err := c.validateSecretShapes(); err != nil {
+		return err
+	}
 	sections := []struct {
 		name string
 		v    interface{ Validate() error }

@@ -1,9 +1,14 @@
 package config
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/egressd/egressd/proxy/identity"
 )
 
 func TestParseDefaults(t *testing.T) {
@@ -47,8 +52,8 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"admin not loopback", "admin:\n  listen: 0.0.0.0:9090\n", `admin.listen must be a loopback address, got "0.0.0.0:9090"`},
 		{"admin equals proxy", "admin:\n  listen: 127.0.0.1:3128\n", "admin.listen must differ from proxy.listen"},
 		{"bad proxy listen", "proxy:\n  listen: localhost\n", `proxy.listen must be IP:port, got "localhost"`},
-		{"bad token hash", "identities:\n  - id: a\n    token_sha256: abc\n", `identities[0].token_sha256 must be 64 hex digits, got "abc"`},
-		{"duplicate identity", "identities:\n  - id: a\n  - id: a\n", `identities[1].id "a" is listed twice`},
+		{"bad token hash", "identities:\n  - id: a\n    token_sha256: abc\n", `identities[0].token_sha256 must be 64 hex digits`},
+		{"duplicate identity", "identities:\n  - id: a\n    sources: [10.0.0.0/8]\n  - id: a\n", `identities[1].id "a" is listed twice`},
 		{"bad source", "identities:\n  - id: a\n    sources: [10.0.0.1]\n", `identities[0].sources[0] must be a CIDR, got "10.0.0.1"`},
 		{"policy cache", "policy:\n  cache_size: -2\n", "policy.cache_size must be >= -1, got -2"},
 	}
@@ -66,5 +71,86 @@ func TestLoadMissingFile(t *testing.T) {
 	_, err := Load(t.TempDir() + "/absent.yaml")
 	if err == nil || !strings.Contains(err.Error(), "read config") {
 		t.Errorf("Load(absent) error = %v; want a read config error", err)
+	}
+}
+
+// TestParseNeverEchoesSecrets: an error about a secret-bearing key names
+// the key and never prints the value, which is often the secret pasted in
+// the wrong place (item 16).
+func TestParseNeverEchoesSecrets(t *testing.T) {
+	const secret = "Hunter2-S3cret-Pasted"
+	tests := []struct {
+		name, in, key string
+	}{
+		{"raw token in token_sha256", "identities:\n  - id: a\n    token_sha256: " + secret + "\n", "identities[0].token_sha256"},
+		{"password in scram_sha256", "identities:\n  - id: a\n    scram_sha256: " + secret + "\n", "identities[0].scram_sha256"},
+		{"password in postgres.upstream URL", "postgres:\n  listen: 127.0.0.1:6432\n  upstream: postgres://app:" + secret + "@db/x\n", "postgres.upstream"},
+		{"password in postgres.upstream keywords", "postgres:\n  listen: 127.0.0.1:6432\n  upstream: host=db password=" + secret + "\n", "postgres.upstream"},
+		{"password in postgres.password_env", "postgres:\n  listen: 127.0.0.1:6432\n  upstream: host=db\n  password_env: " + secret + "\n", "postgres.password_env"},
+		{"password in postgres.password_file", "postgres:\n  listen: 127.0.0.1:6432\n  upstream: host=db\n  password_file: \"" + secret + "\\n\"\n", "postgres.password_file"},
+		{"PEM in postgres.tls_key", "postgres:\n  listen: 127.0.0.1:6432\n  upstream: host=db\n  tls_cert: /c.pem\n  tls_key: \"-----BEGIN PRIVATE KEY-----\\n" + secret + "\"\n", "postgres.tls_key"},
+		{"PEM in audit.signing_key", "audit:\n  signing_key: |\n    -----BEGIN PRIVATE KEY-----\n    " + secret + "\n    -----END PRIVATE KEY-----\n", "audit.signing_key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.in))
+			if err == nil || !strings.Contains(err.Error(), tt.key) {
+				t.Fatalf("Parse error = %v; want one naming %s", err, tt.key)
+			}
+			if strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "S3cret") {
+				t.Errorf("Parse error = %q; it echoes the secret", err)
+			}
+		})
+	}
+}
+
+// TestRedact: Redact replaces each secret-bearing value a message quotes
+// by the key's name, and leaves errors.As working.
+func TestRedact(t *testing.T) {
+	c := Default()
+	c.Postgres.PasswordFile = "/run/Hunter2Secret"
+	c.Audit.SigningKey = "MC4CAQAwBQYDK2VwBCIEIKeyMaterial"
+	inner := &os.PathError{Op: "open", Path: c.Audit.SigningKey, Err: os.ErrNotExist}
+	err := c.Redact(fmt.Errorf("open audit log: %w", inner))
+	want := "open audit log: open <audit.signing_key: not shown>: file does not exist"
+	if err.Error() != want {
+		t.Errorf("Redact() = %q; want %q", err, want)
+	}
+	var pe *os.PathError
+	if !errors.As(err, &pe) {
+		t.Errorf("errors.As(Redact(err), *os.PathError) = false; want true")
+	}
+	if plain := errors.New("nothing secret"); c.Redact(plain) != plain {
+		t.Errorf("Redact(plain) changed an error that quotes no secret")
+	}
+}
+
+// TestParseNeverNamesInsideSecrets: a pasted value that YAML reads as a
+// mapping or list is reported at the secret key, never by the keys inside
+// it, which are the secret.
+func TestParseNeverNamesInsideSecrets(t *testing.T) {
+	const secret = "S3cretToken"
+	for _, in := range []string{
+		"identities:\n  - id: a\n    token_sha256: {" + secret + ": x}\n",
+		"identities:\n  - id: a\n    token_sha256:\n      " + secret + ": x\n",
+		"identities:\n  - id: a\n    scram_sha256: [" + secret + "]\n",
+		"audit:\n  signing_key:\n    " + secret + ": x\n",
+	} {
+		_, err := Parse([]byte(in))
+		if err == nil || strings.Contains(err.Error(), secret) {
+			t.Errorf("Parse(%q) error = %v; want an error that does not quote the value", in, err)
+		}
+	}
+}
+
+// TestSecretPathsMatchSecretKeys keeps secretPath (for messages built from
+// the YAML tree) in step with secretKeys.
+func TestSecretPathsMatchSecretKeys(t *testing.T) {
+	c := Default()
+	c.Identities = make([]identity.Entry, 12)
+	for _, k := range c.secretKeys() {
+		if !secretPath.MatchString(k.key) {
+			t.Errorf("secretPath does not match secret key %s", k.key)
+		}
 	}
 }

@@ -41,6 +41,15 @@ func nameKeys(src []byte, err error) error {
 	return errors.New(strings.Join(msgs, "; "))
 }
 
+// lastLine is the last line n or its descendants start on.
+func lastLine(n *yaml.Node) int {
+	l := n.Line
+	for _, c := range n.Content {
+		l = max(l, lastLine(c))
+	}
+	return l
+}
+
 // keyAt returns the dotted path of the deepest key or value on line.
 func keyAt(n *yaml.Node, line int, prefix string) string {
 	switch n.Kind {
@@ -56,6 +65,13 @@ func keyAt(n *yaml.Node, line int, prefix string) string {
 			path := k.Value
 			if prefix != "" {
 				path = prefix + "." + k.Value
+			}
+			if secretPath.MatchString(path) {
+				// Never name what lies inside a secret key's value.
+				if k.Line <= line && line <= lastLine(v) {
+					return path
+				}
+				continue
 			}
 			if p := keyAt(v, line, path); p != "" {
 				return p
