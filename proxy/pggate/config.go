@@ -53,12 +53,13 @@ type Config struct {
 	MaxStatements int `yaml:"max_statements"`
 	// MaxSessions caps the gate's open sessions (each holds one upstream
 	// connection); past it a login is refused with SQLSTATE 53300 and
-	// audited session_limit. If zero, 64 is used.
+	// audited session_limit. If zero, 64 is used, but never more than half
+	// the upstream's max_connections (read at the first login), so the
+	// gate alone cannot exhaust the server.
 	MaxSessions int `yaml:"max_sessions"`
 	// MaxSessionsPerIdentity caps one identity's open sessions, so one
-	// sandbox cannot take every upstream slot. If zero, 16 is used, and
-	// never more than a quarter of the upstream's max_connections (read at
-	// the first login).
+	// sandbox cannot take every upstream slot. If zero, 16 is used, but
+	// never more than a quarter of the upstream's max_connections.
 	MaxSessionsPerIdentity int `yaml:"max_sessions_per_identity"`
 	// CacheSize bounds the per-query decision cache (entries); -1 disables
 	// it. If zero, 10000 is used.
@@ -78,7 +79,6 @@ func DefaultConfig() Config {
 		IdleTimeout:             time.Hour,
 		CacheSize:               10000,
 		MaxStatements:           100,
-		MaxSessions:             64,
 	}
 }
 
@@ -113,9 +113,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxStatements == 0 {
 		c.MaxStatements = d.MaxStatements
-	}
-	if c.MaxSessions == 0 {
-		c.MaxSessions = d.MaxSessions
 	}
 	return c
 }

@@ -86,6 +86,10 @@ type Gate struct {
 	cache   *verdictCache
 	ncache  *verdictCache
 	cancels cancelTable
+	// slots counts open sessions for the session caps; upstreamMaxConns
+	// is the upstream's max_connections once read (0 before).
+	slots            slotTable
+	upstreamMaxConns atomic.Int64
 	// cur holds the engine and identity table; Update swaps them on
 	// reload without touching sessions in flight.
 	cur atomic.Pointer[current]

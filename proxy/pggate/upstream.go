@@ -43,6 +43,7 @@ func (s *session) connectUpstream(ctx context.Context, params map[string]string)
 	if err != nil {
 		return fmt.Errorf("connect upstream: %w", err)
 	}
+	g.learnMaxConns(ctx, pc)
 	hc, err := pc.Hijack()
 	if err != nil {
 		pc.Close(ctx)
