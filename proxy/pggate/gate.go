@@ -117,7 +117,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	}
 	g := &Gate{
 		cfg: cfg, deps: deps, log: log.Named("pggate"),
-		limits: sqlfacts.Limits{MaxLen: cfg.MaxQueryBytes, MaxDepth: cfg.MaxNesting, MaxOps: cfg.MaxOperators},
+		limits: limitsOf(cfg),
 		cache:  newVerdictCache(cfg.CacheSize),
 		ncache: newVerdictCache(cfg.CacheSize),
 		lns:    map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},

@@ -16,7 +16,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/policy/sqlfacts"
 )
 
 // fatal is an error that ends a client with an ErrorResponse.
@@ -223,7 +222,7 @@ func (g *Gate) saltFor(user string) []byte {
 // decideConnect asks egress.sql whether the identity may use the database:
 // a "connect" statement with no relations.
 func (s *session) decideConnect(ctx context.Context) *fatal {
-	st := &sqlfacts.Statement{Command: "connect", Database: s.database, Relations: []sqlfacts.Relation{}, Functions: []sqlfacts.Function{}}
+	st := connectStatement(s.database)
 	d := s.g.engine().Decide(ctx, policy.Input{Identity: s.identity, Facts: st})
 	if err := s.audit(d, "", ""); err != nil {
 		d = policy.Deny(reasonAuditUnavailable, "")
