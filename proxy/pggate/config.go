@@ -32,8 +32,10 @@ type Config struct {
 	// MaxMessageBytes caps one client protocol message. If zero, 8 MiB is
 	// used.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
-	// MaxUpstreamMessageBytes caps one server message (a row). If zero,
-	// 256 MiB is used.
+	// MaxUpstreamMessageBytes caps one server message (a row); a larger
+	// one ends the session with SQLSTATE 54000 naming this key. The relay
+	// streams messages through fixed buffers, so this bounds what a client
+	// is sent, not the gate's memory. If zero, 256 MiB is used.
 	MaxUpstreamMessageBytes int `yaml:"max_upstream_message_bytes"`
 	// MaxQueryBytes, MaxNesting and MaxOperators bound the SQL handed to
 	// the parser; past them a query is denied sql_too_complex. If zero,

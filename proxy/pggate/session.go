@@ -1,6 +1,7 @@
 package pggate
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -11,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgproto3"
-	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/policy"
 )
@@ -53,6 +53,8 @@ type session struct {
 	// is used under wmu, upstreamRead by relay, the others by run.
 	clientRead, clientWrite, upstreamRead, upstreamWrite deadline
 
+	// cw buffers the relay's writes to the client; used under wmu.
+	cw        *bufio.Writer
 	wmu       sync.Mutex // serializes writes to the client
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -81,11 +83,20 @@ func (s *session) isClosed() bool {
 }
 
 // sendClientFatal ends the client with an error; used by both goroutines.
+// The relay holds wmu while it writes a message, and a client that does not
+// read can keep it there: so the client is closed if the lock is not free
+// within a grace period, which fails that write and ends the relay.
 func (s *session) sendClientFatal(f *fatal) {
+	t := time.AfterFunc(2*time.Second, func() { s.client.Close() })
+	defer t.Stop()
 	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	s.client.SetWriteDeadline(time.Now().Add(time.Second))
+	if s.cw != nil {
+		// What the relay has buffered comes before the error.
+		s.cw.Flush()
+	}
 	sendFatal(s.be, f)
-	s.wmu.Unlock()
 }
 
 // run serves the client until it leaves or breaks the protocol.
@@ -93,6 +104,7 @@ func (s *session) run() {
 	s.closed = make(chan struct{})
 	defer s.close()
 	s.client.SetDeadline(time.Time{})
+	s.cw = bufio.NewWriterSize(s.client, relayBufSize)
 	go s.relay()
 	for {
 		s.clientRead.refresh(s.client.SetReadDeadline, s.g.cfg.IdleTimeout)
@@ -254,47 +266,6 @@ func (s *session) flushUpstream() *fatal {
 		return errTerminate
 	}
 	return nil
-}
-
-// relay copies server messages to the client, rewriting the gate's denial
-// markers and watching the pinned parameters.
-func (s *session) relay() {
-	defer s.close()
-	for {
-		s.upstreamRead.refresh(s.upstream.SetReadDeadline, s.g.cfg.IdleTimeout)
-		msg, err := s.fe.Receive()
-		if err != nil {
-			if !s.isClosed() {
-				s.g.log.Info("upstream connection ended", zap.String("identity", s.identity.ID), zap.Error(err))
-				s.sendClientFatal(fatalf(codeConnectionFailure, "egressd: upstream connection lost"))
-			}
-			return
-		}
-		switch m := msg.(type) {
-		case *pgproto3.ErrorResponse:
-			if reason, ok := s.g.deniedReason(m); ok {
-				msg = &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeInsufficientPrivs, Message: "egressd: denied: " + reason}
-			}
-		case *pgproto3.ParameterStatus:
-			if want, pinned := pinnedParams[m.Name]; pinned && !strings.EqualFold(m.Value, want) {
-				s.g.log.Warn("upstream changed a pinned parameter; ending session",
-					zap.String("identity", s.identity.ID), zap.String("parameter", m.Name), zap.String("value", m.Value))
-				s.sendClientFatal(fatalf(codeFeatureUnsupported, "egressd: upstream changed %s; session ended", m.Name))
-				return
-			}
-		}
-		s.wmu.Lock()
-		s.be.Send(msg)
-		var ferr error
-		if s.fe.ReadBufferLen() == 0 {
-			s.clientWrite.refresh(s.client.SetWriteDeadline, s.g.cfg.IdleTimeout)
-			ferr = s.be.Flush()
-		}
-		s.wmu.Unlock()
-		if ferr != nil {
-			return
-		}
-	}
 }
 
 // deniedReason recognizes the syntax error the server raises for a marker

@@ -49,6 +49,7 @@ const (
 	codeInsufficientPrivs    = "42501"
 	codeCharacterNotInRepr   = "22021"
 	codeTooManyConnections   = "53300"
+	codeProgramLimitExceeded = "54000"
 )
 
 // sendFatal writes a FATAL ErrorResponse; errors are ignored because the

@@ -57,7 +57,6 @@ func (s *session) connectUpstream(ctx context.Context, params map[string]string)
 	}
 	s.upstream = hc.Conn
 	s.fe = pgproto3.NewFrontend(hc.Conn, hc.Conn)
-	s.fe.SetMaxBodyLen(g.cfg.MaxUpstreamMessageBytes)
 	s.pid = g.cancels.add(&cancelTarget{upstreamPID: hc.PID, upstreamKey: hc.SecretKey, addr: upstreamAddr(hc.Conn)})
 	s.be.Send(&pgproto3.AuthenticationOk{})
 	keys := make([]string, 0, len(hc.ParameterStatuses))
