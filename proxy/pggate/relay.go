@@ -26,6 +26,11 @@ const (
 const (
 	msgErrorResponse   = 'E'
 	msgParameterStatus = 'S'
+	msgReadyForQuery   = 'Z'
+	msgCommandComplete = 'C'
+	msgParseComplete   = '1'
+	msgBindComplete    = '2'
+	msgCloseComplete   = '3'
 )
 
 // relay copies server messages to the client as they arrive, framed but
@@ -57,7 +62,10 @@ func (s *session) relay() {
 			return
 		}
 		typ := hdr[0]
-		if (typ == msgErrorResponse || typ == msgParameterStatus) && n <= inspectMax {
+		decode := (typ == msgErrorResponse || typ == msgParameterStatus) && n <= inspectMax ||
+			typ == msgReadyForQuery && n == 1 ||
+			typ == msgCommandComplete && n <= inspectMax && s.objs.wantsTag()
+		if decode {
 			if int64(cap(body)) < n {
 				body = make([]byte, n)
 			}
@@ -75,6 +83,7 @@ func (s *session) relay() {
 				s.writeFailed(err)
 				return
 			}
+			s.track(typ, body)
 			continue
 		}
 		if typ == msgParameterStatus {
@@ -85,6 +94,24 @@ func (s *session) relay() {
 		if err := s.writeClient(hdr[:], r, n, r); err != nil {
 			s.writeFailed(err)
 			return
+		}
+		s.track(typ, nil)
+	}
+}
+
+// track tells the session's object tracking what the server confirmed
+// (body is the decoded message, nil when it was streamed).
+func (s *session) track(typ byte, body []byte) {
+	switch typ {
+	case msgParseComplete, msgBindComplete, msgCloseComplete:
+		s.objs.confirm(typ, "")
+	case msgCommandComplete:
+		if n := len(body); n > 0 && body[n-1] == 0 {
+			s.objs.confirm(typ, string(body[:n-1]))
+		}
+	case msgReadyForQuery:
+		if len(body) == 1 {
+			s.objs.readyForQuery(body[0])
 		}
 	}
 }

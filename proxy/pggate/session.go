@@ -45,6 +45,9 @@ type session struct {
 	// stmts are the prepared statements this session had vetted; Bind
 	// may name only these.
 	stmts map[string]struct{}
+	// objs are the prepared statements and portals that may exist
+	// upstream, re-decided on reload.
+	objs *objects
 	// discarding is set after a denied extended-protocol message: like
 	// the server, the gate then drops everything until Sync.
 	discarding bool
@@ -137,11 +140,15 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 		if !utf8.ValidString(m.String) {
 			return fatalf(codeCharacterNotInRepr, "egressd: invalid UTF-8 in query")
 		}
-		if v := s.decide(m.String); v.allow {
-			s.fe.Send(m)
-		} else {
+		if v := s.decide(m.String); !v.allow {
 			s.fe.Send(&pgproto3.Query{String: s.g.marker + v.reason})
+		} else if reason := s.objectsAllow(m.String); reason != "" {
+			s.auditRefusal(reason)
+			s.fe.Send(&pgproto3.Query{String: s.g.marker + reason})
+		} else {
+			s.fe.Send(m)
 		}
+		s.objs.synced()
 		return s.flushUpstream()
 	case *pgproto3.Parse:
 		if s.discarding {
@@ -150,11 +157,16 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 		if !utf8.ValidString(m.Query) || !utf8.ValidString(m.Name) {
 			return fatalf(codeCharacterNotInRepr, "egressd: invalid UTF-8 in Parse")
 		}
-		if v := s.decide(m.Query); v.allow {
+		v := s.decide(m.Query)
+		switch {
+		case !v.allow:
+			s.failExtended(v.reason)
+		case !s.objs.record(objOp{confirm: '1', name: m.Name, create: true, texts: []string{m.Query}}):
+			s.auditRefusal(reasonSessionLimit)
+			s.failExtended(reasonSessionLimit)
+		default:
 			s.stmts[m.Name] = struct{}{}
 			s.fe.Send(m)
-		} else {
-			s.failExtended(v.reason)
 		}
 	case *pgproto3.Bind:
 		if s.discarding {
@@ -165,6 +177,16 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 			s.failExtended(reasonStatementNotVetted)
 			return nil
 		}
+		if reason := s.objs.revokedReason(false, m.PreparedStatement); reason != "" {
+			s.auditRefusal(reason)
+			s.failExtended(reason)
+			return nil
+		}
+		if !s.objs.record(objOp{confirm: '2', portal: true, name: m.DestinationPortal, create: true, texts: s.objs.textsOf(false, m.PreparedStatement)}) {
+			s.auditRefusal(reasonSessionLimit)
+			s.failExtended(reasonSessionLimit)
+			return nil
+		}
 		s.fe.Send(m)
 	case *pgproto3.Close:
 		if s.discarding {
@@ -173,18 +195,30 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 		if m.ObjectType == 'S' {
 			delete(s.stmts, m.Name)
 		}
+		if !s.objs.record(objOp{confirm: '3', portal: m.ObjectType == 'P', name: m.Name}) {
+			s.auditRefusal(reasonSessionLimit)
+			s.failExtended(reasonSessionLimit)
+			return nil
+		}
 		s.fe.Send(m)
 	case *pgproto3.Describe:
 		if !s.discarding {
 			s.fe.Send(m)
 		}
 	case *pgproto3.Execute:
-		if !s.discarding {
-			s.fe.Send(m)
+		if s.discarding {
+			return nil
 		}
+		if reason := s.portalAllow(m.Portal); reason != "" {
+			s.auditRefusal(reason)
+			s.failExtended(reason)
+			return nil
+		}
+		s.fe.Send(m)
 	case *pgproto3.Sync:
 		s.discarding = false
 		s.fe.Send(m)
+		s.objs.synced()
 		return s.flushUpstream()
 	case *pgproto3.Flush:
 		s.fe.Send(m)
@@ -194,6 +228,7 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 		// inspect: refused in every profile.
 		s.auditRefusal(reasonFunctionCall)
 		s.fe.Send(&pgproto3.Query{String: s.g.marker + reasonFunctionCall})
+		s.objs.synced()
 		return s.flushUpstream()
 	case *pgproto3.CopyData:
 		s.fe.Send(m)
@@ -247,7 +282,11 @@ func (s *session) reloaded() *fatal {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.g.cfg.StartupTimeout)
 	defer cancel()
-	return s.decideConnect(ctx)
+	if f := s.decideConnect(ctx); f != nil {
+		return f
+	}
+	s.redecideObjects()
+	return nil
 }
 
 // failExtended makes the upstream answer the current extended-protocol

@@ -181,7 +181,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 		}
 		return nil, loginFatalf(reason, codeInvalidPassword, "password authentication failed for user %q", user)
 	}
-	s := &session{g: g, cur: cur, verifier: entry.SCRAMSHA256, client: conn, be: be, identity: ident, database: db, remote: conn.RemoteAddr().String(), stmts: map[string]struct{}{}}
+	s := &session{g: g, cur: cur, verifier: entry.SCRAMSHA256, client: conn, be: be, identity: ident, database: db, remote: conn.RemoteAddr().String(), stmts: map[string]struct{}{}, objs: newObjects()}
 	s.keyPrefix = cacheKeyPrefix(ident, db)
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.StartupTimeout)
 	defer cancel()

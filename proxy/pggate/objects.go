@@ -1,0 +1,293 @@
+package pggate
+
+import (
+	"slices"
+	"sync"
+)
+
+// Bounds of what one session may keep prepared: past them a new prepared
+// statement or cursor is denied session_limit (a normal application keeps
+// a few hundred, each a query of a few hundred bytes).
+const (
+	maxObjectTextBytes = 8 << 20
+	maxPendingOps      = 1 << 16
+)
+
+// objects tracks the prepared statements and the portals (protocol portals
+// and SQL cursors share one namespace) that may exist upstream, with the
+// texts they were made from, so that a reload can decide them again under
+// the new policy (issue 12 item 2). What is tracked is always a superset of
+// what exists: a creation counts from the moment it is sent, a removal only
+// once the server confirms it, in the order it answers.
+//
+// The run goroutine records; the relay confirms. Every method locks mu,
+// and none blocks while holding it.
+type objects struct {
+	mu               sync.Mutex
+	stmts, portals   map[string]*object
+	pending          []objOp
+	sent, ready      uint64 // exchanges (Query, Sync) sent, and ReadyForQuery seen
+	textBytes        int
+	revoked          int               // objects with a revoked reason
+	denied           map[string]string // text → reason, from the last re-decision
+	maxText, maxPend int
+}
+
+// object is one prepared statement or portal.
+type object struct {
+	// texts are every text it may have been made from: more than one while
+	// a re-creation under the same name is unconfirmed.
+	texts    []string
+	holdable bool
+	// revoked is the deny reason when the current policy refuses one of
+	// texts; a use of the object is then denied with it.
+	revoked string
+}
+
+// objOp is one message or statement sent upstream that creates or removes
+// an object once the server confirms it.
+type objOp struct {
+	seg     uint64 // the exchange it belongs to: ReadyForQuery number sent+1
+	confirm byte   // '1' ParseComplete, '2' BindComplete, '3' CloseComplete, 'C' CommandComplete
+	tag     string // for 'C', the command tag
+	portal  bool
+	name    string
+	// For a creation: the texts, else a removal (of all when all is set;
+	// both namespaces when both is set, as DISCARD ALL).
+	create    bool
+	texts     []string
+	holdable  bool
+	all, both bool
+}
+
+func newObjects() *objects {
+	return &objects{stmts: map[string]*object{}, portals: map[string]*object{}, maxText: maxObjectTextBytes, maxPend: maxPendingOps}
+}
+
+func (o *objects) space(portal bool) map[string]*object {
+	if portal {
+		return o.portals
+	}
+	return o.stmts
+}
+
+// record notes op as sent upstream; a creation counts at once. It reports
+// false when the session is past its bounds (the caller denies instead of
+// sending).
+func (o *objects) record(op objOp) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.pending) >= o.maxPend {
+		return false
+	}
+	if op.create {
+		obj := o.space(op.portal)[op.name]
+		if obj == nil {
+			obj = &object{}
+		}
+		added := 0
+		for _, t := range op.texts {
+			if !slices.Contains(obj.texts, t) {
+				added += len(t)
+			}
+		}
+		if o.textBytes+added > o.maxText {
+			return false
+		}
+		for _, t := range op.texts {
+			if !slices.Contains(obj.texts, t) {
+				obj.texts = append(obj.texts, t)
+			}
+		}
+		o.textBytes += added
+		obj.holdable = obj.holdable || op.holdable
+		o.space(op.portal)[op.name] = obj
+		o.judge(obj)
+	}
+	op.seg = o.sent + 1
+	o.pending = append(o.pending, op)
+	return true
+}
+
+// synced notes a message that ends an exchange (Query, Sync) as sent.
+func (o *objects) synced() {
+	o.mu.Lock()
+	o.sent++
+	o.mu.Unlock()
+}
+
+// wantsTag reports whether a CommandComplete's tag may confirm an op, so
+// the relay decodes it only then.
+func (o *objects) wantsTag() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, op := range o.pending {
+		if op.seg == o.ready+1 && op.confirm == 'C' {
+			return true
+		}
+	}
+	return false
+}
+
+// confirm applies the first op of the current exchange that a server
+// message of type typ (and tag, for CommandComplete) answers. The server
+// answers in order and stops at the first error, so the n-th confirmation
+// of a kind belongs to the n-th op of that kind.
+func (o *objects) confirm(typ byte, tag string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i, op := range o.pending {
+		if op.seg != o.ready+1 || op.confirm != typ || op.tag != tag {
+			continue
+		}
+		o.pending = slices.Delete(o.pending, i, i+1)
+		switch {
+		case op.create:
+			// The object is now exactly what op made, plus whatever
+			// re-creations are still in flight.
+			o.rebuild(op.portal, op.name, op.texts, op.holdable)
+		case op.both:
+			o.removeAll(false)
+			o.removeAll(true)
+		case op.all:
+			o.removeAll(op.portal)
+		default:
+			o.rebuild(op.portal, op.name, nil, false)
+		}
+		return
+	}
+}
+
+// readyForQuery ends the current exchange: its unconfirmed ops did not
+// happen (their creations stay tracked, a superset). Outside a
+// transaction, only holdable portals survive.
+func (o *objects) readyForQuery(status byte) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ready++
+	o.pending = slices.DeleteFunc(o.pending, func(op objOp) bool { return op.seg <= o.ready })
+	if status == 'I' {
+		for name, obj := range o.portals {
+			if !obj.holdable {
+				o.rebuild(true, name, nil, false)
+			}
+		}
+	}
+}
+
+func (o *objects) removeAll(portal bool) {
+	for name := range o.space(portal) {
+		o.rebuild(portal, name, nil, false)
+	}
+}
+
+// rebuild sets name's texts to texts plus those of creations still in
+// flight, dropping the object when none remain.
+func (o *objects) rebuild(portal bool, name string, texts []string, holdable bool) {
+	m := o.space(portal)
+	old := m[name]
+	obj := &object{texts: slices.Clone(texts), holdable: holdable}
+	for _, op := range o.pending {
+		if op.create && op.portal == portal && op.name == name {
+			for _, t := range op.texts {
+				if !slices.Contains(obj.texts, t) {
+					obj.texts = append(obj.texts, t)
+				}
+			}
+			obj.holdable = obj.holdable || op.holdable
+		}
+	}
+	if old != nil {
+		for _, t := range old.texts {
+			o.textBytes -= len(t)
+		}
+		if old.revoked != "" {
+			o.revoked--
+		}
+	}
+	if len(obj.texts) == 0 {
+		delete(m, name)
+		return
+	}
+	for _, t := range obj.texts {
+		o.textBytes += len(t)
+	}
+	m[name] = obj
+	o.judge(obj)
+}
+
+// judge sets obj.revoked from the last re-decision, keeping the count.
+func (o *objects) judge(obj *object) {
+	was := obj.revoked != ""
+	obj.revoked = ""
+	for _, t := range obj.texts {
+		if r, ok := o.denied[t]; ok {
+			obj.revoked = r
+			break
+		}
+	}
+	switch now := obj.revoked != ""; {
+	case now && !was:
+		o.revoked++
+	case was && !now:
+		o.revoked--
+	}
+}
+
+// texts returns every tracked text, for a re-decision.
+func (o *objects) allTexts() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []string
+	for _, m := range []map[string]*object{o.stmts, o.portals} {
+		for _, obj := range m {
+			for _, t := range obj.texts {
+				if !slices.Contains(out, t) {
+					out = append(out, t)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// setDenied installs the outcome of a re-decision: the texts the current
+// policy refuses, with their reasons.
+func (o *objects) setDenied(denied map[string]string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.denied = denied
+	for _, m := range []map[string]*object{o.stmts, o.portals} {
+		for _, obj := range m {
+			o.judge(obj)
+		}
+	}
+}
+
+// revokedReason is the deny reason of a use of the named object, or "".
+func (o *objects) revokedReason(portal bool, name string) string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if obj := o.space(portal)[name]; obj != nil {
+		return obj.revoked
+	}
+	return ""
+}
+
+// anyRevoked reports whether some object is revoked: only then are query
+// texts searched for uses of one.
+func (o *objects) anyRevoked() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.revoked > 0
+}
+
+// textsOf returns the texts of the named object.
+func (o *objects) textsOf(portal bool, name string) []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if obj := o.space(portal)[name]; obj != nil {
+		return slices.Clone(obj.texts)
+	}
+	return nil
+}
