@@ -76,44 +76,67 @@ func CountStatements(sql string, max int) int {
 // PREPARE, EXECUTE, DECLARE or FETCH refers to without a parse.
 func Words(stmt string) iter.Seq[string] {
 	return func(yield func(string) bool) {
-		for i := 0; i < len(stmt); {
-			c := stmt[i]
-			switch {
-			case c == '-' && i+1 < len(stmt) && stmt[i+1] == '-':
-				i = skipLine(stmt, i)
-			case c == '/' && i+1 < len(stmt) && stmt[i+1] == '*':
-				i = skipBlockComment(stmt, i)
-			case c == '\'':
-				i = skipQuoted(stmt, i+1, '\'', isEscapeString(stmt, i))
-			case c == '"':
-				j := skipQuoted(stmt, i+1, '"', false)
-				end := j - 1
-				if end <= i || stmt[end] != '"' {
-					end = j
-				}
-				if !yield(strings.ReplaceAll(stmt[i+1:end], `""`, `"`)) {
-					return
-				}
-				i = j
-			case c == '$':
-				i = skipDollar(stmt, i)
-			case c >= '0' && c <= '9':
-				for i++; i < len(stmt) && (isIdentChar(stmt[i]) || stmt[i] == '.'); i++ {
-				}
-			case isIdentStart(c):
-				j := i + 1
-				for j < len(stmt) && isIdentChar(stmt[j]) {
-					j++
-				}
-				if !yield(foldIdent(stmt[i:j])) {
-					return
-				}
-				i = j
-			default:
-				i++
+		for i := 0; ; {
+			w, quoted, next := nextWord(stmt, i)
+			if next < 0 {
+				return
 			}
+			if quoted {
+				w = strings.ReplaceAll(w, `""`, `"`)
+			} else {
+				w = foldIdent(w)
+			}
+			if !yield(w) {
+				return
+			}
+			i = next
 		}
 	}
+}
+
+// FirstWord is the first of Words as written (not folded, quotes kept
+// doubled), or "": a check of a statement's verb that costs no allocation.
+func FirstWord(stmt string) string {
+	w, _, _ := nextWord(stmt, 0)
+	return w
+}
+
+// nextWord finds the word at or after i: its text (inside the quotes for a
+// quoted identifier), whether it was quoted, and where scanning goes on;
+// next is -1 when there is none.
+func nextWord(stmt string, i int) (w string, quoted bool, next int) {
+	for i < len(stmt) {
+		c := stmt[i]
+		switch {
+		case c == '-' && i+1 < len(stmt) && stmt[i+1] == '-':
+			i = skipLine(stmt, i)
+		case c == '/' && i+1 < len(stmt) && stmt[i+1] == '*':
+			i = skipBlockComment(stmt, i)
+		case c == '\'':
+			i = skipQuoted(stmt, i+1, '\'', isEscapeString(stmt, i))
+		case c == '"':
+			j := skipQuoted(stmt, i+1, '"', false)
+			end := j - 1
+			if end <= i || stmt[end] != '"' {
+				end = j
+			}
+			return stmt[i+1 : end], true, j
+		case c == '$':
+			i = skipDollar(stmt, i)
+		case c >= '0' && c <= '9':
+			for i++; i < len(stmt) && (isIdentChar(stmt[i]) || stmt[i] == '.'); i++ {
+			}
+		case isIdentStart(c):
+			j := i + 1
+			for j < len(stmt) && isIdentChar(stmt[j]) {
+				j++
+			}
+			return stmt[i:j], false, j
+		default:
+			i++
+		}
+	}
+	return "", false, -1
 }
 
 // foldIdent lower-cases ASCII letters only, as PostgreSQL folds unquoted

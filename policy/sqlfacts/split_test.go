@@ -64,6 +64,9 @@ func TestWords(t *testing.T) {
 			if got := slices.Collect(Words(tt.stmt)); !slices.Equal(got, tt.want) {
 				t.Errorf("Words(%q) = %q; want %q", tt.stmt, got, tt.want)
 			}
+			if got := FirstWord(tt.stmt); !strings.EqualFold(got, tt.want[0]) {
+				t.Errorf("FirstWord(%q) = %q; want %q in any case", tt.stmt, got, tt.want[0])
+			}
 		})
 	}
 }

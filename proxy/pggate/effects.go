@@ -1,6 +1,8 @@
 package pggate
 
 import (
+	"strings"
+
 	"github.com/egressd/egressd/policy/sqlfacts"
 )
 
@@ -55,6 +57,11 @@ func (e effect) tag() string {
 // the first words of each statement (sqlfacts.Words), as the server's
 // grammar fixes where the name is.
 func effectsOf(text string) []effect {
+	if strings.IndexByte(text, ';') < 0 && !isEffectVerb(sqlfacts.FirstWord(text)) {
+		// One statement, and its first word is no verb of ours: the
+		// common query costs a look at that word, not a scan of the text.
+		return nil
+	}
 	var out []effect
 	for stmt := range sqlfacts.Split(text) {
 		var w [3]string
@@ -106,10 +113,13 @@ func effectsOf(text string) []effect {
 	return out
 }
 
+// isEffectVerb reports whether w, in any case, is a verb that creates or
+// drops a named object.
 func isEffectVerb(w string) bool {
-	switch w {
-	case "prepare", "declare", "deallocate", "close", "discard":
-		return true
+	for _, v := range [...]string{"prepare", "declare", "deallocate", "close", "discard"} {
+		if strings.EqualFold(w, v) {
+			return true
+		}
 	}
 	return false
 }
