@@ -213,3 +213,18 @@ func TestReloadRevokesPreparedStatementsAndCursors(t *testing.T) {
 		intact()
 	})
 }
+
+// A simple Query before the Sync of an extended exchange ends the session:
+// the server may answer it or skip it, and the gate's count of exchanges
+// (which pairs the server's confirmations with what was sent) must not
+// drift.
+func TestQueryInsideExtendedExchangeRefused(t *testing.T) {
+	f := startGate(t, sharedPG(t), nil)
+	conn, fe := rawClient(t, f)
+	fe.Send(&pgproto3.Parse{Name: "s1", Query: "SELECT 1"})
+	fe.Send(&pgproto3.Query{String: "SELECT 2"})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	wantClosedWithError(t, conn)
+}

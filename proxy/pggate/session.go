@@ -51,6 +51,9 @@ type session struct {
 	// discarding is set after a denied extended-protocol message: like
 	// the server, the gate then drops everything until Sync.
 	discarding bool
+	// extendedOpen is set from an extended-protocol message to the Sync
+	// that ends its exchange.
+	extendedOpen bool
 
 	// The idle deadlines, one per direction and connection; clientWrite
 	// is used under wmu, upstreamRead by relay, the others by run.
@@ -134,6 +137,19 @@ var errTerminate = &fatal{}
 func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 	if f := s.reloaded(); f != nil {
 		return f
+	}
+	switch msg.(type) {
+	case *pgproto3.Query, *pgproto3.FunctionCall:
+		if s.extendedOpen {
+			// The server answers such a message, or skips it after an
+			// error, and the gate cannot tell which: it would lose count
+			// of the exchanges its object tracking relies on.
+			return fatalf(codeProtocolViolation, "egressd: %s inside an unfinished extended-protocol exchange; send Sync first", msgName(msg))
+		}
+	case *pgproto3.Parse, *pgproto3.Bind, *pgproto3.Describe, *pgproto3.Execute, *pgproto3.Close:
+		s.extendedOpen = true
+	case *pgproto3.Sync:
+		s.extendedOpen = false
 	}
 	switch m := msg.(type) {
 	case *pgproto3.Query:
@@ -335,4 +351,11 @@ func (d *deadline) refresh(set func(time.Time) error, idle time.Duration) {
 		set(now.Add(idle))
 		d.at = now
 	}
+}
+
+func msgName(msg pgproto3.FrontendMessage) string {
+	if _, ok := msg.(*pgproto3.FunctionCall); ok {
+		return "FunctionCall"
+	}
+	return "Query"
 }
