@@ -18,14 +18,10 @@ func (s *session) redecideObjects() {
 	s.objs.setDenied(denied)
 }
 
-// objectsAllow checks an allowed query text against the session's objects:
-// it must not use a revoked one, and what it creates must fit the
-// session's bounds. It records what the text creates and drops, and
-// returns a deny reason or "".
-func (s *session) objectsAllow(text string) string {
-	if reason := s.usesRevoked(text); reason != "" {
-		return reason
-	}
+// recordEffects records what an allowed text creates and drops. It
+// reports false when the session is past its bounds; the text is then
+// denied.
+func (s *session) recordEffects(text string) bool {
 	for _, e := range effectsOf(text) {
 		op := objOp{confirm: 'C', tag: e.tag(), name: e.name, all: e.all}
 		switch e.kind {
@@ -39,10 +35,10 @@ func (s *session) objectsAllow(text string) string {
 			op.both = true
 		}
 		if !s.objs.record(op) {
-			return reasonSessionLimit
+			return false
 		}
 	}
-	return ""
+	return true
 }
 
 // portalAllow checks an Execute of portal: a revoked portal is denied, and
@@ -53,8 +49,11 @@ func (s *session) portalAllow(portal string) string {
 		return reason
 	}
 	for _, t := range s.objs.textsOf(true, portal) {
-		if reason := s.objectsAllow(t); reason != "" {
+		if reason := s.usesRevoked(t); reason != "" {
 			return reason
+		}
+		if !s.recordEffects(t) {
+			return reasonSessionLimit
 		}
 	}
 	return ""

@@ -156,11 +156,16 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 		if !utf8.ValidString(m.String) {
 			return fatalf(codeCharacterNotInRepr, "egressd: invalid UTF-8 in query")
 		}
-		if v := s.decide(m.String); !v.allow {
-			s.fe.Send(&pgproto3.Query{String: s.g.marker + v.reason})
-		} else if reason := s.objectsAllow(m.String); reason != "" {
+		// A use of a revoked object is refused before the text is
+		// decided, so the query has one audit record, the deny.
+		if reason := s.usesRevoked(m.String); reason != "" {
 			s.auditRefusal(reason)
 			s.fe.Send(&pgproto3.Query{String: s.g.marker + reason})
+		} else if v := s.decide(m.String); !v.allow {
+			s.fe.Send(&pgproto3.Query{String: s.g.marker + v.reason})
+		} else if !s.recordEffects(m.String) {
+			s.auditRefusal(reasonSessionLimit)
+			s.fe.Send(&pgproto3.Query{String: s.g.marker + reasonSessionLimit})
 		} else {
 			s.fe.Send(m)
 		}
