@@ -97,8 +97,10 @@ func effectsOf(text string) []effect {
 		case "declare":
 			out = append(out, effect{kind: effDeclare, name: w[1], holdable: holdable, text: stmt})
 		case "deallocate":
+			// DEALLOCATE PREPARE x drops x; DEALLOCATE PREPARE alone
+			// drops a statement named prepare.
 			name := w[1]
-			if name == "prepare" {
+			if name == "prepare" && n == 3 {
 				name = w[2]
 			}
 			out = append(out, effect{kind: effDeallocate, name: name, all: name == "all"})
