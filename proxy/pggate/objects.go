@@ -23,14 +23,13 @@ const (
 // The run goroutine records; the relay confirms. Every method locks mu,
 // and none blocks while holding it.
 type objects struct {
-	mu               sync.Mutex
-	stmts, portals   map[string]*object
-	pending          []objOp
-	sent, ready      uint64 // exchanges (Query, Sync) sent, and ReadyForQuery seen
-	textBytes        int
-	revoked          int               // objects with a revoked reason
-	denied           map[string]string // text → reason, from the last re-decision
-	maxText, maxPend int
+	mu             sync.Mutex
+	stmts, portals map[string]*object
+	pending        []objOp
+	sent, ready    uint64 // exchanges (Query, Sync) sent, and ReadyForQuery seen
+	textBytes      int
+	revoked        int               // objects with a revoked reason
+	denied         map[string]string // text → reason, from the last re-decision
 }
 
 // object is one prepared statement or portal.
@@ -61,7 +60,7 @@ type objOp struct {
 }
 
 func newObjects() *objects {
-	return &objects{stmts: map[string]*object{}, portals: map[string]*object{}, maxText: maxObjectTextBytes, maxPend: maxPendingOps}
+	return &objects{stmts: map[string]*object{}, portals: map[string]*object{}}
 }
 
 func (o *objects) space(portal bool) map[string]*object {
@@ -77,7 +76,7 @@ func (o *objects) space(portal bool) map[string]*object {
 func (o *objects) record(op objOp) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if len(o.pending) >= o.maxPend {
+	if len(o.pending) >= maxPendingOps {
 		return false
 	}
 	if op.create {
@@ -91,7 +90,7 @@ func (o *objects) record(op objOp) bool {
 				added += len(t)
 			}
 		}
-		if o.textBytes+added > o.maxText {
+		if o.textBytes+added > maxObjectTextBytes {
 			return false
 		}
 		for _, t := range op.texts {
