@@ -87,9 +87,11 @@ type Gate struct {
 	ncache  *verdictCache
 	cancels cancelTable
 	// slots counts open sessions for the session caps; upstreamMaxConns
-	// is the upstream's max_connections once read (0 before).
+	// is the upstream's max_connections once read (0 before), learnMu
+	// lets one login read it (learnMaxConns).
 	slots            slotTable
 	upstreamMaxConns atomic.Int64
+	learnMu          sync.Mutex
 	// cur holds the engine and identity table; Update swaps them on
 	// reload without touching sessions in flight.
 	cur atomic.Pointer[current]

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
 )
 
 // Defaults of the session caps when the config leaves them zero; each is
@@ -74,15 +75,30 @@ func (g *Gate) sessionCaps() (total, perIdentity int) {
 	return total, perIdentity
 }
 
-// learnMaxConns reads the upstream's max_connections once, on the first
-// upstream login, for the default caps. A failure leaves the fixed
-// defaults in place and is tried again at the next login.
-func (g *Gate) learnMaxConns(ctx context.Context, pc *pgconn.PgConn) {
+// learnMaxConns reads the upstream's max_connections, for the default
+// caps, before the first session takes a slot: on a connection of its own,
+// so that a burst of first logins is already held to caps below it. The
+// logins that arrive meanwhile wait on learnMu for the answer (bounded by
+// ctx, the startup timeout); once it is known nobody takes the lock. A
+// failure leaves the fixed defaults and is tried again at the next login.
+func (g *Gate) learnMaxConns(ctx context.Context, db string) {
+	if g.upstreamMaxConns.Load() != 0 || g.cfg.MaxSessions != 0 && g.cfg.MaxSessionsPerIdentity != 0 {
+		return
+	}
+	g.learnMu.Lock()
+	defer g.learnMu.Unlock()
 	if g.upstreamMaxConns.Load() != 0 {
 		return
 	}
+	pc, err := pgconn.ConnectConfig(ctx, g.upstreamConfig(db, nil))
+	if err != nil {
+		g.log.Warn("read upstream max_connections", zap.Error(err))
+		return
+	}
+	defer pc.Close(ctx)
 	res, err := pc.Exec(ctx, "SHOW max_connections").ReadAll()
 	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
+		g.log.Warn("read upstream max_connections", zap.Error(err))
 		return
 	}
 	if n, err := strconv.Atoi(string(res[0].Rows[0][0])); err == nil && n > 0 {

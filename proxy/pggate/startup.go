@@ -188,6 +188,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 	if f := s.decideConnect(ctx); f != nil {
 		return nil, f
 	}
+	g.learnMaxConns(ctx, db)
 	maxTotal, maxPer := g.sessionCaps()
 	if f := g.slots.acquire(ident.ID, maxTotal, maxPer); f != nil {
 		return nil, f
