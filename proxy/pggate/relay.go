@@ -45,7 +45,9 @@ func (s *session) relay() {
 	defer s.close()
 	r := bufio.NewReaderSize(s.upstream, relayBufSize)
 	var hdr [5]byte
-	var body []byte // decoded messages only, at most inspectMax
+	// msg holds a decoded message, header and body, at most
+	// 5+inspectMax bytes, reused.
+	var msg []byte
 	for {
 		s.upstreamRead.refresh(s.upstream.SetReadDeadline, s.g.cfg.IdleTimeout)
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -66,15 +68,17 @@ func (s *session) relay() {
 			typ == msgReadyForQuery && n == 1 ||
 			typ == msgCommandComplete && n <= inspectMax && s.objs.wantsTag()
 		if decode {
-			if int64(cap(body)) < n {
-				body = make([]byte, n)
+			if int64(cap(msg)) < 5+n {
+				msg = make([]byte, 5+n)
 			}
-			body = body[:n]
+			msg = msg[:5+n]
+			copy(msg, hdr[:])
+			body := msg[5:]
 			if _, err := io.ReadFull(r, body); err != nil {
 				s.upstreamLost(err)
 				return
 			}
-			out, f := s.inspect(typ, hdr[:], body)
+			out, f := s.inspect(typ, msg)
 			if f != nil {
 				s.sendClientFatal(f)
 				return
@@ -116,16 +120,16 @@ func (s *session) track(typ byte, body []byte) {
 	}
 }
 
-// inspect decodes one small message and returns the bytes to send for it
-// (the original, or the rewritten denial); a non-nil fatal ends the
-// session.
-func (s *session) inspect(typ byte, hdr, body []byte) ([]byte, *fatal) {
-	orig := append(hdr[:5:5], body...)
+// inspect decodes one small message (header and body) and returns the
+// bytes to send for it (msg, or the rewritten denial); a non-nil fatal
+// ends the session.
+func (s *session) inspect(typ byte, msg []byte) ([]byte, *fatal) {
+	body := msg[5:]
 	switch typ {
 	case msgErrorResponse:
 		var e pgproto3.ErrorResponse
 		if err := e.Decode(body); err != nil {
-			return orig, nil
+			return msg, nil
 		}
 		if reason, ok := s.g.deniedReason(&e); ok {
 			out, _ := (&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeInsufficientPrivs, Message: "egressd: denied: " + reason}).Encode(nil)
@@ -142,7 +146,7 @@ func (s *session) inspect(typ byte, hdr, body []byte) ([]byte, *fatal) {
 			return nil, fatalf(codeFeatureUnsupported, "egressd: upstream changed %s; session ended", m.Name)
 		}
 	}
-	return orig, nil
+	return msg, nil
 }
 
 // upstreamReadError is a failed read of the server inside writeClient.
