@@ -190,12 +190,14 @@ func (s *session) writeClient(head []byte, body *bufio.Reader, n int64, up *bufi
 	return nil
 }
 
-// writeFailed ends the session after writeClient failed: a lost server is
-// reported to the client, a lost client needs nothing more.
+// writeFailed ends the session after writeClient failed. Either the client
+// is gone, or the server went away inside a message part of which the
+// client already has: an error message now would be read as the rest of
+// it, so the client only sees the connection end.
 func (s *session) writeFailed(err error) {
 	var ue *upstreamReadError
-	if errors.As(err, &ue) {
-		s.upstreamLost(ue.err)
+	if errors.As(err, &ue) && !s.isClosed() {
+		s.g.log.Info("upstream connection ended inside a message", zap.String("identity", s.identity.ID), zap.Error(ue.err))
 	}
 }
 

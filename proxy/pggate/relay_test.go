@@ -1,8 +1,13 @@
 package pggate
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"runtime"
 	"strings"
 	"testing"
@@ -10,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/egressd/egressd/policy"
 )
 
 // heapInUse is the live heap after a full collection.
@@ -84,4 +91,74 @@ func TestRelayRefusesRowOverMaxUpstreamMessage(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Code != "54000" || !strings.Contains(pe.Message, "postgres.max_upstream_message_bytes") {
 		t.Fatalf("row over the limit = %v; want 54000 naming postgres.max_upstream_message_bytes", err)
 	}
+}
+
+// FuzzRelay feeds arbitrary server bytes through the relay. What the client
+// receives is framed: whole messages, the server's own apart from rewritten
+// errors and the gate's closing error, and at most one cut short at the
+// end when the server's bytes end inside it.
+func FuzzRelay(f *testing.F) {
+	g := fuzzGate(f)
+	g.cfg.MaxUpstreamMessageBytes = 1 << 16
+	row, _ := (&pgproto3.DataRow{Values: [][]byte{[]byte("x")}}).Encode(nil)
+	rfq, _ := (&pgproto3.ReadyForQuery{TxStatus: 'I'}).Encode(nil)
+	marker, _ := (&pgproto3.ErrorResponse{Severity: "ERROR", Code: "42601", Message: `syntax error at or near "` + g.marker + `write_denied"`}).Encode(nil)
+	ps, _ := (&pgproto3.ParameterStatus{Name: "client_encoding", Value: "SJIS"}).Encode(nil)
+	f.Add(append(append([]byte{}, row...), rfq...))
+	f.Add(append(append([]byte{}, marker...), rfq...))
+	f.Add(append(append([]byte{}, row...), ps...))
+	f.Add(append(append([]byte{}, row...), row[:7]...))
+	f.Add([]byte{'D', 0x7f, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, up []byte) {
+		client, gateSide := net.Pipe()
+		gateUp, server := net.Pipe()
+		s := &session{g: g, client: gateSide, be: g.newBackend(gateSide), upstream: gateUp,
+			identity: policy.Identity{ID: "fuzz"}, remote: "fuzz", objs: newObjects(), closed: make(chan struct{})}
+		s.cw = bufio.NewWriterSize(gateSide, relayBufSize)
+		go func() {
+			server.Write(up)
+			server.Close()
+		}()
+		go s.relay()
+		got, _ := io.ReadAll(client)
+		// The server's messages, in order.
+		var want [][]byte
+		for rest := up; len(rest) >= 5; {
+			n := int(binary.BigEndian.Uint32(rest[1:5])) + 1
+			if n < 5 || n > len(rest) {
+				break
+			}
+			want = append(want, rest[:n])
+			rest = rest[n:]
+		}
+		i := 0
+		for rest := got; len(rest) > 0; {
+			if len(rest) < 5 {
+				t.Fatalf("client got a cut header %q", rest)
+			}
+			n := int(binary.BigEndian.Uint32(rest[1:5])) + 1
+			if n < 5 {
+				t.Fatalf("client got a bad length in %q", rest[:5])
+			}
+			if n > len(rest) {
+				// Cut short: only the last, and only a server message.
+				if i != len(want) || !bytes.HasPrefix(up[len(bytes.Join(want, nil)):], rest) {
+					t.Fatalf("client got a cut message %q that is not the server's", rest)
+				}
+				return
+			}
+			m := rest[:n]
+			rest = rest[n:]
+			switch {
+			case i < len(want) && bytes.Equal(m, want[i]):
+				i++
+			case m[0] == 'E' && i < len(want) && want[i][0] == 'E':
+				i++ // a rewritten denial
+			case m[0] == 'E' && len(rest) == 0:
+				// the gate's closing error
+			default:
+				t.Fatalf("client message %d %q is not the server's next %q", i, m, want[min(i, len(want)-1):])
+			}
+		}
+	})
 }
