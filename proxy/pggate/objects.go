@@ -72,39 +72,57 @@ func (o *objects) space(portal bool) map[string]*object {
 
 // record notes op as sent upstream; a creation counts at once. It reports
 // false when the session is past its bounds (the caller denies instead of
-// sending).
+// sending). op.texts must not change afterwards: text slices are shared,
+// never written.
 func (o *objects) record(op objOp) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(o.pending) >= maxPendingOps {
 		return false
 	}
-	if op.create {
-		obj := o.space(op.portal)[op.name]
-		if obj == nil {
-			obj = &object{}
-		}
-		added := 0
-		for _, t := range op.texts {
-			if !slices.Contains(obj.texts, t) {
-				added += len(t)
-			}
-		}
-		if o.textBytes+added > maxObjectTextBytes {
-			return false
-		}
-		for _, t := range op.texts {
-			if !slices.Contains(obj.texts, t) {
-				obj.texts = append(obj.texts, t)
-			}
-		}
-		o.textBytes += added
-		obj.holdable = obj.holdable || op.holdable
-		o.space(op.portal)[op.name] = obj
-		o.judge(obj)
+	if op.create && !o.add(op.portal, op.name, op.texts, op.holdable, true) {
+		return false
 	}
 	op.seg = o.sent + 1
 	o.pending = append(o.pending, op)
+	return true
+}
+
+// add merges texts into the named object, creating it. With bounded set it
+// reports false past the text bound and adds nothing; a merge of texts
+// already in flight is never refused.
+func (o *objects) add(portal bool, name string, texts []string, holdable, bounded bool) bool {
+	m := o.space(portal)
+	obj := m[name]
+	if obj == nil {
+		obj = &object{}
+	}
+	added, missing := 0, 0
+	for _, t := range texts {
+		if !slices.Contains(obj.texts, t) {
+			added += len(t)
+			missing++
+		}
+	}
+	if bounded && o.textBytes+added > maxObjectTextBytes {
+		return false
+	}
+	switch {
+	case len(obj.texts) == 0:
+		obj.texts = texts
+	case missing > 0:
+		merged := slices.Clip(obj.texts)
+		for _, t := range texts {
+			if !slices.Contains(merged, t) {
+				merged = append(merged, t)
+			}
+		}
+		obj.texts = merged
+	}
+	o.textBytes += added
+	obj.holdable = obj.holdable || holdable
+	m[name] = obj
+	o.judge(obj)
 	return true
 }
 
@@ -164,7 +182,15 @@ func (o *objects) readyForQuery(status byte) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.ready++
-	o.pending = slices.DeleteFunc(o.pending, func(op objOp) bool { return op.seg <= o.ready })
+	n := 0
+	for _, op := range o.pending {
+		if op.seg > o.ready {
+			o.pending[n] = op
+			n++
+		}
+	}
+	clear(o.pending[n:])
+	o.pending = o.pending[:n]
 	if status == 'I' {
 		for name, obj := range o.portals {
 			if !obj.holdable {
@@ -181,21 +207,11 @@ func (o *objects) removeAll(portal bool) {
 }
 
 // rebuild sets name's texts to texts plus those of creations still in
-// flight, dropping the object when none remain.
+// flight, dropping the object when none remain. The common cases (nothing
+// in flight for the name) allocate nothing.
 func (o *objects) rebuild(portal bool, name string, texts []string, holdable bool) {
 	m := o.space(portal)
 	old := m[name]
-	obj := &object{texts: slices.Clone(texts), holdable: holdable}
-	for _, op := range o.pending {
-		if op.create && op.portal == portal && op.name == name {
-			for _, t := range op.texts {
-				if !slices.Contains(obj.texts, t) {
-					obj.texts = append(obj.texts, t)
-				}
-			}
-			obj.holdable = obj.holdable || op.holdable
-		}
-	}
 	if old != nil {
 		for _, t := range old.texts {
 			o.textBytes -= len(t)
@@ -203,15 +219,34 @@ func (o *objects) rebuild(portal bool, name string, texts []string, holdable boo
 		if old.revoked != "" {
 			o.revoked--
 		}
+		old.texts, old.holdable, old.revoked = nil, false, ""
 	}
-	if len(obj.texts) == 0 {
-		delete(m, name)
+	inFlight := false
+	for _, op := range o.pending {
+		inFlight = inFlight || op.create && op.portal == portal && op.name == name
+	}
+	if len(texts) == 0 && !inFlight {
+		if name != "" {
+			delete(m, name)
+		}
+		// The unnamed statement and portal are replaced all the time:
+		// their emptied object stays for the next one.
 		return
 	}
-	for _, t := range obj.texts {
+	obj := old
+	if obj == nil {
+		obj = &object{}
+	}
+	obj.texts, obj.holdable = texts, holdable
+	for _, t := range texts {
 		o.textBytes += len(t)
 	}
 	m[name] = obj
+	for _, op := range o.pending {
+		if op.create && op.portal == portal && op.name == name {
+			o.add(portal, name, op.texts, op.holdable, false)
+		}
+	}
 	o.judge(obj)
 }
 
@@ -281,12 +316,13 @@ func (o *objects) anyRevoked() bool {
 	return o.revoked > 0
 }
 
-// textsOf returns the texts of the named object.
+// textsOf returns the texts of the named object; the caller must not
+// change the slice.
 func (o *objects) textsOf(portal bool, name string) []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if obj := o.space(portal)[name]; obj != nil {
-		return slices.Clone(obj.texts)
+		return obj.texts
 	}
 	return nil
 }

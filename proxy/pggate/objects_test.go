@@ -34,7 +34,9 @@ func (o *objects) apply(st step) bool {
 func (o *objects) tracked(portal bool) []string {
 	var out []string
 	for name, obj := range o.space(portal) {
-		out = append(out, name+"="+strings.Join(obj.texts, "|"))
+		if len(obj.texts) > 0 {
+			out = append(out, name+"="+strings.Join(obj.texts, "|"))
+		}
 	}
 	slices.Sort(out)
 	return out
