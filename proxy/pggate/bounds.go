@@ -2,6 +2,7 @@ package pggate
 
 import (
 	"context"
+	"strings"
 
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/policy/sqlfacts"
@@ -23,7 +24,8 @@ const (
 // statement; the check after evaluate holds the cap even where the scan
 // and the parser disagree.
 func (g *Gate) verdictFor(ctx context.Context, ident policy.Identity, db, prefix, text string) *verdict {
-	if sqlfacts.CountStatements(text, g.cfg.MaxStatements) > g.cfg.MaxStatements {
+	// Without a ';' there is at most one statement: no scan needed.
+	if strings.IndexByte(text, ';') >= 0 && sqlfacts.CountStatements(text, g.cfg.MaxStatements) > g.cfg.MaxStatements {
 		return g.refused(&policy.DenyError{Reason: reasonTooManyStatements})
 	}
 	v := g.evaluate(ctx, ident, db, prefix, text)
