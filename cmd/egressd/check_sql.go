@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/policy/sqlfacts"
+	"github.com/egressd/egressd/proxy/pggate"
 )
 
 func init() { checkKinds["sql"] = checkSQL }
@@ -17,9 +19,11 @@ type sqlStatement struct {
 	Decision policy.Decision `json:"decision"`
 }
 
-// checkSQL is `egressd check sql [--database DB] "SQL"`: the facts and
-// decision of every statement, and the query's decision — a deny of any
-// statement denies the whole query, as the Postgres gate does.
+// checkSQL is `egressd check sql [--database DB] "SQL"`: the decision of
+// the query and of every statement, made by the Postgres gate's own code
+// (pggate.DecideQuery), so a statement the gate refuses with its query
+// shows here as other_statement_denied too. The facts shown come from the
+// same parser.
 var checkSQL = checkKind{
 	args:  "SQL",
 	nargs: 1,
@@ -31,28 +35,31 @@ var checkSQL = checkKind{
 				db = env.identity.ID
 			}
 			pc := env.cfg.Postgres
-			connect := &sqlfacts.Statement{Command: "connect", Database: db, Relations: []sqlfacts.Relation{}, Functions: []sqlfacts.Function{}}
-			if d := env.engine.Decide(ctx, policy.Input{Identity: env.identity, Facts: connect}); !d.Allow {
-				return decided(policy.KindSQL, env, []sqlStatement{{Statement: connect, Decision: d}}, d)
+			qd := pggate.DecideQuery(ctx, pc, env.engine, env.identity, db, args[0])
+			if !qd.Connect.Allow {
+				connect := &sqlfacts.Statement{Command: "connect", Database: db, Relations: []sqlfacts.Relation{}, Functions: []sqlfacts.Function{}}
+				return decided(policy.KindSQL, env, []sqlStatement{{Statement: connect, Decision: qd.Connect}}, qd.Connect)
 			}
-			sts, err := sqlfacts.Parse(args[0], sqlfacts.Options{
-				Database:   db,
-				SearchPath: []string{pc.SearchPath},
-				Limits:     sqlfacts.Limits{MaxLen: pc.MaxQueryBytes, MaxDepth: pc.MaxNesting, MaxOps: pc.MaxOperators},
-			})
-			if err != nil {
-				return refusedBeforePolicy(policy.KindSQL, env, err)
+			limits := sqlfacts.Limits{MaxLen: pc.MaxQueryBytes, MaxDepth: pc.MaxNesting, MaxOps: pc.MaxOperators}
+			if len(qd.Statements) == 0 {
+				out := decided(policy.KindSQL, env, nil, qd.Decision)
+				// Say which bound refused, when it was the pre-scan's.
+				var de *policy.DenyError
+				if err := sqlfacts.Prescan(args[0], limits); errors.As(err, &de) && de.Reason == qd.Reason {
+					out.Detail = de.Detail
+				}
+				return out
 			}
-			out := make([]sqlStatement, len(sts))
-			query := policy.Decision{Allow: true, Reason: "allowed", Policy: env.engine.Digest()}
-			for i, st := range sts {
-				d := env.engine.Decide(ctx, policy.Input{Identity: env.identity, Facts: st})
-				out[i] = sqlStatement{Statement: st, SQL: st.Text, Decision: d}
-				if query.Allow {
-					query = d
+			// The facts are for the reader; the decisions are the gate's.
+			sts, err := sqlfacts.Parse(args[0], sqlfacts.Options{Database: db, SearchPath: []string{pc.SearchPath}, Limits: limits})
+			out := make([]sqlStatement, len(qd.Statements))
+			for i, sd := range qd.Statements {
+				out[i] = sqlStatement{SQL: sd.SQL, Decision: sd.Decision}
+				if err == nil && len(sts) == len(qd.Statements) {
+					out[i].Statement = sts[i]
 				}
 			}
-			return decided(policy.KindSQL, env, out, query)
+			return decided(policy.KindSQL, env, out, qd.Decision)
 		}
 	},
 }

@@ -32,8 +32,10 @@ type Config struct {
 	// MaxMessageBytes caps one client protocol message. If zero, 8 MiB is
 	// used.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
-	// MaxUpstreamMessageBytes caps one server message (a row). If zero,
-	// 256 MiB is used.
+	// MaxUpstreamMessageBytes caps one server message (a row); a larger
+	// one ends the session with SQLSTATE 54000 naming this key. The relay
+	// streams messages through fixed buffers, so this bounds what a client
+	// is sent, not the gate's memory. If zero, 256 MiB is used.
 	MaxUpstreamMessageBytes int `yaml:"max_upstream_message_bytes"`
 	// MaxQueryBytes, MaxNesting and MaxOperators bound the SQL handed to
 	// the parser; past them a query is denied sql_too_complex. If zero,
@@ -47,6 +49,20 @@ type Config struct {
 	// IdleTimeout ends a session whose client or server sends nothing for
 	// this long. If zero, 1h is used.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxStatements caps the statements of one Query or Parse; a query
+	// with more is denied sql_too_many_statements as a whole, with one
+	// audit record. If zero, 100 is used.
+	MaxStatements int `yaml:"max_statements"`
+	// MaxSessions caps the gate's open sessions (each holds one upstream
+	// connection); past it a login is refused with SQLSTATE 53300 and
+	// audited session_limit. If zero, 64 is used, but never more than half
+	// the upstream's max_connections (read at the first login), so the
+	// gate alone cannot exhaust the server.
+	MaxSessions int `yaml:"max_sessions"`
+	// MaxSessionsPerIdentity caps one identity's open sessions, so one
+	// sandbox cannot take every upstream slot. If zero, 16 is used, but
+	// never more than a quarter of the upstream's max_connections.
+	MaxSessionsPerIdentity int `yaml:"max_sessions_per_identity"`
 	// CacheSize bounds the per-query decision cache (entries); -1 disables
 	// it. If zero, 10000 is used.
 	CacheSize int `yaml:"cache_size"`
@@ -64,6 +80,7 @@ func DefaultConfig() Config {
 		StartupTimeout:          10 * time.Second,
 		IdleTimeout:             time.Hour,
 		CacheSize:               10000,
+		MaxStatements:           100,
 	}
 }
 
@@ -95,6 +112,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CacheSize == 0 {
 		c.CacheSize = d.CacheSize
+	}
+	if c.MaxStatements == 0 {
+		c.MaxStatements = d.MaxStatements
 	}
 	return c
 }
@@ -129,6 +149,8 @@ func (c *Config) Validate() error {
 	}{
 		{"max_message_bytes", c.MaxMessageBytes}, {"max_upstream_message_bytes", c.MaxUpstreamMessageBytes},
 		{"max_query_bytes", c.MaxQueryBytes}, {"max_nesting", c.MaxNesting}, {"max_operators", c.MaxOperators},
+		{"max_statements", c.MaxStatements}, {"max_sessions", c.MaxSessions},
+		{"max_sessions_per_identity", c.MaxSessionsPerIdentity},
 	} {
 		if v.n < 0 {
 			return fmt.Errorf("%s must be >= 0, got %d", v.key, v.n)

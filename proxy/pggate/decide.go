@@ -54,7 +54,7 @@ func (s *session) decide(text string) *verdict {
 	key := cacheKey{prefix: s.keyPrefix, digest: g.engine().Digest(), text: text}
 	v, ok := g.cache.get(key)
 	if !ok {
-		v = g.evaluate(context.Background(), s.identity, s.database, s.keyPrefix, text)
+		v = g.verdictFor(context.Background(), s.identity, s.database, s.keyPrefix, text)
 		if v.cacheable {
 			g.cache.add(key, v)
 		}

@@ -90,7 +90,7 @@ func runSession(g *Gate, data []byte) {
 		g: g, client: gateSide, be: g.newBackend(gateSide), upstream: gateUp,
 		fe:       pgproto3.NewFrontend(gateUp, gateUp),
 		identity: policy.Identity{ID: "agent-ro", Attributes: map[string]string{"sql_profile": "read_only"}},
-		database: "app", remote: "fuzz", stmts: map[string]struct{}{},
+		database: "app", remote: "fuzz", stmts: map[string]struct{}{}, objs: newObjects(),
 	}
 	s.keyPrefix = cacheKeyPrefix(s.identity, s.database)
 	var wg sync.WaitGroup

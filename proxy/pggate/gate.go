@@ -86,6 +86,12 @@ type Gate struct {
 	cache   *verdictCache
 	ncache  *verdictCache
 	cancels cancelTable
+	// slots counts open sessions for the session caps; upstreamMaxConns
+	// is the upstream's max_connections once read (0 before), learnMu
+	// lets one login read it (learnMaxConns).
+	slots            slotTable
+	upstreamMaxConns atomic.Int64
+	learnMu          sync.Mutex
 	// cur holds the engine and identity table; Update swaps them on
 	// reload without touching sessions in flight.
 	cur atomic.Pointer[current]
@@ -113,7 +119,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	}
 	g := &Gate{
 		cfg: cfg, deps: deps, log: log.Named("pggate"),
-		limits: sqlfacts.Limits{MaxLen: cfg.MaxQueryBytes, MaxDepth: cfg.MaxNesting, MaxOps: cfg.MaxOperators},
+		limits: limitsOf(cfg),
 		cache:  newVerdictCache(cfg.CacheSize),
 		ncache: newVerdictCache(cfg.CacheSize),
 		lns:    map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},

@@ -1,6 +1,7 @@
 package pggate
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -11,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgproto3"
-	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/policy"
 )
@@ -45,14 +45,22 @@ type session struct {
 	// stmts are the prepared statements this session had vetted; Bind
 	// may name only these.
 	stmts map[string]struct{}
+	// objs are the prepared statements and portals that may exist
+	// upstream, re-decided on reload.
+	objs *objects
 	// discarding is set after a denied extended-protocol message: like
 	// the server, the gate then drops everything until Sync.
 	discarding bool
+	// extendedOpen is set from an extended-protocol message to the Sync
+	// that ends its exchange.
+	extendedOpen bool
 
 	// The idle deadlines, one per direction and connection; clientWrite
 	// is used under wmu, upstreamRead by relay, the others by run.
 	clientRead, clientWrite, upstreamRead, upstreamWrite deadline
 
+	// cw buffers the relay's writes to the client; used under wmu.
+	cw        *bufio.Writer
 	wmu       sync.Mutex // serializes writes to the client
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -81,11 +89,20 @@ func (s *session) isClosed() bool {
 }
 
 // sendClientFatal ends the client with an error; used by both goroutines.
+// The relay holds wmu while it writes a message, and a client that does not
+// read can keep it there: so the client is closed if the lock is not free
+// within a grace period, which fails that write and ends the relay.
 func (s *session) sendClientFatal(f *fatal) {
+	t := time.AfterFunc(2*time.Second, func() { s.client.Close() })
+	defer t.Stop()
 	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	s.client.SetWriteDeadline(time.Now().Add(time.Second))
+	if s.cw != nil {
+		// What the relay has buffered comes before the error.
+		s.cw.Flush()
+	}
 	sendFatal(s.be, f)
-	s.wmu.Unlock()
 }
 
 // run serves the client until it leaves or breaks the protocol.
@@ -93,6 +110,7 @@ func (s *session) run() {
 	s.closed = make(chan struct{})
 	defer s.close()
 	s.client.SetDeadline(time.Time{})
+	s.cw = bufio.NewWriterSize(s.client, relayBufSize)
 	go s.relay()
 	for {
 		s.clientRead.refresh(s.client.SetReadDeadline, s.g.cfg.IdleTimeout)
@@ -120,16 +138,38 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 	if f := s.reloaded(); f != nil {
 		return f
 	}
+	switch msg.(type) {
+	case *pgproto3.Query, *pgproto3.FunctionCall:
+		if s.extendedOpen {
+			// The server answers such a message, or skips it after an
+			// error, and the gate cannot tell which: it would lose count
+			// of the exchanges its object tracking relies on.
+			return fatalf(codeProtocolViolation, "egressd: %s inside an unfinished extended-protocol exchange; send Sync first", msgName(msg))
+		}
+	case *pgproto3.Parse, *pgproto3.Bind, *pgproto3.Describe, *pgproto3.Execute, *pgproto3.Close:
+		s.extendedOpen = true
+	case *pgproto3.Sync:
+		s.extendedOpen = false
+	}
 	switch m := msg.(type) {
 	case *pgproto3.Query:
 		if !utf8.ValidString(m.String) {
 			return fatalf(codeCharacterNotInRepr, "egressd: invalid UTF-8 in query")
 		}
-		if v := s.decide(m.String); v.allow {
-			s.fe.Send(m)
-		} else {
+		// A use of a revoked object is refused before the text is
+		// decided, so the query has one audit record, the deny.
+		if reason := s.usesRevoked(m.String); reason != "" {
+			s.auditRefusal(reason)
+			s.fe.Send(&pgproto3.Query{String: s.g.marker + reason})
+		} else if v := s.decide(m.String); !v.allow {
 			s.fe.Send(&pgproto3.Query{String: s.g.marker + v.reason})
+		} else if !s.recordEffects(m.String) {
+			s.auditRefusal(reasonSessionLimit)
+			s.fe.Send(&pgproto3.Query{String: s.g.marker + reasonSessionLimit})
+		} else {
+			s.fe.Send(m)
 		}
+		s.objs.synced()
 		return s.flushUpstream()
 	case *pgproto3.Parse:
 		if s.discarding {
@@ -138,11 +178,16 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 		if !utf8.ValidString(m.Query) || !utf8.ValidString(m.Name) {
 			return fatalf(codeCharacterNotInRepr, "egressd: invalid UTF-8 in Parse")
 		}
-		if v := s.decide(m.Query); v.allow {
+		v := s.decide(m.Query)
+		switch {
+		case !v.allow:
+			s.failExtended(v.reason)
+		case !s.objs.record(objOp{confirm: '1', name: m.Name, create: true, texts: []string{m.Query}}):
+			s.auditRefusal(reasonSessionLimit)
+			s.failExtended(reasonSessionLimit)
+		default:
 			s.stmts[m.Name] = struct{}{}
 			s.fe.Send(m)
-		} else {
-			s.failExtended(v.reason)
 		}
 	case *pgproto3.Bind:
 		if s.discarding {
@@ -153,6 +198,16 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 			s.failExtended(reasonStatementNotVetted)
 			return nil
 		}
+		if reason := s.objs.revokedReason(false, m.PreparedStatement); reason != "" {
+			s.auditRefusal(reason)
+			s.failExtended(reason)
+			return nil
+		}
+		if !s.objs.record(objOp{confirm: '2', portal: true, name: m.DestinationPortal, create: true, texts: s.objs.textsOf(false, m.PreparedStatement)}) {
+			s.auditRefusal(reasonSessionLimit)
+			s.failExtended(reasonSessionLimit)
+			return nil
+		}
 		s.fe.Send(m)
 	case *pgproto3.Close:
 		if s.discarding {
@@ -161,18 +216,30 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 		if m.ObjectType == 'S' {
 			delete(s.stmts, m.Name)
 		}
+		if !s.objs.record(objOp{confirm: '3', portal: m.ObjectType == 'P', name: m.Name}) {
+			s.auditRefusal(reasonSessionLimit)
+			s.failExtended(reasonSessionLimit)
+			return nil
+		}
 		s.fe.Send(m)
 	case *pgproto3.Describe:
 		if !s.discarding {
 			s.fe.Send(m)
 		}
 	case *pgproto3.Execute:
-		if !s.discarding {
-			s.fe.Send(m)
+		if s.discarding {
+			return nil
 		}
+		if reason := s.portalAllow(m.Portal); reason != "" {
+			s.auditRefusal(reason)
+			s.failExtended(reason)
+			return nil
+		}
+		s.fe.Send(m)
 	case *pgproto3.Sync:
 		s.discarding = false
 		s.fe.Send(m)
+		s.objs.synced()
 		return s.flushUpstream()
 	case *pgproto3.Flush:
 		s.fe.Send(m)
@@ -182,6 +249,7 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 		// inspect: refused in every profile.
 		s.auditRefusal(reasonFunctionCall)
 		s.fe.Send(&pgproto3.Query{String: s.g.marker + reasonFunctionCall})
+		s.objs.synced()
 		return s.flushUpstream()
 	case *pgproto3.CopyData:
 		s.fe.Send(m)
@@ -235,7 +303,11 @@ func (s *session) reloaded() *fatal {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.g.cfg.StartupTimeout)
 	defer cancel()
-	return s.decideConnect(ctx)
+	if f := s.decideConnect(ctx); f != nil {
+		return f
+	}
+	s.redecideObjects()
+	return nil
 }
 
 // failExtended makes the upstream answer the current extended-protocol
@@ -254,47 +326,6 @@ func (s *session) flushUpstream() *fatal {
 		return errTerminate
 	}
 	return nil
-}
-
-// relay copies server messages to the client, rewriting the gate's denial
-// markers and watching the pinned parameters.
-func (s *session) relay() {
-	defer s.close()
-	for {
-		s.upstreamRead.refresh(s.upstream.SetReadDeadline, s.g.cfg.IdleTimeout)
-		msg, err := s.fe.Receive()
-		if err != nil {
-			if !s.isClosed() {
-				s.g.log.Info("upstream connection ended", zap.String("identity", s.identity.ID), zap.Error(err))
-				s.sendClientFatal(fatalf(codeConnectionFailure, "egressd: upstream connection lost"))
-			}
-			return
-		}
-		switch m := msg.(type) {
-		case *pgproto3.ErrorResponse:
-			if reason, ok := s.g.deniedReason(m); ok {
-				msg = &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeInsufficientPrivs, Message: "egressd: denied: " + reason}
-			}
-		case *pgproto3.ParameterStatus:
-			if want, pinned := pinnedParams[m.Name]; pinned && !strings.EqualFold(m.Value, want) {
-				s.g.log.Warn("upstream changed a pinned parameter; ending session",
-					zap.String("identity", s.identity.ID), zap.String("parameter", m.Name), zap.String("value", m.Value))
-				s.sendClientFatal(fatalf(codeFeatureUnsupported, "egressd: upstream changed %s; session ended", m.Name))
-				return
-			}
-		}
-		s.wmu.Lock()
-		s.be.Send(msg)
-		var ferr error
-		if s.fe.ReadBufferLen() == 0 {
-			s.clientWrite.refresh(s.client.SetWriteDeadline, s.g.cfg.IdleTimeout)
-			ferr = s.be.Flush()
-		}
-		s.wmu.Unlock()
-		if ferr != nil {
-			return
-		}
-	}
 }
 
 // deniedReason recognizes the syntax error the server raises for a marker
@@ -325,4 +356,11 @@ func (d *deadline) refresh(set func(time.Time) error, idle time.Duration) {
 		set(now.Add(idle))
 		d.at = now
 	}
+}
+
+func msgName(msg pgproto3.FrontendMessage) string {
+	if _, ok := msg.(*pgproto3.FunctionCall); ok {
+		return "FunctionCall"
+	}
+	return "Query"
 }

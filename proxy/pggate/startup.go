@@ -16,18 +16,25 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/policy/sqlfacts"
 )
 
 // fatal is an error that ends a client with an ErrorResponse.
 type fatal struct {
 	code, msg string
+	// reason, if set, marks a login refusal not yet audited: serveConn
+	// records it (auditLogin) with the claimed user and database.
+	reason string
 }
 
 func (f *fatal) Error() string { return f.code + ": " + f.msg }
 
 func fatalf(code, format string, a ...any) *fatal {
 	return &fatal{code: code, msg: fmt.Sprintf(format, a...)}
+}
+
+// loginFatalf is a login refusal that serveConn audits with reason.
+func loginFatalf(reason, code, format string, a ...any) *fatal {
+	return &fatal{code: code, msg: fmt.Sprintf(format, a...), reason: reason}
 }
 
 // SQLSTATEs the gate sends.
@@ -41,6 +48,8 @@ const (
 	codeInvalidAuthorization = "28000"
 	codeInsufficientPrivs    = "42501"
 	codeCharacterNotInRepr   = "22021"
+	codeTooManyConnections   = "53300"
+	codeProgramLimitExceeded = "54000"
 )
 
 // sendFatal writes a FATAL ErrorResponse; errors are ignored because the
@@ -103,9 +112,11 @@ func (g *Gate) serveConn(conn net.Conn) {
 	if f != nil {
 		g.log.Info("login refused", zap.String("client", conn.RemoteAddr().String()),
 			zap.String("user", startup.Parameters["user"]), zap.String("code", f.code), zap.String("error", f.msg))
+		g.auditLogin(conn.RemoteAddr().String(), startup.Parameters, f.reason)
 		sendFatal(be, f)
 		return
 	}
+	defer g.slots.release(s.identity.ID)
 	s.run()
 	g.log.Info("session closed", zap.String("identity", s.identity.ID), zap.String("database", s.database),
 		zap.String("client", s.remote), zap.Duration("duration", time.Since(start)))
@@ -127,7 +138,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 	}
 	user, db := m.Parameters["user"], m.Parameters["database"]
 	if user == "" {
-		return nil, fatalf(codeRejectedConnection, "egressd: no user name in startup packet")
+		return nil, loginFatalf(reasonLoginInvalid, codeRejectedConnection, "egressd: no user name in startup packet")
 	}
 	if db == "" {
 		db = user
@@ -135,7 +146,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 	params := map[string]string{}
 	for k, v := range m.Parameters {
 		if !utf8.ValidString(k) || !utf8.ValidString(v) {
-			return nil, fatalf(codeCharacterNotInRepr, "egressd: invalid UTF-8 in startup packet")
+			return nil, loginFatalf(reasonLoginInvalid, codeCharacterNotInRepr, "egressd: invalid UTF-8 in startup packet")
 		}
 		lk := strings.ToLower(k)
 		switch {
@@ -148,7 +159,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 		case passedParams[lk]:
 			params[lk] = v
 		default:
-			return nil, fatalf(codeInsufficientPrivs, "egressd: denied: startup_parameter_denied (%s)", lk)
+			return nil, loginFatalf(reasonStartupParameter, codeInsufficientPrivs, "egressd: denied: %s (%s)", reasonStartupParameter, lk)
 		}
 	}
 	cur := g.cur.Load()
@@ -164,27 +175,40 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 		if !errors.Is(err, errAuthFailed) {
 			g.log.Debug("authentication exchange failed", zap.String("identity", user), zap.Error(err))
 		}
-		return nil, fatalf(codeInvalidPassword, "password authentication failed for user %q", user)
+		reason := reasonAuthFailed
+		if !known {
+			reason = reasonUnknownIdentity
+		}
+		return nil, loginFatalf(reason, codeInvalidPassword, "password authentication failed for user %q", user)
 	}
-	s := &session{g: g, cur: cur, verifier: entry.SCRAMSHA256, client: conn, be: be, identity: ident, database: db, remote: conn.RemoteAddr().String(), stmts: map[string]struct{}{}}
+	s := &session{g: g, cur: cur, verifier: entry.SCRAMSHA256, client: conn, be: be, identity: ident, database: db, remote: conn.RemoteAddr().String(), stmts: map[string]struct{}{}, objs: newObjects()}
 	s.keyPrefix = cacheKeyPrefix(ident, db)
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.StartupTimeout)
 	defer cancel()
 	if f := s.decideConnect(ctx); f != nil {
 		return nil, f
 	}
+	g.learnMaxConns(ctx, db)
+	maxTotal, maxPer := g.sessionCaps()
+	if f := g.slots.acquire(ident.ID, maxTotal, maxPer); f != nil {
+		return nil, f
+	}
 	if err := s.connectUpstream(ctx, params); err != nil {
+		g.slots.release(ident.ID)
 		var f *fatal
 		if errors.As(err, &f) {
+			if f.reason == "" {
+				f.reason = reasonUpstreamLogin
+			}
 			return nil, f
 		}
 		var de *policy.DenyError
 		if errors.As(err, &de) {
 			g.log.Warn("upstream refused by address floor", zap.Error(err))
-			return nil, fatalf(codeInsufficientPrivs, "egressd: denied: %s", de.Reason)
+			return nil, loginFatalf(de.Reason, codeInsufficientPrivs, "egressd: denied: %s", de.Reason)
 		}
 		g.log.Warn("upstream login failed", zap.String("identity", ident.ID), zap.Error(err))
-		return nil, fatalf(codeCannotConnect, "egressd: upstream unavailable")
+		return nil, loginFatalf(reasonUpstreamLogin, codeCannotConnect, "egressd: upstream unavailable")
 	}
 	return s, nil
 }
@@ -200,7 +224,7 @@ func (g *Gate) saltFor(user string) []byte {
 // decideConnect asks egress.sql whether the identity may use the database:
 // a "connect" statement with no relations.
 func (s *session) decideConnect(ctx context.Context) *fatal {
-	st := &sqlfacts.Statement{Command: "connect", Database: s.database, Relations: []sqlfacts.Relation{}, Functions: []sqlfacts.Function{}}
+	st := connectStatement(s.database)
 	d := s.g.engine().Decide(ctx, policy.Input{Identity: s.identity, Facts: st})
 	if err := s.audit(d, "", ""); err != nil {
 		d = policy.Deny(reasonAuditUnavailable, "")

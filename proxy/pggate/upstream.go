@@ -27,19 +27,7 @@ var pinnedParams = map[string]string{
 // server's ParameterStatus, a gate-issued BackendKeyData, ReadyForQuery.
 func (s *session) connectUpstream(ctx context.Context, params map[string]string) error {
 	g := s.g
-	cfg := g.upstream.Copy()
-	cfg.Database = s.database
-	cfg.Password = g.password
-	// The dialler resolves and vets the name itself: pgconn must not
-	// resolve it first with the system resolver.
-	cfg.LookupFunc = func(_ context.Context, host string) ([]string, error) { return []string{host}, nil }
-	cfg.DialFunc = pgconn.DialFunc(g.deps.Dial)
-	cfg.ConnectTimeout = g.cfg.StartupTimeout
-	cfg.RuntimeParams = maps.Clone(params)
-	maps.Copy(cfg.RuntimeParams, pinnedParams)
-	cfg.RuntimeParams["search_path"] = g.cfg.SearchPath
-	cfg.OnNotice, cfg.OnNotification = nil, nil
-	pc, err := pgconn.ConnectConfig(ctx, cfg)
+	pc, err := pgconn.ConnectConfig(ctx, g.upstreamConfig(s.database, params))
 	if err != nil {
 		return fmt.Errorf("connect upstream: %w", err)
 	}
@@ -56,7 +44,6 @@ func (s *session) connectUpstream(ctx context.Context, params map[string]string)
 	}
 	s.upstream = hc.Conn
 	s.fe = pgproto3.NewFrontend(hc.Conn, hc.Conn)
-	s.fe.SetMaxBodyLen(g.cfg.MaxUpstreamMessageBytes)
 	s.pid = g.cancels.add(&cancelTarget{upstreamPID: hc.PID, upstreamKey: hc.SecretKey, addr: upstreamAddr(hc.Conn)})
 	s.be.Send(&pgproto3.AuthenticationOk{})
 	keys := make([]string, 0, len(hc.ParameterStatuses))
@@ -74,6 +61,28 @@ func (s *session) connectUpstream(ctx context.Context, params map[string]string)
 		return fmt.Errorf("send login answer: %w", err)
 	}
 	return nil
+}
+
+// upstreamConfig is the login to the upstream database db with the
+// gate's credentials, the client's passed startup params and the pinned
+// settings.
+func (g *Gate) upstreamConfig(db string, params map[string]string) *pgconn.Config {
+	cfg := g.upstream.Copy()
+	cfg.Database = db
+	cfg.Password = g.password
+	// The dialler resolves and vets the name itself: pgconn must not
+	// resolve it first with the system resolver.
+	cfg.LookupFunc = func(_ context.Context, host string) ([]string, error) { return []string{host}, nil }
+	cfg.DialFunc = pgconn.DialFunc(g.deps.Dial)
+	cfg.ConnectTimeout = g.cfg.StartupTimeout
+	cfg.RuntimeParams = maps.Clone(params)
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	maps.Copy(cfg.RuntimeParams, pinnedParams)
+	cfg.RuntimeParams["search_path"] = g.cfg.SearchPath
+	cfg.OnNotice, cfg.OnNotification = nil, nil
+	return cfg
 }
 
 // upstreamAddr is where cancels for the session go: the address actually

@@ -1,0 +1,54 @@
+package pggate
+
+import (
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/audit"
+)
+
+// Reasons a login is refused with; each refusal is audited with the
+// claimed user and database (never the password).
+const (
+	reasonLoginInvalid     = "startup_invalid"
+	reasonStartupParameter = "startup_parameter_denied"
+	reasonUnknownIdentity  = "unknown_identity"
+	reasonAuthFailed       = "authentication_failed"
+	reasonUpstreamLogin    = "upstream_unavailable"
+)
+
+// maxClaimedLen caps the client-chosen user and database names in a login
+// record: a startup packet may carry kilobytes of them.
+const maxClaimedLen = 256
+
+// auditLogin records a refused login. The user is only claimed (it did not
+// authenticate), so it goes into the record's identity field as sent,
+// capped; an audit failure is logged, the login is refused either way.
+func (g *Gate) auditLogin(client string, params map[string]string, reason string) {
+	if reason == "" {
+		return
+	}
+	user := capClaimed(params["user"])
+	db := params["database"]
+	if db == "" {
+		db = params["user"]
+	}
+	if err := g.deps.Audit.Append(&audit.Record{
+		Kind: "sql", Identity: user, Client: client, Database: capClaimed(db),
+		Decision: "deny", Reason: reason, Policy: g.engine().Digest(),
+	}); err != nil {
+		g.log.Error("audit append failed for a refused login", zap.Error(err))
+	}
+}
+
+func capClaimed(s string) string {
+	if len(s) <= maxClaimedLen {
+		return s
+	}
+	n := maxClaimedLen
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…(truncated)"
+}

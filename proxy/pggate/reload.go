@@ -1,0 +1,74 @@
+package pggate
+
+// redecideObjects decides every prepared statement and cursor the session
+// may hold again under the policy and identity now in force (each decision
+// audited, as a new statement's is): a profile narrowed by a reload must
+// not leave `PREPARE del AS DELETE …`, a protocol-level prepared DELETE or
+// a WITH HOLD cursor runnable. A refused one is revoked: its use (Bind,
+// Execute, EXECUTE, FETCH, MOVE) is denied with the reason, until the
+// client drops or re-creates it.
+func (s *session) redecideObjects() {
+	texts := s.objs.allTexts()
+	denied := map[string]string{}
+	for _, t := range texts {
+		if v := s.decide(t); !v.allow {
+			denied[t] = v.reason
+		}
+	}
+	s.objs.setDenied(denied)
+}
+
+// recordEffects records what an allowed text creates and drops. It
+// reports false when the session is past its bounds; the text is then
+// denied.
+func (s *session) recordEffects(text string) bool {
+	for _, e := range effectsOf(text) {
+		op := objOp{confirm: 'C', tag: e.tag(), name: e.name, all: e.all}
+		switch e.kind {
+		case effPrepare:
+			op.create, op.texts = true, []string{e.text}
+		case effDeclare:
+			op.portal, op.create, op.texts, op.holdable = true, true, []string{e.text}, e.holdable
+		case effCloseCursor:
+			op.portal = true
+		case effDiscardAll:
+			op.both = true
+		}
+		if !s.objs.record(op) {
+			return false
+		}
+	}
+	return true
+}
+
+// portalAllow checks an Execute of portal: a revoked portal is denied, and
+// its statement text is checked as a query's is (it may EXECUTE or FETCH,
+// DEALLOCATE or DECLARE).
+func (s *session) portalAllow(portal string) string {
+	if reason := s.objs.revokedReason(true, portal); reason != "" {
+		return reason
+	}
+	for _, t := range s.objs.textsOf(true, portal) {
+		if reason := s.usesRevoked(t); reason != "" {
+			return reason
+		}
+		if !s.recordEffects(t) {
+			return reasonSessionLimit
+		}
+	}
+	return ""
+}
+
+// usesRevoked returns the reason of the first revoked prepared statement
+// or cursor text runs, or "".
+func (s *session) usesRevoked(text string) string {
+	if !s.objs.anyRevoked() {
+		return ""
+	}
+	reason := ""
+	usesOf(text, func(portal bool, name string) bool {
+		reason = s.objs.revokedReason(portal, name)
+		return reason == ""
+	})
+	return reason
+}
