@@ -19,6 +19,11 @@ type Options struct {
 	SearchPath []string
 	// Limits bound the text given to the parser.
 	Limits Limits
+	// Catalog is what the session's database defines outside pg_catalog:
+	// every call, operator and cast that can resolve to one of its
+	// functions adds that function to the facts. If nil, every function,
+	// operator and cast is assumed to be a built-in.
+	Catalog *Catalog
 }
 
 // Parse pre-scans sql, parses it with pg_query and returns the facts of
@@ -68,6 +73,7 @@ func Parse(sql string, opt Options) ([]*Statement, error) {
 			}
 		}
 		st.Database = opt.Database
+		opt.Catalog.resolve(st, def)
 		if st.Text, err = stmtText(d, sql, raw); err != nil {
 			return err
 		}
@@ -123,7 +129,7 @@ func (c *classifier) classify(n int32) (*Statement, error) {
 	if f, ok := nodeInfo.fields[typ]; ok && f.msg != nil {
 		command = f.msg.command
 	}
-	st := &Statement{Command: command, Relations: []Relation{}, Functions: []Function{}}
+	st := &Statement{Command: command, Relations: []Relation{}, Functions: []Function{}, Operators: []Operator{}}
 	st.DDL = !nonDDL[st.Command]
 	var err error
 	switch typ {

@@ -181,6 +181,8 @@ func (w *walker) msg(mi *msgInfo, v int32) error {
 	switch mi.kind {
 	case kindFuncCall:
 		w.function(d.Get(v, keyFuncname))
+	case kindOperators:
+		w.operators(mi, v)
 	case kindSelect:
 		// WITH first: its names scope the rest of the statement, and the
 		// JSON has it near the end.

@@ -1,0 +1,111 @@
+package sqlfacts
+
+import (
+	"slices"
+	"strings"
+
+	pg_query "github.com/pganalyze/pg_query_go/v5"
+
+	"github.com/egressd/egressd/policy/sqlfacts/internal/jsontree"
+)
+
+// Operators and casts call functions the statement never names: `1 #!# 2`
+// runs whatever function the operator #!# was created with, `x::money`
+// may run a user-defined cast function. The walker records every operator
+// a statement applies (and the types it casts to) so that Catalog.resolve
+// can add the functions they can reach.
+
+var (
+	keyAExprKind = jsonName(&pg_query.A_Expr{}, "kind")
+	keyAExprName = jsonName(&pg_query.A_Expr{}, "name")
+	keySubLink   = jsonName(&pg_query.SubLink{}, "sub_link_type")
+	keyOperName  = jsonName(&pg_query.SubLink{}, "oper_name")
+	keyUseOp     = jsonName(&pg_query.SortBy{}, "use_op")
+	keyCaseArg   = jsonName(&pg_query.CaseExpr{}, "arg")
+	keyTypeName  = jsonName(&pg_query.TypeCast{}, "type_name")
+	keyNames     = jsonName(&pg_query.TypeName{}, "names")
+
+	typeAExpr    = string((&pg_query.A_Expr{}).ProtoReflect().Descriptor().Name())
+	typeSubLink  = string((&pg_query.SubLink{}).ProtoReflect().Descriptor().Name())
+	typeSortBy   = string((&pg_query.SortBy{}).ProtoReflect().Descriptor().Name())
+	typeCaseExpr = string((&pg_query.CaseExpr{}).ProtoReflect().Descriptor().Name())
+	typeTypeCast = string((&pg_query.TypeCast{}).ProtoReflect().Descriptor().Name())
+
+	// impliedOps are the operators of the A_Expr kinds whose name field
+	// is not the operator the server applies.
+	impliedOps = map[string][]string{
+		pg_query.A_Expr_Kind_AEXPR_BETWEEN.String():         {">=", "<="},
+		pg_query.A_Expr_Kind_AEXPR_BETWEEN_SYM.String():     {">=", "<="},
+		pg_query.A_Expr_Kind_AEXPR_NOT_BETWEEN.String():     {"<", ">"},
+		pg_query.A_Expr_Kind_AEXPR_NOT_BETWEEN_SYM.String(): {"<", ">"},
+	}
+	anySubLink = pg_query.SubLinkType_ANY_SUBLINK.String()
+)
+
+// operators records the operators (or cast type) of the A_Expr, SubLink,
+// SortBy, CaseExpr or TypeCast object v.
+func (w *walker) operators(mi *msgInfo, v int32) {
+	d := w.d
+	switch mi.typeName {
+	case typeAExpr:
+		if ops, ok := impliedOps[d.Str(d.Get(v, keyAExprKind))]; ok {
+			for _, op := range ops {
+				w.operator("", op)
+			}
+			return
+		}
+		w.operator(qualifiedName(d, d.Get(v, keyAExprName)))
+	case typeSubLink:
+		names := d.Get(v, keyOperName)
+		if !d.NonEmpty(names) {
+			// `x IN (SELECT …)` is an ANY sublink whose = the analyzer
+			// supplies.
+			if d.Str(d.Get(v, keySubLink)) == anySubLink {
+				w.operator("", "=")
+			}
+			return
+		}
+		w.operator(qualifiedName(d, names))
+	case typeSortBy:
+		w.operator(qualifiedName(d, d.Get(v, keyUseOp)))
+	case typeCaseExpr:
+		// CASE x WHEN y compares x = y.
+		if d.Present(d.Get(v, keyCaseArg)) {
+			w.operator("", "=")
+		}
+	case typeTypeCast:
+		if _, name := qualifiedName(d, d.Get(d.Get(v, keyTypeName), keyNames)); name != "" && !slices.Contains(w.st.casts, name) {
+			w.st.casts = append(w.st.casts, strings.Clone(name))
+		}
+	}
+}
+
+// operator records one operator; an empty name is none.
+func (w *walker) operator(schema, name string) {
+	if name == "" {
+		return
+	}
+	for _, x := range w.st.Operators {
+		if x.Schema == schema && x.Name == name {
+			return
+		}
+	}
+	w.st.Operators = append(w.st.Operators, Operator{Schema: strings.Clone(schema), Name: strings.Clone(name)})
+}
+
+// qualifiedName reads a list of String nodes as [[catalog.]schema.]name.
+func qualifiedName(d *jsontree.Doc, names int32) (schema, name string) {
+	var prev, last int32 = -1, -1
+	_ = d.Items(names, func(e int32) error {
+		prev, last = last, e
+		return nil
+	})
+	if last < 0 {
+		return "", ""
+	}
+	name = d.Str(d.Get(d.Get(last, nodeString), keySval))
+	if prev >= 0 {
+		schema = d.Str(d.Get(d.Get(prev, nodeString), keySval))
+	}
+	return schema, name
+}
