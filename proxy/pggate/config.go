@@ -50,6 +50,11 @@ type Config struct {
 	// CacheSize bounds the per-query decision cache (entries); -1 disables
 	// it. If zero, 10000 is used.
 	CacheSize int `yaml:"cache_size"`
+	// CatalogTTL is how long a database's catalog snapshot (its functions,
+	// operators and casts outside pg_catalog) serves new sessions before
+	// the next login to that database reads it again; a reload makes every
+	// snapshot stale. If zero, 1m is used.
+	CatalogTTL time.Duration `yaml:"catalog_ttl"`
 }
 
 // DefaultConfig returns the documented defaults (the gate disabled).
@@ -64,6 +69,7 @@ func DefaultConfig() Config {
 		StartupTimeout:          10 * time.Second,
 		IdleTimeout:             time.Hour,
 		CacheSize:               10000,
+		CatalogTTL:              time.Minute,
 	}
 }
 
@@ -95,6 +101,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CacheSize == 0 {
 		c.CacheSize = d.CacheSize
+	}
+	if c.CatalogTTL == 0 {
+		c.CatalogTTL = d.CatalogTTL
 	}
 	return c
 }
@@ -139,6 +148,9 @@ func (c *Config) Validate() error {
 	}
 	if c.IdleTimeout < 0 {
 		return fmt.Errorf("idle_timeout must be >= 0, got %q", c.IdleTimeout)
+	}
+	if c.CatalogTTL < 0 {
+		return fmt.Errorf("catalog_ttl must be >= 0, got %q", c.CatalogTTL)
 	}
 	if c.CacheSize < -1 {
 		return fmt.Errorf("cache_size must be >= -1, got %d", c.CacheSize)

@@ -86,6 +86,8 @@ type Gate struct {
 	cache   *verdictCache
 	ncache  *verdictCache
 	cancels cancelTable
+	// catalogs are the upstream databases' catalogs, by database.
+	catalogs catalogs
 	// cur holds the engine and identity table; Update swaps them on
 	// reload without touching sessions in flight.
 	cur atomic.Pointer[current]
@@ -119,6 +121,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		lns:    map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
 	}
 	g.cancels.m = map[uint32]*cancelTarget{}
+	g.catalogs = catalogs{ttl: cfg.CatalogTTL, m: map[string]*dbCatalog{}}
 	g.cur.Store(&current{engine: deps.Engine, ids: deps.Identities})
 	nonce := make([]byte, 8)
 	rand.Read(nonce)
@@ -163,10 +166,12 @@ type current struct {
 // or identity reload). A logged-in session keeps the identity it logged in
 // with; its next statement is decided by the new engine, and the decision
 // cache, keyed by the bundle digest, never serves the old bundle's answers.
+// Every database's catalog is read again at its next login.
 func (g *Gate) Update(engine Decider, ids Identities) {
 	if engine == nil || ids == nil {
 		return
 	}
+	g.catalogs.stale()
 	g.cur.Store(&current{engine: engine, ids: ids})
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/zap"
 )
 
 // pinnedParams are the upstream settings the parser relies on: pg_query
@@ -42,6 +43,14 @@ func (s *session) connectUpstream(ctx context.Context, params map[string]string)
 	pc, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("connect upstream: %w", err)
+	}
+	// The catalog is read on this session's own connection, before the
+	// client has it: same database, same credentials, no second login.
+	if s.catalog, err = g.catalogs.ensure(ctx, s.database, pc); err != nil {
+		pc.Close(ctx)
+		g.log.Warn("catalog unavailable; refusing login", zap.String("database", s.database), zap.Error(err))
+		s.auditRefusal(reasonCatalogUnavailable)
+		return fatalf(codeCannotConnect, "egressd: denied: %s (the gate could not read the database's catalog)", reasonCatalogUnavailable)
 	}
 	hc, err := pc.Hijack()
 	if err != nil {
