@@ -6,7 +6,13 @@ import (
 
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/policy/sqlfacts"
+	"github.com/egressd/egressd/proxy/pggate"
 )
+
+// builtinsOnly is what a check says when it could not resolve calls
+// against a real catalog.
+const builtinsOnly = "built-ins only: the config names no postgres.upstream, so every function, operator and cast is taken to be PostgreSQL's own; " +
+	"set postgres.upstream to resolve them against the database's catalog as the gate does"
 
 func init() { checkKinds["sql"] = checkSQL }
 
@@ -19,7 +25,10 @@ type sqlStatement struct {
 
 // checkSQL is `egressd check sql [--database DB] "SQL"`: the facts and
 // decision of every statement, and the query's decision — a deny of any
-// statement denies the whole query, as the Postgres gate does.
+// statement denies the whole query, as the Postgres gate does. When the
+// config names postgres.upstream, calls, operators and casts are resolved
+// against that database's catalog as the gate resolves them; a catalog
+// that cannot be read denies (catalog_unavailable), as it refuses a login.
 var checkSQL = checkKind{
 	args:  "SQL",
 	nargs: 1,
@@ -35,10 +44,25 @@ var checkSQL = checkKind{
 			if d := env.engine.Decide(ctx, policy.Input{Identity: env.identity, Facts: connect}); !d.Allow {
 				return decided(policy.KindSQL, env, []sqlStatement{{Statement: connect, Decision: d}}, d)
 			}
+			var cat *sqlfacts.Catalog
+			if pc.Upstream != "" {
+				timeout := pc.StartupTimeout
+				if timeout <= 0 {
+					timeout = pggate.DefaultConfig().StartupTimeout
+				}
+				cctx, cancel := context.WithTimeout(ctx, timeout)
+				var err error
+				cat, err = pggate.UpstreamCatalog(cctx, pc, db)
+				cancel()
+				if err != nil {
+					return refusedBeforePolicy(policy.KindSQL, env, &policy.DenyError{Reason: pggate.ReasonCatalogUnavailable, Detail: err.Error(), Err: err})
+				}
+			}
 			sts, err := sqlfacts.Parse(args[0], sqlfacts.Options{
 				Database:   db,
 				SearchPath: []string{pc.SearchPath},
 				Limits:     sqlfacts.Limits{MaxLen: pc.MaxQueryBytes, MaxDepth: pc.MaxNesting, MaxOps: pc.MaxOperators},
+				Catalog:    cat,
 			})
 			if err != nil {
 				return refusedBeforePolicy(policy.KindSQL, env, err)
@@ -52,7 +76,11 @@ var checkSQL = checkKind{
 					query = d
 				}
 			}
-			return decided(policy.KindSQL, env, out, query)
+			res := decided(policy.KindSQL, env, out, query)
+			if cat == nil {
+				res.Assumes = builtinsOnly
+			}
+			return res
 		}
 	},
 }

@@ -12,9 +12,9 @@ import (
 	"github.com/egressd/egressd/policy/sqlfacts"
 )
 
-// reasonCatalogUnavailable denies a login whose database's catalog could
+// ReasonCatalogUnavailable denies a login whose database's catalog could
 // not be read: without it a call could reach a user function unseen.
-const reasonCatalogUnavailable = "catalog_unavailable"
+const ReasonCatalogUnavailable = "catalog_unavailable"
 
 // catalogQuery lists what a database defines beyond the built-ins, one row
 // per item: kind, schema, name, function schema, function name, implicit.
@@ -80,6 +80,27 @@ func LoadCatalog(ctx context.Context, conn *pgconn.PgConn) (*sqlfacts.Catalog, e
 		return nil, fmt.Errorf("read catalog: no pg_catalog functions visible")
 	}
 	return sqlfacts.NewCatalog(builtins, funcs, ops, casts), nil
+}
+
+// UpstreamCatalog logs in to database db of the upstream cfg names, with
+// the gate's credentials, and reads its catalog: what `egressd check sql`
+// resolves calls against, as the gate would. cfg must have been
+// validated.
+func UpstreamCatalog(ctx context.Context, cfg Config, db string) (*sqlfacts.Catalog, error) {
+	pc, err := pgconn.ParseConfig(cfg.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("postgres.upstream: %w", err)
+	}
+	if pc.Password, err = upstreamPassword(cfg); err != nil {
+		return nil, err
+	}
+	pc.Database = db
+	conn, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connect upstream database %q: %w", db, err)
+	}
+	defer conn.Close(ctx)
+	return LoadCatalog(ctx, conn)
 }
 
 // catalogs caches each database's catalog. A snapshot is refreshed at the

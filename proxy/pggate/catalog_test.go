@@ -138,7 +138,7 @@ func TestCatalogUnreadableRefusesLogin(t *testing.T) {
 	}
 	var audited bool
 	for _, r := range f.audit.records() {
-		audited = audited || r.Reason == reasonCatalogUnavailable && r.Database == db
+		audited = audited || r.Reason == ReasonCatalogUnavailable && r.Database == db
 	}
 	if !audited {
 		t.Errorf("audit records = %+v; want a catalog_unavailable deny for %s", f.audit.records(), db)

@@ -133,19 +133,8 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		return nil, fmt.Errorf("postgres.upstream: %w", err)
 	}
 	g.upstream = upstream
-	switch {
-	case cfg.PasswordEnv != "":
-		pw, ok := os.LookupEnv(cfg.PasswordEnv)
-		if !ok {
-			return nil, fmt.Errorf("postgres.password_env: environment variable %s is not set", cfg.PasswordEnv)
-		}
-		g.password = pw
-	case cfg.PasswordFile != "":
-		b, err := os.ReadFile(cfg.PasswordFile)
-		if err != nil {
-			return nil, fmt.Errorf("postgres.password_file: %w", err)
-		}
-		g.password, _, _ = strings.Cut(strings.TrimRight(string(b), "\r\n"), "\n")
+	if g.password, err = upstreamPassword(cfg); err != nil {
+		return nil, err
 	}
 	if cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
@@ -155,6 +144,27 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		g.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	return g, nil
+}
+
+// upstreamPassword reads the upstream password from the environment
+// variable or file the config names; "" if it names neither.
+func upstreamPassword(cfg Config) (string, error) {
+	switch {
+	case cfg.PasswordEnv != "":
+		pw, ok := os.LookupEnv(cfg.PasswordEnv)
+		if !ok {
+			return "", fmt.Errorf("postgres.password_env: environment variable %s is not set", cfg.PasswordEnv)
+		}
+		return pw, nil
+	case cfg.PasswordFile != "":
+		b, err := os.ReadFile(cfg.PasswordFile)
+		if err != nil {
+			return "", fmt.Errorf("postgres.password_file: %w", err)
+		}
+		pw, _, _ := strings.Cut(strings.TrimRight(string(b), "\r\n"), "\n")
+		return pw, nil
+	}
+	return "", nil
 }
 
 type current struct {

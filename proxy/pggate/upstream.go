@@ -49,8 +49,8 @@ func (s *session) connectUpstream(ctx context.Context, params map[string]string)
 	if s.catalog, err = g.catalogs.ensure(ctx, s.database, pc); err != nil {
 		pc.Close(ctx)
 		g.log.Warn("catalog unavailable; refusing login", zap.String("database", s.database), zap.Error(err))
-		s.auditRefusal(reasonCatalogUnavailable)
-		return fatalf(codeCannotConnect, "egressd: denied: %s (the gate could not read the database's catalog)", reasonCatalogUnavailable)
+		s.auditRefusal(ReasonCatalogUnavailable)
+		return fatalf(codeCannotConnect, "egressd: denied: %s (the gate could not read the database's catalog)", ReasonCatalogUnavailable)
 	}
 	hc, err := pc.Hijack()
 	if err != nil {
