@@ -49,7 +49,7 @@ type checkOutput struct {
 	// Assumes states what the answer takes for granted that the gate
 	// would know (check sql without an upstream: built-ins only).
 	Assumes string `json:"assumes,omitempty"`
-	Facts  any    `json:"facts"`
+	Facts   any    `json:"facts"`
 }
 
 // decided fills the output from facts and a decision.
