@@ -121,7 +121,8 @@ var noCasts = map[string]bool{
 // pg_catalog that one of its calls, operators or casts can run, as seen
 // with search path schema def. An unqualified call that only a
 // non-built-in can satisfy is replaced by the qualified one: its bare
-// name would otherwise read as the built-in of that name.
+// name would otherwise read as the built-in of that name. A statement
+// that reaches no such function costs no allocation.
 func (c *Catalog) resolve(st *Statement, def string) {
 	if c.Empty() {
 		return
@@ -130,40 +131,41 @@ func (c *Catalog) resolve(st *Statement, def string) {
 		c.resolve(st.Inner, def)
 	}
 	var add []Function
-	keep := st.Functions[:0:0]
-	for _, f := range st.Functions {
-		if f.Schema == "" {
-			user := slices.Contains(c.funcs[f.Name], def)
-			if user {
-				add = append(add, Function{Schema: def, Name: f.Name})
-			}
-			// `money(x)` with no function of that name is a cast.
-			for _, k := range c.casts {
-				if k.Target == f.Name {
-					add = append(add, k.Func)
-				}
-			}
-			if user && !c.builtin[f.Name] {
-				continue
+	fns := st.Functions
+	for i := 0; i < len(fns); i++ {
+		f := fns[i]
+		if f.Schema != "" {
+			continue
+		}
+		user := slices.Contains(c.funcs[f.Name], def)
+		if user {
+			add = append(add, Function{Schema: def, Name: f.Name})
+		}
+		// `money(x)` with no function of that name is a cast.
+		for _, k := range c.casts {
+			if k.Target == f.Name {
+				add = append(add, k.Func)
 			}
 		}
-		keep = append(keep, f)
+		if user && !c.builtin[f.Name] {
+			fns = slices.Delete(fns, i, i+1)
+			i--
+		}
 	}
 	for _, o := range st.Operators {
-		switch o.Schema {
-		case "pg_catalog":
+		if o.Schema == "pg_catalog" {
 			// OPERATOR(pg_catalog.+) names the built-in.
-		default:
-			schema := o.Schema
-			if schema == "" {
-				schema = def
-			}
-			for _, op := range c.ops[o.Name] {
-				// pg_catalog is searched too for an unqualified name, and
-				// may hold an operator a superuser gave a user function.
-				if op.Schema == schema || o.Schema == "" && op.Schema == "pg_catalog" {
-					add = append(add, op.Func)
-				}
+			continue
+		}
+		schema := o.Schema
+		if schema == "" {
+			schema = def
+		}
+		for _, op := range c.ops[o.Name] {
+			// pg_catalog is searched too for an unqualified name, and may
+			// hold an operator a superuser gave a user function.
+			if op.Schema == schema || o.Schema == "" && op.Schema == "pg_catalog" {
+				add = append(add, op.Func)
 			}
 		}
 	}
@@ -175,10 +177,10 @@ func (c *Catalog) resolve(st *Statement, def string) {
 	if !noCasts[st.Command] {
 		add = append(add, c.implicit...)
 	}
-	st.Functions = keep
 	for _, f := range add {
-		if !slices.Contains(st.Functions, f) {
-			st.Functions = append(st.Functions, f)
+		if !slices.Contains(fns, f) {
+			fns = append(fns, f)
 		}
 	}
+	st.Functions = fns
 }

@@ -114,6 +114,9 @@ type Statement struct {
 	// for Catalog.resolve; they reach the policy only as the functions a
 	// user-defined cast calls.
 	casts []string
+	// opsBuf backs Operators for statements with few of them, saving the
+	// allocations of growing the slice.
+	opsBuf [4]Operator
 }
 
 // Kind is policy.KindSQL.

@@ -90,7 +90,51 @@ func (w *walker) operator(schema, name string) {
 			return
 		}
 	}
-	w.st.Operators = append(w.st.Operators, Operator{Schema: strings.Clone(schema), Name: strings.Clone(name)})
+	if schema != "" {
+		schema = strings.Clone(schema)
+	}
+	w.st.Operators = append(w.st.Operators, Operator{Schema: schema, Name: internOp(name)})
+}
+
+// internOp is name, a constant for the common operators: facts must not
+// pin the JSON document, and a clone per operator showed in allocation
+// counts.
+func internOp(name string) string {
+	switch name {
+	case "=":
+		return "="
+	case "<>":
+		return "<>"
+	case "<":
+		return "<"
+	case ">":
+		return ">"
+	case "<=":
+		return "<="
+	case ">=":
+		return ">="
+	case "+":
+		return "+"
+	case "-":
+		return "-"
+	case "*":
+		return "*"
+	case "/":
+		return "/"
+	case "%":
+		return "%"
+	case "||":
+		return "||"
+	case "~~":
+		return "~~"
+	case "~~*":
+		return "~~*"
+	case "->":
+		return "->"
+	case "->>":
+		return "->>"
+	}
+	return strings.Clone(name)
 }
 
 // qualifiedName reads a list of String nodes as [[catalog.]schema.]name.

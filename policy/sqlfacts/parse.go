@@ -129,7 +129,8 @@ func (c *classifier) classify(n int32) (*Statement, error) {
 	if f, ok := nodeInfo.fields[typ]; ok && f.msg != nil {
 		command = f.msg.command
 	}
-	st := &Statement{Command: command, Relations: []Relation{}, Functions: []Function{}, Operators: []Operator{}}
+	st := &Statement{Command: command, Relations: []Relation{}, Functions: []Function{}}
+	st.Operators = st.opsBuf[:0]
 	st.DDL = !nonDDL[st.Command]
 	var err error
 	switch typ {
