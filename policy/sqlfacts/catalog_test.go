@@ -29,6 +29,9 @@ func TestOperators(t *testing.T) {
 		{"simple case", "SELECT CASE 1 WHEN 2 THEN 3 END", []Operator{{"", "="}}},
 		{"searched case has no implied operator", "SELECT CASE WHEN true THEN 3 END", []Operator{}},
 		{"order by using", "SELECT x FROM t ORDER BY x USING ~<~", []Operator{{"", "~<~"}}},
+		{"join using", "SELECT * FROM a JOIN b USING (id)", []Operator{{"", "="}}},
+		{"natural join", "SELECT * FROM a NATURAL JOIN b", []Operator{{"", "="}}},
+		{"join on", "SELECT * FROM a JOIN b ON a.id < b.id", []Operator{{"", "<"}}},
 		{"in update", "UPDATE t SET x = x * 2 WHERE id = 1", []Operator{{"", "*"}, {"", "="}}},
 		{"none", "SELECT x FROM t", []Operator{}},
 	}

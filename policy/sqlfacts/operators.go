@@ -24,12 +24,15 @@ var (
 	keyCaseArg   = jsonName(&pg_query.CaseExpr{}, "arg")
 	keyTypeName  = jsonName(&pg_query.TypeCast{}, "type_name")
 	keyNames     = jsonName(&pg_query.TypeName{}, "names")
+	keyNatural   = jsonName(&pg_query.JoinExpr{}, "is_natural")
+	keyUsing     = jsonName(&pg_query.JoinExpr{}, "using_clause")
 
 	typeAExpr    = string((&pg_query.A_Expr{}).ProtoReflect().Descriptor().Name())
 	typeSubLink  = string((&pg_query.SubLink{}).ProtoReflect().Descriptor().Name())
 	typeSortBy   = string((&pg_query.SortBy{}).ProtoReflect().Descriptor().Name())
 	typeCaseExpr = string((&pg_query.CaseExpr{}).ProtoReflect().Descriptor().Name())
 	typeTypeCast = string((&pg_query.TypeCast{}).ProtoReflect().Descriptor().Name())
+	typeJoinExpr = string((&pg_query.JoinExpr{}).ProtoReflect().Descriptor().Name())
 
 	// impliedOps are the operators of the A_Expr kinds whose name field
 	// is not the operator the server applies.
@@ -43,7 +46,7 @@ var (
 )
 
 // operators records the operators (or cast type) of the A_Expr, SubLink,
-// SortBy, CaseExpr or TypeCast object v.
+// SortBy, JoinExpr, CaseExpr or TypeCast object v.
 func (w *walker) operators(mi *msgInfo, v int32) {
 	d := w.d
 	switch mi.typeName {
@@ -68,6 +71,11 @@ func (w *walker) operators(mi *msgInfo, v int32) {
 		w.operator(qualifiedName(d, names))
 	case typeSortBy:
 		w.operator(qualifiedName(d, d.Get(v, keyUseOp)))
+	case typeJoinExpr:
+		// JOIN … USING and NATURAL JOIN compare the columns with =.
+		if d.Truthy(d.Get(v, keyNatural)) || d.NonEmpty(d.Get(v, keyUsing)) {
+			w.operator("", "=")
+		}
 	case typeCaseExpr:
 		// CASE x WHEN y compares x = y.
 		if d.Present(d.Get(v, keyCaseArg)) {

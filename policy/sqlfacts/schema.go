@@ -30,7 +30,7 @@ const (
 	kindDML // INSERT, UPDATE, DELETE, MERGE: relation is the target
 	kindCopy
 	kindLockTarget // LOCK, TRUNCATE: relations are targets
-	kindOperators  // A_Expr, SubLink, SortBy, CaseExpr, TypeCast: see operators.go
+	kindOperators  // A_Expr, SubLink, SortBy, JoinExpr, CaseExpr, TypeCast: see operators.go
 )
 
 type msgInfo struct {
@@ -137,7 +137,7 @@ func messageKinds() map[protoreflect.FullName]msgKind {
 		&pg_query.DeleteStmt{}: kindDML, &pg_query.MergeStmt{}: kindDML, &pg_query.CopyStmt{}: kindCopy,
 		&pg_query.LockStmt{}: kindLockTarget, &pg_query.TruncateStmt{}: kindLockTarget,
 		&pg_query.A_Expr{}: kindOperators, &pg_query.SubLink{}: kindOperators, &pg_query.SortBy{}: kindOperators,
-		&pg_query.CaseExpr{}: kindOperators, &pg_query.TypeCast{}: kindOperators,
+		&pg_query.CaseExpr{}: kindOperators, &pg_query.TypeCast{}: kindOperators, &pg_query.JoinExpr{}: kindOperators,
 	} {
 		kinds[m.ProtoReflect().Descriptor().FullName()] = k
 	}
