@@ -549,3 +549,44 @@ func (o *oracle) judge(t *testing.T, strict bool) {
 		}
 	}
 }
+
+// TestOracleWitnesses shows that each witness of TestOracle reports what
+// it must: statements run with facts that leave out what they do.
+func TestOracleWitnesses(t *testing.T) {
+	o := newOracle(t)
+	fn := func(name string) sqlfacts.Function { return sqlfacts.Function{Schema: "public", Name: name} }
+	tests := []struct {
+		name, sql    string
+		facts        sqlfacts.Statement
+		kind, detail string
+	}{
+		{"read outside the facts", "SELECT * FROM private.vault", sqlfacts.Statement{Command: "select"},
+			"permission", "permission denied for schema private"},
+		{"write outside the facts", "DELETE FROM x WHERE id = 1", sqlfacts.Statement{Command: "delete", Relations: []sqlfacts.Relation{{Schema: "public", Name: "x", Role: sqlfacts.RoleRead}}},
+			"permission", "permission denied for table x"},
+		{"write the permissions cannot see", "SELECT app_definer_purge()", sqlfacts.Statement{Command: "select", Functions: []sqlfacts.Function{fn("app_definer_purge")}},
+			"write", "public.x delete"},
+		{"function the permissions cannot see", "SELECT app_definer_fmt()", sqlfacts.Statement{Command: "select", Functions: []sqlfacts.Function{fn("app_definer_fmt")}},
+			"function", "public.app_fmt"},
+		{"ddl", "SELECT app_definer_ddl()", sqlfacts.Statement{Command: "select", Functions: []sqlfacts.Function{fn("app_definer_ddl")}},
+			"ddl", "CREATE TABLE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clear(o.found)
+			st := tt.facts
+			o.run("test", tt.sql, []*sqlfacts.Statement{&st}, false)
+			want := discrepancy{profile: "test", kind: tt.kind, detail: tt.detail, sql: tt.sql}
+			if _, ok := o.found[want.key()]; !ok || len(o.found) != 1 {
+				t.Errorf("run(%q) found %v; want exactly %v", tt.sql, o.found, want)
+			}
+		})
+	}
+	// With the facts that say it all, the same statements are clean.
+	clear(o.found)
+	st := sqlfacts.Statement{Command: "select", Relations: []sqlfacts.Relation{{Schema: "private", Name: "vault", Role: sqlfacts.RoleRead}}}
+	o.run("test", "SELECT * FROM private.vault", []*sqlfacts.Statement{&st}, false)
+	if len(o.found) != 0 {
+		t.Errorf("run with complete facts found %v; want nothing", o.found)
+	}
+}

@@ -60,6 +60,12 @@ CREATE TYPE public.cents AS (v int);
 CREATE FUNCTION public.to_cents(int) RETURNS public.cents LANGUAGE plpgsql AS $$ BEGIN RETURN ROW($1)::public.cents; END $$;
 CREATE CAST (int AS public.cents) WITH FUNCTION public.to_cents(int);
 
+-- Functions that act as their owner, for TestOracleWitnesses: each does
+-- what one witness must see although the caller's facts do not say it.
+CREATE FUNCTION public.app_definer_purge() RETURNS int LANGUAGE plpgsql SECURITY DEFINER AS $$ BEGIN DELETE FROM public.x WHERE id = 1; RETURN 1; END $$;
+CREATE FUNCTION public.app_definer_fmt() RETURNS text LANGUAGE plpgsql SECURITY DEFINER AS $$ BEGIN RETURN public.app_fmt(1); END $$;
+CREATE FUNCTION public.app_definer_ddl() RETURNS int LANGUAGE plpgsql SECURITY DEFINER AS $$ BEGIN CREATE TABLE public.made_by_fn (i int); RETURN 1; END $$;
+
 -- A function runs only where the facts say: EXECUTE is granted per
 -- statement.
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA public FROM PUBLIC;
