@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/policy/sqlfacts"
 )
@@ -103,10 +104,10 @@ func UpstreamCatalog(ctx context.Context, cfg Config, db string) (*sqlfacts.Cata
 	return LoadCatalog(ctx, conn)
 }
 
-// catalogs caches each database's catalog. A snapshot is refreshed at the
+// catalogs caches each database's catalog. A snapshot is read again at the
 // start of a session to its database when it is older than the TTL or
-// older than the last reload; a session decides with the newest snapshot
-// of its database.
+// older than the last reload, and in the background after every reload; a
+// session decides with the newest snapshot of its database.
 type catalogs struct {
 	ttl time.Duration
 
@@ -152,21 +153,90 @@ func (c *catalogs) ensure(ctx context.Context, db string, conn *pgconn.PgConn) (
 		return e, nil
 	}
 	// Read without the lock: a slow server must not hold up the logins
-	// to other databases. Two logins may both read; the later one wins.
+	// to other databases. Two logins may both read; the later one wins
+	// unless a reload came between.
 	cat, err := LoadCatalog(ctx, conn)
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	e.cur.Store(cat)
-	e.at, e.reload = time.Now(), reloads
-	c.mu.Unlock()
+	c.store(db, cat, reloads)
 	return e, nil
 }
 
-// stale makes every snapshot stale (after a reload).
-func (c *catalogs) stale() {
+// stale makes every snapshot stale (after a reload) and returns the
+// databases that have one, and the reload count to store refreshed
+// snapshots under.
+func (c *catalogs) stale() ([]string, uint64) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.reloads++
-	c.mu.Unlock()
+	dbs := make([]string, 0, len(c.m))
+	for db, e := range c.m {
+		if e.cur.Load() != nil {
+			dbs = append(dbs, db)
+		}
+	}
+	return dbs, c.reloads
+}
+
+// store makes cat db's snapshot as of reload count reload, unless a newer
+// one is there.
+func (c *catalogs) store(db string, cat *sqlfacts.Catalog, reload uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.m[db]
+	if e == nil || e.reload > reload {
+		return
+	}
+	e.cur.Store(cat)
+	e.at, e.reload = time.Now(), reload
+}
+
+// refreshCatalogs reads again, in the background, the catalog of every
+// database the gate holds one of (after a reload), so that open sessions
+// decide with it too. A catalog that cannot be read stays stale: the next
+// login to its database reads it, or is refused.
+func (g *Gate) refreshCatalogs() {
+	dbs, reload := g.catalogs.stale()
+	for _, db := range dbs {
+		g.mu.Lock()
+		if g.shutdown {
+			g.mu.Unlock()
+			return
+		}
+		// Shutdown waits for the refresh like for a session.
+		g.wg.Add(1)
+		g.mu.Unlock()
+		g.refreshing.Add(1)
+		go func() {
+			defer g.wg.Done()
+			defer g.refreshing.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.StartupTimeout)
+			defer cancel()
+			cat, err := g.loadCatalog(ctx, db)
+			if err != nil {
+				g.log.Warn("catalog refresh after reload failed; the next login reads it", zap.String("database", db), zap.Error(err))
+				return
+			}
+			g.catalogs.store(db, cat, reload)
+		}()
+	}
+}
+
+// loadCatalog logs in to db as the gate does for a session (through the
+// vetted dialler) and reads its catalog.
+func (g *Gate) loadCatalog(ctx context.Context, db string) (*sqlfacts.Catalog, error) {
+	cfg := g.upstream.Copy()
+	cfg.Database = db
+	cfg.Password = g.password
+	cfg.LookupFunc = func(_ context.Context, host string) ([]string, error) { return []string{host}, nil }
+	cfg.DialFunc = pgconn.DialFunc(g.deps.Dial)
+	cfg.ConnectTimeout = g.cfg.StartupTimeout
+	cfg.OnNotice, cfg.OnNotification = nil, nil
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect upstream database %q: %w", db, err)
+	}
+	defer conn.Close(ctx)
+	return LoadCatalog(ctx, conn)
 }

@@ -52,8 +52,8 @@ type Config struct {
 	CacheSize int `yaml:"cache_size"`
 	// CatalogTTL is how long a database's catalog snapshot (its functions,
 	// operators and casts outside pg_catalog) serves new sessions before
-	// the next login to that database reads it again; a reload makes every
-	// snapshot stale. If zero, 1m is used.
+	// the next login to that database reads it again; a reload reads every
+	// snapshot again. If zero, 1m is used.
 	CatalogTTL time.Duration `yaml:"catalog_ttl"`
 }
 

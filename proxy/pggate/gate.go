@@ -97,6 +97,8 @@ type Gate struct {
 	conns    map[net.Conn]struct{}
 	shutdown bool
 	wg       sync.WaitGroup
+	// refreshing counts the catalog refreshes in flight (tests wait on it).
+	refreshing sync.WaitGroup
 }
 
 // New builds a gate. It reads the upstream password (environment or file)
@@ -176,13 +178,14 @@ type current struct {
 // or identity reload). A logged-in session keeps the identity it logged in
 // with; its next statement is decided by the new engine, and the decision
 // cache, keyed by the bundle digest, never serves the old bundle's answers.
-// Every database's catalog is read again at its next login.
+// Every database's catalog is read again, in the background and at its
+// next login.
 func (g *Gate) Update(engine Decider, ids Identities) {
 	if engine == nil || ids == nil {
 		return
 	}
-	g.catalogs.stale()
 	g.cur.Store(&current{engine: engine, ids: ids})
+	g.refreshCatalogs()
 }
 
 func (g *Gate) engine() Decider { return g.cur.Load().engine }
