@@ -106,8 +106,9 @@ func UpstreamCatalog(ctx context.Context, cfg Config, db string) (*sqlfacts.Cata
 
 // catalogs caches each database's catalog. A snapshot is read again at the
 // start of a session to its database when it is older than the TTL or
-// older than the last reload, and in the background after every reload; a
-// session decides with the newest snapshot of its database.
+// older than the last reload; in the background after every reload, and
+// when an open session finds it older than the TTL. A session decides
+// with the newest snapshot of its database.
 type catalogs struct {
 	ttl time.Duration
 
@@ -122,6 +123,10 @@ type catalogs struct {
 // decision without a lock.
 type dbCatalog struct {
 	cur atomic.Pointer[sqlfacts.Catalog]
+	// expires is when cur is due to be read again (Unix ns); busy is set
+	// while a read that an open session asked for is in flight.
+	expires atomic.Int64
+	busy    atomic.Bool
 	// at and reload (under catalogs.mu) say when cur was read.
 	at     time.Time
 	reload uint64
@@ -190,6 +195,7 @@ func (c *catalogs) store(db string, cat *sqlfacts.Catalog, reload uint64) {
 	}
 	e.cur.Store(cat)
 	e.at, e.reload = time.Now(), reload
+	e.expires.Store(e.at.Add(c.ttl).UnixNano())
 }
 
 // refreshCatalogs reads again, in the background, the catalog of every
@@ -199,28 +205,56 @@ func (c *catalogs) store(db string, cat *sqlfacts.Catalog, reload uint64) {
 func (g *Gate) refreshCatalogs() {
 	dbs, reload := g.catalogs.stale()
 	for _, db := range dbs {
-		g.mu.Lock()
-		if g.shutdown {
-			g.mu.Unlock()
+		g.refreshCatalog(db, reload)
+	}
+}
+
+// catalogExpired starts a background read of the session's catalog once it has
+// outlived catalog_ttl, so that a long session sees new functions too; the
+// session decides with the snapshot it has until the read is done.
+func (s *session) catalogExpired() {
+	e := s.catalog
+	if e == nil || time.Now().UnixNano() < e.expires.Load() || !e.busy.CompareAndSwap(false, true) {
+		return
+	}
+	g := s.g
+	g.catalogs.mu.Lock()
+	reload := g.catalogs.reloads
+	g.catalogs.mu.Unlock()
+	if !g.refreshCatalog(s.database, reload, func() { e.busy.Store(false) }) {
+		e.busy.Store(false)
+	}
+}
+
+// refreshCatalog reads db's catalog in the background and stores it as of
+// reload count reload, then runs each of done. It reports whether the read
+// started (not after Shutdown).
+func (g *Gate) refreshCatalog(db string, reload uint64, done ...func()) bool {
+	g.mu.Lock()
+	if g.shutdown {
+		g.mu.Unlock()
+		return false
+	}
+	// Shutdown waits for the read like for a session.
+	g.wg.Add(1)
+	g.mu.Unlock()
+	g.refreshing.Add(1)
+	go func() {
+		defer g.wg.Done()
+		defer g.refreshing.Done()
+		for _, f := range done {
+			defer f()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), g.cfg.StartupTimeout)
+		defer cancel()
+		cat, err := g.loadCatalog(ctx, db)
+		if err != nil {
+			g.log.Warn("catalog refresh failed; the next login to the database reads it", zap.String("database", db), zap.Error(err))
 			return
 		}
-		// Shutdown waits for the refresh like for a session.
-		g.wg.Add(1)
-		g.mu.Unlock()
-		g.refreshing.Add(1)
-		go func() {
-			defer g.wg.Done()
-			defer g.refreshing.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.StartupTimeout)
-			defer cancel()
-			cat, err := g.loadCatalog(ctx, db)
-			if err != nil {
-				g.log.Warn("catalog refresh after reload failed; the next login reads it", zap.String("database", db), zap.Error(err))
-				return
-			}
-			g.catalogs.store(db, cat, reload)
-		}()
-	}
+		g.catalogs.store(db, cat, reload)
+	}()
+	return true
 }
 
 // loadCatalog logs in to db as the gate does for a session (through the

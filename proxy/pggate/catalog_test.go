@@ -109,6 +109,28 @@ func TestCatalogReadAgainAfterReload(t *testing.T) {
 	}
 }
 
+// An open session's catalog older than catalog_ttl is read again, so a
+// long session sees a function created after it began.
+func TestCatalogTTLRefreshesOpenSession(t *testing.T) {
+	db := catalogDB(t, "")
+	f := startGate(t, sharedPG(t), func(c *Config) { c.CatalogTTL = time.Nanosecond })
+	c := connect(t, f.dsn("agent-ro", passRO, db))
+	if err := sharedPG(t).Exec(ctxT(t), db, `
+		CREATE FUNCTION public.upper(int) RETURNS text LANGUAGE sql AS $$ INSERT INTO purged VALUES ('upper') RETURNING 'x' $$;`); err != nil {
+		t.Fatal(err)
+	}
+	// This statement finds the snapshot expired and starts the read.
+	if got := rows(t, c, "SELECT 1"); got[0][0] != "1" {
+		t.Fatalf("SELECT 1 = %v; want 1", got)
+	}
+	f.gate.refreshing.Wait()
+	_, err := c.Exec(ctxT(t), "SELECT upper(42)").ReadAll()
+	wantDenied(t, err, "function_not_allowed")
+	if n := purgedRows(t, db); n != "0" {
+		t.Errorf("public.upper(int) ran %s times through the gate; want 0", n)
+	}
+}
+
 // A catalog the gate cannot read refuses the login: without it a call
 // could reach a user function unseen.
 func TestCatalogUnreadableRefusesLogin(t *testing.T) {

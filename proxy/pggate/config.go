@@ -51,9 +51,10 @@ type Config struct {
 	// it. If zero, 10000 is used.
 	CacheSize int `yaml:"cache_size"`
 	// CatalogTTL is how long a database's catalog snapshot (its functions,
-	// operators and casts outside pg_catalog) serves new sessions before
-	// the next login to that database reads it again; a reload reads every
-	// snapshot again. If zero, 1m is used.
+	// operators and casts outside pg_catalog) is used before it is read
+	// again: by the next login to that database, or in the background when
+	// an open session finds it older; a reload reads every snapshot again.
+	// If zero, 1m is used.
 	CatalogTTL time.Duration `yaml:"catalog_ttl"`
 }
 
