@@ -21,8 +21,10 @@ const ReasonCatalogUnavailable = "catalog_unavailable"
 // per item: kind, schema, name, function schema, function name, implicit.
 // 'b' rows are pg_catalog's function names; 'f' every function elsewhere;
 // 'o' every operator outside pg_catalog or calling a function outside it;
-// 'c' every cast calling a function outside pg_catalog. information_schema
-// is the server's own and counts as built-in.
+// 'c' every cast calling a function outside pg_catalog, and every function
+// outside pg_catalog that a domain's CHECK constraints (or its base
+// domains') call, as a cast to the domain runs them. information_schema is
+// the server's own and counts as built-in.
 const catalogQuery = `
 SELECT 'b', '', p.proname, '', '', false
   FROM pg_catalog.pg_proc p WHERE p.pronamespace = 'pg_catalog'::pg_catalog.regnamespace GROUP BY p.proname
@@ -43,7 +45,22 @@ SELECT 'c', '', t.typname, fn.nspname, f.proname, c.castcontext <> 'e'
   JOIN pg_catalog.pg_type t ON t.oid = c.casttarget
   JOIN pg_catalog.pg_proc f ON f.oid = c.castfunc
   JOIN pg_catalog.pg_namespace fn ON fn.oid = f.pronamespace
- WHERE fn.nspname NOT IN ('pg_catalog', 'information_schema')`
+ WHERE fn.nspname NOT IN ('pg_catalog', 'information_schema')
+UNION ALL
+SELECT 'c', '', d.typname, fn.nspname, f.proname, false
+  FROM pg_catalog.pg_type d
+  CROSS JOIN LATERAL (
+    WITH RECURSIVE chain(oid) AS (
+      SELECT d.oid
+      UNION ALL
+      SELECT t.typbasetype FROM pg_catalog.pg_type t JOIN chain ON t.oid = chain.oid WHERE t.typtype = 'd')
+    SELECT oid FROM chain) ch
+  JOIN pg_catalog.pg_constraint c ON c.contypid = ch.oid
+  JOIN pg_catalog.pg_depend dep ON dep.classid = 'pg_catalog.pg_constraint'::pg_catalog.regclass AND dep.objid = c.oid
+   AND dep.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+  JOIN pg_catalog.pg_proc f ON f.oid = dep.refobjid
+  JOIN pg_catalog.pg_namespace fn ON fn.oid = f.pronamespace
+ WHERE d.typtype = 'd' AND fn.nspname NOT IN ('pg_catalog', 'information_schema')`
 
 // LoadCatalog reads the catalog of the database conn is connected to.
 func LoadCatalog(ctx context.Context, conn *pgconn.PgConn) (*sqlfacts.Catalog, error) {

@@ -82,6 +82,24 @@ func TestOverloadOfBuiltinNeedsAllow(t *testing.T) {
 	}
 }
 
+// A cast to a domain runs the functions of its CHECK constraints (found by
+// TestOracle): they need an allow like any other user function.
+func TestDomainCheckNeedsItsFunctionAllowed(t *testing.T) {
+	db := catalogDB(t, `
+		CREATE FUNCTION app_check(text) RETURNS bool LANGUAGE plpgsql AS $$ BEGIN INSERT INTO purged VALUES ('app_check'); RETURN true; END $$;
+		CREATE DOMAIN checked AS text CHECK (app_check(VALUE));
+		CREATE DOMAIN checked_twice AS checked CHECK (length(VALUE) < 10);`)
+	f := startGate(t, sharedPG(t), nil)
+	c := connect(t, f.dsn("agent-ro", passRO, db))
+	for _, sql := range []string{"SELECT 'a'::checked", "SELECT CAST('a' AS checked_twice)"} {
+		_, err := c.Exec(ctxT(t), sql).ReadAll()
+		wantDenied(t, err, "function_not_allowed")
+	}
+	if n := purgedRows(t, db); n != "0" {
+		t.Errorf("app_check ran %s times through the gate; want 0", n)
+	}
+}
+
 // A function created after the gate read the catalog is seen after a
 // reload: by the session open before it and by the next login.
 func TestCatalogReadAgainAfterReload(t *testing.T) {

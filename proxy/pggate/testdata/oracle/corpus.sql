@@ -20,6 +20,8 @@ SELECT lower(42)
 SELECT lower('A')
 SELECT app_fmt(id) FROM t
 SELECT 1::cents
+SELECT 'a'::checked_text
+SELECT CAST(b AS checked_text) FROM t
 SELECT jsonb_populate_record(NULL::private.vault, '{}')
 SELECT 'private.vault'::regclass
 SELECT 'private.vault'::regclass::oid

@@ -60,6 +60,11 @@ CREATE TYPE public.cents AS (v int);
 CREATE FUNCTION public.to_cents(int) RETURNS public.cents LANGUAGE plpgsql AS $$ BEGIN RETURN ROW($1)::public.cents; END $$;
 CREATE CAST (int AS public.cents) WITH FUNCTION public.to_cents(int);
 
+-- A domain whose CHECK calls a user function: a cast to it runs the
+-- function.
+CREATE FUNCTION public.app_check(text) RETURNS bool LANGUAGE plpgsql AS $$ BEGIN RETURN $1 <> 'bad'; END $$;
+CREATE DOMAIN public.checked_text AS text CHECK (public.app_check(VALUE));
+
 -- Functions that act as their owner, for TestOracleWitnesses: each does
 -- what one witness must see although the caller's facts do not say it.
 CREATE FUNCTION public.app_definer_purge() RETURNS int LANGUAGE plpgsql SECURITY DEFINER AS $$ BEGIN DELETE FROM public.x WHERE id = 1; RETURN 1; END $$;
