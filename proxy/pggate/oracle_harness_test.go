@@ -330,8 +330,13 @@ func (o *oracle) run(profile, text string, sts []*sqlfacts.Statement, copyFrom b
 		}
 	}
 	for _, row := range res[2].Rows {
-		if tbl := string(row[0]); !writes[tbl] {
+		tbl := string(row[0])
+		if !writes[tbl] {
 			report("write", tbl+" "+string(row[1]))
+		}
+		// Independent of the facts: the profile's own write list.
+		if !strings.HasPrefix(tbl, profileWrites[profile]) {
+			report("profile_write", tbl+" "+string(row[1]))
 		}
 	}
 	for _, row := range res[3].Rows {
@@ -349,6 +354,10 @@ func (o *oracle) run(profile, text string, sts []*sqlfacts.Statement, copyFrom b
 	}
 	o.rollback()
 }
+
+// profileWrites is the schema prefix each profile may write (data.json:
+// read_write writes public.*); "\x00" matches no table.
+var profileWrites = map[string]string{"read_write": "public.", "read_only": "\x00", udfProfile: "\x00", "test": ""}
 
 // funcCalls lists the user functions called and not yet flushed to the
 // statistics, with their call counts.

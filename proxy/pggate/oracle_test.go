@@ -32,7 +32,8 @@ import (
 //   - a permission error (42501) means the statement reached a relation,
 //     schema, sequence or function its facts do not name;
 //   - row and TRUNCATE triggers on every table record writes, which must
-//     be to a relation in the write facts (a view's base table counts);
+//     be to a relation in the write facts (a view's base table counts)
+//     and, whatever the facts say, within the profile's write list;
 //   - an event trigger records DDL, which no profile allows;
 //   - pg_stat_xact_user_functions (track_functions = all) counts user
 //     function calls, which must be in the facts by qualified name.
