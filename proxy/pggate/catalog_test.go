@@ -185,3 +185,21 @@ func TestCatalogUnreadableRefusesLogin(t *testing.T) {
 		t.Errorf("audit records = %+v; want a catalog_unavailable deny for %s", f.audit.records(), db)
 	}
 }
+
+// BenchmarkLoadCatalog is the cost a login pays when its database's
+// catalog is stale: one query and the index.
+func BenchmarkLoadCatalog(b *testing.B) {
+	pg := sharedPG(b)
+	ctx := context.Background()
+	conn, err := pgconn.Connect(ctx, pg.DSN("app"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := LoadCatalog(ctx, conn); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
