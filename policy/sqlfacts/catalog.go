@@ -47,6 +47,7 @@ type Catalog struct {
 	// ops maps an operator name to its definitions outside pg_catalog.
 	ops      map[string][]CatalogOperator
 	casts    []CatalogCast
+	targets  map[string]bool // the casts' target types
 	implicit []Function
 	digest   string
 }
@@ -54,7 +55,7 @@ type Catalog struct {
 // NewCatalog indexes a database's catalog: builtins are the names of the
 // functions in pg_catalog, funcs the functions in every other schema.
 func NewCatalog(builtins []string, funcs []Function, ops []CatalogOperator, casts []CatalogCast) *Catalog {
-	c := &Catalog{builtin: map[string]bool{}, funcs: map[string][]string{}, ops: map[string][]CatalogOperator{}}
+	c := &Catalog{builtin: map[string]bool{}, funcs: map[string][]string{}, ops: map[string][]CatalogOperator{}, targets: map[string]bool{}}
 	h := sha256.New()
 	b := slices.Clone(builtins)
 	slices.Sort(b)
@@ -88,6 +89,7 @@ func NewCatalog(builtins []string, funcs []Function, ops []CatalogOperator, cast
 	for _, k := range c.casts {
 		h.Write(appendStr(appendStr(appendStr(nil, k.Target), k.Func.Schema), k.Func.Name))
 		h.Write([]byte{b2b(k.Implicit)})
+		c.targets[k.Target] = true
 		if k.Implicit && !slices.Contains(c.implicit, k.Func) {
 			c.implicit = append(c.implicit, k.Func)
 		}
@@ -103,6 +105,11 @@ func (c *Catalog) Digest() string {
 		return ""
 	}
 	return c.digest
+}
+
+// castTarget reports whether a user cast targets the type named name.
+func (c *Catalog) castTarget(name string) bool {
+	return c != nil && c.targets[name]
 }
 
 // Empty reports whether the catalog defines nothing outside pg_catalog.
@@ -142,9 +149,11 @@ func (c *Catalog) resolve(st *Statement, def string) {
 			add = append(add, Function{Schema: def, Name: f.Name})
 		}
 		// `money(x)` with no function of that name is a cast.
-		for _, k := range c.casts {
-			if k.Target == f.Name {
-				add = append(add, k.Func)
+		if c.targets[f.Name] {
+			for _, k := range c.casts {
+				if k.Target == f.Name {
+					add = append(add, k.Func)
+				}
 			}
 		}
 		if user && !c.builtin[f.Name] {

@@ -1,7 +1,9 @@
 package sqlfacts
 
 import (
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -106,5 +108,26 @@ func TestCatalogDigest(t *testing.T) {
 	}
 	if (*Catalog)(nil).Digest() != "" || !(*Catalog)(nil).Empty() {
 		t.Errorf("nil catalog: Digest %q, Empty %v; want \"\", true", (*Catalog)(nil).Digest(), (*Catalog)(nil).Empty())
+	}
+}
+
+// The walker keeps only the casts a user cast targets, so a text of many
+// distinct casts does not grow a list it de-duplicates by scanning.
+func TestManyDistinctCastsAndOperators(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("SELECT 1")
+	for i := range 5000 {
+		fmt.Fprintf(&b, ", CAST(x AS t%d), 1 #%s 1", i, strings.Repeat("@", i%60+1))
+	}
+	sts, err := Parse(b.String(), Options{Catalog: testCatalog(), Limits: Limits{MaxOps: 1 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := sts[0]
+	if len(st.casts) != 0 {
+		t.Errorf("casts recorded = %d; want 0 (no user cast targets t0…t4999)", len(st.casts))
+	}
+	if len(st.Operators) != 60 {
+		t.Errorf("operators = %d; want 60 distinct", len(st.Operators))
 	}
 }

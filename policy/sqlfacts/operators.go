@@ -82,27 +82,50 @@ func (w *walker) operators(mi *msgInfo, v int32) {
 			w.operator("", "=")
 		}
 	case typeTypeCast:
-		if _, name := qualifiedName(d, d.Get(d.Get(v, keyTypeName), keyNames)); name != "" && !slices.Contains(w.st.casts, name) {
+		// Only casts to a type a user cast targets matter; recording
+		// just those keeps the list (and its de-duplication) bounded by
+		// the catalog, not by the text.
+		if _, name := qualifiedName(d, d.Get(d.Get(v, keyTypeName), keyNames)); w.cat.castTarget(name) && !slices.Contains(w.st.casts, name) {
 			w.st.casts = append(w.st.casts, strings.Clone(name))
 		}
 	}
 }
 
-// operator records one operator; an empty name is none.
+// operator records one operator; an empty name is none. Statements apply
+// few distinct operators and a scan finds them fastest; past
+// operatorScanMax a map keeps the walk linear in the text.
 func (w *walker) operator(schema, name string) {
 	if name == "" {
 		return
 	}
-	for _, x := range w.st.Operators {
-		if x.Schema == schema && x.Name == name {
+	op := Operator{Schema: schema, Name: name}
+	if w.seenOps != nil {
+		if w.seenOps[op] {
 			return
+		}
+	} else {
+		for _, x := range w.st.Operators {
+			if x == op {
+				return
+			}
 		}
 	}
 	if schema != "" {
-		schema = strings.Clone(schema)
+		op.Schema = strings.Clone(schema)
 	}
-	w.st.Operators = append(w.st.Operators, Operator{Schema: schema, Name: internOp(name)})
+	op.Name = internOp(name)
+	w.st.Operators = append(w.st.Operators, op)
+	if w.seenOps != nil {
+		w.seenOps[op] = true
+	} else if len(w.st.Operators) > operatorScanMax {
+		w.seenOps = make(map[Operator]bool, 2*len(w.st.Operators))
+		for _, x := range w.st.Operators {
+			w.seenOps[x] = true
+		}
+	}
 }
+
+const operatorScanMax = 16
 
 // internOp is name, a constant for the common operators: facts must not
 // pin the JSON document, and a clone per operator showed in allocation

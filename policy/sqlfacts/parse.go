@@ -62,7 +62,7 @@ func Parse(sql string, opt Options) ([]*Statement, error) {
 	}
 	out := []*Statement{}
 	err = d.Items(stmts, func(raw int32) error {
-		c := classifier{d: d, defSchema: def}
+		c := classifier{d: d, defSchema: def, cat: opt.Catalog}
 		st, err := c.classify(d.Get(raw, keyStmt))
 		if err != nil {
 			return err
@@ -116,6 +116,8 @@ func stmtText(d *jsontree.Doc, sql string, raw int32) (string, error) {
 type classifier struct {
 	d         *jsontree.Doc
 	defSchema string
+	// cat, if set, is the database's catalog (see Options.Catalog).
+	cat *Catalog
 	// inexact is set when the JSON cannot tell whether EXPLAIN's ANALYZE
 	// is on (see explainAnalyze).
 	inexact bool
@@ -171,7 +173,7 @@ func (c *classifier) classify(n int32) (*Statement, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &walker{d: d, st: st, defSchema: c.defSchema}
+	w := &walker{d: d, st: st, defSchema: c.defSchema, cat: c.cat}
 	if err := w.msg(nodeInfo, n); err != nil {
 		return nil, err
 	}

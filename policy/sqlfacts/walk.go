@@ -42,6 +42,9 @@ type walker struct {
 	// ctes is the stack of CTE names visible at the current node: an
 	// unqualified name that matches one is not a table.
 	ctes []string
+	// cat and seenOps serve operators.go.
+	cat     *Catalog
+	seenOps map[Operator]bool
 }
 
 func (w *walker) visibleCTE(name string) bool {
