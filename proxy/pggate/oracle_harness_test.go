@@ -318,7 +318,7 @@ func (o *oracle) run(profile, text string, sts []*sqlfacts.Statement, copyFrom b
 	writes, funcs := map[string]bool{}, map[string]bool{}
 	for _, st := range sts {
 		for _, r := range st.Relations {
-			if r.Role == sqlfacts.RoleWrite {
+			if r.Role != sqlfacts.RoleRead {
 				writes[r.Schema+"."+r.Name] = true
 				if b, ok := o.viewBase[r.Schema+"."+r.Name]; ok {
 					writes[b] = true
@@ -370,7 +370,8 @@ func (o *oracle) rollback() {
 }
 
 // grants are the GRANTs that let the restricted role do exactly what sts
-// say: SELECT on read relations; SELECT, INSERT, UPDATE, DELETE on write
+// say (any role but read counts as a write, so a role the facts gain
+// later is granted, not reported): SELECT on read relations; SELECT, INSERT, UPDATE, DELETE on write
 // relations (a DML target's WHERE and RETURNING read it) and USAGE on the
 // sequences their defaults draw from; UPDATE too on read relations of a
 // locking statement; USAGE, SELECT, UPDATE on write sequences; EXECUTE on the user functions named by qualified name; USAGE
@@ -391,11 +392,11 @@ func (o *oracle) grants(sts []*sqlfacts.Statement) string {
 			schemas[r.Schema] = true
 			name := pgx.Identifier{r.Schema, r.Name}.Sanitize()
 			switch {
-			case kind == 'S' && r.Role == sqlfacts.RoleWrite:
+			case kind == 'S' && r.Role != sqlfacts.RoleRead:
 				grant("USAGE, SELECT, UPDATE", "SEQUENCE "+name)
 			case kind == 'S':
 				grant("SELECT", "SEQUENCE "+name)
-			case r.Role == sqlfacts.RoleWrite:
+			case r.Role != sqlfacts.RoleRead:
 				grant("SELECT, INSERT, UPDATE, DELETE", "TABLE "+name)
 				for _, seq := range o.ownedSeqs[key] {
 					grant("USAGE", "SEQUENCE "+seq)
