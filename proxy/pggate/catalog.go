@@ -24,30 +24,36 @@ const ReasonCatalogUnavailable = "catalog_unavailable"
 // 'c' every cast calling a function outside pg_catalog, and every function
 // outside pg_catalog that a domain's CHECK constraints (or its base
 // domains') call, as a cast to the domain runs them. information_schema is
-// the server's own and counts as built-in.
+// the server's own and counts as built-in, and so do the members of the
+// extensions named in $1 (trusted_extensions).
 const catalogQuery = `
+WITH trusted AS (
+  SELECT d.classid, d.objid FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_extension x ON x.oid = d.refobjid
+   WHERE d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass AND d.deptype = 'e' AND x.extname = ANY ($1::pg_catalog.text[])),
+trusted_proc AS (SELECT objid AS oid FROM trusted WHERE classid = 'pg_catalog.pg_proc'::pg_catalog.regclass),
+user_proc AS (
+  SELECT p.oid, n.nspname, p.proname FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+   WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') AND p.oid NOT IN (SELECT oid FROM trusted_proc))
 SELECT 'b', '', p.proname, '', '', false
   FROM pg_catalog.pg_proc p WHERE p.pronamespace = 'pg_catalog'::pg_catalog.regnamespace GROUP BY p.proname
 UNION ALL
-SELECT 'f', n.nspname, p.proname, '', '', false
-  FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
- WHERE n.nspname NOT IN ('pg_catalog', 'information_schema')
+SELECT 'f', nspname, proname, '', '', false FROM user_proc
 UNION ALL
 SELECT 'o', n.nspname, o.oprname, fn.nspname, f.proname, false
   FROM pg_catalog.pg_operator o
   JOIN pg_catalog.pg_namespace n ON n.oid = o.oprnamespace
   JOIN pg_catalog.pg_proc f ON f.oid = o.oprcode
   JOIN pg_catalog.pg_namespace fn ON fn.oid = f.pronamespace
- WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') OR fn.nspname NOT IN ('pg_catalog', 'information_schema')
+ WHERE (n.nspname NOT IN ('pg_catalog', 'information_schema') OR fn.nspname NOT IN ('pg_catalog', 'information_schema'))
+   AND o.oid NOT IN (SELECT objid FROM trusted WHERE classid = 'pg_catalog.pg_operator'::pg_catalog.regclass)
+   AND f.oid NOT IN (SELECT oid FROM trusted_proc)
 UNION ALL
-SELECT 'c', '', t.typname, fn.nspname, f.proname, c.castcontext <> 'e'
+SELECT 'c', '', t.typname, f.nspname, f.proname, c.castcontext <> 'e'
   FROM pg_catalog.pg_cast c
   JOIN pg_catalog.pg_type t ON t.oid = c.casttarget
-  JOIN pg_catalog.pg_proc f ON f.oid = c.castfunc
-  JOIN pg_catalog.pg_namespace fn ON fn.oid = f.pronamespace
- WHERE fn.nspname NOT IN ('pg_catalog', 'information_schema')
+  JOIN user_proc f ON f.oid = c.castfunc
 UNION ALL
-SELECT 'c', '', d.typname, fn.nspname, f.proname, false
+SELECT 'c', '', d.typname, f.nspname, f.proname, false
   FROM pg_catalog.pg_type d
   CROSS JOIN LATERAL (
     WITH RECURSIVE chain(oid) AS (
@@ -58,13 +64,13 @@ SELECT 'c', '', d.typname, fn.nspname, f.proname, false
   JOIN pg_catalog.pg_constraint c ON c.contypid = ch.oid
   JOIN pg_catalog.pg_depend dep ON dep.classid = 'pg_catalog.pg_constraint'::pg_catalog.regclass AND dep.objid = c.oid
    AND dep.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-  JOIN pg_catalog.pg_proc f ON f.oid = dep.refobjid
-  JOIN pg_catalog.pg_namespace fn ON fn.oid = f.pronamespace
- WHERE d.typtype = 'd' AND fn.nspname NOT IN ('pg_catalog', 'information_schema')`
+  JOIN user_proc f ON f.oid = dep.refobjid
+ WHERE d.typtype = 'd'`
 
-// LoadCatalog reads the catalog of the database conn is connected to.
-func LoadCatalog(ctx context.Context, conn *pgconn.PgConn) (*sqlfacts.Catalog, error) {
-	res := conn.ExecParams(ctx, catalogQuery, nil, nil, nil, nil).Read()
+// LoadCatalog reads the catalog of the database conn is connected to; the
+// members of the extensions named in trusted count as built-ins.
+func LoadCatalog(ctx context.Context, conn *pgconn.PgConn, trusted []string) (*sqlfacts.Catalog, error) {
+	res := conn.ExecParams(ctx, catalogQuery, [][]byte{textArray(trusted)}, nil, nil, nil).Read()
 	if res.Err != nil {
 		return nil, fmt.Errorf("read catalog: %w", res.Err)
 	}
@@ -100,6 +106,25 @@ func LoadCatalog(ctx context.Context, conn *pgconn.PgConn) (*sqlfacts.Catalog, e
 	return sqlfacts.NewCatalog(builtins, funcs, ops, casts), nil
 }
 
+// textArray is names as a PostgreSQL text[] literal.
+func textArray(names []string) []byte {
+	b := []byte{'{'}
+	for i, n := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		for j := 0; j < len(n); j++ {
+			if n[j] == '"' || n[j] == '\\' {
+				b = append(b, '\\')
+			}
+			b = append(b, n[j])
+		}
+		b = append(b, '"')
+	}
+	return append(b, '}')
+}
+
 // UpstreamCatalog logs in to database db of the upstream cfg names, with
 // the gate's credentials, and reads its catalog: what `egressd check sql`
 // resolves calls against, as the gate would. cfg must have been
@@ -118,7 +143,7 @@ func UpstreamCatalog(ctx context.Context, cfg Config, db string) (*sqlfacts.Cata
 		return nil, fmt.Errorf("connect upstream database %q: %w", db, err)
 	}
 	defer conn.Close(ctx)
-	return LoadCatalog(ctx, conn)
+	return LoadCatalog(ctx, conn, cfg.TrustedExtensions)
 }
 
 // catalogs caches each database's catalog. A snapshot is read again at the
@@ -161,7 +186,7 @@ func (e *dbCatalog) load() *sqlfacts.Catalog {
 // ensure returns db's catalog holder, its snapshot read again over conn
 // (a fresh upstream session on db) if missing or stale. An error leaves the
 // cache as it was; the caller denies.
-func (c *catalogs) ensure(ctx context.Context, db string, conn *pgconn.PgConn) (*dbCatalog, error) {
+func (c *catalogs) ensure(ctx context.Context, db string, conn *pgconn.PgConn, trusted []string) (*dbCatalog, error) {
 	c.mu.Lock()
 	e, ok := c.m[db]
 	if !ok {
@@ -177,7 +202,7 @@ func (c *catalogs) ensure(ctx context.Context, db string, conn *pgconn.PgConn) (
 	// Read without the lock: a slow server must not hold up the logins
 	// to other databases. Two logins may both read; the later one wins
 	// unless a reload came between.
-	cat, err := LoadCatalog(ctx, conn)
+	cat, err := LoadCatalog(ctx, conn, trusted)
 	if err != nil {
 		return nil, err
 	}
@@ -289,5 +314,5 @@ func (g *Gate) loadCatalog(ctx context.Context, db string) (*sqlfacts.Catalog, e
 		return nil, fmt.Errorf("connect upstream database %q: %w", db, err)
 	}
 	defer conn.Close(ctx)
-	return LoadCatalog(ctx, conn)
+	return LoadCatalog(ctx, conn, g.cfg.TrustedExtensions)
 }

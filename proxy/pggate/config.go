@@ -56,6 +56,13 @@ type Config struct {
 	// an open session finds it older; a reload reads every snapshot again.
 	// If zero, 1m is used.
 	CatalogTTL time.Duration `yaml:"catalog_ttl"`
+	// TrustedExtensions are extensions whose functions, operators and casts
+	// count as built-ins: a call or operator that reaches them needs no
+	// qualified allow, and their bare names in a function set allow them.
+	// Extensions such as citext, hstore or PostGIS define = and other
+	// common operators, which otherwise make every statement that applies
+	// them reach the extension's functions. If empty, none.
+	TrustedExtensions []string `yaml:"trusted_extensions"`
 }
 
 // DefaultConfig returns the documented defaults (the gate disabled).

@@ -105,7 +105,7 @@ func newOracle(t *testing.T) *oracle {
 	}
 	o.dsn = pg.DSN(o.db)
 	o.connect()
-	if o.cat, err = LoadCatalog(ctx, o.conn); err != nil {
+	if o.cat, err = LoadCatalog(ctx, o.conn, nil); err != nil {
 		t.Fatal(err)
 	}
 	o.relkind = map[string]byte{}

@@ -46,7 +46,7 @@ func (s *session) connectUpstream(ctx context.Context, params map[string]string)
 	}
 	// The catalog is read on this session's own connection, before the
 	// client has it: same database, same credentials, no second login.
-	if s.catalog, err = g.catalogs.ensure(ctx, s.database, pc); err != nil {
+	if s.catalog, err = g.catalogs.ensure(ctx, s.database, pc, g.cfg.TrustedExtensions); err != nil {
 		pc.Close(ctx)
 		g.log.Warn("catalog unavailable; refusing login", zap.String("database", s.database), zap.Error(err))
 		s.auditRefusal(ReasonCatalogUnavailable)
