@@ -56,7 +56,9 @@ func oneOf[T any](g *sqlGen, xs ...T) T { return xs[g.pick(len(xs))] }
 
 // statement returns one statement.
 func (g *sqlGen) statement() string {
-	switch g.pick(12) {
+	switch g.pick(13) {
+	case 12:
+		return g.misc()
 	case 0, 1, 2, 3:
 		return g.with(1, g.selectStmt)
 	case 4:
@@ -75,6 +77,33 @@ func (g *sqlGen) statement() string {
 		return "(" + g.selectStmt(1) + ")" + oneOf(g, " UNION ", " UNION ALL ", " EXCEPT ", " INTERSECT ") + "(" + g.selectStmt(1) + ")"
 	default:
 		return g.withWritable()
+	}
+}
+
+// misc is one of the rarer forms: TABLE, VALUES, sequences read as
+// relations, LOCK, INSERT … ON CONFLICT, window functions, set-returning
+// functions in FROM, JSON operators.
+func (g *sqlGen) misc() string {
+	rel := genRels[g.pick(len(genRels))]
+	sc := []scope{{alias: "w", cols: rel.cols}}
+	switch g.pick(8) {
+	case 0:
+		return "TABLE " + rel.name
+	case 1:
+		return "VALUES (" + g.expr(3, "i", []scope{{cols: []genCol{{"1", "i"}}}}) + "), (2)"
+	case 2:
+		return "SELECT last_value, is_called FROM " + oneOf(g, "s", "orders_id_seq", "public.s")
+	case 3:
+		return "LOCK TABLE " + g.target().name + " IN " + oneOf(g, "ACCESS SHARE", "ROW EXCLUSIVE", "SHARE", "ACCESS EXCLUSIVE") + " MODE"
+	case 4:
+		return "INSERT INTO t (id, a, b) VALUES (" + fmt.Sprint(1+g.pick(8)) + ", 1, 'c') ON CONFLICT (id) DO " +
+			oneOf(g, "NOTHING", "UPDATE SET a = excluded.a + t.a", "UPDATE SET b = 'u' WHERE t.id > 2")
+	case 5:
+		return "SELECT " + g.col(sc, "i") + ", row_number() OVER (ORDER BY " + g.col(sc, "i") + "), sum(" + g.col(sc, "i") + ") OVER () FROM " + rel.name + " w"
+	case 6:
+		return "SELECT g, " + g.expr(3, "t", sc) + " FROM generate_series(1, 3) g, " + rel.name + " w WHERE g = " + g.col(sc, "i")
+	default:
+		return "SELECT jsonb_build_object('k', " + g.col(sc, "t") + ") ->> 'k', to_jsonb(w) -> 'id' FROM " + rel.name + " w"
 	}
 }
 
