@@ -132,6 +132,11 @@ refusal := "write_denied" if {
 } else := "function_not_allowed" if {
 	some f in stmt.functions
 	not function_allowed(f)
+} else := "function_not_allowed" if {
+	# OPERATOR(app.#!#) names a user operator outright; call its function
+	# by name instead, where the function sets can allow it.
+	some o in stmt.operators
+	not o.schema in {"", "pg_catalog"}
 } else := "set_denied" if {
 	stmt.set.name != ""
 	not stmt.set.name in profile.settings
@@ -169,9 +174,18 @@ table_allowed(patterns, r) if concat(".", [r.schema, r.name]) in patterns
 
 table_allowed(patterns, r) if concat(".", [r.schema, "*"]) in patterns
 
-# Unqualified calls resolve in pg_catalog first, and the sandbox cannot
-# create functions (no DDL), so a listed name means the built-in.
+# A function by bare name or in pg_catalog is the built-in of that name:
+# the gate resolves every call, operator and cast against the upstream
+# catalog and adds, qualified, each function outside pg_catalog that it can
+# reach (a user's public.lower(int) overload, the function behind a user
+# operator), so a listed bare name never lets a user function through.
 function_allowed(f) if {
 	f.schema in {"", "pg_catalog"}
 	f.name in data.sql.function_sets[profile.functions[_]]
+}
+
+# A function outside pg_catalog needs its qualified name in a function set.
+function_allowed(f) if {
+	not f.schema in {"", "pg_catalog"}
+	concat(".", [f.schema, f.name]) in data.sql.function_sets[profile.functions[_]]
 }

@@ -146,3 +146,21 @@ test_show_all_is_a_settings_read if {
 	reason_of(ro, {"command": "show", "relations": [{"schema": "pg_catalog", "name": "pg_settings", "role": "read"}]}) == "table_not_allowed"
 	sql.decision.allow with input as req(ro, {"command": "show"})
 }
+
+test_user_functions_need_a_qualified_allow if {
+	# What the gate adds for `SELECT lower(42)` when the database has a
+	# public.lower(int) overload.
+	overload := {"command": "select", "functions": [{"schema": "", "name": "lower"}, {"schema": "public", "name": "lower"}]}
+	reason_of(ro, overload) == "function_not_allowed"
+	d := sql.decision with input as req(ro, overload) with data.sql.function_sets.common as ["lower", "public.lower"]
+	d.allow
+	# The function behind a user operator (`SELECT 1 #!# 2`).
+	operator := {"command": "select", "operators": [{"schema": "", "name": "#!#"}], "functions": [{"schema": "public", "name": "app_purge"}]}
+	reason_of(ro, operator) == "function_not_allowed"
+}
+
+test_qualified_user_operator_denied if {
+	reason_of(ro, {"command": "select", "operators": [{"schema": "public", "name": "#!#"}]}) == "function_not_allowed"
+	d := sql.decision with input as req(ro, {"command": "select", "operators": [{"schema": "pg_catalog", "name": "+"}, {"schema": "", "name": "="}]})
+	d.allow
+}

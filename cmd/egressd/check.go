@@ -46,7 +46,10 @@ type checkOutput struct {
 	TLS bool `json:"tls,omitempty"`
 	// Detail explains a refusal found before Rego (a malformed URL).
 	Detail string `json:"detail,omitempty"`
-	Facts  any    `json:"facts"`
+	// Assumes states what the answer takes for granted that the gate
+	// would know (check sql without an upstream: built-ins only).
+	Assumes string `json:"assumes,omitempty"`
+	Facts   any    `json:"facts"`
 }
 
 // decided fills the output from facts and a decision.

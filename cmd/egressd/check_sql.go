@@ -10,6 +10,11 @@ import (
 	"github.com/egressd/egressd/proxy/pggate"
 )
 
+// builtinsOnly is what a check says when it could not resolve calls
+// against a real catalog.
+const builtinsOnly = "built-ins only: the config names no postgres.upstream, so every function, operator and cast is taken to be PostgreSQL's own; " +
+	"set postgres.upstream to resolve them against the database's catalog as the gate does"
+
 func init() { checkKinds["sql"] = checkSQL }
 
 // sqlStatement is one statement's facts and decision in the check output.
@@ -23,7 +28,10 @@ type sqlStatement struct {
 // the query and of every statement, made by the Postgres gate's own code
 // (pggate.DecideQuery), so a statement the gate refuses with its query
 // shows here as other_statement_denied too. The facts shown come from the
-// same parser.
+// same parser. When the config names postgres.upstream, calls, operators
+// and casts are resolved against that database's catalog as the gate
+// resolves them; a catalog that cannot be read denies
+// (catalog_unavailable), as it refuses a login.
 var checkSQL = checkKind{
 	args:  "SQL",
 	nargs: 1,
@@ -35,7 +43,21 @@ var checkSQL = checkKind{
 				db = env.identity.ID
 			}
 			pc := env.cfg.Postgres
-			qd := pggate.DecideQuery(ctx, pc, env.engine, env.identity, db, args[0])
+			var cat *sqlfacts.Catalog
+			if pc.Upstream != "" {
+				timeout := pc.StartupTimeout
+				if timeout <= 0 {
+					timeout = pggate.DefaultConfig().StartupTimeout
+				}
+				cctx, cancel := context.WithTimeout(ctx, timeout)
+				var err error
+				cat, err = pggate.UpstreamCatalog(cctx, pc, db)
+				cancel()
+				if err != nil {
+					return refusedBeforePolicy(policy.KindSQL, env, &policy.DenyError{Reason: pggate.ReasonCatalogUnavailable, Detail: err.Error(), Err: err})
+				}
+			}
+			qd := pggate.DecideQuery(ctx, pc, env.engine, env.identity, db, cat, args[0])
 			if !qd.Connect.Allow {
 				connect := &sqlfacts.Statement{Command: "connect", Database: db, Relations: []sqlfacts.Relation{}, Functions: []sqlfacts.Function{}}
 				return decided(policy.KindSQL, env, []sqlStatement{{Statement: connect, Decision: qd.Connect}}, qd.Connect)
@@ -51,7 +73,7 @@ var checkSQL = checkKind{
 				return out
 			}
 			// The facts are for the reader; the decisions are the gate's.
-			sts, err := sqlfacts.Parse(args[0], sqlfacts.Options{Database: db, SearchPath: []string{pc.SearchPath}, Limits: limits})
+			sts, err := sqlfacts.Parse(args[0], sqlfacts.Options{Database: db, SearchPath: []string{pc.SearchPath}, Limits: limits, Catalog: cat})
 			out := make([]sqlStatement, len(qd.Statements))
 			for i, sd := range qd.Statements {
 				out[i] = sqlStatement{SQL: sd.SQL, Decision: sd.Decision}
@@ -59,7 +81,11 @@ var checkSQL = checkKind{
 					out[i].Statement = sts[i]
 				}
 			}
-			return decided(policy.KindSQL, env, out, qd.Decision)
+			res := decided(policy.KindSQL, env, out, qd.Decision)
+			if cat == nil {
+				res.Assumes = builtinsOnly
+			}
+			return res
 		}
 	},
 }

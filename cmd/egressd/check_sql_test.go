@@ -2,11 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/egressd/egressd/proxy/pggate"
+	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
 func TestCheckSQL(t *testing.T) {
@@ -70,5 +76,73 @@ func TestCheckRefusesUnknownSQLProfile(t *testing.T) {
 	want := cfg + `: identities[0].attributes.sql_profile "read_olny" is not a profile`
 	if code != 2 || !strings.Contains(stderr.String(), want) {
 		t.Errorf("check sql = exit %d, %q; want exit 2 containing %q", code, stderr.String(), want)
+	}
+}
+
+// checkSQLOut runs `egressd check sql` and decodes its output.
+func checkSQLOut(t *testing.T, args ...string) (code int, out checkOutput) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code = exitCode(run(append([]string{"check", "sql"}, args...), &stdout, &stderr), &stderr)
+	if code != 2 {
+		if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+			t.Fatalf("check sql output %q: %v", stdout.String(), err)
+		}
+	}
+	return code, out
+}
+
+// Finding (issue 12): a user operator's function and an overload of a
+// built-in name: `egressd check sql` resolves them against the upstream
+// catalog when the config names one, and says it assumes built-ins
+// otherwise.
+func TestCheckSQLResolvesAgainstUpstream(t *testing.T) {
+	pg := pgtest.Start(t, pgtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := pg.Exec(ctx, "postgres", "CREATE DATABASE app"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Exec(ctx, "app", `
+		CREATE FUNCTION app_purge(int, int) RETURNS int LANGUAGE sql AS $$ SELECT 1 $$;
+		CREATE OPERATOR #!# (LEFTARG = int, RIGHTARG = int, PROCEDURE = app_purge);
+		CREATE FUNCTION public.lower(int) RETURNS text LANGUAGE sql AS $$ SELECT 'x' $$;`); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ids := "identities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_only}\n"
+	plain := filepath.Join(dir, "plain.yaml")
+	withUpstream := filepath.Join(dir, "upstream.yaml")
+	badUpstream := filepath.Join(dir, "bad.yaml")
+	t.Setenv("CHECK_SQL_PG_PASSWORD", pgtest.SuperPassword)
+	for name, body := range map[string]string{
+		plain:        ids,
+		withUpstream: ids + fmt.Sprintf("postgres:\n  upstream: postgres://%s@%s/?sslmode=disable\n  password_env: CHECK_SQL_PG_PASSWORD\n", pgtest.SuperUser, pg.Addr()),
+		badUpstream:  ids + fmt.Sprintf("postgres:\n  upstream: postgres://nobody@%s/?sslmode=disable\n  password_env: CHECK_SQL_PG_PASSWORD\n", pg.Addr()),
+	} {
+		if err := os.WriteFile(name, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name, cfg, sql string
+		code           int
+		reason         string
+		builtinsOnly   bool
+	}{
+		{"operator without upstream", plain, "SELECT 1 #!# 2", 0, "allowed", true},
+		{"operator with upstream", withUpstream, "SELECT 1 #!# 2", 1, "function_not_allowed", false},
+		{"overload without upstream", plain, "SELECT lower(42)", 0, "allowed", true},
+		{"overload with upstream", withUpstream, "SELECT lower(42)", 1, "function_not_allowed", false},
+		{"built-in with upstream", withUpstream, "SELECT upper('a') || 'b'", 0, "allowed", false},
+		{"unreadable catalog", badUpstream, "SELECT 1", 1, pggate.ReasonCatalogUnavailable, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out := checkSQLOut(t, "--config", tt.cfg, "--identity", "agent", "--database", "app", tt.sql)
+			if code != tt.code || out.Reason != tt.reason || (out.Assumes != "") != tt.builtinsOnly {
+				t.Errorf("check sql %q = exit %d, %+v; want exit %d, reason %q, assumes set %v", tt.sql, code, out, tt.code, tt.reason, tt.builtinsOnly)
+			}
+		})
 	}
 }

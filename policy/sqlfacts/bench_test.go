@@ -55,3 +55,15 @@ func BenchmarkPrescan(b *testing.B) {
 		Prescan(benchQuery, Limits{})
 	}
 }
+
+// BenchmarkParseCatalog is BenchmarkParse with a database catalog that
+// defines user functions, an operator and a cast to resolve against.
+func BenchmarkParseCatalog(b *testing.B) {
+	opt := Options{Catalog: testCatalog()}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse(benchQuery, opt); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -40,6 +40,17 @@ type Function struct {
 	Name   string `json:"name"`
 }
 
+// Operator is an operator a statement applies: as written (`a + b`,
+// `OPERATOR(app.#!#)`), or as the grammar implies it (IN and CASE compare
+// with =, NOT IN with <>, LIKE is ~~, BETWEEN is >= and <=). An operator
+// calls a function the statement never names; the gate resolves operators
+// against the upstream catalog (see Catalog).
+type Operator struct {
+	// Schema is empty when unqualified.
+	Schema string `json:"schema"`
+	Name   string `json:"name"`
+}
+
 // Copy describes a COPY statement.
 type Copy struct {
 	// Direction is "from" (into a table) or "to".
@@ -87,6 +98,8 @@ type Statement struct {
 	DDL       bool       `json:"ddl"`
 	Relations []Relation `json:"relations"`
 	Functions []Function `json:"functions"`
+	// Operators are the operators applied anywhere in the statement.
+	Operators []Operator `json:"operators"`
 	// WritableCTE is set when a WITH query is INSERT/UPDATE/DELETE/MERGE.
 	WritableCTE bool `json:"writable_cte"`
 	// SelectInto is set for SELECT … INTO (which creates a table).
@@ -126,6 +139,13 @@ type Statement struct {
 	// or could have been: texts that differ only in constants, and so
 	// normalize alike, may then have different facts.
 	ConstantFacts bool `json:"-"`
+	// casts are the type names (last component) the statement casts to,
+	// for Catalog.resolve; they reach the policy only as the functions a
+	// user-defined cast calls.
+	casts []string
+	// opsBuf backs Operators for statements with few of them, saving the
+	// allocations of growing the slice.
+	opsBuf [4]Operator
 }
 
 // Kind is policy.KindSQL.
@@ -154,6 +174,10 @@ func (s *Statement) appendKey(dst []byte) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(s.Functions)))
 	for _, f := range s.Functions {
 		dst = appendStr(appendStr(dst, f.Schema), f.Name)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(s.Operators)))
+	for _, o := range s.Operators {
+		dst = appendStr(appendStr(dst, o.Schema), o.Name)
 	}
 	dst = appendStr(appendStr(dst, s.Transaction), s.Channel)
 	if c := s.Copy; c != nil {
@@ -219,11 +243,19 @@ func (s *Statement) object() ast.Object {
 			ast.Item(ast.StringTerm("name"), ast.StringTerm(f.Name)),
 		)
 	}
+	ops := make([]*ast.Term, len(s.Operators))
+	for i, op := range s.Operators {
+		ops[i] = ast.ObjectTerm(
+			ast.Item(ast.StringTerm("schema"), ast.StringTerm(op.Schema)),
+			ast.Item(ast.StringTerm("name"), ast.StringTerm(op.Name)),
+		)
+	}
 	o := ast.NewObject(
 		ast.Item(ast.StringTerm("command"), ast.StringTerm(s.Command)),
 		ast.Item(ast.StringTerm("ddl"), ast.BooleanTerm(s.DDL)),
 		ast.Item(ast.StringTerm("relations"), ast.ArrayTerm(rels...)),
 		ast.Item(ast.StringTerm("functions"), ast.ArrayTerm(funcs...)),
+		ast.Item(ast.StringTerm("operators"), ast.ArrayTerm(ops...)),
 		ast.Item(ast.StringTerm("writable_cte"), ast.BooleanTerm(s.WritableCTE)),
 		ast.Item(ast.StringTerm("select_into"), ast.BooleanTerm(s.SelectInto)),
 		ast.Item(ast.StringTerm("locking"), ast.BooleanTerm(s.Locking)),

@@ -184,11 +184,15 @@ func TestPrescanIgnoresLiterals(t *testing.T) {
 }
 
 func TestAppendKeyDistinguishes(t *testing.T) {
-	a := parseOne(t, "SELECT * FROM a")
-	b := parseOne(t, "SELECT * FROM b")
+	a := parseOne(t, "SELECT * FROM a WHERE x = 1")
+	b := parseOne(t, "SELECT * FROM b WHERE x = 1")
 	c := parseOne(t, "SELECT * FROM a WHERE x = 5")
+	d := parseOne(t, "SELECT * FROM a WHERE x #!# 1")
 	if string(a.AppendKey(nil)) == string(b.AppendKey(nil)) {
 		t.Errorf("AppendKey equal for different tables")
+	}
+	if string(a.AppendKey(nil)) == string(d.AppendKey(nil)) {
+		t.Errorf("AppendKey equal for different operators")
 	}
 	if string(a.AppendKey(nil)) != string(c.AppendKey(nil)) {
 		t.Errorf("AppendKey differs for the same facts")

@@ -23,6 +23,11 @@ type Options struct {
 	// work, if not nil, is added the walkers' lookups (walker.work), for
 	// the test of the extraction's linear bound.
 	work *int
+	// Catalog is what the session's database defines outside pg_catalog:
+	// every call, operator and cast that can resolve to one of its
+	// functions adds that function to the facts. If nil, every function,
+	// operator and cast is assumed to be a built-in.
+	Catalog *Catalog
 }
 
 // Parse pre-scans sql, parses it with pg_query and returns the facts of
@@ -61,7 +66,7 @@ func Parse(sql string, opt Options) ([]*Statement, error) {
 	}
 	out := []*Statement{}
 	err = d.Items(stmts, func(raw int32) error {
-		c := classifier{d: d, defSchema: def}
+		c := classifier{d: d, defSchema: def, cat: opt.Catalog}
 		st, err := c.classify(d.Get(raw, keyStmt))
 		if opt.work != nil {
 			*opt.work += c.work
@@ -81,6 +86,7 @@ func Parse(sql string, opt Options) ([]*Statement, error) {
 			setQuantities(st.Set, c.setArgs)
 		}
 		st.Database = opt.Database
+		opt.Catalog.resolve(st, def)
 		if st.Text, err = stmtText(d, sql, raw); err != nil {
 			return err
 		}
@@ -123,6 +129,8 @@ func stmtText(d *jsontree.Doc, sql string, raw int32) (string, error) {
 type classifier struct {
 	d         *jsontree.Doc
 	defSchema string
+	// cat, if set, is the database's catalog (see Options.Catalog).
+	cat *Catalog
 	// inexact is set when the JSON cannot tell whether EXPLAIN's ANALYZE
 	// is on (see explainAnalyze); inexactSet when it cannot tell a SET's
 	// value (see setValue), which has setArgs arguments.
@@ -142,6 +150,7 @@ func (c *classifier) classify(n int32) (*Statement, error) {
 		command = f.msg.command
 	}
 	st := &Statement{Command: command, Relations: []Relation{}, Functions: []Function{}}
+	st.Operators = st.opsBuf[:0]
 	st.DDL = !nonDDL[st.Command]
 	var err error
 	switch typ {
@@ -198,7 +207,7 @@ func (c *classifier) classify(n int32) (*Statement, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &walker{d: d, st: st, defSchema: c.defSchema}
+	w := &walker{d: d, st: st, defSchema: c.defSchema, cat: c.cat}
 	err = w.msg(nodeInfo, n)
 	c.work += w.work
 	if err != nil {

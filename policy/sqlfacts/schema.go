@@ -34,6 +34,7 @@ const (
 	kindLockTarget // LOCK, TRUNCATE: relations are targets
 	kindTypeName   // a type, which may be a relation's row type
 	kindTypeCast   // a cast, which to a reg* type names a relation or function
+	kindOperators  // A_Expr, SubLink, SortBy, JoinExpr, CaseExpr: see operators.go
 )
 
 type msgInfo struct {
@@ -172,6 +173,8 @@ func messageKinds() map[protoreflect.FullName]msgKind {
 		&pg_query.DeleteStmt{}: kindFilteredDML, &pg_query.MergeStmt{}: kindMerge, &pg_query.CopyStmt{}: kindCopy,
 		&pg_query.LockStmt{}: kindLockTarget, &pg_query.TruncateStmt{}: kindLockTarget,
 		&pg_query.TypeName{}: kindTypeName, &pg_query.TypeCast{}: kindTypeCast,
+		&pg_query.A_Expr{}: kindOperators, &pg_query.SubLink{}: kindOperators, &pg_query.SortBy{}: kindOperators,
+		&pg_query.CaseExpr{}: kindOperators, &pg_query.JoinExpr{}: kindOperators,
 	} {
 		kinds[m.ProtoReflect().Descriptor().FullName()] = k
 	}

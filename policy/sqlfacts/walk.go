@@ -57,6 +57,9 @@ type walker struct {
 	// work counts the names the lookups above examine: the test of the
 	// walker's linear bound reads it.
 	work int
+	// cat and seenOps serve operators.go.
+	cat     *Catalog
+	seenOps map[Operator]bool
 }
 
 func (w *walker) pushCTE(name string) {
@@ -294,6 +297,7 @@ func (w *walker) msg(mi *msgInfo, v int32) error {
 		return w.fields(mi, v, "", "")
 	case kindTypeCast:
 		w.cast(d.Get(v, keyArg), d.Get(v, keyTypeName))
+		w.operators(mi, v)
 		return w.fields(mi, v, "", "")
 	}
 	mark := len(w.ctes)
@@ -302,6 +306,8 @@ func (w *walker) msg(mi *msgInfo, v int32) error {
 	case kindFuncCall:
 		schema, name := w.function(d.Get(v, keyFuncname))
 		w.nameArgs(schema, name, d.Get(v, keyArgs))
+	case kindOperators:
+		w.operators(mi, v)
 	case kindSelect:
 		// WITH first: its names scope the rest of the statement, and the
 		// JSON has it near the end.

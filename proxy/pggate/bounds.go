@@ -23,12 +23,12 @@ const (
 // costs one linear scan and one audit record, not a parse and a record per
 // statement; the check after evaluate holds the cap even where the scan
 // and the parser disagree.
-func (g *Gate) verdictFor(ctx context.Context, ident policy.Identity, db, prefix, text string) *verdict {
+func (g *Gate) verdictFor(ctx context.Context, ident policy.Identity, db, prefix string, cat *sqlfacts.Catalog, text string) *verdict {
 	// Without a ';' there is at most one statement: no scan needed.
 	if strings.IndexByte(text, ';') >= 0 && sqlfacts.CountStatements(text, g.cfg.MaxStatements) > g.cfg.MaxStatements {
 		return g.refused(&policy.DenyError{Reason: reasonTooManyStatements})
 	}
-	v := g.evaluate(ctx, ident, db, prefix, text)
+	v := g.evaluate(ctx, ident, db, prefix, cat, text)
 	if len(v.stmts) > g.cfg.MaxStatements {
 		return g.refused(&policy.DenyError{Reason: reasonTooManyStatements})
 	}

@@ -33,9 +33,9 @@ type StatementDecision struct {
 // DecideQuery decides text for ident on database db by the gate's own code
 // — the connect decision, the statement cap, the pre-scan, the parser and
 // egress.sql, with the same reasons — without a network session, verdict
-// cache or audit. `egressd check sql` calls it so that its answer cannot
+// cache or audit; cat is the database's catalog (nil: built-ins only). `egressd check sql` calls it so that its answer cannot
 // drift from what a session gets. cfg need not enable the listener.
-func DecideQuery(ctx context.Context, cfg Config, engine Decider, ident policy.Identity, db, text string) QueryDecision {
+func DecideQuery(ctx context.Context, cfg Config, engine Decider, ident policy.Identity, db string, cat *sqlfacts.Catalog, text string) QueryDecision {
 	cfg = cfg.withDefaults()
 	g := &Gate{cfg: cfg, log: zap.NewNop(), limits: limitsOf(cfg)}
 	g.cur.Store(&current{engine: engine})
@@ -45,7 +45,7 @@ func DecideQuery(ctx context.Context, cfg Config, engine Decider, ident policy.I
 		out.Decision = out.Connect
 		return out
 	}
-	v := g.verdictFor(ctx, ident, db, cacheKeyPrefix(ident, db), text)
+	v := g.verdictFor(ctx, ident, db, cacheKeyPrefix(ident, db), cat, text)
 	out.Decision = policy.Decision{Allow: v.allow, Reason: v.reason, Policy: engine.Digest()}
 	if v.allow {
 		out.Reason = "allowed"

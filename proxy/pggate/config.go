@@ -66,6 +66,19 @@ type Config struct {
 	// CacheSize bounds the per-query decision cache (entries); -1 disables
 	// it. If zero, 10000 is used.
 	CacheSize int `yaml:"cache_size"`
+	// CatalogTTL is how long a database's catalog snapshot (its functions,
+	// operators and casts outside pg_catalog) is used before it is read
+	// again: by the next login to that database, or in the background when
+	// an open session finds it older; a reload reads every snapshot again.
+	// If zero, 1m is used.
+	CatalogTTL time.Duration `yaml:"catalog_ttl"`
+	// TrustedExtensions are extensions whose functions, operators and casts
+	// count as built-ins: a call or operator that reaches them needs no
+	// qualified allow, and their bare names in a function set allow them.
+	// Extensions such as citext, hstore or PostGIS define = and other
+	// common operators, which otherwise make every statement that applies
+	// them reach the extension's functions. If empty, none.
+	TrustedExtensions []string `yaml:"trusted_extensions"`
 }
 
 // DefaultConfig returns the documented defaults (the gate disabled).
@@ -81,6 +94,7 @@ func DefaultConfig() Config {
 		IdleTimeout:             time.Hour,
 		CacheSize:               10000,
 		MaxStatements:           100,
+		CatalogTTL:              time.Minute,
 	}
 }
 
@@ -115,6 +129,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxStatements == 0 {
 		c.MaxStatements = d.MaxStatements
+	}
+	if c.CatalogTTL == 0 {
+		c.CatalogTTL = d.CatalogTTL
 	}
 	return c
 }
@@ -161,6 +178,9 @@ func (c *Config) Validate() error {
 	}
 	if c.IdleTimeout < 0 {
 		return fmt.Errorf("idle_timeout must be >= 0, got %q", c.IdleTimeout)
+	}
+	if c.CatalogTTL < 0 {
+		return fmt.Errorf("catalog_ttl must be >= 0, got %q", c.CatalogTTL)
 	}
 	if c.CacheSize < -1 {
 		return fmt.Errorf("cache_size must be >= -1, got %d", c.CacheSize)

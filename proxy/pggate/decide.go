@@ -51,10 +51,12 @@ type stmtAudit struct {
 // written every time.
 func (s *session) decide(text string) *verdict {
 	g := s.g
-	key := cacheKey{prefix: s.keyPrefix, digest: g.engine().Digest(), text: text}
+	s.catalogExpired()
+	cat := s.catalog.load()
+	key := cacheKey{prefix: s.keyPrefix, digest: g.engine().Digest(), catalog: cat.Digest(), text: text}
 	v, ok := g.cache.get(key)
 	if !ok {
-		v = g.verdictFor(context.Background(), s.identity, s.database, s.keyPrefix, text)
+		v = g.verdictFor(context.Background(), s.identity, s.database, s.keyPrefix, cat, text)
 		if v.cacheable {
 			g.cache.add(key, v)
 		}
@@ -73,9 +75,10 @@ func (s *session) decide(text string) *verdict {
 	return v
 }
 
-// evaluate parses and decides text. It never calls pg_query on text the
-// pre-scan refused: that is the crash the pre-scan exists to prevent.
-func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, text string) *verdict {
+// evaluate parses and decides text with db's catalog cat. It never calls
+// pg_query on text the pre-scan refused: that is the crash the pre-scan
+// exists to prevent.
+func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix string, cat *sqlfacts.Catalog, text string) *verdict {
 	if err := sqlfacts.Prescan(text, g.limits); err != nil {
 		return g.refused(err)
 	}
@@ -85,7 +88,7 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 	var skey cacheKey
 	var buf [256]byte
 	if shape, ok := shapeOf(text, buf[:0]); ok {
-		skey = cacheKey{prefix: prefix, digest: digest, text: string(shape), shape: true}
+		skey = cacheKey{prefix: prefix, digest: digest, catalog: cat.Digest(), text: string(shape), shape: true}
 		if v, ok := g.ncache.get(skey); ok {
 			return v
 		}
@@ -98,12 +101,12 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 	// form gets the same verdict (TestNormalizedTextDeterminesFacts in
 	// sqlfacts), except texts whose facts were read from constants, which
 	// are never stored here (see below).
-	nkey := cacheKey{prefix: prefix, digest: digest, text: norm, normalized: true}
+	nkey := cacheKey{prefix: prefix, digest: digest, catalog: cat.Digest(), text: norm, normalized: true}
 	if v, ok := g.ncache.get(nkey); ok {
 		g.addShape(skey, norm, v)
 		return v
 	}
-	sts, err := sqlfacts.Parse(text, sqlfacts.Options{Database: db, SearchPath: []string{g.cfg.SearchPath}, Limits: g.limits})
+	sts, err := sqlfacts.Parse(text, g.parseOptions(db, cat))
 	if err != nil {
 		return g.refused(err)
 	}
@@ -151,6 +154,11 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 		g.addShape(skey, norm, v)
 	}
 	return v
+}
+
+// parseOptions are the options the gate parses a session's text with.
+func (g *Gate) parseOptions(db string, cat *sqlfacts.Catalog) sqlfacts.Options {
+	return sqlfacts.Options{Database: db, SearchPath: []string{g.cfg.SearchPath}, Limits: g.limits, Catalog: cat}
 }
 
 // addShape caches v under the text's shape, but only when the shape is
@@ -250,11 +258,12 @@ func cacheKeyPrefix(id policy.Identity, db string) string {
 }
 
 // cacheKey names a verdict without building a string: who decides (the
-// session's identity/database prefix), which bundle, and the exact query
-// text, its normalized form, or its shape (shapeOf).
+// session's identity/database prefix), which bundle, which catalog of the
+// database (a new user function changes what a call resolves to), and the
+// exact query text, its normalized form, or its shape (shapeOf).
 type cacheKey struct {
-	prefix, digest, text string
-	normalized, shape    bool
+	prefix, digest, catalog, text string
+	normalized, shape             bool
 }
 
 // verdictCache is a bounded map; when full it starts over, which keeps

@@ -92,6 +92,8 @@ type Gate struct {
 	slots            slotTable
 	upstreamMaxConns atomic.Int64
 	learnMu          sync.Mutex
+	// catalogs are the upstream databases' catalogs, by database.
+	catalogs catalogs
 	// cur holds the engine and identity table; Update swaps them on
 	// reload without touching sessions in flight.
 	cur atomic.Pointer[current]
@@ -101,6 +103,8 @@ type Gate struct {
 	conns    map[net.Conn]struct{}
 	shutdown bool
 	wg       sync.WaitGroup
+	// refreshing counts the catalog refreshes in flight (tests wait on it).
+	refreshing sync.WaitGroup
 }
 
 // New builds a gate. It reads the upstream password (environment or file)
@@ -125,6 +129,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		lns:    map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
 	}
 	g.cancels.m = map[uint32]*cancelTarget{}
+	g.catalogs = catalogs{ttl: cfg.CatalogTTL, m: map[string]*dbCatalog{}}
 	g.cur.Store(&current{engine: deps.Engine, ids: deps.Identities})
 	nonce := make([]byte, 8)
 	rand.Read(nonce)
@@ -136,19 +141,8 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		return nil, fmt.Errorf("postgres.upstream: %w", err)
 	}
 	g.upstream = upstream
-	switch {
-	case cfg.PasswordEnv != "":
-		pw, ok := os.LookupEnv(cfg.PasswordEnv)
-		if !ok {
-			return nil, fmt.Errorf("postgres.password_env: environment variable %s is not set", cfg.PasswordEnv)
-		}
-		g.password = pw
-	case cfg.PasswordFile != "":
-		b, err := os.ReadFile(cfg.PasswordFile)
-		if err != nil {
-			return nil, fmt.Errorf("postgres.password_file: %w", err)
-		}
-		g.password, _, _ = strings.Cut(strings.TrimRight(string(b), "\r\n"), "\n")
+	if g.password, err = upstreamPassword(cfg); err != nil {
+		return nil, err
 	}
 	if cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
@@ -160,6 +154,27 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	return g, nil
 }
 
+// upstreamPassword reads the upstream password from the environment
+// variable or file the config names; "" if it names neither.
+func upstreamPassword(cfg Config) (string, error) {
+	switch {
+	case cfg.PasswordEnv != "":
+		pw, ok := os.LookupEnv(cfg.PasswordEnv)
+		if !ok {
+			return "", fmt.Errorf("postgres.password_env: environment variable %s is not set", cfg.PasswordEnv)
+		}
+		return pw, nil
+	case cfg.PasswordFile != "":
+		b, err := os.ReadFile(cfg.PasswordFile)
+		if err != nil {
+			return "", fmt.Errorf("postgres.password_file: %w", err)
+		}
+		pw, _, _ := strings.Cut(strings.TrimRight(string(b), "\r\n"), "\n")
+		return pw, nil
+	}
+	return "", nil
+}
+
 type current struct {
 	engine Decider
 	ids    Identities
@@ -169,11 +184,14 @@ type current struct {
 // or identity reload). A logged-in session keeps the identity it logged in
 // with; its next statement is decided by the new engine, and the decision
 // cache, keyed by the bundle digest, never serves the old bundle's answers.
+// Every database's catalog is read again, in the background and at its
+// next login.
 func (g *Gate) Update(engine Decider, ids Identities) {
 	if engine == nil || ids == nil {
 		return
 	}
 	g.cur.Store(&current{engine: engine, ids: ids})
+	g.refreshCatalogs()
 }
 
 func (g *Gate) engine() Decider { return g.cur.Load().engine }

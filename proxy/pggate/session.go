@@ -41,6 +41,9 @@ type session struct {
 	remote    string
 	keyPrefix string
 	pid       uint32
+	// catalog is the session's database's catalog holder: decisions use
+	// its newest snapshot.
+	catalog *dbCatalog
 
 	// stmts are the prepared statements this session had vetted; Bind
 	// may name only these.

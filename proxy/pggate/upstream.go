@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/zap"
 )
 
 // pinnedParams are the upstream settings the parser relies on: pg_query
@@ -30,6 +31,14 @@ func (s *session) connectUpstream(ctx context.Context, params map[string]string)
 	pc, err := pgconn.ConnectConfig(ctx, g.upstreamConfig(s.database, params))
 	if err != nil {
 		return fmt.Errorf("connect upstream: %w", err)
+	}
+	// The catalog is read on this session's own connection, before the
+	// client has it: same database, same credentials, no second login.
+	if s.catalog, err = g.catalogs.ensure(ctx, s.database, pc, g.cfg.TrustedExtensions); err != nil {
+		pc.Close(ctx)
+		g.log.Warn("catalog unavailable; refusing login", zap.String("database", s.database), zap.Error(err))
+		s.auditRefusal(ReasonCatalogUnavailable)
+		return fatalf(codeCannotConnect, "egressd: denied: %s (the gate could not read the database's catalog)", ReasonCatalogUnavailable)
 	}
 	hc, err := pc.Hijack()
 	if err != nil {

@@ -1,0 +1,230 @@
+package pggate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// catalogDBs numbers the databases the catalog tests create, so that each
+// test's user functions stay its own in the shared cluster.
+var catalogDBs atomic.Int32
+
+// catalogDB creates a database holding a witness table, purged, and runs
+// setup in it as the superuser.
+func catalogDB(t *testing.T, setup string) string {
+	t.Helper()
+	pg := sharedPG(t)
+	db := fmt.Sprintf("catalog%d", catalogDBs.Add(1))
+	ctx := ctxT(t)
+	if err := pg.Exec(ctx, "postgres", "CREATE DATABASE "+db); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Exec(ctx, db, `CREATE TABLE purged (fn text);`+setup); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func purgedRows(t *testing.T, db string) string {
+	t.Helper()
+	return rows(t, connect(t, sharedPG(t).DSN(db)), "SELECT count(*) FROM purged")[0][0]
+}
+
+// Finding (issue 12): a user-defined operator ran app_purge although
+// `SELECT app_purge(1,2)` was denied.
+func TestUserOperatorNeedsItsFunctionAllowed(t *testing.T) {
+	db := catalogDB(t, `
+		CREATE FUNCTION app_purge(int, int) RETURNS int LANGUAGE sql AS $$ INSERT INTO purged VALUES ('app_purge') RETURNING 1 $$;
+		CREATE OPERATOR #!# (LEFTARG = int, RIGHTARG = int, PROCEDURE = app_purge);`)
+	f := startGate(t, sharedPG(t), nil)
+	c := connect(t, f.dsn("agent-ro", passRO, db))
+	for _, sql := range []string{
+		"SELECT app_purge(1, 2)",
+		"SELECT 1 #!# 2",
+		"SELECT 1 WHERE 2 = (1 #!# 2)",
+		"EXPLAIN ANALYZE SELECT 1 #!# 2",
+	} {
+		_, err := c.Exec(ctxT(t), sql).ReadAll()
+		wantDenied(t, err, "function_not_allowed")
+	}
+	if n := purgedRows(t, db); n != "0" {
+		t.Errorf("app_purge ran %s times through the gate; want 0", n)
+	}
+	if got := rows(t, c, "SELECT 1 + 2"); got[0][0] != "3" {
+		t.Errorf("SELECT 1 + 2 = %v; want 3 (built-in operators stay allowed)", got)
+	}
+}
+
+// Finding (issue 12): `lower(42)` resolved to a user-created
+// public.lower(int) overload, as the allow-list assumed a listed name
+// means the built-in.
+func TestOverloadOfBuiltinNeedsAllow(t *testing.T) {
+	db := catalogDB(t, `
+		CREATE FUNCTION public.lower(int) RETURNS text LANGUAGE sql AS $$ INSERT INTO purged VALUES ('lower') RETURNING 'x' $$;`)
+	f := startGate(t, sharedPG(t), nil)
+	c := connect(t, f.dsn("agent-ro", passRO, db))
+	_, err := c.Exec(ctxT(t), "SELECT lower(42)").ReadAll()
+	wantDenied(t, err, "function_not_allowed")
+	if n := purgedRows(t, db); n != "0" {
+		t.Errorf("public.lower(int) ran %s times through the gate; want 0", n)
+	}
+	// In a database without the overload, lower is the built-in.
+	c2 := connect(t, f.dsn("agent-ro", passRO, "app"))
+	if got := rows(t, c2, "SELECT lower('A')"); got[0][0] != "a" {
+		t.Errorf("SELECT lower('A') in app = %v; want a", got)
+	}
+}
+
+// A cast to a domain runs the functions of its CHECK constraints (found by
+// TestOracle): they need an allow like any other user function.
+func TestDomainCheckNeedsItsFunctionAllowed(t *testing.T) {
+	db := catalogDB(t, `
+		CREATE FUNCTION app_check(text) RETURNS bool LANGUAGE plpgsql AS $$ BEGIN INSERT INTO purged VALUES ('app_check'); RETURN true; END $$;
+		CREATE DOMAIN checked AS text CHECK (app_check(VALUE));
+		CREATE DOMAIN checked_twice AS checked CHECK (length(VALUE) < 10);`)
+	f := startGate(t, sharedPG(t), nil)
+	c := connect(t, f.dsn("agent-ro", passRO, db))
+	for _, sql := range []string{"SELECT 'a'::checked", "SELECT CAST('a' AS checked_twice)"} {
+		_, err := c.Exec(ctxT(t), sql).ReadAll()
+		wantDenied(t, err, "function_not_allowed")
+	}
+	if n := purgedRows(t, db); n != "0" {
+		t.Errorf("app_check ran %s times through the gate; want 0", n)
+	}
+}
+
+// Extensions that define common operators (citext defines =) make every
+// statement applying them reach the extension's functions, which need an
+// allow; trusted_extensions counts an extension's members as built-ins.
+func TestTrustedExtensionCountsAsBuiltin(t *testing.T) {
+	db := catalogDB(t, `
+		CREATE EXTENSION citext;
+		CREATE FUNCTION app_purge(int, int) RETURNS int LANGUAGE sql AS $$ INSERT INTO purged VALUES ('app_purge') RETURNING 1 $$;
+		CREATE OPERATOR #!# (LEFTARG = int, RIGHTARG = int, PROCEDURE = app_purge);`)
+	strict := startGate(t, sharedPG(t), nil)
+	c := connect(t, strict.dsn("agent-ro", passRO, db))
+	_, err := c.Exec(ctxT(t), "SELECT 1 WHERE 1 = 1").ReadAll()
+	wantDenied(t, err, "function_not_allowed")
+	trusting := startGate(t, sharedPG(t), func(c *Config) { c.TrustedExtensions = []string{"citext", `odd"name\`} })
+	c2 := connect(t, trusting.dsn("agent-ro", passRO, db))
+	if got := rows(t, c2, "SELECT 1 WHERE 1 = 1"); len(got) != 1 || got[0][0] != "1" {
+		t.Errorf("SELECT 1 WHERE 1 = 1 with citext trusted = %v; want [[1]]", got)
+	}
+	// Trusting an extension trusts nothing else.
+	_, err = c2.Exec(ctxT(t), "SELECT 1 #!# 2").ReadAll()
+	wantDenied(t, err, "function_not_allowed")
+	if n := purgedRows(t, db); n != "0" {
+		t.Errorf("app_purge ran %s times through the gate; want 0", n)
+	}
+}
+
+// A function created after the gate read the catalog is seen after a
+// reload: by the session open before it and by the next login.
+func TestCatalogReadAgainAfterReload(t *testing.T) {
+	db := catalogDB(t, "")
+	f := startGate(t, sharedPG(t), func(c *Config) { c.CatalogTTL = time.Hour })
+	c := connect(t, f.dsn("agent-ro", passRO, db))
+	if got := rows(t, c, "SELECT upper('a')"); got[0][0] != "A" {
+		t.Fatalf("SELECT upper('a') = %v; want A", got)
+	}
+	if err := sharedPG(t).Exec(ctxT(t), db, `
+		CREATE FUNCTION public.upper(int) RETURNS text LANGUAGE sql AS $$ INSERT INTO purged VALUES ('upper') RETURNING 'x' $$;`); err != nil {
+		t.Fatal(err)
+	}
+	f.gate.Update(testEngine(t), testIdentities(t))
+	f.gate.refreshing.Wait()
+	// The session that began before the reload decides with the refreshed
+	// snapshot of its database.
+	_, err := c.Exec(ctxT(t), "SELECT upper(43)").ReadAll()
+	wantDenied(t, err, "function_not_allowed")
+	c2 := connect(t, f.dsn("agent-ro", passRO, db))
+	_, err = c2.Exec(ctxT(t), "SELECT upper(42)").ReadAll()
+	wantDenied(t, err, "function_not_allowed")
+	if n := purgedRows(t, db); n != "0" {
+		t.Errorf("public.upper(int) ran %s times through the gate; want 0", n)
+	}
+}
+
+// An open session's catalog older than catalog_ttl is read again, so a
+// long session sees a function created after it began.
+func TestCatalogTTLRefreshesOpenSession(t *testing.T) {
+	db := catalogDB(t, "")
+	f := startGate(t, sharedPG(t), func(c *Config) { c.CatalogTTL = time.Nanosecond })
+	c := connect(t, f.dsn("agent-ro", passRO, db))
+	if err := sharedPG(t).Exec(ctxT(t), db, `
+		CREATE FUNCTION public.upper(int) RETURNS text LANGUAGE sql AS $$ INSERT INTO purged VALUES ('upper') RETURNING 'x' $$;`); err != nil {
+		t.Fatal(err)
+	}
+	// This statement finds the snapshot expired and starts the read.
+	if got := rows(t, c, "SELECT 1"); got[0][0] != "1" {
+		t.Fatalf("SELECT 1 = %v; want 1", got)
+	}
+	f.gate.refreshing.Wait()
+	_, err := c.Exec(ctxT(t), "SELECT upper(42)").ReadAll()
+	wantDenied(t, err, "function_not_allowed")
+	if n := purgedRows(t, db); n != "0" {
+		t.Errorf("public.upper(int) ran %s times through the gate; want 0", n)
+	}
+}
+
+// A catalog the gate cannot read refuses the login: without it a call
+// could reach a user function unseen.
+func TestCatalogUnreadableRefusesLogin(t *testing.T) {
+	db := catalogDB(t, `
+		CREATE ROLE gate_limited LOGIN PASSWORD 'gate-limited-pw';
+		REVOKE SELECT ON pg_catalog.pg_cast FROM PUBLIC;`)
+	t.Cleanup(func() {
+		pg := sharedPG(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		pg.Exec(ctx, "postgres", "DROP DATABASE "+db)
+		pg.Exec(ctx, "postgres", "DROP ROLE gate_limited")
+	})
+	t.Setenv("PGGATE_LIMITED_PASSWORD", "gate-limited-pw")
+	f := startGate(t, sharedPG(t), func(c *Config) {
+		c.Upstream = strings.Replace(c.Upstream, "postgres://postgres@", "postgres://gate_limited@", 1)
+		c.PasswordEnv = "PGGATE_LIMITED_PASSWORD"
+	})
+	ctx := ctxT(t)
+	c, err := pgconn.Connect(ctx, f.dsn("agent-ro", passRO, db))
+	if err == nil {
+		c.Close(ctx)
+		t.Fatal("Connect succeeded; want catalog_unavailable")
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || !strings.Contains(pe.Message, "egressd: denied: catalog_unavailable") {
+		t.Fatalf("Connect error = %v; want egressd: denied: catalog_unavailable", err)
+	}
+	var audited bool
+	for _, r := range f.audit.records() {
+		audited = audited || r.Reason == ReasonCatalogUnavailable && r.Database == db
+	}
+	if !audited {
+		t.Errorf("audit records = %+v; want a catalog_unavailable deny for %s", f.audit.records(), db)
+	}
+}
+
+// BenchmarkLoadCatalog is the cost a login pays when its database's
+// catalog is stale: one query and the index.
+func BenchmarkLoadCatalog(b *testing.B) {
+	pg := sharedPG(b)
+	ctx := context.Background()
+	conn, err := pgconn.Connect(ctx, pg.DSN("app"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := LoadCatalog(ctx, conn, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
