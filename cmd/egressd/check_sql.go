@@ -35,7 +35,7 @@ var checkSQL = checkKind{
 			if d := env.engine.Decide(ctx, policy.Input{Identity: env.identity, Facts: connect}); !d.Allow {
 				return decided(policy.KindSQL, env, []sqlStatement{{Statement: connect, Decision: d}}, d)
 			}
-			sts, err := sqlfacts.Parse(args[0], sqlfacts.Options{
+			sts, err := sqlfacts.ParseContext(ctx, args[0], sqlfacts.Options{
 				Database:   db,
 				SearchPath: []string{pc.SearchPath},
 				Limits:     sqlfacts.Limits{MaxLen: pc.MaxQueryBytes, MaxDepth: pc.MaxNesting, MaxOps: pc.MaxOperators},

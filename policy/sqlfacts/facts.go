@@ -97,6 +97,10 @@ type Statement struct {
 
 	// Text is this statement's slice of the query text.
 	Text string `json:"-"`
+	// AuditSQL is Text with every literal replaced by $n and comments
+	// dropped, checked against the parse tree (RedactionFailed when the
+	// tree contradicts it): what an audit record may hold. Not a fact.
+	AuditSQL string `json:"-"`
 }
 
 // Kind is policy.KindSQL.

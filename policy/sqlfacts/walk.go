@@ -42,7 +42,15 @@ type walker struct {
 	// ctes is the stack of CTE names visible at the current node: an
 	// unqualified name that matches one is not a table.
 	ctes []string
+	// depth is how many msg calls are open (see maxWalkDepth).
+	depth int
 }
+
+// maxWalkDepth bounds the walk's recursion, two msg calls per tree level.
+// Go cannot recover from a goroutine stack overflow either, and a tree
+// from the contained parser may be tens of thousands of levels deep (a
+// chain of ISNULL); no query anyone writes comes near 10,000 levels.
+const maxWalkDepth = 20000
 
 func (w *walker) visibleCTE(name string) bool {
 	for i := len(w.ctes) - 1; i >= 0; i-- {
@@ -147,6 +155,10 @@ func (w *walker) msg(mi *msgInfo, v int32) error {
 	if !d.Present(v) {
 		return nil
 	}
+	if w.depth++; w.depth > maxWalkDepth {
+		return tooComplex("parse tree deeper than %d levels", maxWalkDepth/2)
+	}
+	defer func() { w.depth-- }()
 	if d.Kind(v) != jsontree.Object {
 		return treeErr("%s is not an object at %d", mi.typeName, d.Offset(v))
 	}

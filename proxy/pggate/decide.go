@@ -7,12 +7,12 @@ import (
 	"strings"
 	"sync"
 
-	pg_query "github.com/pganalyze/pg_query_go/v5"
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/policy/sqlfacts"
+	"github.com/egressd/egressd/policy/sqlparse"
 )
 
 // Reasons the gate itself denies with.
@@ -54,7 +54,15 @@ func (s *session) decide(text string) *verdict {
 	key := cacheKey{prefix: s.keyPrefix, digest: g.engine().Digest(), text: text}
 	v, ok := g.cache.get(key)
 	if !ok {
-		v = g.evaluate(context.Background(), s.identity, s.database, s.keyPrefix, text)
+		ctx := context.Background()
+		if !sqlparse.InProcess(text) {
+			// A worker parse can take a while: stop it if the client
+			// leaves meanwhile.
+			var stop func()
+			ctx, stop = s.clientGone()
+			defer stop()
+		}
+		v = g.evaluate(ctx, s.identity, s.database, s.keyPrefix, text)
 		if v.cacheable {
 			g.cache.add(key, v)
 		}
@@ -73,8 +81,9 @@ func (s *session) decide(text string) *verdict {
 	return v
 }
 
-// evaluate parses and decides text. It never calls pg_query on text the
-// pre-scan refused: that is the crash the pre-scan exists to prevent.
+// evaluate parses and decides text. Parsing is through package sqlparse,
+// which keeps a crash of libpg_query out of this process; ctx ends a parse
+// in a worker.
 func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, text string) *verdict {
 	if err := sqlfacts.Prescan(text, g.limits); err != nil {
 		return g.refused(err)
@@ -90,19 +99,26 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 			return v
 		}
 	}
-	norm, err := pg_query.Normalize(text)
-	if err != nil {
-		return g.refused(&policy.DenyError{Reason: sqlfacts.ReasonParseError, Err: err})
+	// The normalized form keys verdicts only for texts parsed in-process:
+	// Normalize costs a parse of its own, and a deep or long text is not
+	// worth the second one.
+	var norm string
+	var nkey cacheKey
+	if sqlparse.InProcess(text) {
+		var err error
+		if norm, err = sqlparse.Normalize(ctx, text); err != nil {
+			return g.refused(&policy.DenyError{Reason: sqlfacts.ReasonParseError, Err: err})
+		}
+		// Facts carry no literal values, so every text with this
+		// normalized form gets the same verdict
+		// (TestNormalizedTextDeterminesFacts in sqlfacts).
+		nkey = cacheKey{prefix: prefix, digest: digest, text: norm, normalized: true}
+		if v, ok := g.ncache.get(nkey); ok {
+			g.addShape(skey, norm, v)
+			return v
+		}
 	}
-	// Facts carry no literal values, so every text with this normalized
-	// form gets the same verdict (TestNormalizedTextDeterminesFacts in
-	// sqlfacts).
-	nkey := cacheKey{prefix: prefix, digest: digest, text: norm, normalized: true}
-	if v, ok := g.ncache.get(nkey); ok {
-		g.addShape(skey, norm, v)
-		return v
-	}
-	sts, err := sqlfacts.Parse(text, sqlfacts.Options{Database: db, SearchPath: []string{g.cfg.SearchPath}, Limits: g.limits})
+	sts, err := sqlfacts.ParseContext(ctx, text, sqlfacts.Options{Database: db, SearchPath: []string{g.cfg.SearchPath}, Limits: g.limits})
 	if err != nil {
 		return g.refused(err)
 	}
@@ -112,14 +128,13 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 		if d.Reason == policy.ReasonPolicyTimeout || d.Reason == policy.ReasonPolicyError {
 			v.cacheable = false
 		}
-		a := stmtAudit{allow: d.Allow, reason: d.Reason, rule: d.Rule, policyID: d.Policy}
-		if len(sts) == 1 {
-			a.sql = strings.TrimRight(strings.TrimSpace(norm), ";")
-		} else if a.sql, err = pg_query.Normalize(st.Text); err != nil {
-			a.sql = ""
-		}
-		if a.sql != "" {
-			a.fingerprint, _ = pg_query.Fingerprint(a.sql)
+		// The audit text is the statement redacted from its tokens and
+		// checked against its tree (Normalize keeps the literals of
+		// utility statements); the fingerprint is of that text, since a
+		// fingerprint of the literals would let a reader test guesses.
+		a := stmtAudit{allow: d.Allow, reason: d.Reason, rule: d.Rule, policyID: d.Policy, sql: st.AuditSQL}
+		if a.sql != sqlfacts.RedactionFailed {
+			a.fingerprint, _ = sqlparse.Fingerprint(ctx, a.sql)
 		}
 		if !d.Allow {
 			a.reason = sanitizeReason(d.Reason)
@@ -136,7 +151,7 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 			}
 		}
 	}
-	if v.cacheable {
+	if v.cacheable && nkey.normalized {
 		g.ncache.add(nkey, v)
 		g.addShape(skey, norm, v)
 	}
@@ -161,7 +176,10 @@ func (g *Gate) refused(err error) *verdict {
 		reason = sanitizeReason(de.Reason)
 	}
 	digest := g.engine().Digest()
-	return &verdict{reason: reason, cacheable: true,
+	// A parse the client abandoned or the worker ran out of time on may
+	// succeed next time; a crash or a syntax error will not.
+	cacheable := !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	return &verdict{reason: reason, cacheable: cacheable,
 		stmts: []stmtAudit{{reason: reason, policyID: digest}}}
 }
 
