@@ -112,9 +112,15 @@ func TestWorkerParses(t *testing.T) {
 	if _, err := ParseToJSON(ctx, "SELECT (("+strings.Repeat("a ISNULL ", 3000)); !errors.As(err, &pe) || pe.Message == "" {
 		t.Errorf("ParseToJSON(invalid deep text) = %v; want a *sqlparse.Error from the worker", err)
 	}
-	tree, err := Parse(ctx, deep)
-	if err != nil || len(tree.Stmts) != 1 {
-		t.Errorf("Parse(deep) = %v, %v; want one statement", tree, err)
+	// Wide rather than deep: Go's protobuf decoder stops at 10,000
+	// levels (an error, not a crash).
+	wide := "SELECT a" + strings.Repeat(", a", 5000)
+	if InProcess(wide) {
+		t.Fatal("5,001 columns are in-process; want a worker parse")
+	}
+	tree, err := Parse(ctx, wide)
+	if err != nil || len(tree.Stmts) != 1 || len(tree.Stmts[0].GetStmt().GetSelectStmt().GetTargetList()) != 5001 {
+		t.Errorf("Parse(5,001 columns) = %v; want one SELECT of 5,001 columns", err)
 	}
 }
 
