@@ -38,6 +38,12 @@ func Redact(sql string) string {
 		}
 		switch kind {
 		case String, Number:
+			// Glued to a word or a lone '$' (errors to PostgreSQL
+			// anyway), "$1" could read as the end of a dollar-quote tag
+			// ("$a" + "$1"); a space keeps it a parameter.
+			if s := b.String(); len(s) > 0 && isIdentChar(s[len(s)-1]) {
+				b.WriteByte(' ')
+			}
 			b.WriteByte('$')
 			b.WriteString(strconv.Itoa(next))
 			next++
