@@ -147,9 +147,13 @@ func (p *pool) failed() {
 
 // startWorker re-executes this binary as a worker.
 func startWorker() (*worker, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("start sql parser: find own executable: %w", err)
+	// /proc/self/exe still names this binary after an upgrade replaced
+	// or removed the file on disk; os.Executable's path would not.
+	exe := "/proc/self/exe"
+	if _, err := os.Stat(exe); err != nil {
+		if exe, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("start sql parser: find own executable: %w", err)
+		}
 	}
 	cmd := exec.Command(exe, "sqlparse-worker")
 	// Only the marker: the worker needs nothing of the parent's
