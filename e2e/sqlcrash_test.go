@@ -69,12 +69,20 @@ identities:
 		{"cross join x75000", "SELECT 1 FROM t" + strings.Repeat(" CROSS JOIN t", 75000)},
 	}
 	for _, c := range deepsql.Constructs {
+		// 116,000 statements in one query is not deep; it is the
+		// statements-per-query cap's case (and its 116,000 audit records
+		// would fill the audit queue).
+		if c.Name == "statements" {
+			continue
+		}
 		cases = append(cases, crashCase{c.Name + " largest", c.Text(c.MaxN(1 << 20))})
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
+			start := time.Now()
+			defer func() { t.Logf("%s: %v", tc.name, time.Since(start)) }()
 			c, err := pgconn.Connect(ctx, dsn)
 			if err != nil {
 				t.Fatalf("connect: %v (egressd exited: %v)", err, e.Exited())
@@ -88,13 +96,21 @@ identities:
 			if e.Exited() {
 				t.Fatalf("egressd exited after %s:\n%s", tc.name, e.Log())
 			}
-			recs := e.WaitRecords(t, "for "+tc.name, func(r audit.Record) bool {
-				return r.Kind == "sql" && r.Client == client
-			})
-			if len(recs) < 2 {
-				t.Errorf("%d audit records for the Query and the Parse; want 2 or more", len(recs))
-			}
 			selectOne(t, ctx, c, "the same session")
+			// Records are written in order: once the SELECT 1 is in the
+			// log, the Query's and the Parse's are too.
+			e.WaitRecords(t, "of SELECT 1 after "+tc.name, func(r audit.Record) bool {
+				return r.Kind == "sql" && r.Client == client && r.SQL == "SELECT $1"
+			})
+			n := 0
+			for _, r := range e.Records(t) {
+				if r.Kind == "sql" && r.Client == client {
+					n++
+				}
+			}
+			if n < 3 {
+				t.Errorf("%d audit records for the Query, the Parse and SELECT 1; want 3 or more", n)
+			}
 			fresh, err := pgconn.Connect(ctx, dsn)
 			if err != nil {
 				t.Fatalf("connect after %s: %v", tc.name, err)

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 
@@ -132,9 +133,9 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 		// checked against its tree (Normalize keeps the literals of
 		// utility statements); the fingerprint is of that text, since a
 		// fingerprint of the literals would let a reader test guesses.
-		a := stmtAudit{allow: d.Allow, reason: d.Reason, rule: d.Rule, policyID: d.Policy, sql: st.AuditSQL}
-		if a.sql != sqlfacts.RedactionFailed {
-			a.fingerprint, _ = sqlparse.Fingerprint(ctx, a.sql)
+		a := stmtAudit{allow: d.Allow, reason: d.Reason, rule: d.Rule, policyID: d.Policy, sql: auditSQL(st.AuditSQL)}
+		if a.sql != sqlfacts.RedactionFailed && sqlparse.InProcess(st.AuditSQL) {
+			a.fingerprint, _ = sqlparse.Fingerprint(ctx, st.AuditSQL)
 		}
 		if !d.Allow {
 			a.reason = sanitizeReason(d.Reason)
@@ -156,6 +157,25 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 		g.addShape(skey, norm, v)
 	}
 	return v
+}
+
+// maxAuditSQL bounds the SQL text of one audit record: the writer refuses
+// a record past 128 KiB (and then denies audit_unavailable), and a 1 MiB
+// query's redacted text is up to four times as long.
+const maxAuditSQL = 32 << 10
+
+// auditSQL is redacted SQL cut to maxAuditSQL bytes, at a character
+// boundary, marked with a trailing "…". Cutting redacted text anywhere is
+// safe: it holds no literal to cut in half.
+func auditSQL(red string) string {
+	if len(red) <= maxAuditSQL {
+		return red
+	}
+	cut := maxAuditSQL
+	for cut > 0 && !utf8.RuneStart(red[cut]) {
+		cut--
+	}
+	return red[:cut] + "…"
 }
 
 // addShape caches v under the text's shape, but only when the shape is

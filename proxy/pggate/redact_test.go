@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -132,4 +133,27 @@ func startGateLog(t testing.TB, srv *pgtest.Server, log *zap.Logger) *fixture {
 		g.Shutdown(ctx)
 	})
 	return &fixture{gate: g, addr: ln.Addr().String(), audit: a, srv: srv}
+}
+
+// TestAuditSQLFitsARecord: the redacted text of a 1 MiB query is up to four
+// times as long, and the audit writer refuses a record past 128 KiB (and
+// then denies audit_unavailable), so the SQL is cut, at a character.
+func TestAuditSQLFitsARecord(t *testing.T) {
+	tests := []struct {
+		name string
+		sql  string
+		want int
+	}{
+		{"short", "SELECT $1", len("SELECT $1")},
+		{"long", "SELECT $1" + strings.Repeat(", $1", 1<<18), maxAuditSQL + len("…")},
+		{"cut inside a character", "a" + strings.Repeat("é", maxAuditSQL), maxAuditSQL - 1 + len("…")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := auditSQL(tt.sql)
+			if len(got) != tt.want || !utf8.ValidString(got) || !strings.HasPrefix(tt.sql, strings.TrimSuffix(got, "…")) {
+				t.Errorf("auditSQL(%d bytes) = %d bytes (valid UTF-8: %v); want %d, a prefix", len(tt.sql), len(got), utf8.ValidString(got), tt.want)
+			}
+		})
+	}
 }
