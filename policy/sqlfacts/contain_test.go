@@ -130,3 +130,16 @@ func TestContainsBounded(t *testing.T) {
 		}
 	}
 }
+
+func TestAuditSQLPerStatement(t *testing.T) {
+	sts, err := Parse("SELECT 'zqa';\n NOTIFY ch, 'zqb'; /* c */ SELECT -5, x FROM t WHERE y = 'zqc'", Options{})
+	if err != nil || len(sts) != 3 {
+		t.Fatalf("Parse = %v, %v; want three statements", sts, err)
+	}
+	want := []string{"SELECT $1", "NOTIFY ch, $1", "SELECT -$1, x FROM t WHERE y = $2"}
+	for i, st := range sts {
+		if st.AuditSQL != want[i] {
+			t.Errorf("statement %d AuditSQL = %q; want %q", i, st.AuditSQL, want[i])
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package sqlfacts
 
 import (
+	"slices"
 	"sort"
 	"strings"
 
@@ -64,71 +65,105 @@ func (t *tokens) at(off int) int {
 // written as: SET x = on, a typmod's DAY), and no string constant of a
 // utility statement may be left in the redacted text. A contradiction means
 // the Go lexer and PostgreSQL's disagree about where a literal is, and the
-// statement is logged as RedactionFailed.
+// statement is logged as RedactionFailed. toks is the whole text's tokens,
+// built on first need (only utility statements' options need them).
 func auditText(d *jsontree.Doc, toks **tokens, sql string, raw int32, text string) string {
 	red := strings.TrimRight(strings.TrimSpace(sqlparse.Redact(text)), ";")
+	var buf [32]int
+	locs := buf[:0]
 	checks := 0
 	for obj := raw; obj < d.Next(raw); obj++ {
 		if d.Kind(obj) != jsontree.Object {
 			continue
 		}
 		for k := obj + 1; k < d.Next(obj); k = d.Next(k + 1) {
-			if !checkMember(d, toks, sql, d.Raw(k), k+1, red, &checks) {
-				return RedactionFailed
+			key, val := d.Raw(k), k+1
+			switch {
+			case key == keyAConst:
+				loc, err := d.Int(d.Get(val, keyLocation))
+				if err != nil {
+					// pg_query omits a zero location.
+					loc = 0
+				}
+				if loc >= 0 {
+					locs = append(locs, int(loc))
+				}
+			case key == keyDefElem, literalFields[key] && d.Kind(val) == jsontree.String:
+				// Each of these checks searches the whole text: bounded
+				// in number, so the check stays linear in the text.
+				if checks++; checks > maxStringChecks {
+					return RedactionFailed
+				}
+				if key == keyDefElem && !defElemRedacted(d, toks, sql, val, red) || key != keyDefElem && containsBounded(red, d.Str(val)) {
+					return RedactionFailed
+				}
 			}
 		}
 	}
-	return red
-}
-
-// checkMember checks the object member key: val against the redacted
-// text red.
-func checkMember(d *jsontree.Doc, toks **tokens, sql, key string, val int32, red string, checks *int) bool {
-	switch {
-	case key == keyAConst:
-		loc, err := d.Int(d.Get(val, keyLocation))
-		if err != nil {
-			// pg_query omits a zero location.
-			loc = 0
-		}
-		return loc < 0 || literalToken(toks, sql, int(loc))
-	case key == keyDefElem, literalFields[key] && d.Kind(val) == jsontree.String:
-		// Each of these checks searches the whole text: bounded in
-		// number, so the check stays linear in the text.
-		if *checks++; *checks > maxStringChecks {
-			return false
-		}
-		if key == keyDefElem {
-			return defElemRedacted(d, toks, sql, val, red)
-		}
-		return !containsBounded(red, d.Str(val))
+	// The statement starts where the previous one ended, a token
+	// boundary; lexing from there keeps a query of many statements
+	// linear.
+	base, _ := d.Int(d.Get(raw, keyStmtLocation))
+	if base < 0 || int(base) > len(sql) || !constantsOnLiterals(sql, int(base), locs) {
+		return RedactionFailed
 	}
-	return true
+	return red
 }
 
 // maxStringChecks bounds the string constants of utility statements one
 // statement may have and still be logged (a CREATE SERVER has a handful).
 const maxStringChecks = 64
 
-// literalToken reports whether the token at off is one the redaction
-// replaced, a word, or a minus sign before a number (PostgreSQL folds -1
-// into one constant located at the sign).
-func literalToken(toks **tokens, sql string, off int) bool {
-	if *toks == nil {
-		*toks = lexTokens(sql)
+// constantsOnLiterals reports whether each byte offset in locs starts a
+// token the redaction replaces, a word, or a minus sign before a number
+// (PostgreSQL folds -1 into one constant located at the sign), in one pass
+// of the lexer over sql from base up to the last offset.
+func constantsOnLiterals(sql string, base int, locs []int) bool {
+	if len(locs) == 0 {
+		return true
 	}
-	t := *toks
-	i := t.at(off)
-	if i < 0 {
+	slices.Sort(locs)
+	if locs[0] < base {
 		return false
 	}
-	switch t.kind[i] {
-	case sqlparse.String, sqlparse.Number, sqlparse.Word:
-		return true
-	case sqlparse.Op:
-		return t.src[t.start[i]:t.end[i]] == "-" && i+1 < len(t.kind) && t.kind[i+1] == sqlparse.Number
+	for i := range locs {
+		locs[i] -= base
 	}
-	return false
+	sql = sql[base:]
+	l := sqlparse.NewLexer(sql)
+	i, needNumber := 0, false
+	for i < len(locs) || needNumber {
+		kind, start, end, ok := l.Next()
+		if !ok {
+			return false
+		}
+		if kind == sqlparse.Space || kind == sqlparse.Comment {
+			if i < len(locs) && locs[i] < end {
+				return false
+			}
+			continue
+		}
+		if needNumber && kind != sqlparse.Number {
+			return false
+		}
+		needNumber = false
+		for ; i < len(locs) && locs[i] < end; i++ {
+			if locs[i] != start {
+				return false
+			}
+			switch kind {
+			case sqlparse.String, sqlparse.Number, sqlparse.Word:
+			case sqlparse.Op:
+				if sql[start:end] != "-" {
+					return false
+				}
+				needNumber = true
+			default:
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // defElemRedacted checks a DefElem's String argument: absent from the

@@ -9,7 +9,8 @@ package sqlparse
 // operator character (PostgreSQL splits "+-" into two operators), every
 // "::" and every opening bracket. Literals, numbers, $n, commas, dots,
 // semicolons and comments cannot add a level on their own: each is a leaf
-// or a separator of siblings.
+// or a separator of siblings. Each counted level takes at least one byte,
+// so Levels(sql) <= len(sql).
 func Levels(sql string) int {
 	l := NewLexer(sql)
 	n := 0

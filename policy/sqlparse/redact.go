@@ -44,8 +44,8 @@ func Redact(sql string) string {
 			if s := b.String(); len(s) > 0 && isIdentChar(s[len(s)-1]) {
 				b.WriteByte(' ')
 			}
-			b.WriteByte('$')
-			b.WriteString(strconv.Itoa(next))
+			var num [24]byte
+			b.Write(strconv.AppendInt(append(num[:0], '$'), int64(next), 10))
 			next++
 		case Comment:
 			b.WriteByte(' ')

@@ -112,55 +112,56 @@ const (
 const inProcessBytes = 32 << 10
 
 // InProcess reports whether sql is parsed in-process: short, and provably
-// shallow.
+// shallow. Every level Levels counts takes at least a byte, so a text no
+// longer than the bound needs no scan: the common case costs nothing.
 func InProcess(sql string) bool {
-	return len(sql) <= inProcessBytes && Levels(sql) <= InProcessLevels
+	return len(sql) <= InProcessLevels || len(sql) <= inProcessBytes && Levels(sql) <= InProcessLevels
 }
 
 // call runs o on sql in-process when InProcess, else in a worker. ctx
 // ends a worker parse (the client left); an in-process parse is short
 // enough to finish.
-func call(ctx context.Context, o op, sql string) ([]byte, error) {
+func call(ctx context.Context, o op, sql string) (string, error) {
 	if InProcess(sql) {
 		return run(o, sql)
 	}
-	return workers.do(ctx, o, sql)
+	b, err := workers.do(ctx, o, sql)
+	return string(b), err
 }
 
-// run calls libpg_query. Only call and the worker loop call it.
-func run(o op, sql string) ([]byte, error) {
+// run calls libpg_query. Only call and the worker loop call it. The
+// protobuf tree comes back as a string too: one type for every result,
+// and the JSON (the hot path) is not copied again.
+func run(o op, sql string) (string, error) {
 	var out string
-	var b []byte
 	var err error
 	switch o {
 	case opJSON:
 		out, err = parser.ParseToJSON(sql)
 	case opProtobuf:
+		var b []byte
 		b, err = parser.ParseToProtobuf(sql)
+		out = string(b)
 	case opNormalize:
 		out, err = parser.Normalize(sql)
 	case opFingerprint:
 		out, err = parser.FingerprintToHexStr(sql)
 	default:
-		return nil, fmt.Errorf("unknown parser operation %d", o)
+		return "", fmt.Errorf("unknown parser operation %d", o)
 	}
 	if err != nil {
 		var pe *parser.Error
 		if errors.As(err, &pe) {
-			return nil, &Error{Message: pe.Message, Cursorpos: pe.Cursorpos}
+			return "", &Error{Message: pe.Message, Cursorpos: pe.Cursorpos}
 		}
-		return nil, err
+		return "", err
 	}
-	if b == nil {
-		b = []byte(out)
-	}
-	return b, nil
+	return out, nil
 }
 
 // ParseToJSON is pg_query.ParseToJSON, contained.
 func ParseToJSON(ctx context.Context, sql string) (string, error) {
-	b, err := call(ctx, opJSON, sql)
-	return string(b), err
+	return call(ctx, opJSON, sql)
 }
 
 // Parse is pg_query.Parse (the protobuf tree), contained.
@@ -170,7 +171,7 @@ func Parse(ctx context.Context, sql string) (*pg_query.ParseResult, error) {
 		return nil, err
 	}
 	tree := &pg_query.ParseResult{}
-	if err := proto.Unmarshal(b, tree); err != nil {
+	if err := proto.Unmarshal([]byte(b), tree); err != nil {
 		return nil, fmt.Errorf("decode parse tree: %w", err)
 	}
 	return tree, nil
@@ -179,14 +180,12 @@ func Parse(ctx context.Context, sql string) (*pg_query.ParseResult, error) {
 // Normalize is pg_query.Normalize, contained. It leaves the literals of
 // utility statements in place: never log its output (see Redact).
 func Normalize(ctx context.Context, sql string) (string, error) {
-	b, err := call(ctx, opNormalize, sql)
-	return string(b), err
+	return call(ctx, opNormalize, sql)
 }
 
 // Fingerprint is pg_query.Fingerprint, contained. Give it redacted text:
 // a fingerprint of text with literals lets anyone holding it test guesses
 // of those literals.
 func Fingerprint(ctx context.Context, sql string) (string, error) {
-	b, err := call(ctx, opFingerprint, sql)
-	return string(b), err
+	return call(ctx, opFingerprint, sql)
 }

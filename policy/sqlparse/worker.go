@@ -70,12 +70,11 @@ func serveWorker(in io.Reader, out io.Writer) int {
 		switch e := err.(type) {
 		case nil:
 			if len(res) > maxReply {
-				status, res = statusTooLarge, nil
+				status, res = statusTooLarge, ""
 			}
 		case *Error:
 			status = statusParseError
-			res = binary.BigEndian.AppendUint32(nil, uint32(e.Cursorpos))
-			res = append(res, e.Message...)
+			res = string(binary.BigEndian.AppendUint32(nil, uint32(e.Cursorpos))) + e.Message
 		default:
 			return 5
 		}
@@ -84,7 +83,7 @@ func serveWorker(in io.Reader, out io.Writer) int {
 		if _, err := w.Write(hdr[:]); err != nil {
 			return 3
 		}
-		if _, err := w.Write(res); err != nil {
+		if _, err := w.WriteString(res); err != nil {
 			return 3
 		}
 		if err := w.Flush(); err != nil {
