@@ -195,6 +195,12 @@ func (g *Gate) refused(err error) *verdict {
 	if errors.As(err, &de) {
 		reason = sanitizeReason(de.Reason)
 	}
+	if errors.Is(err, sqlparse.ErrCrashed) {
+		// The error names how the worker ended, never the text (a
+		// syntax error's message would quote it, so only crashes are
+		// logged).
+		g.log.Warn("sql parser worker failed; statement denied", zap.String("reason", reason), zap.Error(err))
+	}
 	digest := g.engine().Digest()
 	// A parse the client abandoned or the worker ran out of time on may
 	// succeed next time; a crash or a syntax error will not.
