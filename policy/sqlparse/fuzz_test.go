@@ -1,6 +1,10 @@
 package sqlparse
 
-import "testing"
+import (
+	"testing"
+
+	pg_query "github.com/pganalyze/pg_query_go/v5"
+)
 
 // FuzzRedact: the lexer terminates on any input, Levels never exceeds the
 // text's length, and the redacted text, lexed again, holds no literal and
@@ -25,6 +29,54 @@ func FuzzRedact(f *testing.F) {
 			}
 			if kind == String || kind == Number || kind == Comment {
 				t.Fatalf("Redact(%q) = %q holds %q (kind %d)", sql, red, red[start:end], kind)
+			}
+		}
+	})
+}
+
+// FuzzLexerMatchesPostgres checks the lexer against PostgreSQL's own
+// scanner (pg_query.Scan, called directly: the scanner does not recurse):
+// every byte PostgreSQL puts in a string or numeric constant, or in a
+// comment, is in a token Redact replaces or drops (or in whitespace
+// between the parts of a continued string). A byte of a constant that the
+// lexer takes for a word or an operator would reach the audit log.
+func FuzzLexerMatchesPostgres(f *testing.F) {
+	for _, s := range []string{
+		"SELECT 'a', 1.5e-3, $1, $$x$$, E'\\'', U&'\\0041' UESCAPE '!', B'1', X'F', N'n'", "/* /* */ */ SELECT -- c\n1",
+		"SELECT 'a'\n'b'", "SELECT 0x1F, 0o17, 0b1, 1_000, .5, 5.", "SELECT $a$ $b$ $a$", "SELECT a$$b$$", "SELECT 1::int--x",
+		"SELECT e'\\\\' 'x'", "SELECT 'it''s'", "SELECT x'1'", `SELECT U&"a" 'b'`, "SELECT */* x */ 1", "NOTIFY ch, 'p'",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, sql string) {
+		res, err := pg_query.Scan(sql)
+		if err != nil {
+			return
+		}
+		mine := make([]TokenKind, len(sql))
+		l := NewLexer(sql)
+		for {
+			kind, start, end, ok := l.Next()
+			if !ok {
+				break
+			}
+			for i := start; i < end; i++ {
+				mine[i] = kind
+			}
+		}
+		for _, tok := range res.Tokens {
+			switch tok.Token {
+			case pg_query.Token_SCONST, pg_query.Token_USCONST, pg_query.Token_BCONST, pg_query.Token_XCONST,
+				pg_query.Token_ICONST, pg_query.Token_FCONST, pg_query.Token_SQL_COMMENT, pg_query.Token_C_COMMENT:
+			default:
+				continue
+			}
+			for i := int(tok.Start); i < int(tok.End) && i < len(sql); i++ {
+				switch mine[i] {
+				case String, Number, Space, Comment:
+				default:
+					t.Fatalf("%q: byte %d of PostgreSQL's %v %q is in a token of kind %d", sql, i, tok.Token, sql[tok.Start:tok.End], mine[i])
+				}
 			}
 		}
 	})
