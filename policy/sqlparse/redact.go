@@ -1,8 +1,14 @@
 package sqlparse
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+
+	pg_query "github.com/pganalyze/pg_query_go/v5"
+	"google.golang.org/protobuf/proto"
 )
 
 // Redact returns sql with every literal token (string constants of every
@@ -54,4 +60,55 @@ func Redact(sql string) string {
 		}
 	}
 	return b.String()
+}
+
+// ErrRedaction is returned by RedactScanned when PostgreSQL's scanner puts
+// a constant or comment where Redact does not see one.
+var ErrRedaction = errors.New("redaction disagrees with the PostgreSQL scanner")
+
+// RedactScanned is Redact checked against PostgreSQL's own scanner, for
+// text that has no parse tree to check it against (it failed to parse, or
+// was refused before parsing): every byte the scanner puts in a string or
+// numeric constant or a comment must be in a token Redact replaces or
+// drops. The scanner is flex's, not recursive, but a long text's token list
+// is large, so it runs where a parse would.
+func RedactScanned(ctx context.Context, sql string) (string, error) {
+	b, err := call(ctx, opScan, sql)
+	if err != nil {
+		return "", err
+	}
+	var res pg_query.ScanResult
+	if err := proto.Unmarshal([]byte(b), &res); err != nil {
+		return "", fmt.Errorf("decode scan: %w", err)
+	}
+	kinds := make([]TokenKind, len(sql))
+	l := NewLexer(sql)
+	for {
+		kind, start, end, ok := l.Next()
+		if !ok {
+			break
+		}
+		for i := start; i < end; i++ {
+			kinds[i] = kind
+		}
+	}
+	for _, tok := range res.Tokens {
+		switch tok.Token {
+		case pg_query.Token_SCONST, pg_query.Token_USCONST, pg_query.Token_BCONST, pg_query.Token_XCONST,
+			pg_query.Token_ICONST, pg_query.Token_FCONST, pg_query.Token_SQL_COMMENT, pg_query.Token_C_COMMENT:
+		default:
+			continue
+		}
+		if tok.Start < 0 || int(tok.End) > len(sql) {
+			return "", fmt.Errorf("%w: token [%d, %d) outside the text", ErrRedaction, tok.Start, tok.End)
+		}
+		for i := tok.Start; i < tok.End; i++ {
+			switch kinds[i] {
+			case String, Number, Space, Comment:
+			default:
+				return "", fmt.Errorf("%w at byte %d", ErrRedaction, i)
+			}
+		}
+	}
+	return Redact(sql), nil
 }

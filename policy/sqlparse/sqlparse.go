@@ -103,6 +103,7 @@ const (
 	opProtobuf
 	opNormalize
 	opFingerprint
+	opScan
 )
 
 // inProcessBytes bounds the text parsed in-process whatever its depth:
@@ -146,6 +147,10 @@ func run(o op, sql string) (string, error) {
 		out, err = parser.Normalize(sql)
 	case opFingerprint:
 		out, err = parser.FingerprintToHexStr(sql)
+	case opScan:
+		var b []byte
+		b, err = parser.ScanToProtobuf(sql)
+		out = string(b)
 	default:
 		return "", fmt.Errorf("unknown parser operation %d", o)
 	}

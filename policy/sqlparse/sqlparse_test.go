@@ -180,3 +180,16 @@ func TestOnlySqlparseCallsLibpgQuery(t *testing.T) {
 		t.Fatalf("scanned %d files under %s: %v; want the whole module", n, root, err)
 	}
 }
+
+func TestRedactScanned(t *testing.T) {
+	ctx := context.Background()
+	for _, sql := range []string{"SELEC 'a', 1 -- c", "NOTIFY ch, E'x\\'y'", "SELECT 1" + strings.Repeat(" ISNULL", 30000) + ", 'z'"} {
+		got, err := RedactScanned(ctx, sql)
+		if err != nil || got != Redact(sql) {
+			t.Errorf("RedactScanned(%.30q…) = %.30q…, %v; want Redact's text", sql, got, err)
+		}
+	}
+	if got, err := RedactScanned(ctx, "SELECT 'unterminated"); err == nil {
+		t.Errorf("RedactScanned(unterminated string) = %q; want the scanner's error", got)
+	}
+}

@@ -87,7 +87,7 @@ func (s *session) decide(text string) *verdict {
 // in a worker.
 func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, text string) *verdict {
 	if err := sqlfacts.Prescan(text, g.limits); err != nil {
-		return g.refused(err)
+		return g.refused(ctx, err, text)
 	}
 	digest := g.engine().Digest()
 	// The Go-computed shape saves the cgo Normalize for texts of a known
@@ -108,7 +108,7 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 	if sqlparse.InProcess(text) {
 		var err error
 		if norm, err = sqlparse.Normalize(ctx, text); err != nil {
-			return g.refused(&policy.DenyError{Reason: sqlfacts.ReasonParseError, Err: err})
+			return g.refused(ctx, &policy.DenyError{Reason: sqlfacts.ReasonParseError, Err: err}, text)
 		}
 		// Facts carry no literal values, so every text with this
 		// normalized form gets the same verdict
@@ -121,7 +121,7 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix, 
 	}
 	sts, err := sqlfacts.ParseContext(ctx, text, sqlfacts.Options{Database: db, SearchPath: []string{g.cfg.SearchPath}, Limits: g.limits})
 	if err != nil {
-		return g.refused(err)
+		return g.refused(ctx, err, text)
 	}
 	v := &verdict{allow: true, cacheable: true, stmts: make([]stmtAudit, 0, len(sts))}
 	for _, st := range sts {
@@ -187,9 +187,10 @@ func (g *Gate) addShape(skey cacheKey, norm string, v *verdict) {
 }
 
 // refused is the verdict for text that never reached the policy. Its audit
-// line has no SQL: text that cannot be parsed cannot be normalized, and
-// must not be logged with its literals.
-func (g *Gate) refused(err error) *verdict {
+// line has the text redacted and checked against PostgreSQL's scanner (no
+// parse tree to check it against), and no SQL when that check fails or the
+// text is past the length limit: a deny must not log literals either.
+func (g *Gate) refused(ctx context.Context, err error, text string) *verdict {
 	reason := sqlfacts.ReasonParseError
 	var de *policy.DenyError
 	if errors.As(err, &de) {
@@ -201,12 +202,18 @@ func (g *Gate) refused(err error) *verdict {
 		// logged).
 		g.log.Warn("sql parser worker failed; statement denied", zap.String("reason", reason), zap.Error(err))
 	}
+	var sql string
+	if (reason == sqlfacts.ReasonParseError || reason == sqlfacts.ReasonTooComplex) && len(text) <= g.cfg.MaxQueryBytes {
+		if red, err := sqlparse.RedactScanned(ctx, text); err == nil {
+			sql = auditSQL(strings.TrimRight(strings.TrimSpace(red), ";"))
+		}
+	}
 	digest := g.engine().Digest()
 	// A parse the client abandoned or the worker ran out of time on may
 	// succeed next time; a crash or a syntax error will not.
 	cacheable := !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 	return &verdict{reason: reason, cacheable: cacheable,
-		stmts: []stmtAudit{{reason: reason, policyID: digest}}}
+		stmts: []stmtAudit{{sql: sql, reason: reason, policyID: digest}}}
 }
 
 // auditRefusal records a deny that has no SQL (a fast-path call, a Bind of

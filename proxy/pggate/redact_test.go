@@ -47,6 +47,11 @@ var literalTemplates = []string{
 	"SELECT '%[1]s'; SELECT %[2]d; NOTIFY ch, '%[1]s'",
 	"SELECT pg_sleep(%[2]d), lower('%[1]s')",
 	"SELECT '%[1]s' ISNULL",
+	// Refused before the policy: a syntax error, too many operators, a
+	// parse in a worker that the walker's depth bound refuses.
+	"SELEC '%[1]s', %[2]d",
+	"SELECT '%[1]s'" + strings.Repeat("+%[2]d", 2100),
+	"SELECT '%[1]s', %[2]d" + strings.Repeat(" ISNULL", 12000),
 }
 
 // TestAuditHoldsNoLiterals sends a generated corpus (random marker literals
@@ -82,6 +87,18 @@ func TestAuditHoldsNoLiterals(t *testing.T) {
 	recs := f.audit.records()
 	if len(recs) < len(literalTemplates)*3 {
 		t.Fatalf("%d audit records; want at least %d", len(recs), len(literalTemplates)*3)
+	}
+	// The refused texts are recorded too, redacted.
+	refused := map[string]bool{}
+	for _, r := range recs {
+		if r.Reason == "sql_parse_error" || r.Reason == "sql_too_complex" {
+			refused[r.Reason+" "+r.SQL[:min(len(r.SQL), 12)]] = true
+		}
+	}
+	for _, want := range []string{"sql_parse_error SELEC $1, $2", "sql_too_complex SELECT $1+$2", "sql_too_complex SELECT $1, $"} {
+		if !refused[want] {
+			t.Errorf("no refused record %q among %v", want, refused)
+		}
 	}
 	for _, r := range recs {
 		b, err := json.Marshal(r)
