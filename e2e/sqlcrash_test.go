@@ -14,6 +14,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
+	"github.com/egressd/egressd/policy/sqlparse"
 	"github.com/egressd/egressd/policy/sqlparse/deepsql"
 	"github.com/egressd/egressd/proxy/pggate"
 	"github.com/egressd/egressd/proxy/pggate/pgtest"
@@ -61,12 +62,15 @@ identities:
 	type crashCase struct {
 		name string
 		sql  string
+		// text: the record must show the (redacted) text, which the
+		// process used to die before logging.
+		text bool
 	}
 	cases := []crashCase{
-		{"isnull x30000", "SELECT 1" + strings.Repeat(" ISNULL", 30000)},
-		{"notnull x30000", "SELECT 1" + strings.Repeat(" NOTNULL", 30000)},
-		{"natural join x65000", "SELECT 1 FROM t" + strings.Repeat(" NATURAL JOIN t", 65000)},
-		{"cross join x75000", "SELECT 1 FROM t" + strings.Repeat(" CROSS JOIN t", 75000)},
+		{"isnull x30000", "SELECT 1" + strings.Repeat(" ISNULL", 30000), true},
+		{"notnull x30000", "SELECT 1" + strings.Repeat(" NOTNULL", 30000), true},
+		{"natural join x65000", "SELECT 1 FROM t" + strings.Repeat(" NATURAL JOIN t", 65000), true},
+		{"cross join x75000", "SELECT 1 FROM t" + strings.Repeat(" CROSS JOIN t", 75000), true},
 	}
 	for _, c := range deepsql.Constructs {
 		// 116,000 statements in one query is not deep; it is the
@@ -75,7 +79,7 @@ identities:
 		if c.Name == "statements" {
 			continue
 		}
-		cases = append(cases, crashCase{c.Name + " largest", c.Text(c.MaxN(1 << 20))})
+		cases = append(cases, crashCase{name: c.Name + " largest", sql: c.Text(c.MaxN(1 << 20))})
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -102,14 +106,21 @@ identities:
 			e.WaitRecords(t, "of SELECT 1 after "+tc.name, func(r audit.Record) bool {
 				return r.Kind == "sql" && r.Client == client && r.SQL == "SELECT $1"
 			})
-			n := 0
+			n, texts := 0, 0
+			prefix := sqlparse.Redact(tc.sql)[:24]
 			for _, r := range e.Records(t) {
 				if r.Kind == "sql" && r.Client == client {
 					n++
+					if strings.HasPrefix(r.SQL, prefix) {
+						texts++
+					}
 				}
 			}
 			if n < 3 {
 				t.Errorf("%d audit records for the Query, the Parse and SELECT 1; want 3 or more", n)
+			}
+			if tc.text && texts < 2 {
+				t.Errorf("%d audit records with SQL %q…; want the Query's and the Parse's", texts, prefix)
 			}
 			fresh, err := pgconn.Connect(ctx, dsn)
 			if err != nil {
