@@ -23,6 +23,10 @@ import (
 func Redact(sql string) string {
 	next := 1
 	l := NewLexer(sql)
+	if strings.IndexByte(sql, '$') < 0 {
+		// No parameter to number after: skip the first pass.
+		l = NewLexer("")
+	}
 	for {
 		kind, start, end, ok := l.Next()
 		if !ok {
