@@ -73,7 +73,7 @@ var checkSQL = checkKind{
 				return out
 			}
 			// The facts are for the reader; the decisions are the gate's.
-			sts, err := sqlfacts.Parse(args[0], sqlfacts.Options{Database: db, SearchPath: []string{pc.SearchPath}, Limits: limits, Catalog: cat})
+			sts, err := sqlfacts.ParseContext(ctx, args[0], sqlfacts.Options{Database: db, SearchPath: []string{pc.SearchPath}, Limits: limits, Catalog: cat})
 			out := make([]sqlStatement, len(qd.Statements))
 			for i, sd := range qd.Statements {
 				out[i] = sqlStatement{SQL: sd.SQL, Decision: sd.Decision}

@@ -34,6 +34,10 @@ func TestCheckSQL(t *testing.T) {
 		{"parse error", []string{"SELEC 1"}, 1, "sql_parse_error", 0},
 		{"too complex", []string{"SELECT " + strings.Repeat("(", 5000) + "1" + strings.Repeat(")", 5000)}, 1, "sql_too_complex", 0},
 		{"no profile", []string{"--identity", "plain", "SELECT 1"}, 1, "sql_no_profile", 1},
+		// Too deep to parse in-process (sqlparse.InProcess): the check
+		// parses it in a worker, as the gate does.
+		{"deep keyword chain", []string{"SELECT 1" + strings.Repeat(" ISNULL", 9000)}, 0, "allowed", 1},
+		{"keyword chain past the walker's bound", []string{"SELECT 1" + strings.Repeat(" ISNULL", 15000)}, 1, "sql_too_complex", 0},
 		{"missing sql", []string{}, 2, "", 0},
 	}
 	for _, tt := range tests {

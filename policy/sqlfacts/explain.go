@@ -1,12 +1,14 @@
 package sqlfacts
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
 
 	"github.com/egressd/egressd/policy/sqlfacts/internal/jsontree"
+	"github.com/egressd/egressd/policy/sqlparse"
 )
 
 // analyzeArg is the argument of one ANALYZE option of EXPLAIN: typ is its
@@ -72,8 +74,8 @@ func explainAnalyze(d *jsontree.Doc, opts int32) (on, exact bool) {
 
 // explainAnalyzeExact decides ANALYZE for the i-th statement of sql from
 // pg_query's protobuf tree, for the rare text the JSON leaves ambiguous.
-func explainAnalyzeExact(sql string, i int) (bool, error) {
-	tree, err := pg_query.Parse(sql)
+func explainAnalyzeExact(ctx context.Context, sql string, i int) (bool, error) {
+	tree, err := sqlparse.Parse(ctx, sql)
 	if err != nil {
 		return false, err
 	}

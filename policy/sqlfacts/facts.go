@@ -146,6 +146,10 @@ type Statement struct {
 	// opsBuf backs Operators for statements with few of them, saving the
 	// allocations of growing the slice.
 	opsBuf [4]Operator
+	// AuditSQL is Text with every literal replaced by $n and comments
+	// dropped, checked against the parse tree (RedactionFailed when the
+	// tree contradicts it): what an audit record may hold. Not a fact.
+	AuditSQL string `json:"-"`
 }
 
 // Kind is policy.KindSQL.

@@ -1,6 +1,8 @@
 package sqlfacts
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"unicode/utf8"
 
@@ -8,6 +10,7 @@ import (
 
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/policy/sqlfacts/internal/jsontree"
+	"github.com/egressd/egressd/policy/sqlparse"
 )
 
 // Options are the session facts a parse needs.
@@ -30,20 +33,27 @@ type Options struct {
 	Catalog *Catalog
 }
 
-// Parse pre-scans sql, parses it with pg_query and returns the facts of
-// each statement in order. Every error is a *policy.DenyError with reason
-// sql_too_complex, sql_invalid_utf8 or sql_parse_error. An empty query (only
-// comments or semicolons) yields no statements.
+// Parse is ParseContext with a context that never ends.
+func Parse(sql string, opt Options) ([]*Statement, error) {
+	return ParseContext(context.Background(), sql, opt)
+}
+
+// ParseContext pre-scans sql, parses it with pg_query (through package
+// sqlparse, which contains a crash) and returns the facts of each statement
+// in order. Every error is a *policy.DenyError with reason sql_too_complex,
+// sql_invalid_utf8 or sql_parse_error. An empty query (only comments or
+// semicolons) yields no statements. When ctx ends (the client left), a
+// parse running in a worker is killed and the text denied.
 //
 // pg_query's JSON output is read rather than its protobuf: the protobuf-c
 // serializer and the Go unmarshalling cost several times the parse itself.
-func Parse(sql string, opt Options) ([]*Statement, error) {
+func ParseContext(ctx context.Context, sql string, opt Options) ([]*Statement, error) {
 	if err := Prescan(sql, opt.Limits); err != nil {
 		return nil, err
 	}
-	tree, err := pg_query.ParseToJSON(sql)
+	tree, err := sqlparse.ParseToJSON(ctx, sql)
 	if err != nil {
-		return nil, parseError(err)
+		return nil, parserError(err)
 	}
 	// Protobuf refused strings that are not UTF-8; so does this parse
 	// (the JSON escapes only ASCII, so checking the document checks every
@@ -65,6 +75,7 @@ func Parse(sql string, opt Options) ([]*Statement, error) {
 		return nil, parseError(treeErr("parse tree has no statement list"))
 	}
 	out := []*Statement{}
+	var toks *tokens // lexed on first need, for every statement's audit text
 	err = d.Items(stmts, func(raw int32) error {
 		c := classifier{d: d, defSchema: def, cat: opt.Catalog}
 		st, err := c.classify(d.Get(raw, keyStmt))
@@ -75,12 +86,12 @@ func Parse(sql string, opt Options) ([]*Statement, error) {
 			return err
 		}
 		if c.inexact {
-			if st.ExplainAnalyze, err = explainAnalyzeExact(sql, len(out)); err != nil {
+			if st.ExplainAnalyze, err = explainAnalyzeExact(ctx, sql, len(out)); err != nil {
 				return err
 			}
 		}
 		if c.inexactSet {
-			if st.Set.Value, err = setValueExact(sql, len(out)); err != nil {
+			if st.Set.Value, err = setValueExact(ctx, sql, len(out)); err != nil {
 				return err
 			}
 			setQuantities(st.Set, c.setArgs)
@@ -90,6 +101,7 @@ func Parse(sql string, opt Options) ([]*Statement, error) {
 		if st.Text, err = stmtText(d, sql, raw); err != nil {
 			return err
 		}
+		st.AuditSQL = auditText(d, &toks, sql, raw, st.Text)
 		out = append(out, st)
 		return nil
 	})
@@ -99,7 +111,13 @@ func Parse(sql string, opt Options) ([]*Statement, error) {
 	return out, nil
 }
 
+// parseError denies sql_parse_error, unless err already is a deny (the
+// walker's sql_too_complex).
 func parseError(err error) error {
+	var de *policy.DenyError
+	if errors.As(err, &de) {
+		return err
+	}
 	return &policy.DenyError{Reason: ReasonParseError, Err: err}
 }
 

@@ -1,13 +1,13 @@
 package sqlfacts
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
 
-	pg_query "github.com/pganalyze/pg_query_go/v5"
-
 	"github.com/egressd/egressd/policy/sqlfacts/internal/jsontree"
+	"github.com/egressd/egressd/policy/sqlparse"
 )
 
 // A SET's value is a fact: a profile bounds some settings
@@ -52,8 +52,8 @@ func setValue(d *jsontree.Doc, args int32) (value string, n int, exact bool) {
 
 // setValueExact renders the i-th statement's SET arguments of sql from
 // pg_query's protobuf tree, for the text the JSON leaves ambiguous.
-func setValueExact(sql string, i int) (string, error) {
-	tree, err := pg_query.Parse(sql)
+func setValueExact(ctx context.Context, sql string, i int) (string, error) {
+	tree, err := sqlparse.Parse(ctx, sql)
 	if err != nil {
 		return "", err
 	}

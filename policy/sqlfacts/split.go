@@ -2,7 +2,11 @@ package sqlfacts
 
 import (
 	"iter"
+	"strconv"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/egressd/egressd/policy/sqlparse"
 )
 
 // Split yields the top-level statements of sql without parsing it: the
@@ -15,40 +19,22 @@ import (
 func Split(sql string) iter.Seq[string] {
 	return func(yield func(string) bool) {
 		start, nonEmpty := 0, false
-		for i := 0; i < len(sql); {
-			c := sql[i]
+		lx := sqlparse.NewLexer(sql)
+		for {
+			kind, from, to, ok := lx.Next()
+			if !ok {
+				break
+			}
 			switch {
-			case c == ';':
-				if nonEmpty && !yield(strings.TrimSpace(sql[start:i])) {
+			case kind == sqlparse.Space || kind == sqlparse.Comment:
+			case kind == sqlparse.Punct && sql[from] == ';':
+				if nonEmpty && !yield(strings.TrimSpace(sql[start:from])) {
 					return
 				}
-				i++
-				start, nonEmpty = i, false
-				continue
-			case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
-				i++
-				continue
-			case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
-				i = skipLine(sql, i)
-				continue
-			case c == '/' && i+1 < len(sql) && sql[i+1] == '*':
-				i = skipBlockComment(sql, i)
-				continue
-			case c == '\'':
-				i = skipQuoted(sql, i+1, '\'', isEscapeString(sql, i))
-			case c == '"':
-				i = skipQuoted(sql, i+1, '"', false)
-			case c == '$':
-				i = skipDollar(sql, i)
-			case isIdentStart(c):
-				// Whole identifiers, so a '$' inside one (a$b$) never
-				// opens a dollar quote.
-				for i++; i < len(sql) && isIdentChar(sql[i]); i++ {
-				}
+				start, nonEmpty = to, false
 			default:
-				i++
+				nonEmpty = true
 			}
-			nonEmpty = true
 		}
 		if nonEmpty {
 			yield(strings.TrimSpace(sql[start:]))
@@ -102,41 +88,76 @@ func FirstWord(stmt string) string {
 }
 
 // nextWord finds the word at or after i: its text (inside the quotes for a
-// quoted identifier), whether it was quoted, and where scanning goes on;
-// next is -1 when there is none.
+// quoted identifier, U& escapes decoded), whether it was quoted, and where
+// scanning goes on; next is -1 when there is none.
 func nextWord(stmt string, i int) (w string, quoted bool, next int) {
-	for i < len(stmt) {
-		c := stmt[i]
-		switch {
-		case c == '-' && i+1 < len(stmt) && stmt[i+1] == '-':
-			i = skipLine(stmt, i)
-		case c == '/' && i+1 < len(stmt) && stmt[i+1] == '*':
-			i = skipBlockComment(stmt, i)
-		case c == '\'':
-			i = skipQuoted(stmt, i+1, '\'', isEscapeString(stmt, i))
-		case c == '"':
-			j := skipQuoted(stmt, i+1, '"', false)
-			end := j - 1
-			if end <= i || stmt[end] != '"' {
-				end = j
+	lx := sqlparse.NewLexer(stmt[i:])
+	for {
+		kind, from, to, ok := lx.Next()
+		if !ok {
+			return "", false, -1
+		}
+		switch kind {
+		case sqlparse.Word:
+			return stmt[i+from : i+to], false, i + to
+		case sqlparse.QuotedIdent:
+			tok := stmt[i+from : i+to]
+			if tok[0] == 'u' || tok[0] == 'U' {
+				return unicodeIdent(tok[2:]), true, i + to
 			}
-			return stmt[i+1 : end], true, j
-		case c == '$':
-			i = skipDollar(stmt, i)
-		case c >= '0' && c <= '9':
-			for i++; i < len(stmt) && (isIdentChar(stmt[i]) || stmt[i] == '.'); i++ {
-			}
-		case isIdentStart(c):
-			j := i + 1
-			for j < len(stmt) && isIdentChar(stmt[j]) {
-				j++
-			}
-			return stmt[i:j], false, j
-		default:
-			i++
+			return unquote(tok), true, i + to
 		}
 	}
-	return "", false, -1
+}
+
+// unquote is the inside of a "quoted" identifier token; an unterminated
+// one runs to the end.
+func unquote(tok string) string {
+	tok = tok[1:]
+	if n := len(tok); n > 0 && tok[n-1] == '"' {
+		tok = tok[:n-1]
+	}
+	return tok
+}
+
+// unicodeIdent is the name a U&"…" identifier token (without its U&)
+// spells: \XXXX and \+XXXXXX are code points, \\ a backslash. A name
+// spelled with escapes must match the plain spelling of the same name, or
+// a revoked prepared statement could be run as EXECUTE U&"d\0065l". Text
+// it cannot decode (a custom UESCAPE, a bad escape) is kept as written,
+// which names nothing the session created.
+func unicodeIdent(tok string) string {
+	in := strings.ReplaceAll(unquote(tok), `""`, `"`)
+	if strings.IndexByte(in, '\\') < 0 {
+		return strings.ReplaceAll(in, `"`, `""`)
+	}
+	var b strings.Builder
+	for j := 0; j < len(in); {
+		if in[j] != '\\' {
+			b.WriteByte(in[j])
+			j++
+			continue
+		}
+		n, skip := 4, 1
+		switch {
+		case j+1 < len(in) && in[j+1] == '\\':
+			b.WriteByte('\\')
+			j += 2
+			continue
+		case j+1 < len(in) && in[j+1] == '+':
+			n, skip = 6, 2
+		}
+		if j+skip+n > len(in) {
+			return tok
+		}
+		r, err := strconv.ParseUint(in[j+skip:j+skip+n], 16, 32)
+		if err != nil || !utf8.ValidRune(rune(r)) {
+			return tok
+		}
+		b.WriteRune(rune(r))
+		j += skip + n
+	}
+	return strings.ReplaceAll(b.String(), `"`, `""`)
 }
 
 // foldIdent lower-cases ASCII letters only, as PostgreSQL folds unquoted

@@ -60,6 +60,8 @@ type walker struct {
 	// cat and seenOps serve operators.go.
 	cat     *Catalog
 	seenOps map[Operator]bool
+	// depth is how many msg calls are open (see maxWalkDepth).
+	depth int
 }
 
 func (w *walker) pushCTE(name string) {
@@ -86,6 +88,12 @@ func (w *walker) popCTEs(mark int) {
 	}
 	w.ctes = w.ctes[:mark]
 }
+
+// maxWalkDepth bounds the walk's recursion, two msg calls per tree level.
+// Go cannot recover from a goroutine stack overflow either, and a tree
+// from the contained parser may be tens of thousands of levels deep (a
+// chain of ISNULL); no query anyone writes comes near 10,000 levels.
+const maxWalkDepth = 20000
 
 func (w *walker) visibleCTE(name string) bool {
 	if w.cteIndex != nil {
@@ -264,6 +272,10 @@ func (w *walker) msg(mi *msgInfo, v int32) error {
 	if !d.Present(v) {
 		return nil
 	}
+	if w.depth++; w.depth > maxWalkDepth {
+		return tooComplex("parse tree deeper than %d levels", maxWalkDepth/2)
+	}
+	defer func() { w.depth-- }()
 	if d.Kind(v) != jsontree.Object {
 		return treeErr("%s is not an object at %d", mi.typeName, d.Offset(v))
 	}

@@ -6,13 +6,14 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
-	pg_query "github.com/pganalyze/pg_query_go/v5"
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/policy/sqlfacts"
+	"github.com/egressd/egressd/policy/sqlparse"
 )
 
 // Reasons the gate itself denies with.
@@ -56,7 +57,15 @@ func (s *session) decide(text string) *verdict {
 	key := cacheKey{prefix: s.keyPrefix, digest: g.engine().Digest(), catalog: cat.Digest(), text: text}
 	v, ok := g.cache.get(key)
 	if !ok {
-		v = g.verdictFor(context.Background(), s.identity, s.database, s.keyPrefix, cat, text)
+		ctx := context.Background()
+		if !sqlparse.InProcess(text) {
+			// A worker parse can take a while: stop it if the client
+			// leaves meanwhile.
+			var stop func()
+			ctx, stop = s.clientGone()
+			defer stop()
+		}
+		v = g.verdictFor(ctx, s.identity, s.database, s.keyPrefix, cat, text)
 		if v.cacheable {
 			g.cache.add(key, v)
 		}
@@ -75,12 +84,12 @@ func (s *session) decide(text string) *verdict {
 	return v
 }
 
-// evaluate parses and decides text with db's catalog cat. It never calls
-// pg_query on text the pre-scan refused: that is the crash the pre-scan
-// exists to prevent.
+// evaluate parses and decides text with db's catalog cat. Parsing is
+// through package sqlparse, which keeps a crash of libpg_query out of this
+// process; ctx ends a parse in a worker.
 func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix string, cat *sqlfacts.Catalog, text string) *verdict {
 	if err := sqlfacts.Prescan(text, g.limits); err != nil {
-		return g.refused(err)
+		return g.refused(ctx, err, text)
 	}
 	digest := g.engine().Digest()
 	// The Go-computed shape saves the cgo Normalize for texts of a known
@@ -93,22 +102,30 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 			return v
 		}
 	}
-	norm, err := pg_query.Normalize(text)
-	if err != nil {
-		return g.refused(&policy.DenyError{Reason: sqlfacts.ReasonParseError, Err: err})
+	// The normalized form keys verdicts only for texts parsed in-process:
+	// Normalize costs a parse of its own, and a deep or long text is not
+	// worth the second one.
+	var norm string
+	var nkey cacheKey
+	if sqlparse.InProcess(text) {
+		var err error
+		if norm, err = sqlparse.Normalize(ctx, text); err != nil {
+			return g.refused(ctx, &policy.DenyError{Reason: sqlfacts.ReasonParseError, Err: err}, text)
+		}
+		// Facts carry no literal values, so every text with this
+		// normalized form gets the same verdict
+		// (TestNormalizedTextDeterminesFacts in sqlfacts), except texts
+		// whose facts were read from constants, which are never stored
+		// here (see below).
+		nkey = cacheKey{prefix: prefix, digest: digest, catalog: cat.Digest(), text: norm, normalized: true}
+		if v, ok := g.ncache.get(nkey); ok {
+			g.addShape(skey, norm, v)
+			return v
+		}
 	}
-	// Facts carry no literal values, so every text with this normalized
-	// form gets the same verdict (TestNormalizedTextDeterminesFacts in
-	// sqlfacts), except texts whose facts were read from constants, which
-	// are never stored here (see below).
-	nkey := cacheKey{prefix: prefix, digest: digest, catalog: cat.Digest(), text: norm, normalized: true}
-	if v, ok := g.ncache.get(nkey); ok {
-		g.addShape(skey, norm, v)
-		return v
-	}
-	sts, err := sqlfacts.Parse(text, g.parseOptions(db, cat))
+	sts, err := sqlfacts.ParseContext(ctx, text, g.parseOptions(db, cat))
 	if err != nil {
-		return g.refused(err)
+		return g.refused(ctx, err, text)
 	}
 	v := &verdict{allow: true, cacheable: true, stmts: make([]stmtAudit, 0, len(sts))}
 	// A fact read from a constant (a sequence or relation named by a
@@ -125,14 +142,13 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 		if d.Reason == policy.ReasonPolicyTimeout || d.Reason == policy.ReasonPolicyError {
 			v.cacheable = false
 		}
-		a := stmtAudit{allow: d.Allow, reason: d.Reason, rule: d.Rule, policyID: d.Policy}
-		if len(sts) == 1 {
-			a.sql = strings.TrimRight(strings.TrimSpace(norm), ";")
-		} else if a.sql, err = pg_query.Normalize(st.Text); err != nil {
-			a.sql = ""
-		}
-		if a.sql != "" {
-			a.fingerprint, _ = pg_query.Fingerprint(a.sql)
+		// The audit text is the statement redacted from its tokens and
+		// checked against its tree (Normalize keeps the literals of
+		// utility statements); the fingerprint is of that text, since a
+		// fingerprint of the literals would let a reader test guesses.
+		a := stmtAudit{allow: d.Allow, reason: d.Reason, rule: d.Rule, policyID: d.Policy, sql: auditSQL(st.AuditSQL)}
+		if a.sql != sqlfacts.RedactionFailed && sqlparse.InProcess(st.AuditSQL) {
+			a.fingerprint, _ = sqlparse.Fingerprint(ctx, st.AuditSQL)
 		}
 		if !d.Allow {
 			a.reason = sanitizeReason(d.Reason)
@@ -149,7 +165,7 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 			}
 		}
 	}
-	if v.cacheable && shared {
+	if v.cacheable && shared && nkey.normalized {
 		g.ncache.add(nkey, v)
 		g.addShape(skey, norm, v)
 	}
@@ -161,6 +177,25 @@ func (g *Gate) parseOptions(db string, cat *sqlfacts.Catalog) sqlfacts.Options {
 	return sqlfacts.Options{Database: db, SearchPath: []string{g.cfg.SearchPath}, Limits: g.limits, Catalog: cat}
 }
 
+// maxAuditSQL bounds the SQL text of one audit record: the writer refuses
+// a record past 128 KiB (and then denies audit_unavailable), and a 1 MiB
+// query's redacted text is up to four times as long.
+const maxAuditSQL = 32 << 10
+
+// auditSQL is redacted SQL cut to maxAuditSQL bytes, at a character
+// boundary, marked with a trailing "…". Cutting redacted text anywhere is
+// safe: it holds no literal to cut in half.
+func auditSQL(red string) string {
+	if len(red) <= maxAuditSQL {
+		return red
+	}
+	cut := maxAuditSQL
+	for cut > 0 && !utf8.RuneStart(red[cut]) {
+		cut--
+	}
+	return red[:cut] + "…"
+}
+
 // addShape caches v under the text's shape, but only when the shape is
 // what Normalize made of the text (see shapeMatches).
 func (g *Gate) addShape(skey cacheKey, norm string, v *verdict) {
@@ -170,17 +205,33 @@ func (g *Gate) addShape(skey cacheKey, norm string, v *verdict) {
 }
 
 // refused is the verdict for text that never reached the policy. Its audit
-// line has no SQL: text that cannot be parsed cannot be normalized, and
-// must not be logged with its literals.
-func (g *Gate) refused(err error) *verdict {
+// line has the text redacted and checked against PostgreSQL's scanner (no
+// parse tree to check it against), and no SQL when that check fails or the
+// text is past the length limit: a deny must not log literals either.
+func (g *Gate) refused(ctx context.Context, err error, text string) *verdict {
 	reason := sqlfacts.ReasonParseError
 	var de *policy.DenyError
 	if errors.As(err, &de) {
 		reason = sanitizeReason(de.Reason)
 	}
+	if errors.Is(err, sqlparse.ErrCrashed) {
+		// The error names how the worker ended, never the text (a
+		// syntax error's message would quote it, so only crashes are
+		// logged).
+		g.log.Warn("sql parser worker failed; statement denied", zap.String("reason", reason), zap.Error(err))
+	}
+	var sql string
+	if (reason == sqlfacts.ReasonParseError || reason == sqlfacts.ReasonTooComplex) && len(text) <= g.cfg.MaxQueryBytes {
+		if red, err := sqlparse.RedactScanned(ctx, text); err == nil {
+			sql = auditSQL(strings.TrimRight(strings.TrimSpace(red), ";"))
+		}
+	}
 	digest := g.engine().Digest()
-	return &verdict{reason: reason, cacheable: true,
-		stmts: []stmtAudit{{reason: reason, policyID: digest}}}
+	// A parse the client abandoned or the worker ran out of time on may
+	// succeed next time; a crash or a syntax error will not.
+	cacheable := !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	return &verdict{reason: reason, cacheable: cacheable,
+		stmts: []stmtAudit{{sql: sql, reason: reason, policyID: digest}}}
 }
 
 // auditRefusal records a deny that has no SQL (a fast-path call, a Bind of

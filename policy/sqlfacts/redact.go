@@ -1,0 +1,236 @@
+package sqlfacts
+
+import (
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/egressd/egressd/policy/sqlfacts/internal/jsontree"
+	"github.com/egressd/egressd/policy/sqlparse"
+)
+
+// RedactionFailed is the audit text of a statement whose redaction the
+// parse tree contradicts: better no SQL in the log than a literal.
+const RedactionFailed = "<redaction failed>"
+
+// Keys of the tree the redaction check reads.
+const (
+	keyAConst   = "A_Const"
+	keyLocation = "location"
+	keyDefElem  = "DefElem"
+)
+
+// literalField reports whether key is a string field of a utility
+// statement that holds a string constant of the text (NOTIFY's payload,
+// COMMENT's text, a subscription's connection string, COPY's file name):
+// not A_Const nodes, so they carry no location. A switch, not a map: it
+// runs for every key of every tree.
+func literalField(key string) bool {
+	switch key {
+	case "payload", "comment", "conninfo", "filename":
+		return true
+	}
+	return false
+}
+
+// tokens are the lexer's tokens of a whole query text, for looking up the
+// token at a tree location.
+type tokens struct {
+	src   string
+	start []int
+	end   []int
+	kind  []sqlparse.TokenKind
+}
+
+func lexTokens(sql string) *tokens {
+	t := &tokens{src: sql}
+	l := sqlparse.NewLexer(sql)
+	for {
+		kind, start, end, ok := l.Next()
+		if !ok {
+			return t
+		}
+		if kind == sqlparse.Space || kind == sqlparse.Comment {
+			continue
+		}
+		t.start, t.end, t.kind = append(t.start, start), append(t.end, end), append(t.kind, kind)
+	}
+}
+
+// at is the index of the token starting exactly at byte off, or -1.
+func (t *tokens) at(off int) int {
+	i := sort.SearchInts(t.start, off)
+	if i < len(t.start) && t.start[i] == off {
+		return i
+	}
+	return -1
+}
+
+// auditText is the redacted text of the statement whose RawStmt is raw and
+// whose text is text, checked against the tree: every A_Const must sit on a
+// token the redaction replaced (or on the identifier or keyword it was
+// written as: SET x = on, a typmod's DAY), and no string constant of a
+// utility statement may be left in the redacted text. A contradiction means
+// the Go lexer and PostgreSQL's disagree about where a literal is, and the
+// statement is logged as RedactionFailed. toks is the whole text's tokens,
+// built on first need (only utility statements' options need them).
+func auditText(d *jsontree.Doc, toks **tokens, sql string, raw int32, text string) string {
+	red := strings.TrimRight(strings.TrimSpace(sqlparse.Redact(text)), ";")
+	var buf [32]int
+	locs := buf[:0]
+	checks := 0
+	for obj := raw; obj < d.Next(raw); obj++ {
+		if d.Kind(obj) != jsontree.Object {
+			continue
+		}
+		for k := obj + 1; k < d.Next(obj); k = d.Next(k + 1) {
+			key, val := d.Raw(k), k+1
+			switch {
+			case key == keyAConst:
+				loc, err := d.Int(d.Get(val, keyLocation))
+				if err != nil {
+					// pg_query omits a zero location.
+					loc = 0
+				}
+				if loc >= 0 {
+					locs = append(locs, int(loc))
+				}
+			case key == keyDefElem, literalField(key) && d.Kind(val) == jsontree.String:
+				// Each of these checks searches the whole text: bounded
+				// in number, so the check stays linear in the text.
+				if checks++; checks > maxStringChecks {
+					return RedactionFailed
+				}
+				if key == keyDefElem && !defElemRedacted(d, toks, sql, val, red) || key != keyDefElem && containsBounded(red, d.Str(val)) {
+					return RedactionFailed
+				}
+			}
+		}
+	}
+	// The statement starts where the previous one ended, a token
+	// boundary; lexing from there keeps a query of many statements
+	// linear.
+	base, _ := d.Int(d.Get(raw, keyStmtLocation))
+	if base < 0 || int(base) > len(sql) || !constantsOnLiterals(sql, int(base), locs) {
+		return RedactionFailed
+	}
+	return red
+}
+
+// maxStringChecks bounds the string constants of utility statements one
+// statement may have and still be logged (a CREATE SERVER has a handful).
+const maxStringChecks = 64
+
+// constantsOnLiterals reports whether each byte offset in locs starts a
+// token the redaction replaces, a word, or a minus sign before a number
+// (PostgreSQL folds -1 into one constant located at the sign), in one pass
+// of the lexer over sql from base up to the last offset.
+func constantsOnLiterals(sql string, base int, locs []int) bool {
+	if len(locs) == 0 {
+		return true
+	}
+	slices.Sort(locs)
+	if locs[0] < base {
+		return false
+	}
+	for i := range locs {
+		locs[i] -= base
+	}
+	sql = sql[base:]
+	l := sqlparse.NewLexer(sql)
+	i, needNumber := 0, false
+	for i < len(locs) || needNumber {
+		kind, start, end, ok := l.Next()
+		if !ok {
+			return false
+		}
+		if kind == sqlparse.Space || kind == sqlparse.Comment {
+			if i < len(locs) && locs[i] < end {
+				return false
+			}
+			continue
+		}
+		if needNumber && kind != sqlparse.Number {
+			return false
+		}
+		needNumber = false
+		for ; i < len(locs) && locs[i] < end; i++ {
+			if locs[i] != start {
+				return false
+			}
+			switch kind {
+			case sqlparse.String, sqlparse.Number, sqlparse.Word:
+			case sqlparse.Op:
+				if sql[start:end] != "-" {
+					return false
+				}
+				needNumber = true
+			default:
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// defElemRedacted checks a DefElem's String argument: absent from the
+// redacted text, or written as the identifier after the option name
+// (FORMAT csv, which the tree cannot tell from FORMAT 'csv').
+func defElemRedacted(d *jsontree.Doc, toks **tokens, sql string, de int32, red string) bool {
+	val := d.Str(d.Get(d.Get(d.Get(de, keyArg), nodeString), keySval))
+	if val == "" || !containsBounded(red, val) {
+		return true
+	}
+	loc, err := d.Int(d.Get(de, keyLocation))
+	if err != nil || loc < 0 {
+		return false
+	}
+	if *toks == nil {
+		*toks = lexTokens(sql)
+	}
+	t := *toks
+	i := t.at(int(loc))
+	if i < 0 || !strings.EqualFold(t.src[t.start[i]:t.end[i]], d.Str(d.Get(de, keyDefname))) {
+		return false
+	}
+	i++
+	if i < len(t.kind) && t.src[t.start[i]:t.end[i]] == "=" {
+		i++
+	}
+	return i < len(t.kind) && (t.kind[i] == sqlparse.Word || t.kind[i] == sqlparse.QuotedIdent) &&
+		strings.EqualFold(strings.Trim(t.src[t.start[i]:t.end[i]], `"`), val)
+}
+
+// containsBounded reports whether v occurs in s not glued to identifier
+// characters on a side where v itself starts or ends with one: "ch" is in
+// "NOTIFY ch, $1" but not in "$1", "ch2" or "chan".
+//
+// A long v is searched for once, glued or not: it is unlikely to be glued
+// to an identifier by chance, and the bounded search costs len(v) per
+// occurrence.
+func containsBounded(s, v string) bool {
+	if v == "" {
+		return false
+	}
+	if len(v) > 64 {
+		return strings.Contains(s, v)
+	}
+	for off := 0; ; {
+		i := strings.Index(s[off:], v)
+		if i < 0 {
+			return false
+		}
+		i += off
+		j := i + len(v)
+		before := i == 0 || !identByte(s[i-1]) || !identByte(v[0])
+		after := j == len(s) || !identByte(s[j]) || !identByte(v[len(v)-1])
+		if before && after {
+			return true
+		}
+		off = i + 1
+	}
+}
+
+func identByte(c byte) bool {
+	return c == '_' || c == '$' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c >= 0x80
+}

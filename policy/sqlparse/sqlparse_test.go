@@ -1,0 +1,195 @@
+package sqlparse
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestLevels(t *testing.T) {
+	tests := []struct {
+		name string
+		sql  string
+		want int
+	}{
+		{"literals and separators are free", "1, 'a', $1, E'x', $$y$$, 1.5e3; -- c\n/* d */", 0},
+		{"words", "SELECT a FROM t", 4},
+		{"keyword chain", "SELECT 1 ISNULL ISNULL ISNULL", 4},
+		{"quoted identifier", `SELECT "a b"`, 2},
+		{"every operator character", "1 +- 1", 2},
+		{"cast and brackets", "a::int[1]", 4},
+		{"closing brackets are free", "((1))", 2},
+		{"quotes hide structure", "'((((' \"ISNULL\"", 1},
+		{"U& string", "U&'\\0041 ((' ", 0},
+		{"E string with escaped quote", `E'\' ((('`, 0},
+		{"dollar tag", "$a$ ISNULL $a$", 0},
+		{"number glued to word", "1e5 1_000 0x1F", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Levels(tt.sql); got != tt.want {
+				t.Errorf("Levels(%q) = %d; want %d", tt.sql, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRedact(t *testing.T) {
+	tests := []struct {
+		name, sql, want string
+	}{
+		{"select", "SELECT 'a', 1, 1.5, -2 FROM t WHERE x = E'\\'' -- c", "SELECT $1, $2, $3, -$4 FROM t WHERE x = $5  "},
+		{"after existing params", "SELECT $2, 'x'", "SELECT $2, $3"},
+		{"execute", "EXECUTE p('secret', 42)", "EXECUTE p($1, $2)"},
+		{"notify", "NOTIFY ch, 'payload'", "NOTIFY ch, $1"},
+		{"role password", "CREATE ROLE r PASSWORD 'pw'", "CREATE ROLE r PASSWORD $1"},
+		{"server options", "CREATE SERVER s FOREIGN DATA WRAPPER w OPTIONS (password 'pw')", "CREATE SERVER s FOREIGN DATA WRAPPER w OPTIONS (password $1)"},
+		{"dollar quotes", "SELECT $$a$$, $q$b$q$", "SELECT $1, $2"},
+		{"prefixed strings", "SELECT U&'a', B'1', X'1F', N'n', e'x'", "SELECT $1, $2, $3, $4, $5"},
+		{"quoted identifiers stay", `SELECT "col" FROM "t"`, `SELECT "col" FROM "t"`},
+		{"nested comment", "SELECT /* a /* b */ c */ 1", "SELECT   $1"},
+		{"unterminated string", "SELECT 'abc", "SELECT $1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Redact(tt.sql); got != tt.want {
+				t.Errorf("Redact(%q) = %q; want %q", tt.sql, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestISNULLChainDoesNotCrash is the reported crasher: ` ISNULL` × 30,000
+// segfaulted the whole process inside Normalize. Now it is parsed in a
+// worker, whose crash is an error, and the next parse works.
+func TestISNULLChainDoesNotCrash(t *testing.T) {
+	ctx := context.Background()
+	for _, unit := range []string{" ISNULL", " NOTNULL"} {
+		sql := "SELECT 1" + strings.Repeat(unit, 30000)
+		if InProcess(sql) {
+			t.Fatalf("InProcess(SELECT 1%s × 30000) = true; want false", unit)
+		}
+		if _, err := Normalize(ctx, sql); err != nil && !errors.Is(err, ErrCrashed) {
+			t.Errorf("Normalize(SELECT 1%s × 30000) = %v; want success or ErrCrashed", unit, err)
+		}
+		if _, err := ParseToJSON(ctx, sql); err != nil && !errors.Is(err, ErrCrashed) {
+			t.Errorf("ParseToJSON(SELECT 1%s × 30000) = %v; want success or ErrCrashed", unit, err)
+		}
+	}
+	if got, err := Normalize(ctx, "SELECT 1"); err != nil || got != "SELECT $1" {
+		t.Errorf("Normalize(SELECT 1) after the crashers = %q, %v; want SELECT $1", got, err)
+	}
+}
+
+func TestWorkerParses(t *testing.T) {
+	ctx := context.Background()
+	deep := "SELECT 1" + strings.Repeat("+1", 5000)
+	if InProcess(deep) {
+		t.Fatal("5,001-term sum is in-process; want a worker parse")
+	}
+	tests := []struct {
+		name string
+		sql  string
+		fn   func(string) (string, error)
+		want string
+	}{
+		{"fingerprint", deep, func(s string) (string, error) { return Fingerprint(ctx, s) }, ""},
+		{"normalize", deep, func(s string) (string, error) { return Normalize(ctx, s) }, "SELECT $1+$2+$3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.fn(tt.sql)
+			if err != nil || got == "" || !strings.HasPrefix(got, tt.want) {
+				t.Errorf("%s = %.40q, %v; want prefix %q", tt.name, got, err, tt.want)
+			}
+		})
+	}
+	var pe *Error
+	if _, err := ParseToJSON(ctx, "SELECT (("+strings.Repeat("a ISNULL ", 3000)); !errors.As(err, &pe) || pe.Message == "" {
+		t.Errorf("ParseToJSON(invalid deep text) = %v; want a *sqlparse.Error from the worker", err)
+	}
+	// Wide rather than deep: Go's protobuf decoder stops at 10,000
+	// levels (an error, not a crash).
+	wide := "SELECT a" + strings.Repeat(", a", 5000)
+	if InProcess(wide) {
+		t.Fatal("5,001 columns are in-process; want a worker parse")
+	}
+	tree, err := Parse(ctx, wide)
+	if err != nil || len(tree.Stmts) != 1 || len(tree.Stmts[0].GetStmt().GetSelectStmt().GetTargetList()) != 5001 {
+		t.Errorf("Parse(5,001 columns) = %v; want one SELECT of 5,001 columns", err)
+	}
+}
+
+// TestCancelKillsWorkerParse: when the caller's context ends while a worker
+// parses (the client left), the worker is killed, not waited for.
+func TestCancelKillsWorkerParse(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	testHookSent = cancel
+	defer func() { testHookSent = nil }()
+	// Long enough that the worker cannot have answered before the hook.
+	sql := "SELECT 1" + strings.Repeat(",1", 100000)
+	_, err := Normalize(ctx, sql)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Normalize with the client gone = %v; want context.Canceled", err)
+	}
+	testHookSent = nil
+	if _, err := Normalize(context.Background(), sql[:len(sql)/2]); err != nil {
+		t.Errorf("Normalize after a cancelled parse = %v; want a fresh worker to answer", err)
+	}
+}
+
+// TestOnlySqlparseCallsLibpgQuery: every call into libpg_query goes through
+// this package, so none can crash the process.
+func TestOnlySqlparseCallsLibpgQuery(t *testing.T) {
+	call := regexp.MustCompile(`\bpg_query\.(Parse|ParseToJSON|ParseToProtobuf|Normalize|Fingerprint|FingerprintToUInt64|FingerprintToHexStr|Scan|Deparse|SplitWithParser|SplitWithScanner|ParsePlPgSqlToJSON)\(|"github.com/pganalyze/pg_query_go/v5/parser"`)
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	here, _ := filepath.Abs(".")
+	n := 0
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path == here || strings.HasPrefix(d.Name(), ".") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		n++
+		if m := call.Find(b); m != nil {
+			t.Errorf("%s calls libpg_query directly (%s); go through package sqlparse", path, m)
+		}
+		return nil
+	})
+	if err != nil || n < 50 {
+		t.Fatalf("scanned %d files under %s: %v; want the whole module", n, root, err)
+	}
+}
+
+func TestRedactScanned(t *testing.T) {
+	ctx := context.Background()
+	for _, sql := range []string{"SELEC 'a', 1 -- c", "NOTIFY ch, E'x\\'y'", "SELECT 1" + strings.Repeat(" ISNULL", 30000) + ", 'z'"} {
+		got, err := RedactScanned(ctx, sql)
+		if err != nil || got != Redact(sql) {
+			t.Errorf("RedactScanned(%.30q…) = %.30q…, %v; want Redact's text", sql, got, err)
+		}
+	}
+	if got, err := RedactScanned(ctx, "SELECT 'unterminated"); err == nil {
+		t.Errorf("RedactScanned(unterminated string) = %q; want the scanner's error", got)
+	}
+}
