@@ -51,7 +51,7 @@ func DecideQuery(ctx context.Context, cfg Config, engine Decider, ident policy.I
 		out.Reason = "allowed"
 	}
 	for _, a := range v.stmts {
-		if a.sql == "" && a.rule == "" && !a.allow && len(v.stmts) == 1 {
+		if v.refused {
 			// A refusal before the parser: no statement to show.
 			out.Policy = a.policyID
 			break

@@ -36,6 +36,10 @@ type verdict struct {
 	// cacheable is false when a decision may differ on retry (policy
 	// timeout or error).
 	cacheable bool
+	// refused is set when the text never reached the policy (the
+	// pre-scan, the parser or a bound refused it): its one audit line
+	// is the query's, not a statement's.
+	refused bool
 }
 
 // stmtAudit is one statement's audit line: normalized SQL (no literals),
@@ -230,7 +234,7 @@ func (g *Gate) refused(ctx context.Context, err error, text string) *verdict {
 	// A parse the client abandoned or the worker ran out of time on may
 	// succeed next time; a crash or a syntax error will not.
 	cacheable := !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
-	return &verdict{reason: reason, cacheable: cacheable,
+	return &verdict{reason: reason, cacheable: cacheable, refused: true,
 		stmts: []stmtAudit{{sql: sql, reason: reason, policyID: digest}}}
 }
 
