@@ -101,6 +101,9 @@ func ParseContext(ctx context.Context, sql string, opt Options) ([]*Statement, e
 		if st.Text, err = stmtText(d, sql, raw); err != nil {
 			return err
 		}
+		if c := st.Copy; c != nil && !c.File {
+			c.File = copiesToString(st.Text)
+		}
 		st.AuditSQL = auditText(d, &toks, sql, raw, st.Text)
 		out = append(out, st)
 		return nil

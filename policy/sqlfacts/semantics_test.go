@@ -155,7 +155,7 @@ func TestSequences(t *testing.T) {
 		{"currval reads", "SELECT currval('private.s')", []Relation{{"private", "s", RoleRead}}, false},
 		{"regclass argument", "SELECT nextval('private.s'::regclass)", []Relation{{"private", "s", RoleWrite}, {"private", "s", RoleRead}}, false},
 		{"catalog-qualified", "SELECT pg_catalog.nextval('s')", []Relation{{"public", "s", RoleWrite}}, false},
-		{"lastval names none", "SELECT lastval()", []Relation{}, false},
+		{"lastval reads a sequence no text names", "SELECT lastval()", []Relation{}, true},
 		{"column", "SELECT nextval(seqname) FROM t", []Relation{{"public", "t", RoleRead}}, true},
 		{"parameter", "SELECT nextval($1)", []Relation{}, true},
 		{"user function of the same name", "SELECT app.nextval('s')", []Relation{}, false},
@@ -375,4 +375,29 @@ func replaceParams(norm, c string) string {
 		b.WriteByte(norm[i])
 	}
 	return b.String()
+}
+
+// TestCopyToEmptyFileName: pg_query writes `COPY t TO ''` like `COPY t TO
+// STDOUT` (the oracle saw the server take it as a file), so the file fact
+// is read from the text.
+func TestCopyToEmptyFileName(t *testing.T) {
+	tests := []struct {
+		sql  string
+		file bool
+	}{
+		{"COPY users TO ''", true},
+		{"COPY users FROM ''", true},
+		{"COPY users TO '/tmp/x'", true},
+		{"COPY users TO STDOUT", false},
+		{"COPY users (id, name) TO stdout WITH (FORMAT csv)", false},
+		{"COPY (SELECT 'to', id FROM t WHERE a = 'from') TO STDOUT", false},
+		{"COPY (SELECT 1) TO ''", true},
+		{"COPY users FROM STDIN", false},
+		{"COPY users TO PROGRAM 'cat'", true},
+	}
+	for _, tt := range tests {
+		if st := parseOne(t, tt.sql); st.Copy == nil || st.Copy.File != tt.file {
+			t.Errorf("Parse(%q).Copy = %+v; want file %v", tt.sql, st.Copy, tt.file)
+		}
+	}
 }
