@@ -8,8 +8,9 @@ import (
 
 // copiesToString reports whether the COPY statement text names a file by a
 // string after its TO or FROM. The parse tree cannot say so for an empty
-// name: pg_query writes a NULL file name (STDIN/STDOUT) and ” alike as an
-// absent field, yet `COPY t TO ”` asks the server for a file. The
+// name: pg_query writes a NULL file name (STDIN/STDOUT) and an empty
+// string alike as an absent field, yet COPY t TO an empty string asks the
+// server for a file. The
 // direction keyword is the first TO or FROM outside brackets (the query,
 // the column list and the options are all inside brackets, and the old
 // option syntax has neither word), and what follows it is STDIN, STDOUT,

@@ -377,8 +377,8 @@ func replaceParams(norm, c string) string {
 	return b.String()
 }
 
-// TestCopyToEmptyFileName: pg_query writes `COPY t TO ”` like `COPY t TO
-// STDOUT` (the oracle saw the server take it as a file), so the file fact
+// TestCopyToEmptyFileName: pg_query writes COPY t TO an empty string like
+// COPY t TO STDOUT (the oracle saw the server take it as a file), so the file fact
 // is read from the text.
 func TestCopyToEmptyFileName(t *testing.T) {
 	tests := []struct {
