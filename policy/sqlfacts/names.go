@@ -381,6 +381,9 @@ func skipIdentSpace(s string, i int) int {
 	return i
 }
 
+// asciiLower lower-cases ASCII letters only, as PostgreSQL folds unquoted
+// identifiers in UTF-8: folding more would merge names the server keeps
+// apart.
 func asciiLower(s string) string {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c >= 'A' && c <= 'Z' {

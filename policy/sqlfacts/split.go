@@ -70,7 +70,7 @@ func Words(stmt string) iter.Seq[string] {
 			if quoted {
 				w = strings.ReplaceAll(w, `""`, `"`)
 			} else {
-				w = foldIdent(w)
+				w = asciiLower(w)
 			}
 			if !yield(w) {
 				return
@@ -158,22 +158,4 @@ func unicodeIdent(tok string) string {
 		j += skip + n
 	}
 	return strings.ReplaceAll(b.String(), `"`, `""`)
-}
-
-// foldIdent lower-cases ASCII letters only, as PostgreSQL folds unquoted
-// identifiers in UTF-8: folding more would merge names the server keeps
-// apart.
-func foldIdent(w string) string {
-	for i := 0; i < len(w); i++ {
-		if c := w[i]; c >= 'A' && c <= 'Z' {
-			b := []byte(w)
-			for j := i; j < len(b); j++ {
-				if b[j] >= 'A' && b[j] <= 'Z' {
-					b[j] += 'a' - 'A'
-				}
-			}
-			return string(b)
-		}
-	}
-	return w
 }

@@ -302,14 +302,7 @@ func (g *Gate) refreshCatalog(db string, reload uint64, done ...func()) bool {
 // loadCatalog logs in to db as the gate does for a session (through the
 // vetted dialler) and reads its catalog.
 func (g *Gate) loadCatalog(ctx context.Context, db string) (*sqlfacts.Catalog, error) {
-	cfg := g.upstream.Copy()
-	cfg.Database = db
-	cfg.Password = g.password
-	cfg.LookupFunc = func(_ context.Context, host string) ([]string, error) { return []string{host}, nil }
-	cfg.DialFunc = pgconn.DialFunc(g.deps.Dial)
-	cfg.ConnectTimeout = g.cfg.StartupTimeout
-	cfg.OnNotice, cfg.OnNotification = nil, nil
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	conn, err := pgconn.ConnectConfig(ctx, g.upstreamConfig(db, nil))
 	if err != nil {
 		return nil, fmt.Errorf("connect upstream database %q: %w", db, err)
 	}
