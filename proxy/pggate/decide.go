@@ -81,8 +81,7 @@ func (s *session) decide(text string) *verdict {
 			SQL: a.sql, Fingerprint: a.fingerprint, Decision: decisionWord(a.allow),
 			Reason: a.reason, Rule: a.rule, Policy: a.policyID,
 		}); err != nil {
-			g.log.Error("audit append failed; denying", zap.Error(err))
-			return &verdict{reason: reasonAuditUnavailable}
+			return s.auditFailed(err, a)
 		}
 	}
 	return v
@@ -238,11 +237,27 @@ func (g *Gate) refused(ctx context.Context, err error, text string) *verdict {
 		stmts: []stmtAudit{{sql: sql, reason: reason, policyID: digest}}}
 }
 
+// auditFailed is the verdict when the log did not take statement a's
+// record: nothing runs. An identity over its audit budget (audit.Meter) is
+// refused audit_budget_exceeded, a refusal the meter counts rather than
+// writes, so one identity's flood cannot deny the others; any other
+// failure is audit_unavailable.
+func (s *session) auditFailed(err error, a *stmtAudit) *verdict {
+	if errors.Is(err, audit.ErrOverBudget) {
+		if derr := s.audit(policy.Decision{Reason: audit.ReasonOverBudget, Rule: a.rule, Policy: a.policyID}, a.sql, a.fingerprint); derr != nil && !errors.Is(derr, audit.ErrOverBudget) {
+			s.g.failLog.Failed(derr)
+		}
+		return &verdict{reason: audit.ReasonOverBudget}
+	}
+	s.g.failLog.Failed(err)
+	return &verdict{reason: reasonAuditUnavailable}
+}
+
 // auditRefusal records a deny that has no SQL (a fast-path call, a Bind of
 // an unknown statement).
 func (s *session) auditRefusal(reason string) {
 	if err := s.audit(policy.Decision{Reason: reason, Policy: s.g.engine().Digest()}, "", ""); err != nil {
-		s.g.log.Error("audit append failed", zap.Error(err))
+		s.g.failLog.Failed(err)
 	}
 }
 

@@ -70,9 +70,12 @@ type Floor interface {
 
 // Gate serves Postgres clients. It is safe for concurrent use.
 type Gate struct {
-	cfg      Config
-	deps     Deps
-	log      *zap.Logger
+	cfg  Config
+	deps Deps
+	log  *zap.Logger
+	// failLog reports failed audit appends at most once per interval:
+	// while the audit disk is full every statement fails one.
+	failLog  *audit.FailLog
 	upstream *pgconn.Config
 	password string
 	tls      *tls.Config
@@ -123,10 +126,11 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	}
 	g := &Gate{
 		cfg: cfg, deps: deps, log: log.Named("pggate"),
-		limits: limitsOf(cfg),
-		cache:  newVerdictCache(cfg.CacheSize),
-		ncache: newVerdictCache(cfg.CacheSize),
-		lns:    map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
+		failLog: audit.NewFailLog(log.Named("pggate"), 0),
+		limits:  limitsOf(cfg),
+		cache:   newVerdictCache(cfg.CacheSize),
+		ncache:  newVerdictCache(cfg.CacheSize),
+		lns:     map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
 	}
 	g.cancels.m = map[uint32]*cancelTarget{}
 	g.catalogs = catalogs{ttl: cfg.CatalogTTL, m: map[string]*dbCatalog{}}

@@ -38,7 +38,7 @@ func (g *Gate) auditLogin(client string, params map[string]string, reason string
 		Kind: "sql", Identity: user, Client: client, Database: capClaimed(db),
 		Decision: "deny", Reason: reason, Policy: g.engine().Digest(),
 	}); err != nil {
-		g.log.Error("audit append failed for a refused login", zap.Error(err))
+		g.failLog.Failed(err, zap.String("refused", "login"))
 	}
 }
 

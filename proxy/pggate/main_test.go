@@ -177,6 +177,13 @@ type fixture struct {
 // startGate runs a gate in front of srv on a loopback port.
 func startGate(t testing.TB, srv *pgtest.Server, mod func(*Config)) *fixture {
 	t.Helper()
+	return startGateAudit(t, srv, mod, nil)
+}
+
+// startGateAudit is startGate with the gate appending through wrap(the
+// fixture's recorder) when wrap is not nil (an audit.Meter, say).
+func startGateAudit(t testing.TB, srv *pgtest.Server, mod func(*Config), wrap func(*memAudit) audit.Appender) *fixture {
+	t.Helper()
 	t.Setenv("PGGATE_TEST_PASSWORD", pgtest.SuperPassword)
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
@@ -186,8 +193,12 @@ func startGate(t testing.TB, srv *pgtest.Server, mod func(*Config)) *fixture {
 		mod(&cfg)
 	}
 	a := &memAudit{}
+	var app audit.Appender = a
+	if wrap != nil {
+		app = wrap(a)
+	}
 	var d net.Dialer
-	g, err := New(cfg, Deps{Engine: testEngine(t), Identities: testIdentities(t), Audit: a, Dial: d.DialContext, Log: zap.NewNop()})
+	g, err := New(cfg, Deps{Engine: testEngine(t), Identities: testIdentities(t), Audit: app, Dial: d.DialContext, Log: zap.NewNop()})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
