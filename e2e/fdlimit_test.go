@@ -76,6 +76,10 @@ func TestFDShortageRefusesClientsAndAdminAnswers(t *testing.T) {
 	e := Start(t, Options{
 		DNS:       dnstest.Start(t).Addr(),
 		ProxyYAML: "read_header_timeout: 60s\nidle_timeout: 120s",
+		// Every refusal in full: the marker's record below is one of
+		// about a hundred no_matching_rule refusals within a second,
+		// which the default sampling would fold into a counted record.
+		AuditYAML: "refusal_samples: 1000",
 		Wrap:      []string{prlimit, fmt.Sprintf("--nofile=%d:%d", limit, limit)},
 	})
 	if want := fmt.Sprintf(`"msg":"file descriptor limit","soft":%d,"hard":%d`, limit, limit); !strings.Contains(e.Log(), want) {

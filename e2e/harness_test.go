@@ -76,6 +76,8 @@ func runMain(m *testing.M) int {
 type Options struct {
 	// YAML is extra top-level config: `internal:`, `identities:`, … .
 	YAML string
+	// AuditYAML is extra keys of the `audit:` section, one per line.
+	AuditYAML string
 	// ProxyYAML is extra keys of the `proxy:` section, one per line,
 	// without indentation ("drain_timeout: 5s").
 	ProxyYAML string
@@ -182,6 +184,11 @@ func (e *Egressd) WriteConfig(t testing.TB, o Options) {
 		}
 	}
 	fmt.Fprintf(&b, "admin:\n  listen: %s\naudit:\n  dir: %s\n", e.AdminAddr, e.AuditDir)
+	for _, l := range strings.Split(strings.TrimSpace(o.AuditYAML), "\n") {
+		if l != "" {
+			fmt.Fprintf(&b, "  %s\n", l)
+		}
+	}
 	dns := o.DNS
 	if dns == "" {
 		dns = "127.0.0.1:1"
