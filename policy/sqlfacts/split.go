@@ -103,7 +103,8 @@ func nextWord(stmt string, i int) (w string, quoted bool, next int) {
 		case sqlparse.QuotedIdent:
 			tok := stmt[i+from : i+to]
 			if tok[0] == 'u' || tok[0] == 'U' {
-				return unicodeIdent(tok[2:]), true, i + to
+				esc, end := uescape(stmt, i+to)
+				return unicodeIdent(tok[2:], esc), true, end
 			}
 			return unquote(tok), true, i + to
 		}
@@ -120,28 +121,59 @@ func unquote(tok string) string {
 	return tok
 }
 
+// uescape reads the UESCAPE 'c' clause that may follow a U& identifier
+// ending at i: the escape character (a backslash without the clause) and
+// where scanning goes on.
+func uescape(stmt string, i int) (esc byte, next int) {
+	lx := sqlparse.NewLexer(stmt[i:])
+	want := sqlparse.Word
+	for {
+		kind, from, to, ok := lx.Next()
+		switch {
+		case !ok:
+			return '\\', i
+		case kind == sqlparse.Space || kind == sqlparse.Comment:
+			continue
+		case want == sqlparse.Word && kind == sqlparse.Word && strings.EqualFold(stmt[i+from:i+to], "uescape"):
+			want = sqlparse.String
+			continue
+		case want == sqlparse.String && kind == sqlparse.String && to-from == 3 && stmt[i+from] == '\'':
+			return stmt[i+from+1], i + to
+		case want == sqlparse.String:
+			// PostgreSQL refuses a malformed clause: no name at all.
+			return 0, i + to
+		}
+		return '\\', i
+	}
+}
+
 // unicodeIdent is the name a U&"…" identifier token (without its U&)
-// spells: \XXXX and \+XXXXXX are code points, \\ a backslash. A name
-// spelled with escapes must match the plain spelling of the same name, or
-// a revoked prepared statement could be run as EXECUTE U&"d\0065l". Text
-// it cannot decode (a custom UESCAPE, a bad escape) is kept as written,
-// which names nothing the session created.
-func unicodeIdent(tok string) string {
+// spells with escape character esc: escXXXX and esc+XXXXXX are code
+// points, a doubled esc is esc itself. A name spelled with escapes must
+// match the plain spelling of the same name, or a revoked prepared
+// statement could be run as EXECUTE U&"d\0065l" (or U&"d!0065l" UESCAPE
+// '!'). Text it cannot decode (a bad escape, esc 0 for a malformed UESCAPE)
+// is kept as written, which names nothing the session created, and the
+// server refuses it as well.
+func unicodeIdent(tok string, esc byte) string {
 	in := strings.ReplaceAll(unquote(tok), `""`, `"`)
-	if strings.IndexByte(in, '\\') < 0 {
+	if esc == 0 {
+		return tok
+	}
+	if strings.IndexByte(in, esc) < 0 {
 		return strings.ReplaceAll(in, `"`, `""`)
 	}
 	var b strings.Builder
 	for j := 0; j < len(in); {
-		if in[j] != '\\' {
+		if in[j] != esc {
 			b.WriteByte(in[j])
 			j++
 			continue
 		}
 		n, skip := 4, 1
 		switch {
-		case j+1 < len(in) && in[j+1] == '\\':
-			b.WriteByte('\\')
+		case j+1 < len(in) && in[j+1] == esc:
+			b.WriteByte(esc)
 			j += 2
 			continue
 		case j+1 < len(in) && in[j+1] == '+':

@@ -58,6 +58,9 @@ func TestWords(t *testing.T) {
 		{"ascii fold only", "DECLARE ÄB CURSOR FOR SELECT 1", []string{"declare", "Äb", "cursor", "for", "select"}},
 		{"literals skipped", "SELECT 'execute x', $$prepare$$, 1.5e3", []string{"select"}},
 		{"unterminated quote", `CLOSE "c`, []string{"close", "c"}},
+		{"unicode escapes", `EXECUTE U&"D\0065l\\"(0)`, []string{"execute", `Del\`}},
+		{"unicode uescape", `EXECUTE U&"d!0065l!!" UESCAPE '!' (0)`, []string{"execute", "del!"}},
+		{"malformed uescape", `EXECUTE U&"d!0065l" UESCAPE 'xy'`, []string{"execute", `"d!0065l"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -53,6 +53,10 @@ func TestUsesOf(t *testing.T) {
 		{"fetch", "FETCH BACKWARD 2 IN cur", []use{{true, "cur"}}},
 		{"move", "SELECT 1; MOVE cur", []use{{true, "cur"}}},
 		{"none", "SELECT 'execute del'", nil},
+		// Another spelling of a revoked statement's name is the same name.
+		{"unicode escape", `EXECUTE U&"d\0065l"(1)`, []use{{false, "del"}}},
+		{"unicode uescape", `EXECUTE U&"d!0065l" UESCAPE '!' (1)`, []use{{false, "del"}}},
+		{"unicode cursor", `FETCH NEXT FROM u&"c\+000075r"`, []use{{true, "cur"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
