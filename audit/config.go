@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/egressd/egressd/internal/defaults"
 )
 
-// Config is the `audit:` section.
+// Config is the `audit:` section. A zero value means the default
+// DefaultConfig shows; Provision fills them in.
 type Config struct {
 	// Dir holds the segment files. If empty, ./egressd-audit is used.
 	Dir string `yaml:"dir"`
@@ -103,8 +106,8 @@ const minFieldBytes = 64
 // minSegmentBytes keeps rotation from degenerating into a file per record.
 const minSegmentBytes = 4096
 
-// Validate checks values without I/O. Errors name the key relative to the
-// section.
+// Validate checks a provisioned Config without I/O. Errors name the key
+// relative to the section.
 func (c *Config) Validate() error {
 	if c.Dir == "" {
 		return fmt.Errorf("dir must not be empty")
@@ -124,7 +127,7 @@ func (c *Config) Validate() error {
 	if c.CheckpointInterval <= 0 {
 		return fmt.Errorf("checkpoint_interval must be > 0, got %q", c.CheckpointInterval)
 	}
-	if c.MaxFieldBytes != 0 && (c.MaxFieldBytes < minFieldBytes || c.MaxFieldBytes > maxRecordInput/32) {
+	if c.MaxFieldBytes < minFieldBytes || c.MaxFieldBytes > maxRecordInput/32 {
 		return fmt.Errorf("max_field_bytes must be between %d and %d, got %d", minFieldBytes, maxRecordInput/32, c.MaxFieldBytes)
 	}
 	for i, p := range c.RedactQueryParams {
@@ -144,23 +147,10 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// provision replaces the zero values of the keys added after the first
-// release with their defaults, so a Config built in code keeps working.
-func (c *Config) provision() {
-	d := DefaultConfig()
-	if c.MaxFieldBytes == 0 {
-		c.MaxFieldBytes = d.MaxFieldBytes
-	}
-	if c.RedactQueryParams == nil {
-		c.RedactQueryParams = d.RedactQueryParams
-	}
-	if c.IdentityRate == 0 {
-		c.IdentityRate = d.IdentityRate
-	}
-	if c.IdentityBurst == 0 {
-		c.IdentityBurst = d.IdentityBurst
-	}
-	if c.RefusalSamples == 0 {
-		c.RefusalSamples = d.RefusalSamples
-	}
+// Provision replaces every zero value with its default from DefaultConfig,
+// so a zero key in the file and a Config built in code both get the
+// documented values. It runs before Validate. An empty, non-nil
+// RedactQueryParams stays empty: it means "redact nothing".
+func (c *Config) Provision() {
+	defaults.Fill(c, DefaultConfig())
 }

@@ -105,7 +105,7 @@ type bucket struct {
 // NewMeter returns a Meter in front of next, with cfg's budget, and starts
 // the goroutine that writes each second's aggregate records. Close stops it.
 func NewMeter(next Appender, cfg Config) *Meter {
-	cfg.provision()
+	cfg.Provision()
 	m := newMeter(next, cfg, time.Now)
 	go m.run()
 	return m

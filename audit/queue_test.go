@@ -3,6 +3,7 @@ package audit
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -82,9 +83,9 @@ func TestConfigValidate(t *testing.T) {
 		{"defaults", func(*Config) {}, ""},
 		{"empty dir", func(c *Config) { c.Dir = "" }, "dir must not be empty"},
 		{"bad sync", func(c *Config) { c.Sync = "never" }, `sync must be "interval" or "always", got "never"`},
-		{"zero interval", func(c *Config) { c.SyncInterval = 0 }, `sync_interval must be > 0, got "0s"`},
+		{"negative interval", func(c *Config) { c.SyncInterval = -time.Second }, `sync_interval must be > 0, got "-1s"`},
 		{"tiny segment", func(c *Config) { c.MaxSegmentBytes = 100 }, "max_segment_bytes must be >= 4096, got 100"},
-		{"zero queue", func(c *Config) { c.QueueSize = 0 }, "queue_size must be > 0, got 0"},
+		{"negative queue", func(c *Config) { c.QueueSize = -1 }, "queue_size must be > 0, got -1"},
 		{"negative checkpoint", func(c *Config) { c.CheckpointInterval = -time.Second }, `checkpoint_interval must be > 0, got "-1s"`},
 		{"tiny field cap", func(c *Config) { c.MaxFieldBytes = 10 }, "max_field_bytes must be between 64 and 4096, got 10"},
 		{"upper-case redaction", func(c *Config) { c.RedactQueryParams = []string{"Token"} }, `redact_query_params[0] must be a non-empty lower-case name fragment, got "Token"`},
@@ -100,6 +101,35 @@ func TestConfigValidate(t *testing.T) {
 			}
 			if got != tt.want {
 				t.Errorf("Validate() = %q; want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestProvision: zero values become the defaults, set values stay, and an
+// empty (not nil) redaction list stays empty, since it means "redact
+// nothing" (issue 13 item 4).
+func TestProvision(t *testing.T) {
+	tests := []struct {
+		name string
+		in   Config
+		want func(c *Config)
+	}{
+		{"zero is the defaults", Config{}, func(*Config) {}},
+		{"set values stay", Config{SyncInterval: time.Second, QueueSize: 7}, func(c *Config) { c.SyncInterval, c.QueueSize = time.Second, 7 }},
+		{"empty redaction list stays empty", Config{RedactQueryParams: []string{}}, func(c *Config) { c.RedactQueryParams = []string{} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.in
+			got.Provision()
+			want := DefaultConfig()
+			tt.want(&want)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("Provision(%+v) = %+v; want %+v", tt.in, got, want)
+			}
+			if err := got.Validate(); err != nil {
+				t.Errorf("Validate() after Provision = %v; want nil", err)
 			}
 		})
 	}

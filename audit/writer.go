@@ -71,7 +71,7 @@ var ackPool = sync.Pool{New: func() any { return make(chan error, 1) }}
 // It fails when the newest segment's chain is broken, unless
 // cfg.AcceptBreak is set.
 func Open(cfg Config, log *zap.Logger) (*Writer, error) {
-	cfg.provision()
+	cfg.Provision()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("audit config: %w", err)
 	}

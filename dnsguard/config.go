@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/egressd/egressd/internal/defaults"
 )
 
-// Config is the `dns:` section.
+// Config is the `dns:` section. A zero value means the default the field
+// documents; Provision fills them in.
 type Config struct {
 	// Upstreams are the resolvers egressd asks ("host:port" with an IP
 	// host). If empty, the nameservers of /etc/resolv.conf are used.
@@ -64,44 +67,15 @@ func DefaultConfig() Config {
 	}
 }
 
-// withDefaults fills zero values, so a Config built in code works too.
-func (c Config) withDefaults() Config {
-	d := DefaultConfig()
-	if c.Timeout == 0 {
-		c.Timeout = d.Timeout
-	}
-	if c.Attempts == 0 {
-		c.Attempts = d.Attempts
-	}
-	if c.MaxCNAME == 0 {
-		c.MaxCNAME = d.MaxCNAME
-	}
-	if c.MaxTTL == 0 {
-		c.MaxTTL = d.MaxTTL
-	}
-	if c.NegativeTTL == 0 {
-		c.NegativeTTL = d.NegativeTTL
-	}
-	if c.CacheSize == 0 {
-		c.CacheSize = d.CacheSize
-	}
-	if c.Refuse == "" {
-		c.Refuse = d.Refuse
-	}
-	if c.AnswerTTL == 0 {
-		c.AnswerTTL = d.AnswerTTL
-	}
-	if c.RateLimit == 0 {
-		c.RateLimit = d.RateLimit
-	}
-	if c.Burst == 0 {
-		c.Burst = d.Burst
-	}
-	return c
+// Provision replaces every zero value with its default from DefaultConfig,
+// so a zero key in the file and a Config built in code both get the
+// documented values. It runs before Validate.
+func (c *Config) Provision() {
+	defaults.Fill(c, DefaultConfig())
 }
 
-// Validate checks values without I/O. Errors name the key relative to the
-// section.
+// Validate checks a provisioned Config without I/O. Errors name the key
+// relative to the section.
 func (c *Config) Validate() error {
 	for i, u := range c.Upstreams {
 		if _, err := netip.ParseAddrPort(u); err != nil {

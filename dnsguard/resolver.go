@@ -41,7 +41,7 @@ func NewResolver(cfg Config, floor *Floor, log *zap.Logger) (*Resolver, error) {
 	if floor == nil {
 		return nil, errors.New("new resolver: nil floor")
 	}
-	cfg = cfg.withDefaults()
+	cfg.Provision()
 	ups := cfg.Upstreams
 	if len(ups) == 0 {
 		cc, err := dns.ClientConfigFromFile("/etc/resolv.conf")

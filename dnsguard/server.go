@@ -67,7 +67,8 @@ func NewServer(o ServerOptions) (*Server, error) {
 	if o.Decider == nil || o.Resolver == nil || o.Audit == nil || o.Log == nil {
 		return nil, errors.New("new dns server: decider, resolver, audit and log are required")
 	}
-	cfg := o.Config.withDefaults()
+	cfg := o.Config
+	cfg.Provision()
 	refuse := dns.RcodeRefused
 	if cfg.Refuse == "nxdomain" {
 		refuse = dns.RcodeNameError

@@ -3,6 +3,8 @@ package policy
 import (
 	"fmt"
 	"time"
+
+	"github.com/egressd/egressd/internal/defaults"
 )
 
 // Config is the `policy:` section.
@@ -23,8 +25,14 @@ func DefaultConfig() Config {
 	return Config{CacheSize: 10000, EvalTimeout: 100 * time.Millisecond}
 }
 
-// Validate checks values without I/O. Errors name the key relative to the
-// section.
+// Provision replaces the zero values with their defaults from
+// DefaultConfig. It runs before Validate.
+func (c *Config) Provision() {
+	defaults.Fill(c, DefaultConfig())
+}
+
+// Validate checks a provisioned Config without I/O. Errors name the key
+// relative to the section.
 func (c *Config) Validate() error {
 	if c.CacheSize < -1 {
 		return fmt.Errorf("cache_size must be >= -1, got %d", c.CacheSize)

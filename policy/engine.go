@@ -42,13 +42,7 @@ type Engine struct {
 // empty, compiles it and runs its Rego tests. A bundle that fails either is
 // an error.
 func New(ctx context.Context, cfg Config, log *zap.Logger) (*Engine, error) {
-	def := DefaultConfig()
-	if cfg.CacheSize == 0 {
-		cfg.CacheSize = def.CacheSize
-	}
-	if cfg.EvalTimeout == 0 {
-		cfg.EvalTimeout = def.EvalTimeout
-	}
+	cfg.Provision()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("policy.%w", err)
 	}

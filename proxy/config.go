@@ -7,58 +7,67 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/egressd/egressd/internal/defaults"
 )
 
-// Config is the `proxy:` section. Its defaults protect a 2-core box.
+// Config is the `proxy:` section. Its defaults protect a 2-core box. A zero
+// value means the default DefaultConfig shows; Provision fills them in.
 type Config struct {
 	// Listen is the proxy address. If empty, 127.0.0.1:3128 is used.
 	Listen string `yaml:"listen"`
-	// MaxHeaderBytes bounds a client's request head. Default 32 KiB.
+	// MaxHeaderBytes bounds a client's request head. If zero, 32 KiB is used.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
-	// ReadHeaderTimeout bounds reading a request head (slowloris). Default 10s.
+	// ReadHeaderTimeout bounds reading a request head (slowloris). If zero,
+	// 10s is used.
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
-	// IdleTimeout closes a client keep-alive connection idle this long. Default 60s.
+	// IdleTimeout closes a client keep-alive connection idle this long. If
+	// zero, 60s is used.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
-	// DialTimeout bounds resolving and connecting upstream. Default 10s.
+	// DialTimeout bounds resolving and connecting upstream. If zero, 10s is
+	// used.
 	DialTimeout time.Duration `yaml:"dial_timeout"`
 	// ResponseHeaderTimeout bounds waiting for an upstream response head.
-	// Default 30s.
+	// If zero, 30s is used.
 	ResponseHeaderTimeout time.Duration `yaml:"response_header_timeout"`
-	// BodyIdleTimeout bounds each read of a request or response body. Default 60s.
+	// BodyIdleTimeout bounds each read of a request or response body. If zero,
+	// 60s is used.
 	BodyIdleTimeout time.Duration `yaml:"body_idle_timeout"`
-	// MaxIdleConnsPerHost bounds the upstream keep-alive pool per host. Default 64.
+	// MaxIdleConnsPerHost bounds the upstream keep-alive pool per host. If
+	// zero, 64 is used.
 	MaxIdleConnsPerHost int `yaml:"max_idle_conns_per_host"`
-	// MaxIdleConns bounds the whole upstream keep-alive pool. Default 512.
+	// MaxIdleConns bounds the whole upstream keep-alive pool. If zero, 512 is
+	// used.
 	MaxIdleConns int `yaml:"max_idle_conns"`
 	// PeekTimeout bounds waiting for a tunnel's first client bytes (the TLS
-	// ClientHello). Default 10s.
+	// ClientHello). If zero, 10s is used.
 	PeekTimeout time.Duration `yaml:"peek_timeout"`
 	// TunnelIdleTimeout closes a tunnel with no bytes either way this long.
-	// Default 5m.
+	// If zero, 5m is used.
 	TunnelIdleTimeout time.Duration `yaml:"tunnel_idle_timeout"`
-	// TunnelMaxLifetime closes any tunnel this old. Default 24h.
+	// TunnelMaxLifetime closes any tunnel this old. If zero, 24h is used.
 	TunnelMaxLifetime time.Duration `yaml:"tunnel_max_lifetime"`
 	// MaxConns caps client connections (plain and tunnels together); past
-	// it new connections are closed on accept. Default 10000.
+	// it new connections are closed on accept. If zero, 10000 is used.
 	MaxConns int `yaml:"max_conns"`
 	// PerIdentityMaxConns caps one identity's in-flight requests plus open
-	// tunnels. Default 2000.
+	// tunnels. If zero, 2000 is used.
 	PerIdentityMaxConns int `yaml:"per_identity_max_conns"`
 	// PerIdentityRate is one identity's sustained requests per second (token
-	// bucket). Default 2000.
+	// bucket). If zero, 2000 is used.
 	PerIdentityRate float64 `yaml:"per_identity_rate"`
-	// PerIdentityBurst is the token bucket size. Default 4000.
+	// PerIdentityBurst is the token bucket size. If zero, 4000 is used.
 	PerIdentityBurst int `yaml:"per_identity_burst"`
 	// PerSourceRefusalRate is how many refusals per second a client
 	// address may earn before it is authenticated (407, 400); past it
 	// (and PerSourceRefusalBurst) its requests are refused with
 	// source_rate_limited before their credentials are checked, and the
-	// connection is closed. Default 20.
+	// connection is closed. If zero, 20 is used.
 	PerSourceRefusalRate float64 `yaml:"per_source_refusal_rate"`
-	// PerSourceRefusalBurst is that bucket's size. Default 100.
+	// PerSourceRefusalBurst is that bucket's size. If zero, 100 is used.
 	PerSourceRefusalBurst int `yaml:"per_source_refusal_burst"`
 	// DrainTimeout is how long SIGTERM waits for in-flight requests and
-	// tunnels before closing them. Default 30s.
+	// tunnels before closing them. If zero, 30s is used.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
 }
 
@@ -87,8 +96,15 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate checks values without I/O. Errors name the key relative to the
-// section.
+// Provision replaces every zero value with its default from DefaultConfig,
+// so a zero key in the file and a Config built in code both get the
+// documented values. It runs before Validate.
+func (c *Config) Provision() {
+	defaults.Fill(c, DefaultConfig())
+}
+
+// Validate checks a provisioned Config without I/O. Errors name the key
+// relative to the section.
 func (c *Config) Validate() error {
 	if _, err := netip.ParseAddrPort(c.Listen); err != nil {
 		return fmt.Errorf("listen must be IP:port, got %q: %w", c.Listen, err)

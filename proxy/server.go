@@ -80,6 +80,7 @@ type Server struct {
 
 // New builds the proxy; Serve starts it.
 func New(o Options) (*Server, error) {
+	o.Config.Provision()
 	if err := o.Config.Validate(); err != nil {
 		return nil, fmt.Errorf("proxy.%w", err)
 	}

@@ -45,11 +45,8 @@ var checkSQL = checkKind{
 			pc := env.cfg.Postgres
 			var cat *sqlfacts.Catalog
 			if pc.Upstream != "" {
-				timeout := pc.StartupTimeout
-				if timeout <= 0 {
-					timeout = pggate.DefaultConfig().StartupTimeout
-				}
-				cctx, cancel := context.WithTimeout(ctx, timeout)
+				// config.Load provisioned pc: StartupTimeout is set.
+				cctx, cancel := context.WithTimeout(ctx, pc.StartupTimeout)
 				var err error
 				cat, err = pggate.UpstreamCatalog(cctx, pc, db)
 				cancel()

@@ -36,7 +36,7 @@ type StatementDecision struct {
 // cache or audit; cat is the database's catalog (nil: built-ins only). `egressd check sql` calls it so that its answer cannot
 // drift from what a session gets. cfg need not enable the listener.
 func DecideQuery(ctx context.Context, cfg Config, engine Decider, ident policy.Identity, db string, cat *sqlfacts.Catalog, text string) QueryDecision {
-	cfg = cfg.withDefaults()
+	cfg.Provision()
 	g := &Gate{cfg: cfg, log: zap.NewNop(), limits: limitsOf(cfg)}
 	g.cur.Store(&current{engine: engine})
 	st := connectStatement(db)

@@ -5,9 +5,12 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/egressd/egressd/internal/defaults"
 )
 
-// Config is the `postgres:` section.
+// Config is the `postgres:` section. A zero value means the default the
+// field documents; Provision fills them in.
 type Config struct {
 	// Listen is the gate's address. If empty, the gate does not start.
 	Listen string `yaml:"listen"`
@@ -98,46 +101,17 @@ func DefaultConfig() Config {
 	}
 }
 
-func (c Config) withDefaults() Config {
-	d := DefaultConfig()
-	if c.SearchPath == "" {
-		c.SearchPath = d.SearchPath
-	}
-	if c.MaxMessageBytes == 0 {
-		c.MaxMessageBytes = d.MaxMessageBytes
-	}
-	if c.MaxUpstreamMessageBytes == 0 {
-		c.MaxUpstreamMessageBytes = d.MaxUpstreamMessageBytes
-	}
-	if c.MaxQueryBytes == 0 {
-		c.MaxQueryBytes = d.MaxQueryBytes
-	}
-	if c.MaxNesting == 0 {
-		c.MaxNesting = d.MaxNesting
-	}
-	if c.MaxOperators == 0 {
-		c.MaxOperators = d.MaxOperators
-	}
-	if c.StartupTimeout == 0 {
-		c.StartupTimeout = d.StartupTimeout
-	}
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = d.IdleTimeout
-	}
-	if c.CacheSize == 0 {
-		c.CacheSize = d.CacheSize
-	}
-	if c.MaxStatements == 0 {
-		c.MaxStatements = d.MaxStatements
-	}
-	if c.CatalogTTL == 0 {
-		c.CatalogTTL = d.CatalogTTL
-	}
-	return c
+// Provision replaces every zero value with its default from DefaultConfig,
+// so a zero key in the file and a Config built in code both get the
+// documented values. It runs before Validate. MaxSessions and
+// MaxSessionsPerIdentity stay zero: their default depends on the
+// upstream's max_connections, learnt at the first login (sessionCaps).
+func (c *Config) Provision() {
+	defaults.Fill(c, DefaultConfig())
 }
 
-// Validate checks values without I/O. Errors name the key relative to the
-// section.
+// Validate checks a provisioned Config without I/O. Errors name the key
+// relative to the section.
 func (c *Config) Validate() error {
 	if c.Listen == "" {
 		return nil

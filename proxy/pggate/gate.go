@@ -116,10 +116,10 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	if deps.Engine == nil || deps.Identities == nil || deps.Audit == nil || deps.Dial == nil {
 		return nil, errors.New("pggate: Engine, Identities, Audit and Dial are required")
 	}
+	cfg.Provision()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("postgres.%w", err)
 	}
-	cfg = cfg.withDefaults()
 	log := deps.Log
 	if log == nil {
 		log = zap.NewNop()

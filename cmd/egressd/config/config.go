@@ -1,6 +1,7 @@
-// Package config is egressd's one YAML file: decoded strictly over embedded
-// defaults, then validated without I/O. Each section's type and defaults are
-// owned by the package that uses it; this package only composes them.
+// Package config is egressd's one YAML file: decoded strictly, provisioned
+// (every zero value becomes its documented default), then validated
+// without I/O. Each section's type, defaults and Provision are owned by the
+// package that uses it; this package only composes them.
 package config
 
 import (
@@ -15,14 +16,16 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard"
+	"github.com/egressd/egressd/internal/defaults"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/proxy/pggate"
 )
 
-// Config is the whole file. Every key has a default, so an empty file (or
-// none) is a working configuration.
+// Config is the whole file. Every key has a default, and a zero value (an
+// absent key, 0, 0s or "") means that default in every section, so an
+// empty file (or none) is a working configuration.
 type Config struct {
 	Log    Log             `yaml:"log"`
 	Proxy  proxy.Config    `yaml:"proxy"`
@@ -59,18 +62,24 @@ type Admin struct {
 	Listen string `yaml:"listen"`
 }
 
-// Default returns the configuration egressd runs with when given no file.
+// Default returns the configuration egressd runs with when given no file:
+// the zero Config, provisioned.
 func Default() *Config {
-	return &Config{
-		Log:    Log{Level: "info", Format: "json"},
-		Proxy:  proxy.DefaultConfig(),
-		Admin:  Admin{Listen: "127.0.0.1:9090"},
-		Policy: policy.DefaultConfig(),
-		DNS:    dnsguard.DefaultConfig(),
-		Audit:  audit.DefaultConfig(),
+	c := &Config{}
+	c.Provision()
+	return c
+}
 
-		Postgres: pggate.DefaultConfig(),
-	}
+// Provision replaces every zero value of every section with its documented
+// default, the one step between decoding and Validate.
+func (c *Config) Provision() {
+	defaults.Fill(&c.Log, Log{Level: "info", Format: "json"})
+	defaults.Fill(&c.Admin, Admin{Listen: "127.0.0.1:9090"})
+	c.Proxy.Provision()
+	c.Policy.Provision()
+	c.DNS.Provision()
+	c.Audit.Provision()
+	c.Postgres.Provision()
 }
 
 // Load reads path, or returns the defaults when path is empty.
@@ -89,22 +98,24 @@ func Load(path string) (*Config, error) {
 	return c, nil
 }
 
-// Parse decodes b strictly over the defaults and validates the result.
+// Parse decodes b strictly, provisions the defaults and validates the
+// result.
 func Parse(b []byte) (*Config, error) {
-	c := Default()
+	c := &Config{}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
 		return nil, nameKeys(b, err)
 	}
+	c.Provision()
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// Validate checks every section and names the failing key in full, e.g.
-// `audit.sync_interval must be > 0, got "-1s"`.
+// Validate checks every section of a provisioned Config and names the
+// failing key in full, e.g. `audit.sync_interval must be > 0, got "-1s"`.
 func (c *Config) Validate() error {
 	if _, err := zapcore.ParseLevel(c.Log.Level); err != nil {
 		return fmt.Errorf("log.level must be debug, info, warn or error, got %q", c.Log.Level)
