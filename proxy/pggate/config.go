@@ -16,7 +16,8 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// Upstream is the database server as a libpq URL or key=value string
 	// (host, port, user, sslmode, …). The client's database name replaces
-	// any dbname. It must not carry a password.
+	// any dbname. It must not carry a password. It has no default: it is
+	// required when Listen is set.
 	Upstream string `yaml:"upstream"`
 	// PasswordEnv names the environment variable holding the upstream
 	// password. If empty, PasswordFile is used.
