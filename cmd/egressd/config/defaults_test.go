@@ -2,8 +2,12 @@ package config
 
 import (
 	"bytes"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -174,4 +178,65 @@ func structKeys(t reflect.Type, prefix string) []string {
 		}
 	}
 	return out
+}
+
+// sectionFiles hold the types of the file's sections.
+var sectionFiles = map[string][]string{
+	"config.go":                       {"Log", "Admin"},
+	"../../../proxy/config.go":        {"Config"},
+	"../../../policy/config.go":       {"Config"},
+	"../../../dnsguard/config.go":     {"Config"},
+	"../../../audit/config.go":        {"Config"},
+	"../../../proxy/pggate/config.go": {"Config"},
+}
+
+// saysZero matches a field doc that says what its zero value does.
+var saysZero = regexp.MustCompile(`(?i)\b(zero|empty|nil|no default)\b`)
+
+// TestFieldDocsSayWhatZeroMeans: every key's field doc says what leaving
+// it out does, so the contract "zero means the documented default" has a
+// documented default to mean. A field without a doc shares the one above
+// it (MinTTL and MaxTTL).
+func TestFieldDocsSayWhatZeroMeans(t *testing.T) {
+	fset := token.NewFileSet()
+	for file, types := range sectionFiles {
+		f, err := parser.ParseFile(fset, file, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatalf("parse %s: %v", file, err)
+		}
+		for _, name := range types {
+			st := structType(f, name)
+			if st == nil {
+				t.Fatalf("%s: no struct type %s", file, name)
+			}
+			doc := ""
+			for _, fld := range st.Fields.List {
+				if fld.Doc != nil {
+					doc = fld.Doc.Text()
+				}
+				if fld.Tag == nil || strings.Contains(fld.Tag.Value, `yaml:"-"`) {
+					continue
+				}
+				if !saysZero.MatchString(doc) {
+					t.Errorf("%s: %s.%s's doc does not say what zero means: %q", file, name, fld.Names[0].Name, doc)
+				}
+			}
+		}
+	}
+}
+
+func structType(f *ast.File, name string) *ast.StructType {
+	for _, d := range f.Decls {
+		gd, ok := d.(*ast.GenDecl)
+		if !ok {
+			continue
+		}
+		for _, s := range gd.Specs {
+			if ts, ok := s.(*ast.TypeSpec); ok && ts.Name.Name == name {
+				st, _ := ts.Type.(*ast.StructType)
+				return st
+			}
+		}
+	}
+	return nil
 }
