@@ -129,6 +129,10 @@ func testEngine(t testing.TB) *policy.Engine {
 		}
 		cfg := policy.DefaultConfig()
 		cfg.Dir = dir
+		// These tests check decisions, not evaluation time: the default
+		// 100 ms turned a cold decision of a long analyst query into
+		// policy_timeout on a loaded machine.
+		cfg.EvalTimeout = 10 * time.Second
 		engine, engineErr = policy.New(context.Background(), cfg, zap.NewNop())
 	})
 	if engineErr != nil {

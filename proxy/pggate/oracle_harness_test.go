@@ -171,6 +171,7 @@ func oracleEngine(t *testing.T) *policy.Engine {
 	}
 	cfg := policy.DefaultConfig()
 	cfg.Dir = dir
+	cfg.EvalTimeout = 10 * time.Second // decisions, not evaluation time, are under test
 	e, err := policy.New(context.Background(), cfg, zap.NewNop())
 	if err != nil {
 		t.Fatalf("policy.New: %v", err)
