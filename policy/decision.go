@@ -80,16 +80,12 @@ type Decision struct {
 	TLS bool `json:"tls,omitempty"`
 }
 
-// Deny builds a deny decision with a reason.
-func Deny(reason, rule string) Decision {
-	return Decision{Reason: reason, Rule: rule}
-}
-
 // DenyError is the one typed error for a refusal found outside Rego (a
 // malformed URL, a forbidden address, an unavailable audit log). Callers map
 // it to a client response with errors.As in exactly one place.
 type DenyError struct {
-	// Reason is the stable snake_case reason, e.g. "metadata_address".
+	// Reason is the stable snake_case reason, e.g. "metadata_address"
+	// (ReasonMetadataAddress).
 	Reason string
 	// Detail says what was refused, for the operator; it is not sent to
 	// clients when it could reveal internal addresses.

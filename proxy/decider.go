@@ -98,7 +98,7 @@ func refused(f policy.Facts, t Target, st stage, err error) Outcome {
 	if errors.As(err, &de) {
 		o.Decision.Reason = de.Reason
 	} else {
-		o.Decision.Reason = "malformed_request"
+		o.Decision.Reason = reasonMalformedRequest
 	}
 	return o
 }

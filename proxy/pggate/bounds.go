@@ -12,10 +12,10 @@ import (
 const (
 	// reasonTooManyStatements denies a Query or Parse with more than
 	// max_statements statements, with one audit record for all of them.
-	reasonTooManyStatements = "sql_too_many_statements"
+	reasonTooManyStatements = string(policy.ReasonTooManyStatements)
 	// reasonSessionLimit refuses a login past max_sessions or
 	// max_sessions_per_identity.
-	reasonSessionLimit = "session_limit"
+	reasonSessionLimit = string(policy.ReasonSessionLimit)
 )
 
 // verdictFor is the uncached decision on text: the statement cap, then

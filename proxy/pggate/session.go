@@ -294,7 +294,7 @@ func (s *session) reloaded() *fatal {
 	if fl := s.g.deps.Floor; fl != nil {
 		if ap, ok := s.upstream.RemoteAddr().(*net.TCPAddr); ok {
 			if err := fl.Check(ap.AddrPort().Addr().Unmap(), ap.AddrPort().Port()); err != nil {
-				reason := "address_denied"
+				reason := string(policy.ReasonAddressDenied)
 				var de *policy.DenyError
 				if errors.As(err, &de) {
 					reason = de.Reason
