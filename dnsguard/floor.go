@@ -141,8 +141,9 @@ func (f *Floor) Update(internal InternalConfig) error {
 }
 
 // Check returns nil if a may be dialled on port, else a *policy.DenyError
-// whose reason names the category ("metadata_address", "private_address", …)
-// or "internal_denied" / "internal_port_not_allowed".
+// whose reason names the category (policy.ReasonMetadataAddress,
+// policy.ReasonPrivateAddress, …) or the internal: rule that refused it
+// (policy.ReasonInternalDenied, policy.ReasonInternalPortDenied).
 func (f *Floor) Check(a netip.Addr, port uint16) error {
 	return f.check(a, port, true)
 }

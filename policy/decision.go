@@ -84,8 +84,8 @@ type Decision struct {
 // malformed URL, a forbidden address, an unavailable audit log). Callers map
 // it to a client response with errors.As in exactly one place.
 type DenyError struct {
-	// Reason is the stable snake_case reason, e.g. "metadata_address"
-	// (ReasonMetadataAddress).
+	// Reason is the stable snake_case reason, one of the declared Reason
+	// constants (ReasonMetadataAddress, …).
 	Reason string
 	// Detail says what was refused, for the operator; it is not sent to
 	// clients when it could reveal internal addresses.

@@ -87,6 +87,15 @@ var classCodes = [numClasses]Codes{
 	ClassClient:      {http.StatusBadGateway, dns.RcodeRefused, sqlConnectionFailure},
 }
 
+// Codes is how each protocol refuses with a reason of class c that has no
+// codes of its own.
+func (c Class) Codes() Codes {
+	if c < numClasses {
+		return classCodes[c]
+	}
+	return classCodes[ClassPolicy]
+}
+
 // Class is r's class; a reason Go does not declare (one of Rego's) is
 // ClassPolicy.
 func (r Reason) Class() Class {

@@ -83,13 +83,15 @@ func refusalFor(st stage, d policy.Decision, err error) refusal {
 		return refusal{status: statusForReason(status, de.Reason), reason: de.Reason, detail: de.Error()}
 	}
 	var dnsErr *net.DNSError
+	rf := refusalOf(reasonUpstreamFailed)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), isTimeout(err):
-		return refusal{status: http.StatusGatewayTimeout, reason: reasonUpstreamTimeout, detail: err.Error()}
+		rf = refusalOf(reasonUpstreamTimeout)
 	case errors.As(err, &dnsErr):
-		return refusal{status: http.StatusBadGateway, reason: reasonDNSFailed, detail: err.Error()}
+		rf = refusalOf(reasonDNSFailed)
 	}
-	return refusal{status: http.StatusBadGateway, reason: reasonUpstreamFailed, detail: err.Error()}
+	rf.detail = err.Error()
+	return rf
 }
 
 // statusForReason is the status policy's reason table gives reason. A

@@ -33,6 +33,12 @@ func TestRefusalFor(t *testing.T) {
 		{"guard resolver failure", stageDial, policy.Decision{}, &policy.DenyError{Reason: reasonDNSFailed}, http.StatusBadGateway, reasonDNSFailed},
 		{"refused", stageDial, policy.Decision{}, errors.New("connection refused"), http.StatusBadGateway, reasonUpstreamFailed},
 		{"audit", stagePolicy, policy.Deny(reasonAuditUnavailable, ""), nil, http.StatusServiceUnavailable, reasonAuditUnavailable},
+		{"no address from the guard", stageDial, policy.Decision{}, &policy.DenyError{Reason: string(policy.ReasonDNSNoAddress)}, http.StatusBadGateway, string(policy.ReasonDNSNoAddress)},
+		{"revoked identity", stagePolicy, policy.Deny(reasonIdentityRevoked, ""), nil, http.StatusForbidden, reasonIdentityRevoked},
+		{"rate limited", stagePolicy, policy.Deny(reasonRateLimited, ""), nil, http.StatusTooManyRequests, reasonRateLimited},
+		{"https absolute form", stageParse, policy.Decision{}, &policy.DenyError{Reason: reasonAbsoluteHTTPS}, http.StatusBadRequest, reasonAbsoluteHTTPS},
+		{"unreadable address at dial", stageDial, policy.Decision{}, &policy.DenyError{Reason: string(policy.ReasonMalformedAddress)}, http.StatusForbidden, string(policy.ReasonMalformedAddress)},
+		{"limit at parse keeps 429", stageParse, policy.Decision{}, &policy.DenyError{Reason: reasonConnLimit}, http.StatusTooManyRequests, reasonConnLimit},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -288,7 +288,7 @@ func (s *session) reloaded() *fatal {
 	entry, ident, ok := cur.ids.Lookup(s.identity.ID)
 	if !ok || entry.SCRAMSHA256 != s.verifier {
 		s.auditRefusal(reasonIdentityRevoked)
-		return fatalf(codeInvalidAuthorization, "egressd: denied: %s", reasonIdentityRevoked)
+		return sessionRefusal(reasonIdentityRevoked, "egressd: denied: %s", reasonIdentityRevoked)
 	}
 	s.identity, s.keyPrefix = ident, cacheKeyPrefix(ident, s.database)
 	if fl := s.g.deps.Floor; fl != nil {
@@ -300,7 +300,7 @@ func (s *session) reloaded() *fatal {
 					reason = de.Reason
 				}
 				s.auditRefusal(reason)
-				return fatalf(codeInsufficientPrivs, "egressd: denied: %s", reason)
+				return fatalf(floorSQLState, "egressd: denied: %s", reason)
 			}
 		}
 	}
