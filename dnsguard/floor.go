@@ -158,7 +158,7 @@ func (f *Floor) check(a netip.Addr, port uint16, withPort bool) error {
 	if a.Zone() != "" {
 		// A zone selects an interface: only link-local needs one, and
 		// no rule can name it.
-		return &policy.DenyError{Reason: string(policy.ReasonZonedAddress), Detail: a.String() + " has a zone"}
+		return &policy.DenyError{Reason: policy.ReasonZonedAddress, Detail: a.String() + " has a zone"}
 	}
 	a = a.Unmap()
 	cat := Classify(a)
@@ -178,7 +178,7 @@ func (f *Floor) check(a netip.Addr, port uint16, withPort bool) error {
 			continue
 		}
 		if d.covers(a, port) || (hasEmbedded && d.covers(embedded, port)) {
-			return &policy.DenyError{Reason: string(policy.ReasonInternalDenied), Detail: fmt.Sprintf("%s is denied by internal %s", a, d.prefix)}
+			return &policy.DenyError{Reason: policy.ReasonInternalDenied, Detail: fmt.Sprintf("%s is denied by internal %s", a, d.prefix)}
 		}
 	}
 	if cat == Public {
@@ -196,13 +196,13 @@ func (f *Floor) check(a netip.Addr, port uint16, withPort bool) error {
 		}
 	}
 	if inPrefix {
-		return &policy.DenyError{Reason: string(policy.ReasonInternalPortDenied), Detail: fmt.Sprintf("%s is %s; port %d is not allowed by internal", a, cat, port)}
+		return &policy.DenyError{Reason: policy.ReasonInternalPortDenied, Detail: fmt.Sprintf("%s is %s; port %d is not allowed by internal", a, cat, port)}
 	}
 	return categoryDeny(a, cat)
 }
 
 func categoryDeny(a netip.Addr, cat Category) error {
-	return &policy.DenyError{Reason: string(cat.Reason()), Detail: a.String() + " is " + cat.String()}
+	return &policy.DenyError{Reason: cat.Reason(), Detail: a.String() + " is " + cat.String()}
 }
 
 // embeddedV4 returns the IPv4 address an embedding IPv6 form carries (the

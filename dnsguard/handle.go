@@ -31,12 +31,12 @@ func Decide(ctx context.Context, d Decider, id policy.Identity, name string, qty
 		return nil, policy.Decision{}, err
 	}
 	if IsMetadataName(facts.Name) {
-		return nil, policy.Decision{}, &policy.DenyError{Reason: string(policy.ReasonMetadataName), Detail: facts.Name + " is a metadata service name"}
+		return nil, policy.Decision{}, &policy.DenyError{Reason: policy.ReasonMetadataName, Detail: facts.Name + " is a metadata service name"}
 	}
 	if numericTLD(facts.Name) {
 		// "10.0.0.1" asked as a name: no TLD is numeric, and a rule naming
 		// an IP must not turn into a DNS answer for it.
-		return nil, policy.Decision{}, &policy.DenyError{Reason: string(policy.ReasonIPLiteralName), Detail: facts.Name + " is an address, not a name"}
+		return nil, policy.Decision{}, &policy.DenyError{Reason: policy.ReasonIPLiteralName, Detail: facts.Name + " is an address, not a name"}
 	}
 	dec := d.Decide(ctx, policy.Input{Identity: id, Facts: facts})
 	if !dec.Allow && dec.Reason == "" {
@@ -82,7 +82,7 @@ func (s *Server) handle(ctx context.Context, client netip.Addr, req *dns.Msg) *d
 		if ce := s.log.Check(zap.DebugLevel, "dns rate limited"); ce != nil {
 			ce.Write(zap.Stringer("client", client))
 		}
-		resp.Rcode = dns.RcodeRefused
+		resp.Rcode = policy.ReasonRateLimited.Codes().Rcode
 		return resp
 	}
 	if req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 {
@@ -172,7 +172,7 @@ func (s *Server) rcodeFor(reason string) int {
 func (s *Server) refusedErr(out outcome, err error) outcome {
 	var de *policy.DenyError
 	if errors.As(err, &de) {
-		return s.refused(out, de.Reason, "")
+		return s.refused(out, de.Reason.String(), "")
 	}
 	return s.refused(out, string(policy.ReasonMalformedName), "")
 }
@@ -185,7 +185,7 @@ func (s *Server) failed(out outcome, ans *answer) outcome {
 	var de *policy.DenyError
 	reason := string(policy.ReasonDNSFailure)
 	if errors.As(ans.err, &de) {
-		reason = de.Reason
+		reason = de.Reason.String()
 	}
 	out.rec.Decision, out.rec.Reason = "deny", reason
 	if reason == string(policy.ReasonDNSNoAddress) {

@@ -86,7 +86,7 @@ type Decision struct {
 type DenyError struct {
 	// Reason is the stable snake_case reason, one of the declared Reason
 	// constants (ReasonMetadataAddress, …).
-	Reason string
+	Reason Reason
 	// Detail says what was refused, for the operator; it is not sent to
 	// clients when it could reveal internal addresses.
 	Detail string
@@ -103,7 +103,7 @@ func (e *DenyError) Error() string {
 	case e.Err != nil:
 		return fmt.Sprintf("denied: %s: %v", e.Reason, e.Err)
 	}
-	return "denied: " + e.Reason
+	return "denied: " + e.Reason.String()
 }
 
 func (e *DenyError) Unwrap() error { return e.Err }

@@ -295,5 +295,5 @@ func splitHostPort(s string) (host, port string, hasPort bool) {
 }
 
 func deny(reason Reason, detail string, err error) *DenyError {
-	return &DenyError{Reason: string(reason), Detail: detail, Err: err}
+	return &DenyError{Reason: reason, Detail: detail, Err: err}
 }

@@ -80,7 +80,7 @@ func refusalFor(st stage, d policy.Decision, err error) refusal {
 		if st == stageParse {
 			status = http.StatusBadRequest
 		}
-		return refusal{status: statusForReason(status, de.Reason), reason: de.Reason, detail: de.Error()}
+		return refusal{status: statusForReason(status, de.Reason.String()), reason: de.Reason.String(), detail: de.Error()}
 	}
 	var dnsErr *net.DNSError
 	rf := refusalOf(reasonUpstreamFailed)

@@ -66,7 +66,7 @@ func refusedBeforePolicy(kind policy.Kind, env *decideEnv, err error) checkOutpu
 	out := checkOutput{Kind: kind.String(), Identity: env.identity.ID, Policy: env.engine.Digest(), Reason: string(policy.ReasonMalformedRequest)}
 	var de *policy.DenyError
 	if errors.As(err, &de) {
-		out.Reason, out.Detail = de.Reason, de.Detail
+		out.Reason, out.Detail = de.Reason.String(), de.Detail
 	} else {
 		out.Detail = err.Error()
 	}

@@ -43,9 +43,9 @@ func (l Limits) withDefaults() Limits {
 
 // Reasons the pre-scan and parser deny with.
 const (
-	ReasonTooComplex = string(policy.ReasonSQLTooComplex)
-	ReasonParseError = string(policy.ReasonSQLParseError)
-	ReasonBadUTF8    = string(policy.ReasonSQLBadUTF8)
+	ReasonTooComplex = policy.ReasonSQLTooComplex
+	ReasonParseError = policy.ReasonSQLParseError
+	ReasonBadUTF8    = policy.ReasonSQLBadUTF8
 )
 
 func tooComplex(format string, a ...any) error {

@@ -26,11 +26,11 @@ const (
 func (g *Gate) verdictFor(ctx context.Context, ident policy.Identity, db, prefix string, cat *sqlfacts.Catalog, text string) *verdict {
 	// Without a ';' there is at most one statement: no scan needed.
 	if strings.IndexByte(text, ';') >= 0 && sqlfacts.CountStatements(text, g.cfg.MaxStatements) > g.cfg.MaxStatements {
-		return g.refused(ctx, &policy.DenyError{Reason: reasonTooManyStatements}, text)
+		return g.refused(ctx, &policy.DenyError{Reason: policy.ReasonTooManyStatements}, text)
 	}
 	v := g.evaluate(ctx, ident, db, prefix, cat, text)
 	if len(v.stmts) > g.cfg.MaxStatements {
-		return g.refused(ctx, &policy.DenyError{Reason: reasonTooManyStatements}, text)
+		return g.refused(ctx, &policy.DenyError{Reason: policy.ReasonTooManyStatements}, text)
 	}
 	return v
 }

@@ -212,10 +212,10 @@ func (g *Gate) addShape(skey cacheKey, norm string, v *verdict) {
 // parse tree to check it against), and no SQL when that check fails or the
 // text is past the length limit: a deny must not log literals either.
 func (g *Gate) refused(ctx context.Context, err error, text string) *verdict {
-	reason := sqlfacts.ReasonParseError
+	reason := sqlfacts.ReasonParseError.String()
 	var de *policy.DenyError
 	if errors.As(err, &de) {
-		reason = sanitizeReason(de.Reason)
+		reason = sanitizeReason(de.Reason.String())
 	}
 	if errors.Is(err, sqlparse.ErrCrashed) {
 		// The error names how the worker ended, never the text (a
@@ -224,7 +224,7 @@ func (g *Gate) refused(ctx context.Context, err error, text string) *verdict {
 		g.log.Warn("sql parser worker failed; statement denied", zap.String("reason", reason), zap.Error(err))
 	}
 	var sql string
-	if (reason == sqlfacts.ReasonParseError || reason == sqlfacts.ReasonTooComplex) && len(text) <= g.cfg.MaxQueryBytes {
+	if (reason == sqlfacts.ReasonParseError.String() || reason == sqlfacts.ReasonTooComplex.String()) && len(text) <= g.cfg.MaxQueryBytes {
 		if red, err := sqlparse.RedactScanned(ctx, text); err == nil {
 			sql = auditSQL(strings.TrimRight(strings.TrimSpace(red), ";"))
 		}

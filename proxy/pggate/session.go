@@ -297,7 +297,7 @@ func (s *session) reloaded() *fatal {
 				reason := string(policy.ReasonAddressDenied)
 				var de *policy.DenyError
 				if errors.As(err, &de) {
-					reason = de.Reason
+					reason = de.Reason.String()
 				}
 				s.auditRefusal(reason)
 				return fatalf(floorSQLState, "egressd: denied: %s", reason)

@@ -218,7 +218,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 		var de *policy.DenyError
 		if errors.As(err, &de) {
 			g.log.Warn("upstream refused by address floor", zap.Error(err))
-			return nil, loginFatalf(de.Reason, floorSQLState, "egressd: denied: %s", de.Reason)
+			return nil, loginFatalf(de.Reason.String(), floorSQLState, "egressd: denied: %s", de.Reason)
 		}
 		g.log.Warn("upstream login failed", zap.String("identity", ident.ID), zap.Error(err))
 		return nil, loginRefusal(reasonUpstreamLogin, "egressd: upstream unavailable")
