@@ -13,8 +13,9 @@ import (
 	"github.com/egressd/egressd/policy"
 )
 
-// Reasons decided in this package, not by Rego. They appear identically in
-// responses, audit records and metrics.
+// Reasons decided in this package, not by Rego: policy's declared reasons,
+// as the strings refusals and records carry. policy's table gives each its
+// class and status.
 const (
 	reasonAuthRequired     = string(policy.ReasonAuthRequired)
 	reasonAuthInvalid      = string(policy.ReasonAuthInvalid)
