@@ -14,10 +14,6 @@ import (
 // wraps ErrUnavailable, so a caller that knows only that still denies.
 var ErrOverBudget = fmt.Errorf("%w: identity over its audit budget", ErrUnavailable)
 
-// ReasonOverBudget is the reason of the refusal an allow over budget
-// becomes, the same in responses, records and metrics of every entry point.
-const ReasonOverBudget = "audit_budget_exceeded"
-
 // maxMeterKeys bounds the budget and fold tables. Past it, budgets that
 // are full again are dropped (a new one starts full too, so nothing is
 // lost), and refusals of unseen keys fold into one per kind and reason.

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"sort"
+
+	"github.com/egressd/egressd/policy"
 )
 
 // Category is what an address is, for the floor: public, or the kind of
@@ -44,20 +46,30 @@ func (c Category) String() string {
 }
 
 // Reason is the stable deny reason for an address of this category, e.g.
-// "metadata_address".
-func (c Category) Reason() string {
+// policy.ReasonMetadataAddress. Public has none: the floor never refuses it
+// for its category.
+func (c Category) Reason() policy.Reason {
 	if c < numCategories {
 		return categoryReasons[c]
 	}
-	return "unknown_address"
+	return policy.ReasonUnknownAddress
 }
 
-var categoryReasons = func() (r [numCategories]string) {
-	for i, n := range categoryNames {
-		r[i] = n + "_address"
-	}
-	return r
-}()
+var categoryReasons = [numCategories]policy.Reason{
+	Loopback:      policy.ReasonLoopbackAddress,
+	Private:       policy.ReasonPrivateAddress,
+	LinkLocal:     policy.ReasonLinkLocalAddress,
+	CGNAT:         policy.ReasonCGNATAddress,
+	ULA:           policy.ReasonULAAddress,
+	Multicast:     policy.ReasonMulticastAddress,
+	Unspecified:   policy.ReasonUnspecifiedAddress,
+	Broadcast:     policy.ReasonBroadcastAddress,
+	Documentation: policy.ReasonDocumentationAddress,
+	Benchmarking:  policy.ReasonBenchmarkingAddress,
+	Reserved:      policy.ReasonReservedAddress,
+	ThisNetwork:   policy.ReasonThisNetworkAddress,
+	Metadata:      policy.ReasonMetadataAddress,
+}
 
 // metadataAddrs are cloud metadata endpoints, listed by address because
 // several sit outside link-local (Azure's WireServer is a public address).

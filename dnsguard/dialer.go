@@ -69,7 +69,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		}
 	}
 	if tried == 0 {
-		return nil, &policy.DenyError{Reason: "dns_no_address", Detail: fmt.Sprintf("%s has no %s address", address, network)}
+		return nil, &policy.DenyError{Reason: policy.ReasonDNSNoAddress, Detail: fmt.Sprintf("%s has no %s address", address, network)}
 	}
 	return nil, fmt.Errorf("dial %s: %w", address, errors.Join(errs...))
 }
@@ -80,11 +80,11 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 func (d *Dialer) Vet(ctx context.Context, address string) ([]netip.Addr, uint16, error) {
 	host, portStr, err := net.SplitHostPort(address)
 	if err != nil {
-		return nil, 0, &policy.DenyError{Reason: "malformed_address", Detail: strconv.Quote(address), Err: err}
+		return nil, 0, &policy.DenyError{Reason: policy.ReasonMalformedAddress, Detail: strconv.Quote(address), Err: err}
 	}
 	p, err := strconv.ParseUint(portStr, 10, 16)
 	if err != nil || p == 0 {
-		return nil, 0, &policy.DenyError{Reason: "invalid_port", Detail: strconv.Quote(address)}
+		return nil, 0, &policy.DenyError{Reason: policy.ReasonInvalidPort, Detail: strconv.Quote(address)}
 	}
 	port := uint16(p)
 	addrs, err := d.r.Resolve(ctx, host)
@@ -103,7 +103,7 @@ func (d *Dialer) Vet(ctx context.Context, address string) ([]netip.Addr, uint16,
 func (d *Dialer) control(_ context.Context, _, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
-		return &policy.DenyError{Reason: "malformed_address", Detail: strconv.Quote(address), Err: err}
+		return &policy.DenyError{Reason: policy.ReasonMalformedAddress, Detail: strconv.Quote(address), Err: err}
 	}
 	return d.floor.Check(ap.Addr(), ap.Port())
 }

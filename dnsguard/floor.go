@@ -141,8 +141,9 @@ func (f *Floor) Update(internal InternalConfig) error {
 }
 
 // Check returns nil if a may be dialled on port, else a *policy.DenyError
-// whose reason names the category ("metadata_address", "private_address", …)
-// or "internal_denied" / "internal_port_not_allowed".
+// whose reason names the category (policy.ReasonMetadataAddress,
+// policy.ReasonPrivateAddress, …) or the internal: rule that refused it
+// (policy.ReasonInternalDenied, policy.ReasonInternalPortDenied).
 func (f *Floor) Check(a netip.Addr, port uint16) error {
 	return f.check(a, port, true)
 }
@@ -157,7 +158,7 @@ func (f *Floor) check(a netip.Addr, port uint16, withPort bool) error {
 	if a.Zone() != "" {
 		// A zone selects an interface: only link-local needs one, and
 		// no rule can name it.
-		return &policy.DenyError{Reason: "zoned_address", Detail: a.String() + " has a zone"}
+		return &policy.DenyError{Reason: policy.ReasonZonedAddress, Detail: a.String() + " has a zone"}
 	}
 	a = a.Unmap()
 	cat := Classify(a)
@@ -177,7 +178,7 @@ func (f *Floor) check(a netip.Addr, port uint16, withPort bool) error {
 			continue
 		}
 		if d.covers(a, port) || (hasEmbedded && d.covers(embedded, port)) {
-			return &policy.DenyError{Reason: "internal_denied", Detail: fmt.Sprintf("%s is denied by internal %s", a, d.prefix)}
+			return &policy.DenyError{Reason: policy.ReasonInternalDenied, Detail: fmt.Sprintf("%s is denied by internal %s", a, d.prefix)}
 		}
 	}
 	if cat == Public {
@@ -195,7 +196,7 @@ func (f *Floor) check(a netip.Addr, port uint16, withPort bool) error {
 		}
 	}
 	if inPrefix {
-		return &policy.DenyError{Reason: "internal_port_not_allowed", Detail: fmt.Sprintf("%s is %s; port %d is not allowed by internal", a, cat, port)}
+		return &policy.DenyError{Reason: policy.ReasonInternalPortDenied, Detail: fmt.Sprintf("%s is %s; port %d is not allowed by internal", a, cat, port)}
 	}
 	return categoryDeny(a, cat)
 }

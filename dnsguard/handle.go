@@ -31,19 +31,19 @@ func Decide(ctx context.Context, d Decider, id policy.Identity, name string, qty
 		return nil, policy.Decision{}, err
 	}
 	if IsMetadataName(facts.Name) {
-		return nil, policy.Decision{}, &policy.DenyError{Reason: "metadata_name", Detail: facts.Name + " is a metadata service name"}
+		return nil, policy.Decision{}, &policy.DenyError{Reason: policy.ReasonMetadataName, Detail: facts.Name + " is a metadata service name"}
 	}
 	if numericTLD(facts.Name) {
 		// "10.0.0.1" asked as a name: no TLD is numeric, and a rule naming
 		// an IP must not turn into a DNS answer for it.
-		return nil, policy.Decision{}, &policy.DenyError{Reason: "ip_literal_name", Detail: facts.Name + " is an address, not a name"}
+		return nil, policy.Decision{}, &policy.DenyError{Reason: policy.ReasonIPLiteralName, Detail: facts.Name + " is an address, not a name"}
 	}
 	dec := d.Decide(ctx, policy.Input{Identity: id, Facts: facts})
 	if !dec.Allow && dec.Reason == "" {
-		dec.Reason = "policy_denied"
+		dec.Reason = string(policy.ReasonPolicyDenied)
 	}
 	if dec.Allow && !answerable(qtype) {
-		dec.Allow, dec.Reason = false, "qtype_not_allowed"
+		dec.Allow, dec.Reason = false, string(policy.ReasonQTypeNotAllowed)
 	}
 	return facts, dec, nil
 }
@@ -82,7 +82,7 @@ func (s *Server) handle(ctx context.Context, client netip.Addr, req *dns.Msg) *d
 		if ce := s.log.Check(zap.DebugLevel, "dns rate limited"); ce != nil {
 			ce.Write(zap.Stringer("client", client))
 		}
-		resp.Rcode = dns.RcodeRefused
+		resp.Rcode = policy.ReasonRateLimited.Codes().Rcode
 		return resp
 	}
 	if req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 {
@@ -96,13 +96,15 @@ func (s *Server) handle(ctx context.Context, client netip.Addr, req *dns.Msg) *d
 		if errors.Is(err, audit.ErrOverBudget) {
 			// The client's identity spent its audit budget: the allow
 			// becomes a refusal, which the meter counts.
-			out.rec.Decision, out.rec.Reason, out.rec.Rule, out.rec.IP = "deny", audit.ReasonOverBudget, "", ""
+			out.rec.Decision, out.rec.Reason, out.rec.Rule, out.rec.IP = "deny", string(policy.ReasonAuditBudget), "", ""
 			err = s.audit.Append(&out.rec)
 		}
 		if err != nil {
 			s.failLog.Failed(err, zap.String("name", out.rec.Name))
 		}
-		resp.Rcode = dns.RcodeRefused
+		// Always REFUSED, never the configured refusal: the name may well
+		// exist, it could not be recorded.
+		resp.Rcode = policy.ReasonAuditUnavailable.Codes().Rcode
 		return resp
 	}
 	resp.Rcode = out.rcode
@@ -121,11 +123,11 @@ func (s *Server) decide(ctx context.Context, client netip.Addr, q dns.Question) 
 	st := s.state.Load()
 	id, ok := st.identify(client)
 	if !ok {
-		return s.refused(out, "unknown_client", "")
+		return s.refused(out, string(policy.ReasonUnknownClient), "")
 	}
 	out.rec.Identity = id.ID
 	if q.Qclass != dns.ClassINET {
-		return s.refused(out, "qclass_not_allowed", "")
+		return s.refused(out, string(policy.ReasonQClassNotAllowed), "")
 	}
 	facts, d, err := Decide(ctx, st.decider, id, q.Name, q.Qtype)
 	if err != nil {
@@ -153,16 +155,26 @@ func (s *Server) decide(ctx context.Context, client netip.Addr, q dns.Question) 
 // refused answers locally: REFUSED, or NXDOMAIN when so configured.
 func (s *Server) refused(out outcome, reason, rule string) outcome {
 	out.rec.Decision, out.rec.Reason, out.rec.Rule = "deny", reason, rule
-	out.rcode = s.refuse
+	out.rcode = s.rcodeFor(reason)
 	return out
+}
+
+// rcodeFor is the rcode policy's reason table gives reason, with REFUSED
+// answered as this server's configured refusal.
+func (s *Server) rcodeFor(reason string) int {
+	rc := policy.Reason(reason).Codes().Rcode
+	if rc == dns.RcodeRefused {
+		return s.refuse
+	}
+	return rc
 }
 
 func (s *Server) refusedErr(out outcome, err error) outcome {
 	var de *policy.DenyError
 	if errors.As(err, &de) {
-		return s.refused(out, de.Reason, "")
+		return s.refused(out, de.Reason.String(), "")
 	}
-	return s.refused(out, "malformed_name", "")
+	return s.refused(out, string(policy.ReasonMalformedName), "")
 }
 
 // failed maps a resolution that gave no vetted address: an allowed name
@@ -171,24 +183,17 @@ func (s *Server) refusedErr(out outcome, err error) outcome {
 // failure is SERVFAIL.
 func (s *Server) failed(out outcome, ans *answer) outcome {
 	var de *policy.DenyError
-	reason := "dns_failure"
+	reason := string(policy.ReasonDNSFailure)
 	if errors.As(ans.err, &de) {
-		reason = de.Reason
+		reason = de.Reason.String()
 	}
 	out.rec.Decision, out.rec.Reason = "deny", reason
-	switch reason {
-	case "dns_nxdomain":
-		out.rcode = dns.RcodeNameError
-	case "dns_no_address":
+	if reason == string(policy.ReasonDNSNoAddress) {
 		out.rec.Decision = "allow"
-		out.rcode = dns.RcodeSuccess
-	case "dns_failure":
-		out.rcode = dns.RcodeServerFailure
-	default:
-		out.rcode = s.refuse
-		if de != nil {
-			out.rec.Detail = map[string]string{"detail": de.Detail}
-		}
+	}
+	out.rcode = s.rcodeFor(reason)
+	if policy.Reason(reason).Codes().Rcode == dns.RcodeRefused && de != nil {
+		out.rec.Detail = map[string]string{"detail": de.Detail}
 	}
 	return out
 }

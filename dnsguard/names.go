@@ -21,10 +21,10 @@ const (
 func normalizeName(name string) (string, error) {
 	name = strings.TrimSuffix(name, ".")
 	if name == "" {
-		return "", &policy.DenyError{Reason: "malformed_name", Detail: "empty name"}
+		return "", &policy.DenyError{Reason: policy.ReasonMalformedName, Detail: "empty name"}
 	}
 	if len(name) > maxNameLen {
-		return "", &policy.DenyError{Reason: "name_too_long", Detail: "name longer than 253 characters"}
+		return "", &policy.DenyError{Reason: policy.ReasonNameTooLong, Detail: "name longer than 253 characters"}
 	}
 	label, upper := 0, false
 	for i := 0; i < len(name); i++ {
@@ -32,7 +32,7 @@ func normalizeName(name string) (string, error) {
 		switch {
 		case c == '.':
 			if label == 0 {
-				return "", &policy.DenyError{Reason: "malformed_name", Detail: "empty label in " + quoteName(name)}
+				return "", &policy.DenyError{Reason: policy.ReasonMalformedName, Detail: "empty label in " + quoteName(name)}
 			}
 			label = 0
 			continue
@@ -40,15 +40,15 @@ func normalizeName(name string) (string, error) {
 			upper = true
 		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_':
 		default:
-			return "", &policy.DenyError{Reason: "malformed_name", Detail: "invalid character in " + quoteName(name)}
+			return "", &policy.DenyError{Reason: policy.ReasonMalformedName, Detail: "invalid character in " + quoteName(name)}
 		}
 		label++
 		if label > maxLabelLen {
-			return "", &policy.DenyError{Reason: "label_too_long", Detail: "label longer than 63 characters in " + quoteName(name)}
+			return "", &policy.DenyError{Reason: policy.ReasonLabelTooLong, Detail: "label longer than 63 characters in " + quoteName(name)}
 		}
 	}
 	if label == 0 {
-		return "", &policy.DenyError{Reason: "malformed_name", Detail: "empty label in " + quoteName(name)}
+		return "", &policy.DenyError{Reason: policy.ReasonMalformedName, Detail: "empty label in " + quoteName(name)}
 	}
 	if upper {
 		name = strings.ToLower(name)

@@ -115,7 +115,7 @@ func parseLiteral(host string) (netip.Addr, bool) {
 // name however many callers wait, and outlives a caller that gives up.
 func (r *Resolver) resolve(ctx context.Context, name string) *answer {
 	if IsMetadataName(name) {
-		return &answer{err: &policy.DenyError{Reason: "metadata_name", Detail: name + " is a metadata service name"}}
+		return &answer{err: &policy.DenyError{Reason: policy.ReasonMetadataName, Detail: name + " is a metadata service name"}}
 	}
 	if a := r.cache.get(name, time.Now()); a != nil {
 		return a
@@ -133,7 +133,7 @@ func (r *Resolver) resolve(ctx context.Context, name string) *answer {
 	case res := <-ch:
 		return res.Val.(*answer)
 	case <-ctx.Done():
-		return &answer{err: &policy.DenyError{Reason: "dns_failure", Detail: "resolve " + name, Err: ctx.Err()}}
+		return &answer{err: &policy.DenyError{Reason: policy.ReasonDNSFailure, Detail: "resolve " + name, Err: ctx.Err()}}
 	}
 }
 
@@ -168,9 +168,9 @@ func (r *Resolver) fetch(ctx context.Context, name string) *answer {
 	ttl := min(a.ttl, aaaa.ttl)
 	addrs := append(append(make([]netip.Addr, 0, len(a.addrs)+len(aaaa.addrs)), a.addrs...), aaaa.addrs...)
 	if len(addrs) == 0 {
-		reason, rcode := "dns_no_address", dns.RcodeSuccess
+		reason, rcode := policy.ReasonDNSNoAddress, dns.RcodeSuccess
 		if a.rcode == dns.RcodeNameError && aaaa.rcode == dns.RcodeNameError {
-			reason, rcode = "dns_nxdomain", dns.RcodeNameError
+			reason, rcode = policy.ReasonDNSNXDomain, dns.RcodeNameError
 		}
 		return &answer{
 			chain: chain,
@@ -196,7 +196,7 @@ func (r *Resolver) fetch(ctx context.Context, name string) *answer {
 // answer worth remembering) unless it is a deny, which is cached briefly.
 func (r *Resolver) denied(err error) *answer {
 	var de *policy.DenyError
-	if errors.As(err, &de) && de.Reason != "dns_failure" {
+	if errors.As(err, &de) && de.Reason != policy.ReasonDNSFailure {
 		return &answer{err: err, ttl: r.cfg.NegativeTTL}
 	}
 	return &answer{err: err}
@@ -218,7 +218,7 @@ func (r *Resolver) lookupType(ctx context.Context, name string, qtype uint16) ty
 	for hop := 0; ; hop++ {
 		msg, err := r.query(ctx, cur, qtype)
 		if err != nil {
-			res.err = &policy.DenyError{Reason: "dns_failure", Detail: fmt.Sprintf("%s %s", cur, dns.TypeToString[qtype]), Err: err}
+			res.err = &policy.DenyError{Reason: policy.ReasonDNSFailure, Detail: fmt.Sprintf("%s %s", cur, dns.TypeToString[qtype]), Err: err}
 			return res
 		}
 		res.rcode = msg.Rcode
@@ -230,11 +230,11 @@ func (r *Resolver) lookupType(ctx context.Context, name string, qtype uint16) ty
 				break
 			}
 			if len(res.chain) >= r.cfg.MaxCNAME {
-				res.err = &policy.DenyError{Reason: "cname_chain_too_long", Detail: fmt.Sprintf("%s: more than %d CNAMEs", name, r.cfg.MaxCNAME)}
+				res.err = &policy.DenyError{Reason: policy.ReasonCNAMEChain, Detail: fmt.Sprintf("%s: more than %d CNAMEs", name, r.cfg.MaxCNAME)}
 				return res
 			}
 			if IsMetadataName(target) {
-				res.err = &policy.DenyError{Reason: "metadata_name", Detail: fmt.Sprintf("%s is an alias of metadata name %s", name, target)}
+				res.err = &policy.DenyError{Reason: policy.ReasonMetadataName, Detail: fmt.Sprintf("%s is an alias of metadata name %s", name, target)}
 				return res
 			}
 			res.chain = append(res.chain, target)

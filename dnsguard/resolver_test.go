@@ -47,7 +47,7 @@ func denyReason(err error) string {
 	}
 	var de *policy.DenyError
 	if errors.As(err, &de) {
-		return de.Reason
+		return de.Reason.String()
 	}
 	return "not a deny: " + err.Error()
 }

@@ -379,13 +379,13 @@ func TestAuditBudgetRefusesQueries(t *testing.T) {
 	var over int64
 	ts.audit.mu.Lock()
 	for _, r := range ts.audit.recs {
-		if r.Reason == audit.ReasonOverBudget && r.Decision == "deny" {
+		if r.Reason == string(policy.ReasonAuditBudget) && r.Decision == "deny" {
 			over += max(1, r.Count)
 		}
 	}
 	ts.audit.mu.Unlock()
 	if over != int64(refused) {
-		t.Errorf("%s refusals recorded = %d; want %d", audit.ReasonOverBudget, over, refused)
+		t.Errorf("%s refusals recorded = %d; want %d", string(policy.ReasonAuditBudget), over, refused)
 	}
 }
 

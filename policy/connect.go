@@ -26,18 +26,18 @@ type ConnectFacts struct {
 // *DenyError.
 func ParseConnect(target string) (*ConnectFacts, error) {
 	if len(target) > maxHost+8 {
-		return nil, deny("host_too_long", "", nil)
+		return nil, deny(ReasonHostTooLong, "", nil)
 	}
 	if strings.ContainsAny(target, "@/\\?#") {
-		return nil, deny("malformed_url", "CONNECT target must be host:port", nil)
+		return nil, deny(ReasonMalformedURL, "CONNECT target must be host:port", nil)
 	}
 	h, p, hasPort := splitHostPort(target)
 	if !hasPort {
-		return nil, deny("malformed_port", "CONNECT target needs a port", nil)
+		return nil, deny(ReasonMalformedPort, "CONNECT target needs a port", nil)
 	}
 	port, ok := parsePort(p)
 	if !ok {
-		return nil, deny("malformed_port", "", nil)
+		return nil, deny(ReasonMalformedPort, "", nil)
 	}
 	hf, err := parseHost(h)
 	if err != nil {

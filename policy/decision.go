@@ -80,17 +80,13 @@ type Decision struct {
 	TLS bool `json:"tls,omitempty"`
 }
 
-// Deny builds a deny decision with a reason.
-func Deny(reason, rule string) Decision {
-	return Decision{Reason: reason, Rule: rule}
-}
-
 // DenyError is the one typed error for a refusal found outside Rego (a
 // malformed URL, a forbidden address, an unavailable audit log). Callers map
 // it to a client response with errors.As in exactly one place.
 type DenyError struct {
-	// Reason is the stable snake_case reason, e.g. "metadata_address".
-	Reason string
+	// Reason is the stable snake_case reason, one of the declared Reason
+	// constants (ReasonMetadataAddress, …).
+	Reason Reason
 	// Detail says what was refused, for the operator; it is not sent to
 	// clients when it could reveal internal addresses.
 	Detail string
@@ -107,7 +103,7 @@ func (e *DenyError) Error() string {
 	case e.Err != nil:
 		return fmt.Sprintf("denied: %s: %v", e.Reason, e.Err)
 	}
-	return "denied: " + e.Reason
+	return "denied: " + e.Reason.String()
 }
 
 func (e *DenyError) Unwrap() error { return e.Err }

@@ -18,16 +18,6 @@ import (
 	defaultbundle "github.com/egressd/egressd/rego"
 )
 
-// Reasons for denies the engine itself produces when Rego gives no usable
-// answer.
-const (
-	ReasonNoFacts           = "no_facts"
-	ReasonNoDecision        = "no_decision"
-	ReasonMalformedDecision = "malformed_decision"
-	ReasonPolicyError       = "policy_error"
-	ReasonPolicyTimeout     = "policy_timeout"
-)
-
 // Engine decides requests with the active bundle. It is safe for
 // concurrent use; Reload swaps bundles atomically.
 type Engine struct {
@@ -137,8 +127,8 @@ func (e *Engine) Decide(ctx context.Context, in Input) Decision {
 	return d
 }
 
-func (c *compiled) deny(reason string) Decision {
-	return Decision{Reason: reason, Policy: c.digest}
+func (c *compiled) deny(reason Reason) Decision {
+	return Decision{Reason: string(reason), Policy: c.digest}
 }
 
 // appendInputKey encodes the kind, the identity (attributes in key order,
@@ -190,7 +180,7 @@ func (c *compiled) eval(ctx context.Context, e *Engine, kind Kind, in Input) (d 
 		if timedOut || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			reason = ReasonPolicyTimeout
 		}
-		e.log.Warn("policy evaluation failed", zap.Stringer("kind", kind), zap.String("reason", reason), zap.Error(err))
+		e.log.Warn("policy evaluation failed", zap.Stringer("kind", kind), zap.Stringer("reason", reason), zap.Error(err))
 		return c.deny(reason), false
 	}
 	if len(rs) == 0 || len(rs[0].Expressions) == 0 {

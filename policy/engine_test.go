@@ -73,8 +73,8 @@ func TestDecideStopsWhenCallerCancels(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
 	in := Input{Facts: mustParse(t, "GET", "https://ok.test/")}
-	if d := e.Decide(ctx, in); d.Allow || d.Reason != ReasonPolicyError {
-		t.Errorf("Decide(cancelled) = %+v; want deny %s", d, ReasonPolicyError)
+	if d := e.Decide(ctx, in); d.Allow || d.Reason != string(ReasonPolicyError) {
+		t.Errorf("Decide(cancelled) = %+v; want deny %s", d, string(ReasonPolicyError))
 	}
 	quick := writeBundle(t, "", map[string]string{"http.rego": "package egress.http\n\ndecision := {\"allow\": true, \"reason\": \"allowed\", \"rule\": \"q\"}\n"})
 	e = newTestEngine(t, Config{Dir: quick, CacheSize: -1})

@@ -30,18 +30,18 @@ var errHostShape = errors.New("not a valid host name")
 // two parsers could read differently must never reach a rule.
 func parseHost(raw string) (hostFacts, error) {
 	if raw == "" {
-		return hostFacts{}, deny("malformed_host", "empty host", nil)
+		return hostFacts{}, deny(ReasonMalformedHost, "empty host", nil)
 	}
 	if len(raw) > maxHost+1 {
-		return hostFacts{}, deny("host_too_long", "", nil)
+		return hostFacts{}, deny(ReasonHostTooLong, "", nil)
 	}
 	if raw[0] == '[' {
 		if raw[len(raw)-1] != ']' {
-			return hostFacts{}, deny("malformed_host", "unclosed IPv6 bracket", nil)
+			return hostFacts{}, deny(ReasonMalformedHost, "unclosed IPv6 bracket", nil)
 		}
 		a, err := netip.ParseAddr(raw[1 : len(raw)-1])
 		if err != nil || !a.Is6() || a.Zone() != "" {
-			return hostFacts{}, deny("malformed_host", "bad IPv6 literal", err)
+			return hostFacts{}, deny(ReasonMalformedHost, "bad IPv6 literal", err)
 		}
 		if a.Is4In6() {
 			// "[::ffff:127.0.0.1]" is an IPv4 address in disguise: match and
@@ -58,27 +58,27 @@ func parseHost(raw string) (hostFacts, error) {
 		// may turn out to be an IP spelled in disguise.
 		a, err := idna.Lookup.ToASCII(h)
 		if err != nil {
-			return hostFacts{}, deny("malformed_host", "invalid IDN", err)
+			return hostFacts{}, deny(ReasonMalformedHost, "invalid IDN", err)
 		}
 		h, mapped = a, true
 	}
 	h = strings.TrimSuffix(h, ".")
 	if h == "" {
-		return hostFacts{}, deny("malformed_host", "empty host", nil)
+		return hostFacts{}, deny(ReasonMalformedHost, "empty host", nil)
 	}
 	if endsInNumber(h) {
 		a, canonical, ok := parseIPv4(h)
 		if !ok {
-			return hostFacts{}, deny("malformed_host", "bad IPv4 literal", nil)
+			return hostFacts{}, deny(ReasonMalformedHost, "bad IPv4 literal", nil)
 		}
 		return hostFacts{name: a.String(), ip: a, obfuscated: !canonical || mapped || raw != h}, nil
 	}
 	n, err := normalizeName(h)
 	if err != nil {
-		return hostFacts{}, deny("malformed_host", "", err)
+		return hostFacts{}, deny(ReasonMalformedHost, "", err)
 	}
 	if len(n) > maxHost {
-		return hostFacts{}, deny("host_too_long", "", nil)
+		return hostFacts{}, deny(ReasonHostTooLong, "", nil)
 	}
 	return hostFacts{name: n}, nil
 }
@@ -294,6 +294,6 @@ func splitHostPort(s string) (host, port string, hasPort bool) {
 	return s[:i], s[i+1:], true
 }
 
-func deny(reason, detail string, err error) *DenyError {
+func deny(reason Reason, detail string, err error) *DenyError {
 	return &DenyError{Reason: reason, Detail: detail, Err: err}
 }

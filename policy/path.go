@@ -58,7 +58,7 @@ func (f PathFlags) MarshalJSON() ([]byte, error) { return json.Marshal(f.Names()
 // that does not decode is a *DenyError.
 func parsePath(raw string) (decoded string, flags PathFlags, err error) {
 	if len(raw) > maxPath {
-		return "", 0, deny("path_too_long", "", nil)
+		return "", 0, deny(ReasonPathTooLong, "", nil)
 	}
 	hasPct := false
 	for i := 0; i < len(raw); i++ {
@@ -66,7 +66,7 @@ func parsePath(raw string) (decoded string, flags PathFlags, err error) {
 		switch {
 		case c == '%':
 			if i+2 >= len(raw) || !isHex(raw[i+1]) || !isHex(raw[i+2]) {
-				return "", 0, deny("malformed_url", "invalid percent-encoding in path", nil)
+				return "", 0, deny(ReasonMalformedURL, "invalid percent-encoding in path", nil)
 			}
 			hasPct = true
 			v := unhex(raw[i+1])<<4 | unhex(raw[i+2])

@@ -48,28 +48,28 @@ type URLFacts struct {
 // input it cannot read exactly is a *DenyError.
 func ParseHTTP(kind Kind, method, target, hostHeader string) (*URLFacts, error) {
 	if kind != KindHTTP && kind != KindRedirect {
-		return nil, deny("malformed_url", "kind must be http or redirect, got "+kind.String(), nil)
+		return nil, deny(ReasonMalformedURL, "kind must be http or redirect, got "+kind.String(), nil)
 	}
 	if len(target) > maxTarget {
-		return nil, deny("target_too_long", "", nil)
+		return nil, deny(ReasonTargetTooLong, "", nil)
 	}
 	if method == "" || len(method) > 32 || !isToken(method) {
-		return nil, deny("malformed_method", "", nil)
+		return nil, deny(ReasonMalformedMethod, "", nil)
 	}
 	if target == "" || strings.IndexByte(target, '#') >= 0 {
-		return nil, deny("malformed_url", "empty target or fragment", nil)
+		return nil, deny(ReasonMalformedURL, "empty target or fragment", nil)
 	}
 	f := &URLFacts{kind: kind, Method: method}
 	var authority, rest string
 	if target[0] == '/' {
 		if hostHeader == "" {
-			return nil, deny("malformed_url", "origin-form target without Host", nil)
+			return nil, deny(ReasonMalformedURL, "origin-form target without Host", nil)
 		}
 		f.Scheme, authority, rest = "http", hostHeader, target
 	} else {
 		i := strings.Index(target, "://")
 		if i <= 0 {
-			return nil, deny("malformed_url", "target is neither absolute nor origin-form", nil)
+			return nil, deny(ReasonMalformedURL, "target is neither absolute nor origin-form", nil)
 		}
 		switch strings.ToLower(target[:i]) {
 		case "http":
@@ -77,7 +77,7 @@ func ParseHTTP(kind Kind, method, target, hostHeader string) (*URLFacts, error) 
 		case "https":
 			f.Scheme = "https"
 		default:
-			return nil, deny("unsupported_scheme", "", nil)
+			return nil, deny(ReasonUnsupportedScheme, "", nil)
 		}
 		authority = target[i+3:]
 		if j := strings.IndexAny(authority, "/?"); j >= 0 {
@@ -87,7 +87,7 @@ func ParseHTTP(kind Kind, method, target, hostHeader string) (*URLFacts, error) 
 	if strings.IndexByte(authority, '\\') >= 0 {
 		// WHATWG parsers read "\" as "/" in http(s) URLs: the host would
 		// end there for them but not for us.
-		return nil, deny("malformed_host", "backslash in authority", nil)
+		return nil, deny(ReasonMalformedHost, "backslash in authority", nil)
 	}
 	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
 		f.Userinfo = true
@@ -126,7 +126,7 @@ func parseAuthority(a, scheme string) (hostFacts, uint16, error) {
 	if hasPort && p != "" {
 		var ok bool
 		if port, ok = parsePort(p); !ok {
-			return hostFacts{}, 0, deny("malformed_port", "", nil)
+			return hostFacts{}, 0, deny(ReasonMalformedPort, "", nil)
 		}
 	}
 	hf, err := parseHost(h)

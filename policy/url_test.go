@@ -103,7 +103,8 @@ func TestPathFlags(t *testing.T) {
 
 func TestParseErrorsAreDenyErrors(t *testing.T) {
 	tests := []struct {
-		name, method, target, reason string
+		name, method, target string
+		reason               Reason
 	}{
 		{"scheme", "GET", "gopher://x/", "unsupported_scheme"},
 		{"empty", "GET", "", "malformed_url"},
@@ -138,7 +139,7 @@ func TestParseConnect(t *testing.T) {
 		host   string
 		port   uint16
 		obf    bool
-		reason string
+		reason Reason
 	}{
 		{target: "Example.com.:443", host: "example.com", port: 443},
 		{target: "[::1]:8443", host: "::1", port: 8443},

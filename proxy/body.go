@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/egressd/egressd/policy"
 )
 
 // countingBody counts bytes and pushes back the flow's idle timer on every
@@ -38,7 +40,7 @@ func (b *countingBody) Read(p []byte) (int, error) {
 // clientClosed is the completion error of an allowed request whose client
 // hung up: before the upstream answered, or before it had the whole
 // response. It is not a reason: nothing was refused.
-const clientClosed = "client_closed"
+const clientClosed = string(policy.ReasonClientClosed)
 
 // clientClosed completes a request the client hung up on; when says at
 // which stage, for the metric.

@@ -15,12 +15,12 @@ import (
 
 // Reasons for requests net/http refused before any handler saw them.
 const (
-	reasonMalformedRequest   = "malformed_request"
-	reasonHeadersTooLarge    = "headers_too_large"
-	reasonUnsupportedVersion = "unsupported_http_version"
-	reasonUnsupportedEncode  = "unsupported_transfer_encoding"
-	reasonExpectation        = "expectation_failed"
-	reasonIncompleteRequest  = "incomplete_request"
+	reasonMalformedRequest   = string(policy.ReasonMalformedRequest)
+	reasonHeadersTooLarge    = string(policy.ReasonHeadersTooLarge)
+	reasonUnsupportedVersion = string(policy.ReasonHTTPVersion)
+	reasonUnsupportedEncode  = string(policy.ReasonTransferEncoding)
+	reasonExpectation        = string(policy.ReasonExpectation)
+	reasonIncompleteRequest  = string(policy.ReasonIncomplete)
 )
 
 // clientConn is an accepted proxy connection. net/http answers some requests

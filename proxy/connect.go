@@ -29,11 +29,11 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 	client.SetDeadline(start.Add(s.cfg.DialTimeout + s.cfg.ReadHeaderTimeout))
 
 	if s.draining.Load() {
-		s.refuseConn(f, client, refusal{status: http.StatusServiceUnavailable, reason: reasonShuttingDown})
+		s.refuseConn(f, client, refusalOf(reasonShuttingDown))
 		return
 	}
 	if s.sources.exhausted(f.client) {
-		s.refuseConn(f, client, refusal{status: http.StatusTooManyRequests, reason: reasonSourceLimited})
+		s.refuseConn(f, client, refusalOf(reasonSourceLimited))
 		return
 	}
 	id, cred, reason := authenticate(st.ids, r, f.client)
@@ -108,7 +108,7 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 // refuseConn audits a CONNECT refusal and writes it on the raw connection.
 func (s *Server) refuseConn(f *flowInfo, c net.Conn, rf refusal) {
 	if err := s.decided(f, false, rf.reason, rf.rule, rf.policy, rf.detail); err != nil {
-		rf = refusal{status: http.StatusServiceUnavailable, reason: reasonAuditUnavailable}
+		rf = refusalOf(reasonAuditUnavailable)
 	}
 	s.denyConn(f, c, rf)
 }

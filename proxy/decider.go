@@ -68,7 +68,7 @@ func (d *Decider) DecideHTTP(ctx context.Context, id policy.Identity, kind polic
 		// TLS the client cannot verify; clients must CONNECT instead. A
 		// redirect to https:// is decided: the client follows it with a
 		// CONNECT that is decided again.
-		return refused(f, urlTarget(f), stageParse, &policy.DenyError{Reason: reasonAbsoluteHTTPS})
+		return refused(f, urlTarget(f), stageParse, &policy.DenyError{Reason: policy.ReasonAbsoluteHTTPS})
 	}
 	return d.decide(ctx, id, f, urlTarget(f))
 }
@@ -96,9 +96,9 @@ func refused(f policy.Facts, t Target, st stage, err error) Outcome {
 	o := Outcome{Facts: f, Target: t, Err: err, stage: st}
 	var de *policy.DenyError
 	if errors.As(err, &de) {
-		o.Decision.Reason = de.Reason
+		o.Decision.Reason = de.Reason.String()
 	} else {
-		o.Decision.Reason = "malformed_request"
+		o.Decision.Reason = reasonMalformedRequest
 	}
 	return o
 }

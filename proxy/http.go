@@ -49,10 +49,10 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	f.target = claimTarget(r.URL.Scheme, r.URL.Host, r.URL.EscapedPath(), r.URL.RawQuery)
 
 	if s.draining.Load() {
-		return r, s.refuse(f, r, refusal{status: http.StatusServiceUnavailable, reason: reasonShuttingDown})
+		return r, s.refuse(f, r, refusalOf(reasonShuttingDown))
 	}
 	if s.sources.exhausted(f.client) {
-		return r, s.refuse(f, r, refusal{status: http.StatusTooManyRequests, reason: reasonSourceLimited})
+		return r, s.refuse(f, r, refusalOf(reasonSourceLimited))
 	}
 	id, cred, reason := authenticate(st.ids, r, f.client)
 	if reason != "" {
@@ -80,7 +80,7 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	if smuggledBody(r) {
 		// Refused after the decision so that the record names the target.
 		f.finish()
-		return r, s.refuse(f, r, refusal{status: http.StatusBadRequest, reason: reasonBodyNotAllowed})
+		return r, s.refuse(f, r, refusalOf(reasonBodyNotAllowed))
 	}
 	if err := s.decided(&f.flowInfo, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
 		f.finish()
@@ -98,7 +98,7 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 // fails the client still gets a refusal, now for audit_unavailable.
 func (s *Server) refuse(f *httpFlow, r *http.Request, rf refusal) *http.Response {
 	if err := s.decided(&f.flowInfo, false, rf.reason, rf.rule, rf.policy, rf.detail); err != nil {
-		rf = refusal{status: http.StatusServiceUnavailable, reason: reasonAuditUnavailable}
+		rf = refusalOf(reasonAuditUnavailable)
 	}
 	return s.deny(f, r, rf)
 }
@@ -179,7 +179,7 @@ func (f *httpFlow) RoundTrip(req *http.Request, _ *goproxy.ProxyCtx) (*http.Resp
 			// The client hung up first: the decision stands, nothing
 			// failed upstream.
 			f.clientClosed("waiting")
-			return refusal{status: http.StatusBadGateway, reason: clientClosed}.response(req, f.id), nil
+			return refusalOf(clientClosed).response(req, f.id), nil
 		}
 		rf := refusalFor(stageDial, policy.Decision{}, err)
 		f.complete(rf.status, rf.reason, rf.detail)
@@ -222,7 +222,7 @@ func (f *httpFlow) checkRedirect(req *http.Request, code int, loc string) (refus
 		method = http.MethodGet
 	}
 	next, err := f.base.Parse(loc)
-	rf := refusal{status: http.StatusForbidden, reason: reasonRedirectDenied}
+	rf := refusalOf(reasonRedirectDenied)
 	rinfo := f.flowInfo
 	rinfo.kind = policy.KindRedirect
 	rinfo.method = method
@@ -241,7 +241,7 @@ func (f *httpFlow) checkRedirect(req *http.Request, code int, loc string) (refus
 	}
 	rf.rule = out.Decision.Rule
 	if err := s.decided(&rinfo, false, reasonRedirectDenied, out.Decision.Rule, out.Decision.Policy, "policy reason: "+out.Decision.Reason); err != nil {
-		return refusal{status: http.StatusServiceUnavailable, reason: reasonAuditUnavailable}, true
+		return refusalOf(reasonAuditUnavailable), true
 	}
 	return rf, true
 }
@@ -293,9 +293,9 @@ func (s *Server) serveNonProxy(w http.ResponseWriter, r *http.Request) {
 	f.setClient(r.RemoteAddr)
 	f.target = claimTarget("", r.Host, r.URL.EscapedPath(), r.URL.RawQuery)
 	s.sources.refused(f.client)
-	rf := refusal{status: http.StatusBadRequest, reason: reasonNotProxyRequest}
+	rf := refusalOf(reasonNotProxyRequest)
 	if err := s.decided(&f.flowInfo, false, rf.reason, "", "", ""); err != nil {
-		rf = refusal{status: http.StatusServiceUnavailable, reason: reasonAuditUnavailable}
+		rf = refusalOf(reasonAuditUnavailable)
 	}
 	rf.header(w.Header(), f.id)
 	w.WriteHeader(rf.status)

@@ -9,13 +9,15 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/egressd/egressd/policy"
 )
 
 // reasonTunnelHostMismatch: the first request in a plaintext tunnel names
 // another host (or port) than the CONNECT, or cannot be read. A server
 // answering for many hosts (a CDN) routes by the request's Host, so an
 // unchecked Host would reach whatever tenant the client names.
-const reasonTunnelHostMismatch = "tunnel_host_mismatch"
+const reasonTunnelHostMismatch = string(policy.ReasonTunnelHostDiffs)
 
 // plainScan classifies the first bytes of a non-TLS tunnel as they arrive,
 // looking at each byte once: after optional empty lines, a run of token

@@ -3,7 +3,6 @@ package proxy
 import (
 	"errors"
 	"net"
-	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -103,9 +102,9 @@ func (s *Server) decided(f *flowInfo, allow bool, reason, rule, pol, detail stri
 // take: over the identity's audit budget, or the log is unavailable.
 func auditRefusal(err error) refusal {
 	if errors.Is(err, audit.ErrOverBudget) {
-		return refusal{status: http.StatusTooManyRequests, reason: reasonAuditBudget}
+		return refusalOf(reasonAuditBudget)
 	}
-	return refusal{status: http.StatusServiceUnavailable, reason: reasonAuditUnavailable}
+	return refusalOf(reasonAuditUnavailable)
 }
 
 // claimTarget is what a request names before it is parsed for a decision,

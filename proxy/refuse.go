@@ -10,36 +10,36 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
 )
 
-// Reasons decided in this package, not by Rego. They appear identically in
-// responses, audit records and metrics.
+// Reasons decided in this package, not by Rego: policy's declared reasons,
+// as the strings refusals and records carry. policy's table gives each its
+// class and status.
 const (
-	reasonAuthRequired     = "proxy_auth_required"
-	reasonAuthInvalid      = "proxy_auth_invalid"
-	reasonAbsoluteHTTPS    = "https_requires_connect"
-	reasonNotProxyRequest  = "not_proxy_request"
-	reasonRateLimited      = "rate_limited"
-	reasonConnLimit        = "identity_conn_limit"
-	reasonAuditUnavailable = "audit_unavailable"
-	reasonRedirectDenied   = "redirect_denied"
-	reasonSNIMismatch      = "sni_mismatch"
-	reasonNotTLS           = "tls_required"
-	reasonMalformedTLS     = "malformed_client_hello"
-	reasonUpstreamTimeout  = "upstream_timeout"
-	reasonUpstreamFailed   = "upstream_unreachable"
-	reasonDNSFailed        = "dns_failure"
-	reasonShuttingDown     = "shutting_down"
-	reasonIdentityRevoked  = "identity_revoked"
+	reasonAuthRequired     = string(policy.ReasonAuthRequired)
+	reasonAuthInvalid      = string(policy.ReasonAuthInvalid)
+	reasonAbsoluteHTTPS    = string(policy.ReasonAbsoluteHTTPS)
+	reasonNotProxyRequest  = string(policy.ReasonNotProxyRequest)
+	reasonRateLimited      = string(policy.ReasonRateLimited)
+	reasonConnLimit        = string(policy.ReasonConnLimit)
+	reasonAuditUnavailable = string(policy.ReasonAuditUnavailable)
+	reasonRedirectDenied   = string(policy.ReasonRedirectDenied)
+	reasonSNIMismatch      = string(policy.ReasonSNIMismatch)
+	reasonNotTLS           = string(policy.ReasonTLSRequired)
+	reasonMalformedTLS     = string(policy.ReasonMalformedHello)
+	reasonUpstreamTimeout  = string(policy.ReasonUpstreamTimeout)
+	reasonUpstreamFailed   = string(policy.ReasonUpstreamFailed)
+	reasonDNSFailed        = string(policy.ReasonDNSFailure)
+	reasonShuttingDown     = string(policy.ReasonShuttingDown)
+	reasonIdentityRevoked  = string(policy.ReasonIdentityRevoked)
 	// reasonAuditBudget refuses an allow the identity's audit budget
 	// (audit.identity_rate) cannot pay for.
-	reasonAuditBudget = audit.ReasonOverBudget
+	reasonAuditBudget = string(policy.ReasonAuditBudget)
 	// reasonSourceLimited refuses a client address that was refused
 	// before authentication more than proxy.per_source_refusal_rate
 	// allows, before its credentials are even looked at.
-	reasonSourceLimited = "source_rate_limited"
+	reasonSourceLimited = string(policy.ReasonSourceLimited)
 )
 
 // stage says where a refusal came from; the same typed error means a 400
@@ -71,7 +71,7 @@ func refusalFor(st stage, d policy.Decision, err error) refusal {
 	if err == nil {
 		reason := d.Reason
 		if reason == "" {
-			reason = "no_matching_rule"
+			reason = string(policy.ReasonNoMatchingRule)
 		}
 		return refusal{status: statusForReason(http.StatusForbidden, reason), reason: reason, rule: d.Rule, policy: d.Policy}
 	}
@@ -81,34 +81,35 @@ func refusalFor(st stage, d policy.Decision, err error) refusal {
 		if st == stageParse {
 			status = http.StatusBadRequest
 		}
-		return refusal{status: statusForReason(status, de.Reason), reason: de.Reason, detail: de.Error()}
+		return refusal{status: statusForReason(status, de.Reason.String()), reason: de.Reason.String(), detail: de.Error()}
 	}
 	var dnsErr *net.DNSError
+	rf := refusalOf(reasonUpstreamFailed)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), isTimeout(err):
-		return refusal{status: http.StatusGatewayTimeout, reason: reasonUpstreamTimeout, detail: err.Error()}
+		rf = refusalOf(reasonUpstreamTimeout)
 	case errors.As(err, &dnsErr):
-		return refusal{status: http.StatusBadGateway, reason: reasonDNSFailed, detail: err.Error()}
+		rf = refusalOf(reasonDNSFailed)
 	}
-	return refusal{status: http.StatusBadGateway, reason: reasonUpstreamFailed, detail: err.Error()}
+	rf.detail = err.Error()
+	return rf
 }
 
-// statusForReason keeps the classes the reasons imply whatever stage reported
-// them: identity problems are 407, an unavailable audit log is 503.
+// statusForReason is the status policy's reason table gives reason. A
+// refusal of the request itself (class policy or malformed) is def: 400
+// while the request is parsed, 403 once it was read and a later check, such
+// as the dialer's, refused it.
 func statusForReason(def int, reason string) int {
-	switch reason {
-	case reasonAuthRequired, reasonAuthInvalid:
-		return http.StatusProxyAuthRequired
-	case reasonAuditUnavailable, reasonShuttingDown:
-		return http.StatusServiceUnavailable
-	case reasonRateLimited, reasonConnLimit, reasonAuditBudget, reasonSourceLimited:
-		return http.StatusTooManyRequests
-	case reasonDNSFailed, "dns_nxdomain", "dns_no_address":
-		// The name could not be resolved: an upstream failure, not a
-		// policy refusal, so a client may retry.
-		return http.StatusBadGateway
+	switch policy.Reason(reason).Class() {
+	case policy.ClassPolicy, policy.ClassMalformed:
+		return def
 	}
-	return def
+	return policy.Reason(reason).Codes().HTTP
+}
+
+// refusalOf is a refusal whose status is the one the reason table gives.
+func refusalOf(reason string) refusal {
+	return refusal{status: policy.Reason(reason).Codes().HTTP, reason: reason}
 }
 
 func isTimeout(err error) bool {

@@ -30,9 +30,15 @@ func TestRefusalFor(t *testing.T) {
 		{"timeout", stageDial, policy.Decision{}, context.DeadlineExceeded, http.StatusGatewayTimeout, reasonUpstreamTimeout},
 		{"dns", stageDial, policy.Decision{}, &net.DNSError{Err: "no such host", Name: "x"}, http.StatusBadGateway, reasonDNSFailed},
 		{"nxdomain from the guard", stageDial, policy.Decision{}, &policy.DenyError{Reason: "dns_nxdomain"}, http.StatusBadGateway, "dns_nxdomain"},
-		{"guard resolver failure", stageDial, policy.Decision{}, &policy.DenyError{Reason: reasonDNSFailed}, http.StatusBadGateway, reasonDNSFailed},
+		{"guard resolver failure", stageDial, policy.Decision{}, &policy.DenyError{Reason: policy.ReasonDNSFailure}, http.StatusBadGateway, reasonDNSFailed},
 		{"refused", stageDial, policy.Decision{}, errors.New("connection refused"), http.StatusBadGateway, reasonUpstreamFailed},
 		{"audit", stagePolicy, policy.Deny(reasonAuditUnavailable, ""), nil, http.StatusServiceUnavailable, reasonAuditUnavailable},
+		{"no address from the guard", stageDial, policy.Decision{}, &policy.DenyError{Reason: policy.ReasonDNSNoAddress}, http.StatusBadGateway, string(policy.ReasonDNSNoAddress)},
+		{"revoked identity", stagePolicy, policy.Deny(reasonIdentityRevoked, ""), nil, http.StatusForbidden, reasonIdentityRevoked},
+		{"rate limited", stagePolicy, policy.Deny(reasonRateLimited, ""), nil, http.StatusTooManyRequests, reasonRateLimited},
+		{"https absolute form", stageParse, policy.Decision{}, &policy.DenyError{Reason: policy.ReasonAbsoluteHTTPS}, http.StatusBadRequest, reasonAbsoluteHTTPS},
+		{"unreadable address at dial", stageDial, policy.Decision{}, &policy.DenyError{Reason: policy.ReasonMalformedAddress}, http.StatusForbidden, string(policy.ReasonMalformedAddress)},
+		{"limit at parse keeps 429", stageParse, policy.Decision{}, &policy.DenyError{Reason: policy.ReasonConnLimit}, http.StatusTooManyRequests, reasonConnLimit},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

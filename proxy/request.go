@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/egressd/egressd/policy"
 )
 
 // Reasons for requests refused because of how they are framed or spelled.
@@ -13,7 +15,7 @@ const (
 	// body. Many upstreams ignore such a body and read it as the next
 	// request on the connection, which the policy never saw (CL.0
 	// smuggling), so it is refused rather than forwarded or dropped.
-	reasonBodyNotAllowed = "request_body_not_allowed"
+	reasonBodyNotAllowed = string(policy.ReasonBodyNotAllowed)
 )
 
 // bodylessMethod reports whether requests with this method must not carry

@@ -201,7 +201,7 @@ func (t *tunnel) run(tlsOnly bool) {
 		return
 	}
 	if t.refused != "" {
-		t.done(http.StatusForbidden, t.refused, t.refusedDetail)
+		t.done(statusForReason(http.StatusForbidden, t.refused), t.refused, t.refusedDetail)
 		return
 	}
 	t.done(0, "", "")

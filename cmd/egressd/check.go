@@ -63,10 +63,10 @@ func decided(kind policy.Kind, env *decideEnv, facts any, d policy.Decision) che
 
 // refusedBeforePolicy is the output for input that never reaches Rego.
 func refusedBeforePolicy(kind policy.Kind, env *decideEnv, err error) checkOutput {
-	out := checkOutput{Kind: kind.String(), Identity: env.identity.ID, Policy: env.engine.Digest(), Reason: "malformed_request"}
+	out := checkOutput{Kind: kind.String(), Identity: env.identity.ID, Policy: env.engine.Digest(), Reason: string(policy.ReasonMalformedRequest)}
 	var de *policy.DenyError
 	if errors.As(err, &de) {
-		out.Reason, out.Detail = de.Reason, de.Detail
+		out.Reason, out.Detail = de.Reason.String(), de.Detail
 	} else {
 		out.Detail = err.Error()
 	}

@@ -23,7 +23,7 @@ var checkDNS = checkKind{
 		return func(ctx context.Context, env *decideEnv, args []string) checkOutput {
 			t, ok := dns.StringToType[strings.ToUpper(*qtype)]
 			if !ok {
-				return refusedBeforePolicy(policy.KindDNS, env, &policy.DenyError{Reason: "qtype_not_allowed", Detail: "unknown record type " + *qtype})
+				return refusedBeforePolicy(policy.KindDNS, env, &policy.DenyError{Reason: policy.ReasonQTypeNotAllowed, Detail: "unknown record type " + *qtype})
 			}
 			facts, d, err := dnsguard.Decide(ctx, env.engine, env.identity, args[0], t)
 			if err != nil {

@@ -51,7 +51,7 @@ var checkSQL = checkKind{
 				cat, err = pggate.UpstreamCatalog(cctx, pc, db)
 				cancel()
 				if err != nil {
-					return refusedBeforePolicy(policy.KindSQL, env, &policy.DenyError{Reason: pggate.ReasonCatalogUnavailable, Detail: err.Error(), Err: err})
+					return refusedBeforePolicy(policy.KindSQL, env, &policy.DenyError{Reason: policy.ReasonCatalogUnavailable, Detail: err.Error(), Err: err})
 				}
 			}
 			qd := pggate.DecideQuery(ctx, pc, env.engine, env.identity, db, cat, args[0])
@@ -64,7 +64,7 @@ var checkSQL = checkKind{
 				out := decided(policy.KindSQL, env, nil, qd.Decision)
 				// Say which bound refused, when it was the pre-scan's.
 				var de *policy.DenyError
-				if err := sqlfacts.Prescan(args[0], limits); errors.As(err, &de) && de.Reason == qd.Reason {
+				if err := sqlfacts.Prescan(args[0], limits); errors.As(err, &de) && de.Reason.String() == qd.Reason {
 					out.Detail = de.Detail
 				}
 				return out

@@ -145,7 +145,7 @@ func TestDenials(t *testing.T) {
 	tests := []struct {
 		name   string
 		sql    string
-		reason string
+		reason policy.Reason
 	}{
 		{"parse error", "SELEC 1", ReasonParseError},
 		{"100k terms", "SELECT 1" + strings.Repeat("+1", 100000), ReasonTooComplex},

@@ -43,9 +43,9 @@ func (l Limits) withDefaults() Limits {
 
 // Reasons the pre-scan and parser deny with.
 const (
-	ReasonTooComplex = "sql_too_complex"
-	ReasonParseError = "sql_parse_error"
-	ReasonBadUTF8    = "sql_invalid_utf8"
+	ReasonTooComplex = policy.ReasonSQLTooComplex
+	ReasonParseError = policy.ReasonSQLParseError
+	ReasonBadUTF8    = policy.ReasonSQLBadUTF8
 )
 
 func tooComplex(format string, a ...any) error {

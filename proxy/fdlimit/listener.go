@@ -14,13 +14,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/policy"
 )
 
 // KindAccept is the audit kind of a connection refused on accept, and
 // ReasonFDExhausted its reason when descriptors are short.
 const (
 	KindAccept        = "accept"
-	ReasonFDExhausted = "fd_exhausted"
+	ReasonFDExhausted = string(policy.ReasonFDExhausted)
 )
 
 // Listener refuses new connections (closing them at once, with a reset)

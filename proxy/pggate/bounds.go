@@ -12,10 +12,10 @@ import (
 const (
 	// reasonTooManyStatements denies a Query or Parse with more than
 	// max_statements statements, with one audit record for all of them.
-	reasonTooManyStatements = "sql_too_many_statements"
+	reasonTooManyStatements = string(policy.ReasonTooManyStatements)
 	// reasonSessionLimit refuses a login past max_sessions or
 	// max_sessions_per_identity.
-	reasonSessionLimit = "session_limit"
+	reasonSessionLimit = string(policy.ReasonSessionLimit)
 )
 
 // verdictFor is the uncached decision on text: the statement cap, then
@@ -26,11 +26,11 @@ const (
 func (g *Gate) verdictFor(ctx context.Context, ident policy.Identity, db, prefix string, cat *sqlfacts.Catalog, text string) *verdict {
 	// Without a ';' there is at most one statement: no scan needed.
 	if strings.IndexByte(text, ';') >= 0 && sqlfacts.CountStatements(text, g.cfg.MaxStatements) > g.cfg.MaxStatements {
-		return g.refused(ctx, &policy.DenyError{Reason: reasonTooManyStatements}, text)
+		return g.refused(ctx, &policy.DenyError{Reason: policy.ReasonTooManyStatements}, text)
 	}
 	v := g.evaluate(ctx, ident, db, prefix, cat, text)
 	if len(v.stmts) > g.cfg.MaxStatements {
-		return g.refused(ctx, &policy.DenyError{Reason: reasonTooManyStatements}, text)
+		return g.refused(ctx, &policy.DenyError{Reason: policy.ReasonTooManyStatements}, text)
 	}
 	return v
 }

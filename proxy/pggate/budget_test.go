@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/policy"
 )
 
 // TestAuditBudgetRefusesStatements (issue 11 item 19): the gate appends
@@ -23,7 +24,7 @@ func TestAuditBudgetRefusesStatements(t *testing.T) {
 	for i := 0; i < 10 && err == nil; i++ {
 		_, err = ro.Exec(ctxT(t), "SELECT 1").ReadAll()
 	}
-	wantDenied(t, err, audit.ReasonOverBudget)
+	wantDenied(t, err, string(policy.ReasonAuditBudget))
 
 	rw := connect(t, f.dsn("agent-rw", passRW, "app"))
 	if _, err := rw.Exec(ctxT(t), "SELECT 1").ReadAll(); err != nil {

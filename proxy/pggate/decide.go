@@ -18,13 +18,13 @@ import (
 
 // Reasons the gate itself denies with.
 const (
-	reasonAuditUnavailable   = "audit_unavailable"
-	reasonFunctionCall       = "function_call_denied"
-	reasonStatementNotVetted = "statement_not_vetted"
-	reasonIdentityRevoked    = "identity_revoked"
+	reasonAuditUnavailable   = string(policy.ReasonAuditUnavailable)
+	reasonFunctionCall       = string(policy.ReasonFunctionCall)
+	reasonStatementNotVetted = string(policy.ReasonStatementNotVet)
+	reasonIdentityRevoked    = string(policy.ReasonIdentityRevoked)
 	// reasonSibling marks an allowed statement that did not run because
 	// another statement of the same Query was denied.
-	reasonSibling = "other_statement_denied"
+	reasonSibling = string(policy.ReasonOtherStatement)
 )
 
 // verdict is the decision on one query text: all its statements, or none.
@@ -142,7 +142,7 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 			shared = false
 		}
 		d := g.engine().Decide(ctx, policy.Input{Identity: ident, Facts: st})
-		if d.Reason == policy.ReasonPolicyTimeout || d.Reason == policy.ReasonPolicyError {
+		if policy.Reason(d.Reason) == policy.ReasonPolicyTimeout || policy.Reason(d.Reason) == policy.ReasonPolicyError {
 			v.cacheable = false
 		}
 		// The audit text is the statement redacted from its tokens and
@@ -212,10 +212,10 @@ func (g *Gate) addShape(skey cacheKey, norm string, v *verdict) {
 // parse tree to check it against), and no SQL when that check fails or the
 // text is past the length limit: a deny must not log literals either.
 func (g *Gate) refused(ctx context.Context, err error, text string) *verdict {
-	reason := sqlfacts.ReasonParseError
+	reason := sqlfacts.ReasonParseError.String()
 	var de *policy.DenyError
 	if errors.As(err, &de) {
-		reason = sanitizeReason(de.Reason)
+		reason = sanitizeReason(de.Reason.String())
 	}
 	if errors.Is(err, sqlparse.ErrCrashed) {
 		// The error names how the worker ended, never the text (a
@@ -224,7 +224,7 @@ func (g *Gate) refused(ctx context.Context, err error, text string) *verdict {
 		g.log.Warn("sql parser worker failed; statement denied", zap.String("reason", reason), zap.Error(err))
 	}
 	var sql string
-	if (reason == sqlfacts.ReasonParseError || reason == sqlfacts.ReasonTooComplex) && len(text) <= g.cfg.MaxQueryBytes {
+	if (reason == sqlfacts.ReasonParseError.String() || reason == sqlfacts.ReasonTooComplex.String()) && len(text) <= g.cfg.MaxQueryBytes {
 		if red, err := sqlparse.RedactScanned(ctx, text); err == nil {
 			sql = auditSQL(strings.TrimRight(strings.TrimSpace(red), ";"))
 		}
@@ -244,10 +244,10 @@ func (g *Gate) refused(ctx context.Context, err error, text string) *verdict {
 // failure is audit_unavailable.
 func (s *session) auditFailed(err error, a *stmtAudit) *verdict {
 	if errors.Is(err, audit.ErrOverBudget) {
-		if derr := s.audit(policy.Decision{Reason: audit.ReasonOverBudget, Rule: a.rule, Policy: a.policyID}, a.sql, a.fingerprint); derr != nil && !errors.Is(derr, audit.ErrOverBudget) {
+		if derr := s.audit(policy.Decision{Reason: string(policy.ReasonAuditBudget), Rule: a.rule, Policy: a.policyID}, a.sql, a.fingerprint); derr != nil && !errors.Is(derr, audit.ErrOverBudget) {
 			s.g.failLog.Failed(derr)
 		}
-		return &verdict{reason: audit.ReasonOverBudget}
+		return &verdict{reason: string(policy.ReasonAuditBudget)}
 	}
 	s.g.failLog.Failed(err)
 	return &verdict{reason: reasonAuditUnavailable}

@@ -322,7 +322,7 @@ func TestUpdateResolvesIdentityForLiveSessions(t *testing.T) {
 		}))
 		_, err = c.Exec(ctxT(t), "SELECT id FROM users WHERE id = -1").ReadAll()
 		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != codeInvalidAuthorization {
+		if !errors.As(err, &pe) || pe.Code != "28000" {
 			t.Fatalf("query after the password was rotated = %v; want FATAL 28000", err)
 		}
 	})
@@ -334,7 +334,7 @@ func TestUpdateResolvesIdentityForLiveSessions(t *testing.T) {
 		f.gate.Update(testEngine(t), ids(identity.Config{}))
 		_, err := c.Exec(ctxT(t), "SELECT id FROM users WHERE id = -1").ReadAll()
 		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != codeInvalidAuthorization || pe.Message != "egressd: denied: identity_revoked" {
+		if !errors.As(err, &pe) || pe.Code != "28000" || pe.Message != "egressd: denied: identity_revoked" {
 			t.Fatalf("query after the identity was removed = %v; want FATAL 28000 egressd: denied: identity_revoked", err)
 		}
 		if !c.IsClosed() {

@@ -6,16 +6,18 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
+
+	"github.com/egressd/egressd/policy"
 )
 
 // Reasons a login is refused with; each refusal is audited with the
 // claimed user and database (never the password).
 const (
-	reasonLoginInvalid     = "startup_invalid"
-	reasonStartupParameter = "startup_parameter_denied"
-	reasonUnknownIdentity  = "unknown_identity"
-	reasonAuthFailed       = "authentication_failed"
-	reasonUpstreamLogin    = "upstream_unavailable"
+	reasonLoginInvalid     = string(policy.ReasonStartupInvalid)
+	reasonStartupParameter = string(policy.ReasonStartupParameter)
+	reasonUnknownIdentity  = string(policy.ReasonUnknownIdentity)
+	reasonAuthFailed       = string(policy.ReasonAuthFailed)
+	reasonUpstreamLogin    = string(policy.ReasonUpstreamLogin)
 )
 
 // maxClaimedLen caps the client-chosen user and database names in a login

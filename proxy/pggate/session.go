@@ -288,19 +288,19 @@ func (s *session) reloaded() *fatal {
 	entry, ident, ok := cur.ids.Lookup(s.identity.ID)
 	if !ok || entry.SCRAMSHA256 != s.verifier {
 		s.auditRefusal(reasonIdentityRevoked)
-		return fatalf(codeInvalidAuthorization, "egressd: denied: %s", reasonIdentityRevoked)
+		return sessionRefusal(reasonIdentityRevoked, "egressd: denied: %s", reasonIdentityRevoked)
 	}
 	s.identity, s.keyPrefix = ident, cacheKeyPrefix(ident, s.database)
 	if fl := s.g.deps.Floor; fl != nil {
 		if ap, ok := s.upstream.RemoteAddr().(*net.TCPAddr); ok {
 			if err := fl.Check(ap.AddrPort().Addr().Unmap(), ap.AddrPort().Port()); err != nil {
-				reason := "address_denied"
+				reason := string(policy.ReasonAddressDenied)
 				var de *policy.DenyError
 				if errors.As(err, &de) {
-					reason = de.Reason
+					reason = de.Reason.String()
 				}
 				s.auditRefusal(reason)
-				return fatalf(codeInsufficientPrivs, "egressd: denied: %s", reason)
+				return fatalf(floorSQLState, "egressd: denied: %s", reason)
 			}
 		}
 	}

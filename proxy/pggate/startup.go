@@ -37,18 +37,30 @@ func loginFatalf(reason, code, format string, a ...any) *fatal {
 	return &fatal{code: code, msg: fmt.Sprintf(format, a...), reason: reason}
 }
 
+// loginRefusal is a login refusal with the SQLSTATE policy's reason table
+// gives reason; serveConn audits it.
+func loginRefusal(reason, format string, a ...any) *fatal {
+	return loginFatalf(reason, policy.Reason(reason).Codes().SQLState, format, a...)
+}
+
+// sessionRefusal ends a session, already audited, with the SQLSTATE
+// policy's reason table gives reason.
+func sessionRefusal(reason, format string, a ...any) *fatal {
+	return fatalf(policy.Reason(reason).Codes().SQLState, format, a...)
+}
+
+// floorSQLState is the code of a refusal by the address floor whatever its
+// reason (a name that did not resolve included): the gate refused the
+// destination, as a policy deny does.
+var floorSQLState = policy.ClassPolicy.Codes().SQLState
+
 // SQLSTATEs the gate sends.
 const (
 	codeProtocolViolation    = "08P01"
 	codeConnectionFailure    = "08006"
-	codeCannotConnect        = "08001"
-	codeRejectedConnection   = "08004"
 	codeFeatureUnsupported   = "0A000"
-	codeInvalidPassword      = "28P01"
-	codeInvalidAuthorization = "28000"
 	codeInsufficientPrivs    = "42501"
 	codeCharacterNotInRepr   = "22021"
-	codeTooManyConnections   = "53300"
 	codeProgramLimitExceeded = "54000"
 )
 
@@ -138,7 +150,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 	}
 	user, db := m.Parameters["user"], m.Parameters["database"]
 	if user == "" {
-		return nil, loginFatalf(reasonLoginInvalid, codeRejectedConnection, "egressd: no user name in startup packet")
+		return nil, loginRefusal(reasonLoginInvalid, "egressd: no user name in startup packet")
 	}
 	if db == "" {
 		db = user
@@ -146,6 +158,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 	params := map[string]string{}
 	for k, v := range m.Parameters {
 		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			// 22021 names the fault more exactly than the reason's 08004.
 			return nil, loginFatalf(reasonLoginInvalid, codeCharacterNotInRepr, "egressd: invalid UTF-8 in startup packet")
 		}
 		lk := strings.ToLower(k)
@@ -159,7 +172,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 		case passedParams[lk]:
 			params[lk] = v
 		default:
-			return nil, loginFatalf(reasonStartupParameter, codeInsufficientPrivs, "egressd: denied: %s (%s)", reasonStartupParameter, lk)
+			return nil, loginRefusal(reasonStartupParameter, "egressd: denied: %s (%s)", reasonStartupParameter, lk)
 		}
 	}
 	cur := g.cur.Load()
@@ -179,7 +192,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 		if !known {
 			reason = reasonUnknownIdentity
 		}
-		return nil, loginFatalf(reason, codeInvalidPassword, "password authentication failed for user %q", user)
+		return nil, loginRefusal(reason, "password authentication failed for user %q", user)
 	}
 	s := &session{g: g, cur: cur, verifier: entry.SCRAMSHA256, client: conn, be: be, identity: ident, database: db, remote: conn.RemoteAddr().String(), stmts: map[string]struct{}{}, objs: newObjects()}
 	s.keyPrefix = cacheKeyPrefix(ident, db)
@@ -205,10 +218,10 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 		var de *policy.DenyError
 		if errors.As(err, &de) {
 			g.log.Warn("upstream refused by address floor", zap.Error(err))
-			return nil, loginFatalf(de.Reason, codeInsufficientPrivs, "egressd: denied: %s", de.Reason)
+			return nil, loginFatalf(de.Reason.String(), floorSQLState, "egressd: denied: %s", de.Reason)
 		}
 		g.log.Warn("upstream login failed", zap.String("identity", ident.ID), zap.Error(err))
-		return nil, loginFatalf(reasonUpstreamLogin, codeCannotConnect, "egressd: upstream unavailable")
+		return nil, loginRefusal(reasonUpstreamLogin, "egressd: upstream unavailable")
 	}
 	return s, nil
 }
@@ -230,7 +243,7 @@ func (s *session) decideConnect(ctx context.Context) *fatal {
 		d = policy.Deny(reasonAuditUnavailable, "")
 	}
 	if !d.Allow {
-		return fatalf(codeInsufficientPrivs, "egressd: denied: %s", d.Reason)
+		return sessionRefusal(d.Reason, "egressd: denied: %s", d.Reason)
 	}
 	return nil
 }

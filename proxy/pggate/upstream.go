@@ -38,7 +38,7 @@ func (s *session) connectUpstream(ctx context.Context, params map[string]string)
 		pc.Close(ctx)
 		g.log.Warn("catalog unavailable; refusing login", zap.String("database", s.database), zap.Error(err))
 		s.auditRefusal(ReasonCatalogUnavailable)
-		return fatalf(codeCannotConnect, "egressd: denied: %s (the gate could not read the database's catalog)", ReasonCatalogUnavailable)
+		return sessionRefusal(ReasonCatalogUnavailable, "egressd: denied: %s (the gate could not read the database's catalog)", ReasonCatalogUnavailable)
 	}
 	hc, err := pc.Hijack()
 	if err != nil {

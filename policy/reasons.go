@@ -1,0 +1,241 @@
+package policy
+
+import (
+	"net/http"
+
+	"github.com/miekg/dns"
+)
+
+// The reasons Go code decides, declared once. Each is in reasonTable with
+// its class.
+const (
+	// Reasons of the engine, when Rego gives no usable answer.
+	ReasonNoFacts           Reason = "no_facts"
+	ReasonNoDecision        Reason = "no_decision"
+	ReasonMalformedDecision Reason = "malformed_decision"
+	ReasonPolicyError       Reason = "policy_error"
+	ReasonPolicyTimeout     Reason = "policy_timeout"
+	// ReasonNoMatchingRule is a deny whose decision named no reason.
+	ReasonNoMatchingRule Reason = "no_matching_rule"
+
+	// Reasons of the URL and CONNECT target parsers.
+	ReasonMalformedURL      Reason = "malformed_url"
+	ReasonMalformedHost     Reason = "malformed_host"
+	ReasonMalformedPort     Reason = "malformed_port"
+	ReasonMalformedMethod   Reason = "malformed_method"
+	ReasonUnsupportedScheme Reason = "unsupported_scheme"
+	ReasonTargetTooLong     Reason = "target_too_long"
+	ReasonHostTooLong       Reason = "host_too_long"
+	ReasonPathTooLong       Reason = "path_too_long"
+
+	// Reasons of the address floor: one per category of address it
+	// refuses, and the internal: rules.
+	ReasonLoopbackAddress      Reason = "loopback_address"
+	ReasonPrivateAddress       Reason = "private_address"
+	ReasonLinkLocalAddress     Reason = "link_local_address"
+	ReasonCGNATAddress         Reason = "cgnat_address"
+	ReasonULAAddress           Reason = "ula_address"
+	ReasonMulticastAddress     Reason = "multicast_address"
+	ReasonUnspecifiedAddress   Reason = "unspecified_address"
+	ReasonBroadcastAddress     Reason = "broadcast_address"
+	ReasonDocumentationAddress Reason = "documentation_address"
+	ReasonBenchmarkingAddress  Reason = "benchmarking_address"
+	ReasonReservedAddress      Reason = "reserved_address"
+	ReasonThisNetworkAddress   Reason = "this_network_address"
+	ReasonMetadataAddress      Reason = "metadata_address"
+	ReasonUnknownAddress       Reason = "unknown_address"
+	ReasonZonedAddress         Reason = "zoned_address"
+	ReasonInternalDenied       Reason = "internal_denied"
+	ReasonInternalPortDenied   Reason = "internal_port_not_allowed"
+	// ReasonMalformedAddress and ReasonInvalidPort refuse an address the
+	// dialer cannot read.
+	ReasonMalformedAddress Reason = "malformed_address"
+	ReasonInvalidPort      Reason = "invalid_port"
+	// ReasonAddressDenied ends a Postgres session whose upstream address
+	// the floor no longer allows, when the floor gave no reason.
+	ReasonAddressDenied Reason = "address_denied"
+
+	// Reasons of DNS names and lookups.
+	ReasonMetadataName     Reason = "metadata_name"
+	ReasonIPLiteralName    Reason = "ip_literal_name"
+	ReasonMalformedName    Reason = "malformed_name"
+	ReasonNameTooLong      Reason = "name_too_long"
+	ReasonLabelTooLong     Reason = "label_too_long"
+	ReasonPolicyDenied     Reason = "policy_denied"
+	ReasonQTypeNotAllowed  Reason = "qtype_not_allowed"
+	ReasonQClassNotAllowed Reason = "qclass_not_allowed"
+	ReasonUnknownClient    Reason = "unknown_client"
+	ReasonCNAMEChain       Reason = "cname_chain_too_long"
+	ReasonDNSFailure       Reason = "dns_failure"
+	ReasonDNSNXDomain      Reason = "dns_nxdomain"
+	ReasonDNSNoAddress     Reason = "dns_no_address"
+
+	// Reasons of the HTTP proxy.
+	ReasonAuthRequired     Reason = "proxy_auth_required"
+	ReasonAuthInvalid      Reason = "proxy_auth_invalid"
+	ReasonIdentityRevoked  Reason = "identity_revoked"
+	ReasonAbsoluteHTTPS    Reason = "https_requires_connect"
+	ReasonNotProxyRequest  Reason = "not_proxy_request"
+	ReasonMalformedRequest Reason = "malformed_request"
+	ReasonHeadersTooLarge  Reason = "headers_too_large"
+	ReasonHTTPVersion      Reason = "unsupported_http_version"
+	ReasonTransferEncoding Reason = "unsupported_transfer_encoding"
+	ReasonExpectation      Reason = "expectation_failed"
+	ReasonIncomplete       Reason = "incomplete_request"
+	// ReasonBodyNotAllowed: a GET, HEAD, OPTIONS or TRACE that carries a
+	// body an upstream may ignore and read as a second request.
+	ReasonBodyNotAllowed  Reason = "request_body_not_allowed"
+	ReasonRedirectDenied  Reason = "redirect_denied"
+	ReasonSNIMismatch     Reason = "sni_mismatch"
+	ReasonTLSRequired     Reason = "tls_required"
+	ReasonMalformedHello  Reason = "malformed_client_hello"
+	ReasonTunnelHostDiffs Reason = "tunnel_host_mismatch"
+	ReasonRateLimited     Reason = "rate_limited"
+	ReasonConnLimit       Reason = "identity_conn_limit"
+	// ReasonSourceLimited refuses a client address that was refused before
+	// authentication more than proxy.per_source_refusal_rate allows.
+	ReasonSourceLimited   Reason = "source_rate_limited"
+	ReasonFDExhausted     Reason = "fd_exhausted"
+	ReasonUpstreamTimeout Reason = "upstream_timeout"
+	ReasonUpstreamFailed  Reason = "upstream_unreachable"
+	ReasonShuttingDown    Reason = "shutting_down"
+	// ReasonClientClosed completes a request whose client hung up.
+	ReasonClientClosed Reason = "client_closed"
+
+	// Reasons of every entry point's audit log.
+	ReasonAuditUnavailable Reason = "audit_unavailable"
+	// ReasonAuditBudget refuses an allow the identity's audit budget
+	// (audit.identity_rate) cannot pay for.
+	ReasonAuditBudget Reason = "audit_budget_exceeded"
+
+	// Reasons of the SQL pre-scan, parser and Postgres gate.
+	ReasonSQLTooComplex     Reason = "sql_too_complex"
+	ReasonSQLParseError     Reason = "sql_parse_error"
+	ReasonSQLBadUTF8        Reason = "sql_invalid_utf8"
+	ReasonTooManyStatements Reason = "sql_too_many_statements"
+	ReasonSessionLimit      Reason = "session_limit"
+	ReasonFunctionCall      Reason = "function_call_denied"
+	ReasonStatementNotVet   Reason = "statement_not_vetted"
+	// ReasonOtherStatement: an allowed statement not run because another
+	// statement of its query was denied.
+	ReasonOtherStatement     Reason = "other_statement_denied"
+	ReasonStartupInvalid     Reason = "startup_invalid"
+	ReasonStartupParameter   Reason = "startup_parameter_denied"
+	ReasonUnknownIdentity    Reason = "unknown_identity"
+	ReasonAuthFailed         Reason = "authentication_failed"
+	ReasonUpstreamLogin      Reason = "upstream_unavailable"
+	ReasonCatalogUnavailable Reason = "catalog_unavailable"
+)
+
+// reasonEntry is a reason's class and the codes in which it differs from
+// its class.
+type reasonEntry struct {
+	class    Class
+	http     int
+	rcode    *int
+	sqlState string
+}
+
+func rcode(n int) *int { return &n }
+
+// reasonTable is the one table of declared reasons.
+var reasonTable = map[Reason]reasonEntry{
+	ReasonNoFacts:           {class: ClassPolicy},
+	ReasonNoDecision:        {class: ClassPolicy},
+	ReasonMalformedDecision: {class: ClassPolicy},
+	ReasonPolicyError:       {class: ClassPolicy},
+	ReasonPolicyTimeout:     {class: ClassPolicy},
+	ReasonNoMatchingRule:    {class: ClassPolicy},
+
+	ReasonMalformedURL:      {class: ClassMalformed},
+	ReasonMalformedHost:     {class: ClassMalformed},
+	ReasonMalformedPort:     {class: ClassMalformed},
+	ReasonMalformedMethod:   {class: ClassMalformed},
+	ReasonUnsupportedScheme: {class: ClassMalformed},
+	ReasonTargetTooLong:     {class: ClassMalformed},
+	ReasonHostTooLong:       {class: ClassMalformed},
+	ReasonPathTooLong:       {class: ClassMalformed},
+
+	ReasonLoopbackAddress:      {class: ClassPolicy},
+	ReasonPrivateAddress:       {class: ClassPolicy},
+	ReasonLinkLocalAddress:     {class: ClassPolicy},
+	ReasonCGNATAddress:         {class: ClassPolicy},
+	ReasonULAAddress:           {class: ClassPolicy},
+	ReasonMulticastAddress:     {class: ClassPolicy},
+	ReasonUnspecifiedAddress:   {class: ClassPolicy},
+	ReasonBroadcastAddress:     {class: ClassPolicy},
+	ReasonDocumentationAddress: {class: ClassPolicy},
+	ReasonBenchmarkingAddress:  {class: ClassPolicy},
+	ReasonReservedAddress:      {class: ClassPolicy},
+	ReasonThisNetworkAddress:   {class: ClassPolicy},
+	ReasonMetadataAddress:      {class: ClassPolicy},
+	ReasonUnknownAddress:       {class: ClassPolicy},
+	ReasonZonedAddress:         {class: ClassPolicy},
+	ReasonInternalDenied:       {class: ClassPolicy},
+	ReasonInternalPortDenied:   {class: ClassPolicy},
+	ReasonMalformedAddress:     {class: ClassMalformed},
+	ReasonInvalidPort:          {class: ClassMalformed},
+	ReasonAddressDenied:        {class: ClassPolicy},
+
+	ReasonMetadataName:     {class: ClassPolicy},
+	ReasonIPLiteralName:    {class: ClassPolicy},
+	ReasonMalformedName:    {class: ClassMalformed},
+	ReasonNameTooLong:      {class: ClassMalformed},
+	ReasonLabelTooLong:     {class: ClassMalformed},
+	ReasonPolicyDenied:     {class: ClassPolicy},
+	ReasonQTypeNotAllowed:  {class: ClassPolicy},
+	ReasonQClassNotAllowed: {class: ClassPolicy},
+	ReasonUnknownClient:    {class: ClassIdentity},
+	ReasonCNAMEChain:       {class: ClassPolicy},
+	ReasonDNSFailure:       {class: ClassUpstream},
+	ReasonDNSNXDomain:      {class: ClassUpstream, rcode: rcode(dns.RcodeNameError)},
+	// An allowed name without addresses is an empty answer, not an error.
+	ReasonDNSNoAddress: {class: ClassUpstream, rcode: rcode(dns.RcodeSuccess)},
+
+	ReasonAuthRequired: {class: ClassIdentity},
+	ReasonAuthInvalid:  {class: ClassIdentity},
+	// A revoked identity authenticated: 407 would ask it for credentials
+	// it already sent. A session of it ends 28000.
+	ReasonIdentityRevoked:  {class: ClassIdentity, http: http.StatusForbidden, sqlState: sqlInvalidAuthorization},
+	ReasonAbsoluteHTTPS:    {class: ClassMalformed},
+	ReasonNotProxyRequest:  {class: ClassMalformed},
+	ReasonMalformedRequest: {class: ClassMalformed},
+	// net/http answers these itself, with its own statuses.
+	ReasonHeadersTooLarge:  {class: ClassMalformed, http: http.StatusRequestHeaderFieldsTooLarge},
+	ReasonHTTPVersion:      {class: ClassMalformed, http: http.StatusHTTPVersionNotSupported},
+	ReasonTransferEncoding: {class: ClassMalformed, http: http.StatusNotImplemented},
+	ReasonExpectation:      {class: ClassMalformed, http: http.StatusExpectationFailed},
+	ReasonIncomplete:       {class: ClassMalformed},
+	ReasonBodyNotAllowed:   {class: ClassMalformed},
+	ReasonRedirectDenied:   {class: ClassPolicy},
+	ReasonSNIMismatch:      {class: ClassPolicy},
+	ReasonTLSRequired:      {class: ClassPolicy},
+	ReasonMalformedHello:   {class: ClassMalformed},
+	ReasonTunnelHostDiffs:  {class: ClassPolicy},
+	ReasonRateLimited:      {class: ClassLimit},
+	ReasonConnLimit:        {class: ClassLimit},
+	ReasonSourceLimited:    {class: ClassLimit},
+	ReasonFDExhausted:      {class: ClassLimit},
+	ReasonUpstreamTimeout:  {class: ClassUpstream, http: http.StatusGatewayTimeout},
+	ReasonUpstreamFailed:   {class: ClassUpstream},
+	ReasonShuttingDown:     {class: ClassUnavailable},
+	ReasonClientClosed:     {class: ClassClient},
+
+	ReasonAuditUnavailable: {class: ClassUnavailable},
+	ReasonAuditBudget:      {class: ClassLimit},
+
+	ReasonSQLTooComplex:      {class: ClassLimit},
+	ReasonSQLParseError:      {class: ClassMalformed},
+	ReasonSQLBadUTF8:         {class: ClassMalformed},
+	ReasonTooManyStatements:  {class: ClassLimit},
+	ReasonSessionLimit:       {class: ClassLimit},
+	ReasonFunctionCall:       {class: ClassPolicy},
+	ReasonStatementNotVet:    {class: ClassPolicy},
+	ReasonOtherStatement:     {class: ClassPolicy},
+	ReasonStartupInvalid:     {class: ClassMalformed},
+	ReasonStartupParameter:   {class: ClassPolicy},
+	ReasonUnknownIdentity:    {class: ClassIdentity},
+	ReasonAuthFailed:         {class: ClassIdentity},
+	ReasonUpstreamLogin:      {class: ClassUpstream},
+	ReasonCatalogUnavailable: {class: ClassUpstream},
+}
