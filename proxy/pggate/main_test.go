@@ -2,7 +2,6 @@ package pggate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/proxy/pggate/pgtest"
@@ -66,35 +66,6 @@ func TestMain(m *testing.M) {
 		shared.Close()
 	}
 	os.Exit(code)
-}
-
-// memAudit records appended records; fail makes Append fail.
-type memAudit struct {
-	mu   sync.Mutex
-	recs []audit.Record
-	fail bool
-}
-
-func (a *memAudit) Append(r *audit.Record) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.fail {
-		return errors.New("disk full")
-	}
-	a.recs = append(a.recs, *r)
-	return nil
-}
-
-func (a *memAudit) records() []audit.Record {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]audit.Record(nil), a.recs...)
-}
-
-func (a *memAudit) setFail(f bool) {
-	a.mu.Lock()
-	a.fail = f
-	a.mu.Unlock()
 }
 
 var (
@@ -170,7 +141,7 @@ func testIdentities(t testing.TB) *identity.Store {
 type fixture struct {
 	gate  *Gate
 	addr  string
-	audit *memAudit
+	audit *audittest.Recorder
 	srv   *pgtest.Server
 }
 
@@ -182,7 +153,7 @@ func startGate(t testing.TB, srv *pgtest.Server, mod func(*Config)) *fixture {
 
 // startGateAudit is startGate with the gate appending through wrap(the
 // fixture's recorder) when wrap is not nil (an audit.Meter, say).
-func startGateAudit(t testing.TB, srv *pgtest.Server, mod func(*Config), wrap func(*memAudit) audit.Appender) *fixture {
+func startGateAudit(t testing.TB, srv *pgtest.Server, mod func(*Config), wrap func(*audittest.Recorder) audit.Appender) *fixture {
 	t.Helper()
 	t.Setenv("PGGATE_TEST_PASSWORD", pgtest.SuperPassword)
 	cfg := DefaultConfig()
@@ -192,7 +163,7 @@ func startGateAudit(t testing.TB, srv *pgtest.Server, mod func(*Config), wrap fu
 	if mod != nil {
 		mod(&cfg)
 	}
-	a := &memAudit{}
+	a := &audittest.Recorder{}
 	var app audit.Appender = a
 	if wrap != nil {
 		app = wrap(a)

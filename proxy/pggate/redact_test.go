@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
@@ -84,7 +85,7 @@ func TestAuditHoldsNoLiterals(t *testing.T) {
 			cancel()
 		}
 	}
-	recs := f.audit.records()
+	recs := f.audit.Records()
 	if len(recs) < len(literalTemplates)*3 {
 		t.Fatalf("%d audit records; want at least %d", len(recs), len(literalTemplates)*3)
 	}
@@ -133,7 +134,7 @@ func startGateLog(t testing.TB, srv *pgtest.Server, log *zap.Logger) *fixture {
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Upstream = fmt.Sprintf("postgres://%s@%s/?sslmode=disable", pgtest.SuperUser, srv.Addr())
 	cfg.PasswordEnv = "PGGATE_TEST_PASSWORD"
-	a := &memAudit{}
+	a := &audittest.Recorder{}
 	var d net.Dialer
 	g, err := New(cfg, Deps{Engine: testEngine(t), Identities: testIdentities(t), Audit: a, Dial: d.DialContext, Log: log})
 	if err != nil {
