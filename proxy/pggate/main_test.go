@@ -100,6 +100,10 @@ func testEngine(t testing.TB) *policy.Engine {
 		}
 		cfg := policy.DefaultConfig()
 		cfg.Dir = dir
+		// Under -race on a loaded machine an evaluation can take longer
+		// than the 100ms default, and a policy_timeout deny would read as
+		// a wrong decision (TestAnalystCorpusThroughGate did).
+		cfg.EvalTimeout = 10 * time.Second
 		engine, engineErr = policy.New(context.Background(), cfg, zap.NewNop())
 	})
 	if engineErr != nil {
