@@ -176,6 +176,12 @@ func startGate(t testing.TB, srv *pgtest.Server, mod func(*Config)) *fixture {
 // fixture's recorder) when wrap is not nil (an audit.Meter, say).
 func startGateAudit(t testing.TB, srv *pgtest.Server, mod func(*Config), wrap func(*audittest.Recorder) audit.Appender) *fixture {
 	t.Helper()
+	return startGateWith(t, srv, mod, wrap, zap.NewNop())
+}
+
+// startGateWith is startGateAudit with the gate logging to log.
+func startGateWith(t testing.TB, srv *pgtest.Server, mod func(*Config), wrap func(*audittest.Recorder) audit.Appender, log *zap.Logger) *fixture {
+	t.Helper()
 	t.Setenv("PGGATE_TEST_PASSWORD", pgtest.SuperPassword)
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
@@ -190,7 +196,7 @@ func startGateAudit(t testing.TB, srv *pgtest.Server, mod func(*Config), wrap fu
 		app = wrap(a)
 	}
 	var d net.Dialer
-	g, err := New(cfg, Deps{Engine: testEngine(t), Identities: testIdentities(t), Audit: app, Dial: d.DialContext, Log: zap.NewNop()})
+	g, err := New(cfg, Deps{Engine: testEngine(t), Identities: testIdentities(t), Audit: app, Dial: d.DialContext, Log: log})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
