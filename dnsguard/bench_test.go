@@ -14,9 +14,7 @@ import (
 // the server add.
 func BenchmarkServerCachedAnswer(b *testing.B) {
 	ts := startServerWith(b, testEngine(b), func(c *Config) { c.RateLimit, c.Burst = 1e9, 1<<20 })
-	ts.audit.mu.Lock()
-	ts.audit.discard = true
-	ts.audit.mu.Unlock()
+	ts.audit.SetDiscard(true)
 	for _, target := range []struct{ name, addr string }{
 		{"egressd", ts.addr},
 		{"dnstest_upstream", ts.upstream.Addr()},

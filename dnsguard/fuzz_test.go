@@ -11,6 +11,7 @@ import (
 	"github.com/miekg/dns"
 	"go.uber.org/zap"
 
+	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -78,7 +79,7 @@ func FuzzServerHandle(f *testing.F) {
 	vetted := netip.MustParseAddr("192.0.43.10")
 	now := time.Now()
 	r.cache.put("svc.test", &answer{addrs: []netip.Addr{vetted}, ttl: time.Hour, expires: now.Add(time.Hour)}, now)
-	rec := &recorder{}
+	rec := &audittest.Recorder{}
 	s, err := NewServer(ServerOptions{Config: cfg, Decider: onlySvc{}, Resolver: r, Audit: rec, Log: zap.NewNop()})
 	if err != nil {
 		f.Fatal(err)
@@ -104,7 +105,7 @@ func FuzzServerHandle(f *testing.F) {
 		if err := req.Unpack(b); err != nil {
 			return
 		}
-		before := len(rec.recs)
+		before := rec.Len()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		resp := s.handle(ctx, client, req)
@@ -112,8 +113,8 @@ func FuzzServerHandle(f *testing.F) {
 		if len(req.Question) == 1 {
 			want = 1
 		}
-		if len(rec.recs) != before+want {
-			t.Fatalf("handle audited %d records for %d questions; want %d", len(rec.recs)-before, len(req.Question), want)
+		if rec.Len() != before+want {
+			t.Fatalf("handle audited %d records for %d questions; want %d", rec.Len()-before, len(req.Question), want)
 		}
 		for _, rr := range resp.Answer {
 			if !strings.EqualFold(rr.Header().Name, "svc.test.") {
@@ -123,8 +124,8 @@ func FuzzServerHandle(f *testing.F) {
 				t.Fatalf("answered unvetted address %s", a.A)
 			}
 		}
-		if len(resp.Answer) > 0 && rec.last().Decision != "allow" {
-			t.Fatalf("answered with audit decision %q", rec.last().Decision)
+		if len(resp.Answer) > 0 && rec.Last().Decision != "allow" {
+			t.Fatalf("answered with audit decision %q", rec.Last().Decision)
 		}
 		if _, err := resp.Pack(); err != nil {
 			t.Fatalf("response does not pack: %v", err)

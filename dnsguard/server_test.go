@@ -2,7 +2,6 @@ package dnsguard
 
 import (
 	"context"
-	"errors"
 	"io/fs"
 	"net"
 	"net/netip"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/dnsguard/dnstest"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/rego"
@@ -63,49 +62,13 @@ func testEngine(t testing.TB) *policy.Engine {
 	return e
 }
 
-// recorder is an audit.Appender that keeps records, or fails when told to.
-type recorder struct {
-	mu   sync.Mutex
-	recs []audit.Record
-	fail bool
-	// discard keeps nothing, for benchmarks.
-	discard bool
-}
-
-func (r *recorder) Append(rec *audit.Record) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.fail {
-		return errors.New("disk full")
-	}
-	if !r.discard {
-		r.recs = append(r.recs, *rec)
-	}
-	return nil
-}
-
-func (r *recorder) last() audit.Record {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.recs) == 0 {
-		return audit.Record{}
-	}
-	return r.recs[len(r.recs)-1]
-}
-
-func (r *recorder) setFail(f bool) {
-	r.mu.Lock()
-	r.fail = f
-	r.mu.Unlock()
-}
-
 // testServer is a running sandbox-facing server in front of a dnstest
 // upstream.
 type testServer struct {
 	srv      *Server
 	addr     string
 	upstream *dnstest.Server
-	audit    *recorder
+	audit    *audittest.Recorder
 }
 
 // fakeDecider allows the names of testRules the way egress.dns does, so the
@@ -161,7 +124,7 @@ func startServerLog(t testing.TB, decider Decider, edit func(*Config), log *zap.
 		edit(&cfg)
 	}
 	r, _ := newTestResolver(t, cfg, nil)
-	rec := &recorder{}
+	rec := &audittest.Recorder{}
 	var app audit.Appender = rec
 	if wrap != nil {
 		app = wrap(rec)
@@ -262,7 +225,7 @@ func TestServer(t *testing.T) {
 				if got := answerStrings(resp); strings.Join(got, ",") != strings.Join(tt.answer, ",") {
 					t.Errorf("answer = %v; want %v", got, tt.answer)
 				}
-				rec := ts.audit.last()
+				rec := ts.audit.Last()
 				if rec.Kind != "dns" || rec.Decision != tt.decision || rec.Reason != tt.reason || rec.Rule != tt.rule || rec.Identity != "anonymous" {
 					t.Errorf("audit = %+v; want kind dns, decision %q, reason %q, rule %q, identity anonymous", rec, tt.decision, tt.reason, tt.rule)
 				}
@@ -294,7 +257,7 @@ func TestServerWithPolicyEngine(t *testing.T) {
 		{"metadata.google.internal", dns.TypeA, dns.RcodeRefused, "metadata_name", ""},
 	} {
 		resp := ts.ask(t, "udp", c.qname, c.qtype)
-		rec := ts.audit.last()
+		rec := ts.audit.Last()
 		if resp.Rcode != c.rcode || rec.Reason != c.reason || rec.Rule != c.rule || !strings.HasPrefix(rec.Policy, "sha256:") {
 			t.Errorf("%s %s: rcode %s, audit %s/%s/%s; want %s, %s/%s/sha256:…", c.qname, dns.TypeToString[c.qtype],
 				dns.RcodeToString[resp.Rcode], rec.Reason, rec.Rule, rec.Policy, dns.RcodeToString[c.rcode], c.reason, c.rule)
@@ -312,7 +275,7 @@ func TestServerAnswerDetails(t *testing.T) {
 	})
 	t.Run("audit ip", func(t *testing.T) {
 		ts.ask(t, "udp", "svc.test", dns.TypeAAAA)
-		if got := ts.audit.last().IP; got != "2001:500:88:200::10" {
+		if got := ts.audit.Last().IP; got != "2001:500:88:200::10" {
 			t.Errorf("audit ip = %q; want 2001:500:88:200::10", got)
 		}
 	})
@@ -327,8 +290,8 @@ func TestServerAnswerDetails(t *testing.T) {
 		}
 	})
 	t.Run("audit failure refuses", func(t *testing.T) {
-		ts.audit.setFail(true)
-		defer ts.audit.setFail(false)
+		ts.audit.SetFail(true)
+		defer ts.audit.SetFail(false)
 		if resp := ts.ask(t, "udp", "svc.test", dns.TypeA); resp.Rcode != dns.RcodeRefused || len(resp.Answer) != 0 {
 			t.Errorf("with audit down: rcode %s, %d answers; want REFUSED and none", dns.RcodeToString[resp.Rcode], len(resp.Answer))
 		}
@@ -340,7 +303,7 @@ func TestServerAnswerDetails(t *testing.T) {
 func TestAuditOutageLogIsThrottled(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	ts := startServerLog(t, fakeDecider{}, func(c *Config) { c.RateLimit, c.Burst = 1e6, 1e6 }, zap.New(core), nil)
-	ts.audit.setFail(true)
+	ts.audit.SetFail(true)
 	for range 50 {
 		if resp := ts.ask(t, "udp", "svc.test", dns.TypeA); resp.Rcode != dns.RcodeRefused {
 			t.Fatalf("with audit down: rcode %s; want REFUSED", dns.RcodeToString[resp.Rcode])
@@ -377,13 +340,11 @@ func TestAuditBudgetRefusesQueries(t *testing.T) {
 	}
 	m.Close()
 	var over int64
-	ts.audit.mu.Lock()
-	for _, r := range ts.audit.recs {
+	for _, r := range ts.audit.Records() {
 		if r.Reason == string(policy.ReasonAuditBudget) && r.Decision == "deny" {
 			over += max(1, r.Count)
 		}
 	}
-	ts.audit.mu.Unlock()
 	if over != int64(refused) {
 		t.Errorf("%s refusals recorded = %d; want %d", string(policy.ReasonAuditBudget), over, refused)
 	}
@@ -462,14 +423,14 @@ func TestServerReload(t *testing.T) {
 		t.Fatalf("before reload: rcode %s; want NOERROR", dns.RcodeToString[r.Rcode])
 	}
 	ts.srv.Reload(denyAll{}, nil)
-	if r := ts.ask(t, "udp", "svc.test", dns.TypeA); r.Rcode != dns.RcodeRefused || ts.audit.last().Policy != "v2" {
-		t.Errorf("after policy reload: rcode %s, audit policy %q; want REFUSED by v2", dns.RcodeToString[r.Rcode], ts.audit.last().Policy)
+	if r := ts.ask(t, "udp", "svc.test", dns.TypeA); r.Rcode != dns.RcodeRefused || ts.audit.Last().Policy != "v2" {
+		t.Errorf("after policy reload: rcode %s, audit policy %q; want REFUSED by v2", dns.RcodeToString[r.Rcode], ts.audit.Last().Policy)
 	}
 	ts.srv.Reload(fakeDecider{}, func(a netip.Addr) (policy.Identity, bool) {
 		return policy.Identity{ID: "sandbox-1"}, a == netip.MustParseAddr("127.0.0.9")
 	})
-	if r := ts.ask(t, "udp", "svc.test", dns.TypeA); r.Rcode != dns.RcodeRefused || ts.audit.last().Reason != "unknown_client" {
-		t.Errorf("unmapped client: rcode %s, reason %q; want REFUSED, unknown_client", dns.RcodeToString[r.Rcode], ts.audit.last().Reason)
+	if r := ts.ask(t, "udp", "svc.test", dns.TypeA); r.Rcode != dns.RcodeRefused || ts.audit.Last().Reason != "unknown_client" {
+		t.Errorf("unmapped client: rcode %s, reason %q; want REFUSED, unknown_client", dns.RcodeToString[r.Rcode], ts.audit.Last().Reason)
 	}
 }
 

@@ -168,8 +168,7 @@ func (c *compiled) eval(ctx context.Context, e *Engine, kind Kind, in Input) (d 
 	if pq == nil {
 		return c.deny(ReasonNoDecision), true
 	}
-	input := buildInput(kind, in, c.identities.get(in.Identity))
-	c.views.addTo(input, in.Facts)
+	input := c.input(kind, in)
 	ec, stopCtx := newEvalCancel(ctx, e.cfg.EvalTimeout)
 	vc := getVcache()
 	rs, err := pq.Eval(ctx, rego.EvalParsedInput(input), evalNoMetrics, evalRawResult, rego.EvalExternalCancel(ec), rego.EvalVirtualCache(vc))

@@ -13,20 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/policy"
 )
 
-// waitRecords polls until the audit log holds want (joined by commas).
-func waitRecords(t *testing.T, a *recordingAudit, want string) {
+// waitRecords waits until the audit log holds exactly want
+// (audittest.Summary of the records).
+func waitRecords(t *testing.T, a *audittest.Recorder, want string) {
 	t.Helper()
-	var got string
-	for range 200 {
-		if got = strings.Join(a.kinds(), ","); got == want {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("audit records = %s; want %s", got, want)
+	a.Wait(t, func(recs []audit.Record) bool { return audittest.Summary(recs) == want })
 }
 
 func TestRefusedByHTTPIsAudited(t *testing.T) {
@@ -48,7 +44,7 @@ func TestRefusedByHTTPIsAudited(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.MaxHeaderBytes = 4 << 10
 			cfg.ReadHeaderTimeout = 300 * time.Millisecond
-			a := &recordingAudit{}
+			a := &audittest.Recorder{}
 			c, err := net.Dial("tcp", startProxy(t, cfg, allowAll{}, a))
 			if err != nil {
 				t.Fatal(err)
@@ -66,7 +62,7 @@ func TestRefusedByHTTPIsAudited(t *testing.T) {
 }
 
 func TestHandledRequestIsNotAuditedTwice(t *testing.T) {
-	a := &recordingAudit{}
+	a := &audittest.Recorder{}
 	c, err := net.Dial("tcp", startProxy(t, DefaultConfig(), allowAll{}, a))
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +78,7 @@ func TestHandledRequestIsNotAuditedTwice(t *testing.T) {
 	c.Close()
 	waitRecords(t, a, "http:deny:"+reasonNotProxyRequest)
 	time.Sleep(100 * time.Millisecond)
-	if got := strings.Join(a.kinds(), ","); got != "http:deny:"+reasonNotProxyRequest {
+	if got := audittest.Summary(a.Records()); got != "http:deny:"+reasonNotProxyRequest {
 		t.Errorf("audit records after close = %s; want only the handler's", got)
 	}
 }
@@ -154,7 +150,7 @@ func received(t *testing.T, got <-chan []byte) []byte {
 func TestConnectEarlyBytes(t *testing.T) {
 	port, got := recordingUpstream(t)
 	early := "GET /x HTTP/1.1\r\nHost: 127.0.0.1:" + port + "\r\n"
-	c, _ := openTunnel(t, startProxy(t, DefaultConfig(), allowAll{}, &recordingAudit{}), "127.0.0.1:"+port, early)
+	c, _ := openTunnel(t, startProxy(t, DefaultConfig(), allowAll{}, &audittest.Recorder{}), "127.0.0.1:"+port, early)
 	io.WriteString(c, "\r\nlater bytes")
 	c.(*net.TCPConn).CloseWrite()
 	if s, want := string(received(t, got)), early+"\r\nlater bytes"; s != want {
@@ -183,7 +179,7 @@ func TestReloadRevokesTunnels(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			port := oneConnUpstream(t, func(c net.Conn) { io.Copy(c, c) })
-			a := &recordingAudit{}
+			a := &audittest.Recorder{}
 			s, addr := startServer(t, DefaultConfig(), allowAll{}, a)
 			c, br := openTunnel(t, addr, "127.0.0.1:"+port, "<pi>")
 			echo := make([]byte, 4)
@@ -223,7 +219,7 @@ func TestConnectSplitClientHello(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			port, got := recordingUpstream(t)
-			a := &recordingAudit{}
+			a := &audittest.Recorder{}
 			c, _ := openTunnel(t, startProxy(t, DefaultConfig(), allowAll{}, a), "localhost:"+port, "")
 			flight := tt.flight(t)
 			c.Write(flight)

@@ -10,11 +10,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/audit/audittest"
 )
 
 // blockingUpstream answers after release is closed; arrived gets one
@@ -38,23 +38,9 @@ func blockingUpstream(t *testing.T) (url string, arrived chan struct{}, release 
 }
 
 // waitDone waits for the http_done record.
-func waitDone(t *testing.T, a *recordingAudit) audit.Record {
+func waitDone(t *testing.T, a *audittest.Recorder) audit.Record {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		a.mu.Lock()
-		for _, r := range a.recs {
-			if r.Kind == "http_done" {
-				a.mu.Unlock()
-				return r
-			}
-		}
-		a.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatalf("no http_done record; have %v", a.kinds())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return a.WaitRecord(t, func(r audit.Record) bool { return r.Kind == "http_done" })
 }
 
 // TestClientClosedBeforeResponse is issue 11 item 14: a client that hung
@@ -63,7 +49,7 @@ func waitDone(t *testing.T, a *recordingAudit) audit.Record {
 // client closed, and the metric counts it apart from upstream failures.
 func TestClientClosedBeforeResponse(t *testing.T) {
 	url, arrived, _ := blockingUpstream(t)
-	a := &recordingAudit{}
+	a := &audittest.Recorder{}
 	s := startAudited(t, DefaultConfig(), nil, a, zap.NewNop())
 	c, err := net.Dial("tcp", s.addr)
 	if err != nil {
@@ -104,7 +90,7 @@ func TestClientCutResponseShort(t *testing.T) {
 		}
 	}))
 	defer up.Close()
-	a := &recordingAudit{}
+	a := &audittest.Recorder{}
 	s := startAudited(t, DefaultConfig(), nil, a, zap.NewNop())
 	c, err := net.Dial("tcp", s.addr)
 	if err != nil {
@@ -144,7 +130,7 @@ func TestUpstreamCutResponseShort(t *testing.T) {
 		c.Close()
 	}))
 	defer up.Close()
-	a := &recordingAudit{}
+	a := &audittest.Recorder{}
 	s := startAudited(t, DefaultConfig(), nil, a, zap.NewNop())
 	resp, err := proxyClient(s.addr).Get(up.URL + "/")
 	if err == nil {

@@ -1,6 +1,3 @@
-// Package proxy is the HTTP forward proxy and CONNECT tunnel that sandboxes
-// set as HTTP_PROXY: every request is identified, decided by policy, dialled
-// only to a vetted address, and audited before anything goes upstream.
 package proxy
 
 import (

@@ -6,6 +6,8 @@ import (
 	"net"
 	"runtime"
 	"testing"
+
+	"github.com/egressd/egressd/audit/audittest"
 )
 
 // tinyRecords re-frames the one-record flight rec so that its first n-1
@@ -108,7 +110,7 @@ func TestConnectHelloWorstCaseIsLinear(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			flight := tinyRecords(t, rec, tt.records)
 			port, got := recordingUpstream(t)
-			a := &recordingAudit{}
+			a := &audittest.Recorder{}
 			c, _ := openTunnel(t, startProxy(t, DefaultConfig(), allowAll{}, a), "localhost:"+port, "")
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)

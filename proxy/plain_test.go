@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"net"
 	"testing"
+
+	"github.com/egressd/egressd/audit/audittest"
 )
 
 // A plaintext tunnel carries a first HTTP request only for its own host and
@@ -35,7 +37,7 @@ func TestPlaintextTunnelBoundToHost(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			port, got := recordingUpstream(t)
-			a := &recordingAudit{}
+			a := &audittest.Recorder{}
 			c, _ := openTunnel(t, startProxy(t, DefaultConfig(), allowAll{}, a), "127.0.0.1:"+port, "")
 			flight := tt.flight(port)
 			c.Write([]byte(flight))

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/proxy/identity"
 )
 
@@ -140,7 +141,7 @@ func TestUnauthenticatedFloodIsBounded(t *testing.T) {
 // refused before authentication past its budget is refused outright, its
 // credentials unchecked, and its connection closed.
 func TestSourceRefusalLimit(t *testing.T) {
-	a := &recordingAudit{}
+	a := &audittest.Recorder{}
 	cfg := DefaultConfig()
 	cfg.PerSourceRefusalRate, cfg.PerSourceRefusalBurst = 0.001, 3
 	s := startAudited(t, cfg, tokenIDs, a, zap.NewNop())
@@ -271,8 +272,8 @@ func TestQueryIsRecorded(t *testing.T) {
 // 4 s). Now one line per interval says how many were suppressed.
 func TestAuditOutageLogIsThrottled(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
-	a := &recordingAudit{}
-	a.fail.Store(true)
+	a := &audittest.Recorder{}
+	a.SetFail(true)
 	s := startAudited(t, DefaultConfig(), nil, a, zap.New(core))
 	c := proxyClient(s.addr)
 	for range 200 {
@@ -296,7 +297,7 @@ func TestAuditOutageLogIsThrottled(t *testing.T) {
 func TestAuditBudgetRefusesAllows(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer up.Close()
-	a := &recordingAudit{}
+	a := &audittest.Recorder{}
 	ac := audit.DefaultConfig()
 	ac.IdentityRate, ac.IdentityBurst = 0.001, 4
 	m := audit.NewMeter(a, ac)
@@ -332,7 +333,7 @@ func TestAuditBudgetRefusesAllows(t *testing.T) {
 	}
 	m.Close()
 	var folded int64
-	for _, r := range a.recs {
+	for _, r := range a.Records() {
 		if r.Reason == reasonAuditBudget {
 			folded += max(1, r.Count)
 		}
@@ -345,7 +346,7 @@ func TestAuditBudgetRefusesAllows(t *testing.T) {
 // TestBadRequestClosesConnection is the 400 half of item 5: requests
 // pipelined after a 400 are not read, decided or audited.
 func TestBadRequestClosesConnection(t *testing.T) {
-	a := &recordingAudit{}
+	a := &audittest.Recorder{}
 	s := startAudited(t, DefaultConfig(), nil, a, zap.NewNop())
 	c, err := net.Dial("tcp", s.addr)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -101,7 +102,7 @@ func TestBodyOnBodylessMethodRefused(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			up, seen := headUpstream(t)
-			a := &recordingAudit{}
+			a := &audittest.Recorder{}
 			addr := startProxy(t, DefaultConfig(), allowAll{}, a)
 			resp := rawRoundTrip(t, addr, tt.method, tt.method+" http://"+up+"/public/x HTTP/1.1\r\nHost: "+up+"\r\n"+tt.head+"\r\n"+tt.body)
 			if resp.StatusCode != tt.wantStatus {
@@ -128,7 +129,7 @@ func chunk(s string) string {
 // "OPTIONS *" is not answered by net/http: it reaches the handler, which
 // refuses and audits it like any request that is not a proxy request.
 func TestOptionsStarIsDecided(t *testing.T) {
-	a := &recordingAudit{}
+	a := &audittest.Recorder{}
 	resp := rawRoundTrip(t, startProxy(t, DefaultConfig(), allowAll{}, a), "OPTIONS", "OPTIONS * HTTP/1.1\r\nHost: example.test\r\n\r\n")
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("OPTIONS * = %d; want 400", resp.StatusCode)
@@ -166,7 +167,7 @@ func nextRequest(t *testing.T, got <-chan *http.Request) *http.Request {
 func TestUpstreamHostIsNormalized(t *testing.T) {
 	up, got := captureUpstream(t)
 	_, port, _ := net.SplitHostPort(up.Listener.Addr().String())
-	c := proxyClient(startProxy(t, DefaultConfig(), allowAll{}, &recordingAudit{}))
+	c := proxyClient(startProxy(t, DefaultConfig(), allowAll{}, &audittest.Recorder{}))
 	for _, spelling := range []string{"LocalHost.", "LOCALHOST"} {
 		resp, err := c.Get("http://" + spelling + ":" + port + "/x")
 		if err != nil {
@@ -205,7 +206,7 @@ func TestHostHeader(t *testing.T) {
 // GET-only rule must not run as a DELETE there.
 func TestMethodOverrideHeadersStripped(t *testing.T) {
 	up, got := captureUpstream(t)
-	c := proxyClient(startProxy(t, DefaultConfig(), allowAll{}, &recordingAudit{}))
+	c := proxyClient(startProxy(t, DefaultConfig(), allowAll{}, &audittest.Recorder{}))
 	req, _ := http.NewRequest(http.MethodGet, up.URL+"/x", nil)
 	for _, h := range []string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"} {
 		req.Header.Set(h, "DELETE")
@@ -242,7 +243,7 @@ func TestRequestTrailersStripped(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			up, got := captureUpstream(t)
 			host := up.Listener.Addr().String()
-			addr := startProxy(t, DefaultConfig(), allowAll{}, &recordingAudit{})
+			addr := startProxy(t, DefaultConfig(), allowAll{}, &audittest.Recorder{})
 			resp := rawRoundTrip(t, addr, "POST", "POST http://"+host+"/x HTTP/1.1\r\nHost: "+host+
 				"\r\nTransfer-Encoding: chunked\r\nTrailer: "+tt.declared+"\r\n\r\n"+
 				"3\r\nabc\r\n0\r\nProxy-Authorization: Basic c2VjcmV0\r\nGrpc-Status: 0\r\nConnection: close\r\n\r\n")
@@ -266,16 +267,14 @@ func TestRequestTrailersStripped(t *testing.T) {
 // A CONNECT authority with a userinfo part does not parse; its credential
 // must not reach any audit record.
 func TestConnectUserinfoNotRecorded(t *testing.T) {
-	a := &recordingAudit{}
+	a := &audittest.Recorder{}
 	addr := startProxy(t, DefaultConfig(), allowAll{}, a)
 	resp := rawRoundTrip(t, addr, "CONNECT", "CONNECT user:s3cr3t-token@example.test:443 HTTP/1.1\r\nHost: example.test:443\r\n\r\n")
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("CONNECT with userinfo = %d; want 400", resp.StatusCode)
 	}
 	waitRecords(t, a, "connect:deny:malformed_url")
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, r := range a.recs {
+	for _, r := range a.Records() {
 		b, _ := json.Marshal(r)
 		if strings.Contains(string(b), "s3cr3t") {
 			t.Errorf("audit record %s holds the userinfo credential", b)
@@ -313,7 +312,7 @@ func TestRedirectEveryLocationChecked(t *testing.T) {
 	defer up.Close()
 	for _, path := range []string{"/300", "/302", "/304", "/305", "/306", "/399", "/two"} {
 		t.Run(path, func(t *testing.T) {
-			a := &recordingAudit{}
+			a := &audittest.Recorder{}
 			c := proxyClient(startProxy(t, DefaultConfig(), denyHost{}, a))
 			c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 			resp, err := c.Get(up.URL + path)

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -10,15 +9,14 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/identity"
 )
@@ -69,33 +67,6 @@ func startServer(tb testing.TB, cfg Config, e Engine, a audit.Appender) (*Server
 	return s, ln.Addr().String()
 }
 
-// recordingAudit keeps every record; fail makes Append refuse.
-type recordingAudit struct {
-	mu   sync.Mutex
-	recs []audit.Record
-	fail atomic.Bool
-}
-
-func (a *recordingAudit) Append(r *audit.Record) error {
-	if a.fail.Load() {
-		return errors.New("disk full")
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.recs = append(a.recs, *r)
-	return nil
-}
-
-func (a *recordingAudit) kinds() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var ks []string
-	for _, r := range a.recs {
-		ks = append(ks, r.Kind+":"+r.Decision+":"+r.Reason)
-	}
-	return ks
-}
-
 func proxyClient(addr string) *http.Client {
 	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: addr})}}
 }
@@ -136,8 +107,8 @@ func TestServerRefusals(t *testing.T) {
 			if tt.cfg != nil {
 				tt.cfg(&cfg)
 			}
-			a := &recordingAudit{}
-			a.fail.Store(tt.failAudit)
+			a := &audittest.Recorder{}
+			a.SetFail(tt.failAudit)
 			c := proxyClient(startProxy(t, cfg, allowAll{}, a))
 			var resp *http.Response
 			var body string
@@ -168,13 +139,7 @@ func TestServerRefusals(t *testing.T) {
 					t.Errorf("response headers = %v; want X-Up stripped and X-End kept", resp.Header)
 				}
 				// The completion record follows the last body byte.
-				want := "http:allow:allowed,http_done::"
-				for i := 0; i < 100 && strings.Join(a.kinds(), ",") != want; i++ {
-					time.Sleep(10 * time.Millisecond)
-				}
-				if got := strings.Join(a.kinds(), ","); got != want {
-					t.Errorf("audit records = %s; want %s", got, want)
-				}
+				waitRecords(t, a, "http:allow:allowed,http_done::")
 			}
 		})
 	}

@@ -50,6 +50,10 @@ type checkOutput struct {
 	// would know (check sql without an upstream: built-ins only).
 	Assumes string `json:"assumes,omitempty"`
 	Facts   any    `json:"facts"`
+	// Input is, with --input, every input object the policy evaluated, in
+	// order (sql: the connect, then each statement): a []any, empty when
+	// the request was refused before the policy; nil without --input.
+	Input any `json:"input,omitempty"`
 }
 
 // decided fills the output from facts and a decision.
@@ -89,6 +93,7 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("check "+args[0], flag.ContinueOnError)
 	var ef engineFlags
 	ef.register(fs)
+	showInput := fs.Bool("input", false, "also print the Rego input the policy evaluated (a list: sql has one per statement after the connect)")
 	decide := kind.setup(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: egressd check %s [flags] %s\n", args[0], kind.args)
@@ -107,7 +112,15 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return loadError(err)
 	}
+	var rec *inputRecorder
+	if *showInput {
+		rec = &inputRecorder{checkEngine: env.engine, inputs: []any{}}
+		env.engine = rec
+	}
 	out := decide(ctx, env, pos)
+	if rec != nil {
+		out.Input = rec.inputs
+	}
 	b, err := json.Marshal(out)
 	if err != nil {
 		return fmt.Errorf("encode decision: %w", err)

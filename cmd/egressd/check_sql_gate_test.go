@@ -10,45 +10,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
-	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/proxy/pggate"
 	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
-
-// recAudit keeps the records a gate appends.
-type recAudit struct {
-	mu   sync.Mutex
-	recs []audit.Record
-}
-
-func (a *recAudit) Append(r *audit.Record) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.recs = append(a.recs, *r)
-	return nil
-}
-
-func (a *recAudit) since(n int) []audit.Record {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]audit.Record(nil), a.recs[n:]...)
-}
-
-func (a *recAudit) len() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.recs)
-}
 
 // `egressd check sql` answers what the gate does, statement by statement
 // (issue 11 item 15: check printed the SELECT of "SELECT …; DELETE …" as
@@ -93,7 +67,7 @@ func TestCheckSQLMatchesGate(t *testing.T) {
 	gc.Listen = "127.0.0.1:0"
 	gc.Upstream = fmt.Sprintf("postgres://%s@%s/?sslmode=disable", pgtest.SuperUser, srv.Addr())
 	gc.PasswordEnv = "CHECK_SQL_GATE_PW"
-	rec := &recAudit{}
+	rec := &audittest.Recorder{}
 	var d net.Dialer
 	g, err := pggate.New(gc, pggate.Deps{Engine: eng, Identities: ids, Audit: rec, Dial: d.DialContext})
 	if err != nil {
@@ -132,7 +106,7 @@ func TestCheckSQLMatchesGate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// The gate: the query's error, and one audit record per statement.
-			before := rec.len()
+			before := rec.Len()
 			_, err := sessions[tt.identity].Exec(ctx, tt.sql).ReadAll()
 			gateReason := "allowed"
 			if err != nil {
@@ -143,7 +117,7 @@ func TestCheckSQLMatchesGate(t *testing.T) {
 				gateReason = strings.TrimPrefix(pe.Message, "egressd: denied: ")
 			}
 			var gateStmts []string
-			for _, r := range rec.since(before) {
+			for _, r := range rec.Since(before) {
 				gateStmts = append(gateStmts, r.Decision+" "+r.Reason)
 			}
 

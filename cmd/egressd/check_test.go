@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -69,4 +70,88 @@ func TestDeployExampleParses(t *testing.T) {
 	if def := config.Default(); c.Policy != def.Policy {
 		t.Errorf("deploy/egressd.yaml policy = %+v; want the defaults %+v", c.Policy, def.Policy)
 	}
+}
+
+// TestCheckInput: `check <kind> --input` prints the Rego input of every
+// decision, as the engine built it: the refusal facts as input.flags (the
+// key the base rules read, not the output's path_flags), input.views for
+// http and connect, one input per SQL statement after the connect.
+func TestCheckInput(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
+	if err := os.WriteFile(cfg, []byte("policy:\n  eval_timeout: 10s\nidentities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_only}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		// want are fields of each input object, in order of decision.
+		want []map[string]any
+	}{
+		{"http", []string{"http", "GET", "http://deb.debian.org/debian/%2e%2e/x"}, []map[string]any{{
+			"kind": "http", "method": "GET", "host": "deb.debian.org", "port": 80.0,
+			"path": "/debian/%2e%2e/x", "path_decoded": "/debian/../x",
+			"flags": []any{"encoded_dot", "dot_segment"},
+		}}},
+		{"connect", []string{"connect", "pypi.org:443"}, []map[string]any{{
+			"kind": "connect", "host": "pypi.org", "port": 443.0, "flags": []any{},
+		}}},
+		{"dns", []string{"dns", "--qtype", "AAAA", "files.pythonhosted.org."}, []map[string]any{{
+			"kind": "dns", "name": "files.pythonhosted.org", "qtype": "AAAA",
+		}}},
+		{"sql", []string{"sql", "--database", "app", "SELECT 1; DELETE FROM users WHERE id = 1"}, []map[string]any{
+			{"kind": "sql", "database": "app"},
+			{"kind": "sql", "database": "app"},
+			{"kind": "sql", "database": "app"},
+		}},
+		{"refused before the policy", []string{"http", "GET", "http://2130706433/"}, []map[string]any{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"check", tt.args[0], "--config", cfg, "--identity", "agent", "--input"}, tt.args[1:]...)
+			var stdout, stderr bytes.Buffer
+			if code := exitCode(run(args, &stdout, &stderr), &stderr); code == 2 {
+				t.Fatalf("egressd %v: exit 2, stderr %s", args, stderr.String())
+			}
+			var out struct {
+				Input *[]map[string]any
+			}
+			if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+				t.Fatalf("egressd %v output %q: %v", args, stdout.String(), err)
+			}
+			if out.Input == nil {
+				t.Fatalf("egressd %v printed no input: %s", args, stdout.String())
+			}
+			got := *out.Input
+			if len(got) != len(tt.want) {
+				t.Fatalf("egressd %v printed %d inputs; want %d: %s", args, len(got), len(tt.want), stdout.String())
+			}
+			for i, w := range tt.want {
+				for k, v := range w {
+					if !reflect.DeepEqual(got[i][k], v) {
+						t.Errorf("input[%d].%s = %#v; want %#v", i, k, got[i][k], v)
+					}
+				}
+				if _, ok := got[i]["path_flags"]; ok {
+					t.Errorf("input[%d] has path_flags; Rego reads flags", i)
+				}
+				if id, _ := got[i]["identity"].(map[string]any); id["id"] != "agent" {
+					t.Errorf("input[%d].identity = %v; want agent's", i, got[i]["identity"])
+				}
+			}
+			if tt.args[0] == "http" || tt.args[0] == "connect" {
+				for i := range got {
+					if _, ok := got[i]["views"]; !ok {
+						t.Errorf("input[%d] has no views: the rule views are part of what Rego sees", i)
+					}
+				}
+			}
+		})
+	}
+	t.Run("not asked", func(t *testing.T) {
+		var stdout, stderr bytes.Buffer
+		exitCode(run([]string{"check", "connect", "--config", cfg, "--identity", "agent", "pypi.org:443"}, &stdout, &stderr), &stderr)
+		if bytes.Contains(stdout.Bytes(), []byte(`"input"`)) {
+			t.Errorf("check without --input printed an input: %s", stdout.String())
+		}
+	})
 }

@@ -31,7 +31,7 @@ func (f *engineFlags) register(fs *flag.FlagSet) {
 // floor built from it, and the identity the request is decided for.
 type decideEnv struct {
 	cfg      *config.Config
-	engine   *policy.Engine
+	engine   checkEngine
 	floor    *dnsguard.Floor
 	identity policy.Identity
 }

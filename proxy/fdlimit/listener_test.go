@@ -5,33 +5,14 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/audit/audittest"
 )
-
-type recorder struct {
-	mu   sync.Mutex
-	recs []*audit.Record
-}
-
-func (r *recorder) Append(rec *audit.Record) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.recs = append(r.recs, rec)
-	return nil
-}
-
-func (r *recorder) records() []*audit.Record {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]*audit.Record(nil), r.recs...)
-}
 
 func listen(t *testing.T) *net.TCPListener {
 	t.Helper()
@@ -70,7 +51,7 @@ func TestListenerRefusesAndAuditsOnce(t *testing.T) {
 	ln := listen(t)
 	clk := newFakeClock()
 	fc := newFakeCount(256, nil)
-	rec := &recorder{}
+	rec := &audittest.Recorder{}
 	var nRefused, nReleased int
 	l := &Listener{
 		Listener: ln, Raw: ln, Budget: newBudget(256, 32, fc.count, clk.now), Name: "proxy",
@@ -94,7 +75,7 @@ func TestListenerRefusesAndAuditsOnce(t *testing.T) {
 			t.Fatalf("client %d was not refused with 256 of 256 descriptors open", i)
 		}
 	}
-	recs := rec.records()
+	recs := rec.Records()
 	if len(recs) != 1 || recs[0].Kind != KindAccept || recs[0].Reason != ReasonFDExhausted || recs[0].Decision != "deny" ||
 		recs[0].Client != "127.0.0.1" || recs[0].Detail["listener"] != "proxy" || recs[0].Detail["limit"] != "256" {
 		t.Errorf("audit records after 5 refusals = %+v; want one accept deny fd_exhausted record", recs)
@@ -117,7 +98,7 @@ func TestListenerRefusesAndAuditsOnce(t *testing.T) {
 	}
 	ln.Close()
 	<-accepted
-	if got := len(rec.records()); got != 2 {
+	if got := len(rec.Records()); got != 2 {
 		t.Errorf("audit records after two episodes = %d; want 2", got)
 	}
 	if nRefused != 6 || nReleased != 6 {
@@ -146,7 +127,7 @@ func (l *emfile) Accept() (net.Conn, error) {
 // back off and leave the client queued), and goes on accepting.
 func TestListenerShedsWhenOutOfDescriptors(t *testing.T) {
 	ln := listen(t)
-	rec := &recorder{}
+	rec := &audittest.Recorder{}
 	l := &Listener{Listener: &emfile{Listener: ln, n: 1}, Raw: ln, Name: "postgres", Audit: rec, Log: zap.NewNop()}
 	defer l.Close()
 	c, err := net.Dial("tcp", ln.Addr().String())
@@ -172,7 +153,7 @@ func TestListenerShedsWhenOutOfDescriptors(t *testing.T) {
 	if _, err := next.Read(make([]byte, 1)); err != io.EOF {
 		t.Errorf("admitted client read after the server closed it = %v; want EOF", err)
 	}
-	if recs := rec.records(); len(recs) != 1 || recs[0].Reason != ReasonFDExhausted || recs[0].Detail["listener"] != "postgres" {
+	if recs := rec.Records(); len(recs) != 1 || recs[0].Reason != ReasonFDExhausted || recs[0].Detail["listener"] != "postgres" {
 		t.Errorf("audit records = %+v; want one fd_exhausted record", recs)
 	}
 }
@@ -219,7 +200,7 @@ func TestSpareKeepsAccepting(t *testing.T) {
 func TestListenerWaitsWithoutSpare(t *testing.T) {
 	ln := listen(t)
 	inner := &emfile{Listener: ln, n: 3}
-	l := &Listener{Listener: inner, Name: "postgres", Audit: &recorder{}, Log: zap.NewNop()}
+	l := &Listener{Listener: inner, Name: "postgres", Audit: &audittest.Recorder{}, Log: zap.NewNop()}
 	defer l.Close()
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {

@@ -20,9 +20,9 @@ func TestTooManyStatementsDeniedWithOneRecord(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := len(f.audit.records())
+			before := len(f.audit.Records())
 			_, err := c.Exec(ctxT(t), tt.sql).ReadAll()
-			recs := f.audit.records()[before:]
+			recs := f.audit.Records()[before:]
 			if tt.allow {
 				if err != nil || len(recs) != 10 {
 					t.Fatalf("Exec(10 statements) = %v with %d audit records; want success and 10", err, len(recs))

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -13,7 +14,7 @@ import (
 // another identity's statements still run.
 func TestAuditBudgetRefusesStatements(t *testing.T) {
 	pg := sharedPG(t)
-	f := startGateAudit(t, pg, nil, func(a *memAudit) audit.Appender {
+	f := startGateAudit(t, pg, nil, func(a *audittest.Recorder) audit.Appender {
 		// A bucket of 6 records that all but never refills.
 		m := audit.NewMeter(a, audit.Config{IdentityRate: 0.001, IdentityBurst: 6})
 		t.Cleanup(func() { m.Close() })

@@ -203,11 +203,11 @@ func TestCatalogUnreadableRefusesLogin(t *testing.T) {
 		t.Fatalf("Connect error = %v; want egressd: denied: catalog_unavailable", err)
 	}
 	var audited bool
-	for _, r := range f.audit.records() {
+	for _, r := range f.audit.Records() {
 		audited = audited || r.Reason == ReasonCatalogUnavailable && r.Database == db
 	}
 	if !audited {
-		t.Errorf("audit records = %+v; want a catalog_unavailable deny for %s", f.audit.records(), db)
+		t.Errorf("audit records = %+v; want a catalog_unavailable deny for %s", f.audit.Records(), db)
 	}
 }
 

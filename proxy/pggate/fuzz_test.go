@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"go.uber.org/zap"
 
+	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -23,7 +24,7 @@ func fuzzGate(t testing.TB) *Gate {
 	cfg.Upstream = "postgres://gate@127.0.0.1:1/"
 	cfg.MaxMessageBytes = 1 << 16
 	g, err := New(cfg, Deps{
-		Engine: testEngine(t), Identities: testIdentities(t), Audit: &memAudit{},
+		Engine: testEngine(t), Identities: testIdentities(t), Audit: &audittest.Recorder{},
 		Dial: func(context.Context, string, string) (net.Conn, error) { return nil, io.ErrClosedPipe },
 		Log:  zap.NewNop(),
 	})

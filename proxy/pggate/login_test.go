@@ -29,7 +29,7 @@ func TestLoginFailuresAudited(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := len(f.audit.records())
+			before := len(f.audit.Records())
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			c, err := pgconn.Connect(ctx, tt.dsn)
@@ -39,15 +39,15 @@ func TestLoginFailuresAudited(t *testing.T) {
 			}
 			// The record is written before the refusal is sent.
 			var got *audit.Record
-			for _, r := range f.audit.records()[before:] {
+			for _, r := range f.audit.Records()[before:] {
 				if r.Decision == "deny" {
 					got = &r
 				}
 			}
 			if got == nil || got.Kind != "sql" || got.Identity != tt.user || got.Database != tt.db || got.Reason != tt.reason || got.Client == "" {
-				t.Fatalf("audit records after a refused login = %+v; want kind sql, identity %q, database %q, reason %q, a client", f.audit.records()[before:], tt.user, tt.db, tt.reason)
+				t.Fatalf("audit records after a refused login = %+v; want kind sql, identity %q, database %q, reason %q, a client", f.audit.Records()[before:], tt.user, tt.db, tt.reason)
 			}
-			b, _ := json.Marshal(f.audit.records()[before:])
+			b, _ := json.Marshal(f.audit.Records()[before:])
 			for _, pw := range []string{passRO, passRW} {
 				if strings.Contains(string(b), pw) {
 					t.Errorf("audit records %s carry a password", b)
@@ -96,13 +96,13 @@ func TestDefaultSessionCapBelowUpstreamMaxConnections(t *testing.T) {
 		t.Fatalf("a burst of %d logins of one identity with max_connections = 12 admitted %d; want 3 (a quarter)", burst, admitted)
 	}
 	var refused *audit.Record
-	for _, r := range f.audit.records() {
+	for _, r := range f.audit.Records() {
 		if r.Reason == "session_limit" {
 			refused = &r
 		}
 	}
 	if refused == nil || refused.Identity != "agent-ro" || refused.Decision != "deny" {
-		t.Errorf("audit records %+v; want deny session_limit for agent-ro", f.audit.records())
+		t.Errorf("audit records %+v; want deny session_limit for agent-ro", f.audit.Records())
 	}
 	// Another identity still gets in: the cap is per identity.
 	connect(t, f.dsn("agent-rw", passRW, "postgres"))

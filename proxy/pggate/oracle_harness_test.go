@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
+	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/policy/sqlfacts"
 )
@@ -127,7 +128,7 @@ func newOracle(t *testing.T) *oracle {
 	cfg.Upstream = "postgres://oracle@127.0.0.1:1/?sslmode=disable"
 	// The gate is used for its decisions only: it never dials.
 	var d net.Dialer
-	if o.g, err = New(cfg, Deps{Engine: oracleEngine(t), Identities: testIdentities(t), Audit: &memAudit{}, Dial: d.DialContext}); err != nil {
+	if o.g, err = New(cfg, Deps{Engine: oracleEngine(t), Identities: testIdentities(t), Audit: &audittest.Recorder{}, Dial: d.DialContext}); err != nil {
 		t.Fatal(err)
 	}
 	return o

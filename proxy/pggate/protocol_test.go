@@ -276,7 +276,7 @@ func TestAuditRecords(t *testing.T) {
 	rows(t, c, "SELECT name FROM users WHERE name = 'grace' AND id = 2")
 	c.Exec(ctxT(t), "SELECT pg_read_file('/etc/shadow')").ReadAll()
 	var allow, deny bool
-	for _, r := range f.audit.records() {
+	for _, r := range f.audit.Records() {
 		if strings.Contains(r.SQL, "grace") || strings.Contains(r.SQL, "shadow") {
 			t.Errorf("audit SQL %q carries a literal", r.SQL)
 		}
@@ -291,12 +291,12 @@ func TestAuditRecords(t *testing.T) {
 		}
 	}
 	if !allow || !deny {
-		t.Fatalf("audit records %+v; want the allowed SELECT with a fingerprint and the denied pg_read_file", f.audit.records())
+		t.Fatalf("audit records %+v; want the allowed SELECT with a fingerprint and the denied pg_read_file", f.audit.Records())
 	}
 	// With the audit log failing, every statement is denied.
-	f.audit.setFail(true)
+	f.audit.SetFail(true)
 	_, err := c.Exec(ctxT(t), "SELECT 1").ReadAll()
-	f.audit.setFail(false)
+	f.audit.SetFail(false)
 	wantDenied(t, err, "audit_unavailable")
 }
 

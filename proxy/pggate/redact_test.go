@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -84,7 +83,7 @@ func TestAuditHoldsNoLiterals(t *testing.T) {
 			cancel()
 		}
 	}
-	recs := f.audit.records()
+	recs := f.audit.Records()
 	if len(recs) < len(literalTemplates)*3 {
 		t.Fatalf("%d audit records; want at least %d", len(recs), len(literalTemplates)*3)
 	}
@@ -128,28 +127,7 @@ func TestAuditHoldsNoLiterals(t *testing.T) {
 // startGateLog is startGate with the given operational logger.
 func startGateLog(t testing.TB, srv *pgtest.Server, log *zap.Logger) *fixture {
 	t.Helper()
-	t.Setenv("PGGATE_TEST_PASSWORD", pgtest.SuperPassword)
-	cfg := DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Upstream = fmt.Sprintf("postgres://%s@%s/?sslmode=disable", pgtest.SuperUser, srv.Addr())
-	cfg.PasswordEnv = "PGGATE_TEST_PASSWORD"
-	a := &memAudit{}
-	var d net.Dialer
-	g, err := New(cfg, Deps{Engine: testEngine(t), Identities: testIdentities(t), Audit: a, Dial: d.DialContext, Log: log})
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go g.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		g.Shutdown(ctx)
-	})
-	return &fixture{gate: g, addr: ln.Addr().String(), audit: a, srv: srv}
+	return startGateWith(t, srv, nil, nil, log)
 }
 
 // TestAuditSQLFitsARecord: the redacted text of a 1 MiB query is up to four

@@ -79,7 +79,7 @@ func TestReloadRevokesPreparedStatementsAndCursors(t *testing.T) {
 		c := connect(t, f.dsn("agent-rw", passRW, "app"))
 		rows(t, c, "PREPARE del(int) AS DELETE FROM items WHERE id = $1")
 		narrowToReadOnly(t, f)
-		before := len(f.audit.records())
+		before := len(f.audit.Records())
 		for _, q := range []string{"EXECUTE del(901)", "SELECT 1; EXECUTE del(901)", "execute DEL (901)"} {
 			_, err := c.Exec(ctxT(t), q).ReadAll()
 			wantDenied(t, err, "write_denied")
@@ -87,7 +87,7 @@ func TestReloadRevokesPreparedStatementsAndCursors(t *testing.T) {
 		intact()
 		// The re-decision and each refused use are audited.
 		var redecided, uses int
-		for _, r := range f.audit.records()[before:] {
+		for _, r := range f.audit.Records()[before:] {
 			switch {
 			case r.Decision == "deny" && r.Reason == "write_denied" && strings.Contains(r.SQL, "DELETE FROM items"):
 				redecided++
@@ -96,7 +96,7 @@ func TestReloadRevokesPreparedStatementsAndCursors(t *testing.T) {
 			}
 		}
 		if redecided != 1 || uses != 3 {
-			t.Errorf("audit after the reload: %d re-decisions and %d refused uses; want 1 and 3: %+v", redecided, uses, f.audit.records()[before:])
+			t.Errorf("audit after the reload: %d re-decisions and %d refused uses; want 1 and 3: %+v", redecided, uses, f.audit.Records()[before:])
 		}
 		// The session stays usable for what the new profile allows.
 		rows(t, c, "SELECT id FROM items WHERE id = 901")

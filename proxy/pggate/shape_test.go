@@ -6,6 +6,7 @@ import (
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
 
+	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -110,7 +111,7 @@ func FuzzShapeOf(f *testing.F) {
 func TestShapeCacheVerdicts(t *testing.T) {
 	g := fuzzGate(t)
 	g.cache, g.ncache = newVerdictCache(100), newVerdictCache(100)
-	a := &memAudit{}
+	a := &audittest.Recorder{}
 	g.deps.Audit = a
 	id := policy.Identity{ID: "agent-ro", Attributes: map[string]string{"sql_profile": "read_only"}}
 	s := &session{g: g, identity: id, database: "app", remote: "test", keyPrefix: cacheKeyPrefix(id, "app")}
@@ -128,11 +129,11 @@ func TestShapeCacheVerdicts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			n := len(a.records())
+			n := len(a.Records())
 			if v := s.decide(tt.text); v.allow != tt.allow {
 				t.Fatalf("decide(%q).allow = %v; want %v (reason %s)", tt.text, v.allow, tt.allow, v.reason)
 			}
-			recs := a.records()
+			recs := a.Records()
 			if len(recs) != n+1 || recs[n].SQL != tt.sql {
 				t.Fatalf("decide(%q) audited %+v; want one record with SQL %q", tt.text, recs[n:], tt.sql)
 			}

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"context"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// checkEngine is what a check asks of the policy: *policy.Engine, or an
+// inputRecorder in front of it.
+type checkEngine interface {
+	Decide(ctx context.Context, in policy.Input) policy.Decision
+	Digest() string
+	RegoInput(in policy.Input) (any, error)
+}
+
+// inputRecorder keeps the Rego input of every decision the check asks
+// for (check --input). The input comes from the engine's own builder
+// (policy.Engine.RegoInput), so what it prints is what Rego evaluated,
+// not a second rendering of the facts.
+type inputRecorder struct {
+	checkEngine
+	inputs []any
+}
+
+// Decide records in's Rego input, then decides it. An input Decide
+// refuses without evaluating (no entry point) is not recorded: the
+// policy saw nothing.
+func (r *inputRecorder) Decide(ctx context.Context, in policy.Input) policy.Decision {
+	if v, err := r.checkEngine.RegoInput(in); err == nil {
+		r.inputs = append(r.inputs, v)
+	}
+	return r.checkEngine.Decide(ctx, in)
+}

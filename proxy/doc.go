@@ -1,0 +1,37 @@
+// Package proxy is the HTTP forward proxy and CONNECT tunnel that sandboxes
+// set as HTTP_PROXY: every request is identified, decided by policy, dialled
+// only to a vetted address, and audited before anything goes upstream.
+//
+// # The decision path
+//
+// Every entry point runs the same stages: client bytes → identity → facts →
+// floor → policy → audit → act → completion record. These are the functions
+// a request passes through, in order (TestDocMapNamesExist keeps each name
+// true):
+//
+//	HTTP     proxy.Server.ServeHTTP → proxy.Server.onRequest → proxy.authenticate
+//	         → proxy.Decider.DecideHTTP (policy.ParseHTTP; dnsguard.Floor.Check
+//	           for an IP literal; policy.Engine.Decide) → proxy.Server.decided
+//	         → proxy.httpFlow.RoundTrip (dnsguard.Dialer.DialContext vets every
+//	           answer) → proxy.httpFlow.complete ("http_done")
+//	CONNECT  proxy.Server.ServeHTTP → proxy.Server.serveConnect
+//	         → proxy.Server.connectHijack → proxy.authenticate
+//	         → proxy.Decider.DecideConnect (policy.ParseConnect;
+//	           dnsguard.Floor.Check; policy.Engine.Decide) → proxy.Server.decided
+//	         → dnsguard.Dialer.DialContext → proxy.tunnel.run
+//	         → proxy.tunnel.done ("connect_done")
+//	DNS      dnsguard.Server.ServeDNS → dnsguard.Server.handle
+//	         → dnsguard.Server.decide (identity by source address)
+//	         → dnsguard.Decide (dnsguard.NewFacts; policy.Engine.Decide)
+//	         → dnsguard.Resolver.resolve (every answer vetted by the floor)
+//	         → audit.Appender.Append → the reply (its record is the completion)
+//	SQL      pggate.Gate.serveConn → pggate.Gate.login (SCRAM: identity)
+//	         → pggate.session.decideConnect → pggate.session.handle
+//	         → pggate.session.decide → pggate.Gate.evaluate (sqlfacts.Prescan;
+//	           sqlfacts.ParseContext; policy.Engine.Decide per statement)
+//	         → audit.Appender.Append per statement → upstream, or 42501
+//	           (the upstream was dialled at login by dnsguard.Dialer.DialContext)
+//
+// `egressd check` calls proxy.Decider, dnsguard.Decide and pggate.DecideQuery,
+// the same functions, so a check answers what the listeners would do.
+package proxy
