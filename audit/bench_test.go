@@ -54,11 +54,11 @@ func BenchmarkEncode(b *testing.B) {
 		var sum []byte
 		for b.Loop() {
 			buf, err := enc.EncodeEntry(zapcore.Entry{}, []zapcore.Field{
-				zap.Uint64("seq", 1), zap.String("ts", r.TS.UTC().Format(tsLayout)), zap.String("kind", r.Kind),
+				zap.Uint64("seq", 1), zap.String("ts", r.TS.UTC().Format(tsLayout)), zap.String("kind", r.Kind.String()),
 				zap.String("request", r.Request), zap.String("identity", r.Identity), zap.String("client", r.Client),
 				zap.String("method", r.Method), zap.String("scheme", r.Scheme), zap.String("host", r.Host),
 				zap.Uint16("port", r.Port), zap.String("path", r.Path), zap.String("ip", r.IP),
-				zap.String("decision", r.Decision), zap.String("rule", r.Rule), zap.String("policy", r.Policy),
+				zap.String("decision", r.Decision.String()), zap.String("rule", r.Rule), zap.String("policy", r.Policy),
 				zap.String("prev", "0000000000000000000000000000000000000000000000000000000000000000"),
 			})
 			if err != nil {

@@ -218,30 +218,30 @@ func (d *decoder) value(r *Record, idx int) error {
 
 // internKind returns the constant for common kinds, so reading them does
 // not allocate.
-func internKind(b []byte) string {
+func internKind(b []byte) Kind {
 	switch string(b) {
-	case "http":
-		return "http"
-	case "connect":
-		return "connect"
-	case "dns":
-		return "dns"
-	case "sql":
-		return "sql"
-	case "redirect":
-		return "redirect"
-	case "http_done":
-		return "http_done"
-	case "connect_done":
-		return "connect_done"
-	case KindSegment:
+	case string(KindHTTP):
+		return KindHTTP
+	case string(KindConnect):
+		return KindConnect
+	case string(KindDNS):
+		return KindDNS
+	case string(KindSQL):
+		return KindSQL
+	case string(KindRedirect):
+		return KindRedirect
+	case string(KindHTTPDone):
+		return KindHTTPDone
+	case string(KindConnectDone):
+		return KindConnectDone
+	case string(KindSegment):
 		return KindSegment
-	case KindCheckpoint:
+	case string(KindCheckpoint):
 		return KindCheckpoint
-	case KindStarted:
+	case string(KindStarted):
 		return KindStarted
 	}
-	return string(b)
+	return Kind(b)
 }
 
 func stringField(r *Record, idx int) *string {
@@ -277,7 +277,7 @@ func stringField(r *Record, idx int) *string {
 	case fIP:
 		return &r.IP
 	case fDecision:
-		return &r.Decision
+		return (*string)(&r.Decision)
 	case fReason:
 		return &r.Reason
 	case fRule:

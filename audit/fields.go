@@ -56,7 +56,7 @@ func capField(r *Record, i int) *string {
 	case 14:
 		return &r.IP
 	case 15:
-		return &r.Decision
+		return (*string)(&r.Decision)
 	case 16:
 		return &r.Reason
 	case 17:

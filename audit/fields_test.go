@@ -189,7 +189,7 @@ func TestOpenWritesStarted(t *testing.T) {
 		if err := ParseRecord([]byte(l), &r); err != nil {
 			t.Fatal(err)
 		}
-		kinds = append(kinds, r.Kind)
+		kinds = append(kinds, r.Kind.String())
 	}
 	if got, want := strings.Join(kinds, ","), "segment,started,http,started,http"; got != want {
 		t.Errorf("records = %s; want %s", got, want)

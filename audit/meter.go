@@ -2,7 +2,6 @@ package audit
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,8 +77,9 @@ func (m *Meter) Stats() MeterStats {
 type budgetKey struct{ identity, client string }
 
 type foldKey struct {
-	kind, reason string
-	who          budgetKey
+	kind   Kind
+	reason string
+	who    budgetKey
 }
 
 type fold struct {
@@ -135,14 +135,14 @@ func (m *Meter) Append(r *Record) error {
 	var err error
 	write := true
 	switch {
-	case isCompletion(r.Kind):
+	case r.Kind.IsCompletion():
 		// Written whatever its decision: the request's allow is
 		// already in the log, and its bytes and outcome belong to it.
-	case r.Decision == "allow":
+	case r.Decision == DecisionAllow:
 		if b.tokens < 1 {
 			err, write = ErrOverBudget, false
 		}
-	case r.Decision == "deny":
+	case r.Decision == DecisionDeny:
 		write = m.sample(r, who, b, now)
 	}
 	if write {
@@ -160,10 +160,6 @@ func (m *Meter) Append(r *Record) error {
 	}
 	return m.next.Append(r)
 }
-
-// isCompletion reports whether kind is a completion record ("http_done",
-// "connect_done", …), which ends a request that was allowed.
-func isCompletion(kind string) bool { return strings.HasSuffix(kind, "_done") }
 
 // budget returns who's bucket, refilled to now.
 func (m *Meter) budget(who budgetKey, now time.Time) *bucket {
@@ -242,7 +238,7 @@ func (m *Meter) writeFolds(folds map[foldKey]*fold) {
 		}
 		r := &Record{
 			TS: m.now(), Kind: k.kind, Identity: k.who.identity, Client: f.client,
-			Decision: "deny", Reason: k.reason, Count: f.count,
+			Decision: DecisionDeny, Reason: k.reason, Count: f.count,
 			Detail: map[string]string{
 				"first": f.first.UTC().Format(tsLayout),
 				"last":  f.last.UTC().Format(tsLayout),

@@ -10,10 +10,9 @@ import "time"
 type Record struct {
 	Seq uint64    `json:"seq"`
 	TS  time.Time `json:"ts"`
-	// Kind is the decision kind ("http", "connect", "dns", "sql",
-	// "redirect"), a completion ("http_done", "connect_done"), or a writer
-	// record ("segment", "checkpoint", "recovered_torn_tail", …).
-	Kind     string `json:"kind"`
+	// Kind is the decision kind, a completion, or a writer record; see
+	// Kind.
+	Kind     Kind   `json:"kind"`
 	Request  string `json:"request,omitempty"`
 	Identity string `json:"identity,omitempty"`
 	// User is the name a client claimed in a credential that did not
@@ -37,10 +36,10 @@ type Record struct {
 	Fingerprint string `json:"fingerprint,omitempty"`
 	IP          string `json:"ip,omitempty"`
 
-	Decision string `json:"decision,omitempty"`
-	Reason   string `json:"reason,omitempty"`
-	Rule     string `json:"rule,omitempty"`
-	Policy   string `json:"policy,omitempty"`
+	Decision Decision `json:"decision,omitempty"`
+	Reason   string   `json:"reason,omitempty"`
+	Rule     string   `json:"rule,omitempty"`
+	Policy   string   `json:"policy,omitempty"`
 
 	// Completion fields.
 	Status     int    `json:"status,omitempty"`
@@ -71,21 +70,21 @@ const (
 	// file, Detail["reason"] says why the segment began (start, rotate,
 	// recovered_torn_tail, sync_error, accepted_break) and Detail["torn"]
 	// lists unterminated lines left behind as "file@offset".
-	KindSegment = "segment"
+	KindSegment Kind = "segment"
 	// KindCheckpoint is a signed statement of the chain head: Detail
 	// "seq" and "hash" of the record before it, "sig" (base64 Ed25519) and
 	// "key" (the first 8 bytes of the public key, hex).
-	KindCheckpoint = "checkpoint"
+	KindCheckpoint Kind = "checkpoint"
 	// KindResumed follows an outage: Detail "error", "since", "refused".
-	KindResumed = "resumed"
+	KindResumed Kind = "resumed"
 	// KindAcceptedBreak records that the operator started egressd past a
 	// broken chain: Detail "file", "line", "seq", "error".
-	KindAcceptedBreak = "accepted_break"
+	KindAcceptedBreak Kind = "accepted_break"
 	// KindStarted is written by egressd on every start, so a restart shows
 	// in the chain even when the last segment ended cleanly: Detail
 	// "version", "config" (SHA-256 of the config file, or "embedded") and
 	// "policy" (the bundle digest).
-	KindStarted = "started"
+	KindStarted Kind = "started"
 )
 
 // Appender is what entry points need of the log. Append returns only once the

@@ -96,7 +96,8 @@ func (s *Server) handle(ctx context.Context, client netip.Addr, req *dns.Msg) *d
 		if errors.Is(err, audit.ErrOverBudget) {
 			// The client's identity spent its audit budget: the allow
 			// becomes a refusal, which the meter counts.
-			out.rec.Decision, out.rec.Reason, out.rec.Rule, out.rec.IP = "deny", string(policy.ReasonAuditBudget), "", ""
+			out.rec.SetVerdict(audit.Verdict{Reason: string(policy.ReasonAuditBudget), Policy: out.rec.Policy})
+			out.rec.IP = ""
 			err = s.audit.Append(&out.rec)
 		}
 		if err != nil {
@@ -115,7 +116,7 @@ func (s *Server) handle(ctx context.Context, client netip.Addr, req *dns.Msg) *d
 // decide runs the checks in order: client, question shape, name, metadata
 // names, policy, record type, resolution and the address floor.
 func (s *Server) decide(ctx context.Context, client netip.Addr, q dns.Question) outcome {
-	out := outcome{rec: audit.Record{Kind: "dns", Client: client.String(), QType: qtypeString(q.Qtype)}}
+	out := outcome{rec: audit.Record{Kind: audit.KindDNS, Client: client.String(), QType: qtypeString(q.Qtype)}}
 	out.rec.Name = strings.TrimSuffix(strings.ToLower(q.Name), ".")
 	if len(out.rec.Name) > maxNameLen {
 		out.rec.Name = out.rec.Name[:maxNameLen]
@@ -145,7 +146,7 @@ func (s *Server) decide(ctx context.Context, client netip.Addr, q dns.Question) 
 	if ans.err != nil {
 		return s.failed(out, ans)
 	}
-	out.rec.Decision, out.rec.Reason = "allow", d.Reason
+	out.rec.SetVerdict(audit.Verdict{Allow: true, Reason: d.Reason, Rule: d.Rule, Policy: d.Policy})
 	out.rcode = dns.RcodeSuccess
 	out.rrs = s.records(q, ans)
 	out.rec.IP = joinAddrs(out.rrs)
@@ -154,7 +155,7 @@ func (s *Server) decide(ctx context.Context, client netip.Addr, q dns.Question) 
 
 // refused answers locally: REFUSED, or NXDOMAIN when so configured.
 func (s *Server) refused(out outcome, reason, rule string) outcome {
-	out.rec.Decision, out.rec.Reason, out.rec.Rule = "deny", reason, rule
+	out.rec.SetVerdict(audit.Verdict{Reason: reason, Rule: rule, Policy: out.rec.Policy})
 	out.rcode = s.rcodeFor(reason)
 	return out
 }
@@ -187,10 +188,9 @@ func (s *Server) failed(out outcome, ans *answer) outcome {
 	if errors.As(ans.err, &de) {
 		reason = de.Reason.String()
 	}
-	out.rec.Decision, out.rec.Reason = "deny", reason
-	if reason == string(policy.ReasonDNSNoAddress) {
-		out.rec.Decision = "allow"
-	}
+	// An allowed name without addresses is an allow with an empty answer.
+	allow := reason == string(policy.ReasonDNSNoAddress)
+	out.rec.SetVerdict(audit.Verdict{Allow: allow, Reason: reason, Rule: out.rec.Rule, Policy: out.rec.Policy})
 	out.rcode = s.rcodeFor(reason)
 	if policy.Reason(reason).Codes().Rcode == dns.RcodeRefused && de != nil {
 		out.rec.Detail = map[string]string{"detail": de.Detail}

@@ -194,7 +194,7 @@ func TestServer(t *testing.T) {
 		qtype    uint16
 		rcode    int
 		answer   []string
-		decision string
+		decision audit.Decision
 		reason   string
 		rule     string
 	}{

@@ -182,7 +182,9 @@ identities:
 
 	t.Run("audited", func(t *testing.T) {
 		tests := []struct {
-			host, kind, decision string
+			host     string
+			kind     audit.Kind
+			decision audit.Decision
 		}{
 			{"allowed.test", "http", "allow"},
 			{"denied.test", "http", "deny"},

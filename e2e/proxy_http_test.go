@@ -180,13 +180,13 @@ func TestRedirects(t *testing.T) {
 				t.Fatalf("redirect to %s = %d %q; want %d %q", tt.to, resp.StatusCode, reasonOf(resp.Header), tt.wantStatus, tt.wantReason)
 			}
 			id := resp.Header.Get("X-Egressd-Request")
-			want := "allow"
+			want := audit.DecisionAllow
 			if tt.wantStatus == 403 {
-				want = "deny"
+				want = audit.DecisionDeny
 				id = strings.TrimSpace(id)
 			}
 			w.E.WaitRecords(t, "redirect decision", func(r audit.Record) bool {
-				return r.Kind == "redirect" && r.Decision == want && (want == "allow" || r.Request == id)
+				return r.Kind == "redirect" && r.Decision == want && (want == audit.DecisionAllow || r.Request == id)
 			})
 		})
 	}

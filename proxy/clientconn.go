@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -112,7 +113,7 @@ func (s *Server) refusedByHTTP(c *clientConn) {
 	f := &flowInfo{id: s.newRequestID(), kind: policy.KindHTTP}
 	f.setClient(c.RemoteAddr().String())
 	s.sources.refused(f.client)
-	r := f.decisionRecord(f.kind.String(), false, refusedReason(status), "", "")
+	r := f.decisionRecord(audit.Verdict{Reason: refusedReason(status)})
 	r.Status = max(status, 0)
 	if err := s.audit.Append(r); err != nil {
 		s.failLog.Failed(err, zap.String("request", f.id))

@@ -13,6 +13,7 @@ import (
 	"github.com/elazarl/goproxy"
 	"go.uber.org/zap"
 
+	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -255,7 +256,7 @@ func (f *httpFlow) complete(status int, reason, detail string) {
 		return
 	}
 	f.done = true
-	r := f.record("http_done")
+	r := f.record(audit.KindHTTPDone)
 	r.Status = status
 	r.IP = f.ip
 	r.BytesOut = f.sent.n.Load()
@@ -265,8 +266,8 @@ func (f *httpFlow) complete(status int, reason, detail string) {
 	r.DurationUS = time.Since(f.start).Microseconds()
 	r.Error = detail
 	if reason != "" {
-		r.Decision, r.Reason = "deny", reason
-		f.s.metrics.decided(r.Kind, "deny", reason)
+		r.Decision, r.Reason = audit.DecisionDeny, reason
+		f.s.metrics.decided(r.Kind, r.Decision, reason)
 	}
 	if err := f.s.audit.Append(r); err != nil {
 		f.s.failLog.Failed(err, zap.String("request", f.id))

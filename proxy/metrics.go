@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/egressd/egressd/audit"
 )
 
 // Metrics are the proxy's Prometheus collectors. They are registered on the
@@ -61,6 +63,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) decided(kind, decision, reason string) {
-	m.requests.WithLabelValues(kind, decision, reason).Inc()
+func (m *Metrics) decided(kind audit.Kind, decision audit.Decision, reason string) {
+	m.requests.WithLabelValues(kind.String(), decision.String(), reason).Inc()
 }

@@ -30,20 +30,21 @@ type flowInfo struct {
 	user string
 }
 
-func (f *flowInfo) record(kind string) *audit.Record {
-	r := &audit.Record{
-		Kind:     kind,
-		Request:  f.id,
-		Identity: f.identity,
-		Method:   f.method,
-		Scheme:   f.target.Scheme,
-		Host:     f.target.Host,
-		Port:     f.target.Port,
-		Path:     f.target.Path,
-		Query:    f.target.Query,
-		User:     f.user,
-	}
-	r.Client = f.clientS
+// record is a record of the flow with no decision: a completion.
+func (f *flowInfo) record(kind audit.Kind) *audit.Record {
+	return f.withTarget(&audit.Record{Kind: kind, Identity: f.identity, Client: f.clientS})
+}
+
+// withTarget sets r's request id, claimed user and target fields.
+func (f *flowInfo) withTarget(r *audit.Record) *audit.Record {
+	r.Request = f.id
+	r.User = f.user
+	r.Method = f.method
+	r.Scheme = f.target.Scheme
+	r.Host = f.target.Host
+	r.Port = f.target.Port
+	r.Path = f.target.Path
+	r.Query = f.target.Query
 	return r
 }
 
@@ -56,41 +57,33 @@ func (f *flowInfo) setClient(remote string) {
 }
 
 // decisionRecord is the record appended before anything goes upstream.
-func (f *flowInfo) decisionRecord(kind string, allow bool, reason, rule, pol string) *audit.Record {
-	r := f.record(kind)
-	r.Decision = decisionWord(allow)
-	r.Reason = reason
-	r.Rule = rule
-	r.Policy = pol
-	return r
+func (f *flowInfo) decisionRecord(v audit.Verdict) *audit.Record {
+	return f.withTarget(audit.Decided(recordKind(f.kind), f.identity, f.clientS, v))
 }
 
-func decisionWord(allow bool) string {
-	if allow {
-		return "allow"
-	}
-	return "deny"
-}
+// recordKind is the audit kind of a decision at entry point k: the
+// entry point's name.
+func recordKind(k policy.Kind) audit.Kind { return audit.Kind(k.String()) }
 
 // decided audits and counts a decision. A failed append turns an allow into
 // a refusal (auditRefusal says which): nothing goes upstream unless its
 // decision is in the log.
 func (s *Server) decided(f *flowInfo, allow bool, reason, rule, pol, detail string) error {
-	kind := f.kind.String()
-	r := f.decisionRecord(kind, allow, reason, rule, pol)
+	kind := recordKind(f.kind)
+	r := f.decisionRecord(audit.Verdict{Allow: allow, Reason: reason, Rule: rule, Policy: pol})
 	r.Error = detail
 	if err := s.audit.Append(r); err != nil {
 		if allow && errors.Is(err, audit.ErrOverBudget) {
 			// The identity spent its audit budget: the allow becomes a
 			// refusal, which the meter counts rather than writes.
-			d := f.decisionRecord(kind, false, reasonAuditBudget, rule, pol)
+			d := f.decisionRecord(audit.Verdict{Reason: reasonAuditBudget, Rule: rule, Policy: pol})
 			if derr := s.audit.Append(d); derr != nil {
 				s.failLog.Failed(derr, zap.String("request", f.id))
 			}
-			s.metrics.decided(kind, "deny", reasonAuditBudget)
+			s.metrics.decided(kind, audit.DecisionDeny, reasonAuditBudget)
 			return err
 		}
-		s.metrics.decided(kind, "deny", reasonAuditUnavailable)
+		s.metrics.decided(kind, audit.DecisionDeny, reasonAuditUnavailable)
 		s.failLog.Failed(err, zap.String("request", f.id))
 		return err
 	}

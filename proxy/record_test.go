@@ -24,6 +24,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/audit/audittest"
+	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/identity"
 )
 
@@ -371,5 +372,26 @@ func TestBadRequestClosesConnection(t *testing.T) {
 	}
 	if responses != 1 {
 		t.Errorf("50 pipelined origin-form requests got %d responses; want 1, then close", responses)
+	}
+}
+
+// TestRecordKindIsAuditKind checks every policy entry point's records
+// carry the audit kind of the same name.
+func TestRecordKindIsAuditKind(t *testing.T) {
+	for _, tt := range []struct {
+		kind policy.Kind
+		want audit.Kind
+	}{
+		{policy.KindHTTP, audit.KindHTTP},
+		{policy.KindConnect, audit.KindConnect},
+		{policy.KindDNS, audit.KindDNS},
+		{policy.KindSQL, audit.KindSQL},
+		{policy.KindRedirect, audit.KindRedirect},
+	} {
+		t.Run(tt.kind.String(), func(t *testing.T) {
+			if got := recordKind(tt.kind); got != tt.want {
+				t.Errorf("recordKind(%v) = %q; want %q", tt.kind, got, tt.want)
+			}
+		})
 	}
 }

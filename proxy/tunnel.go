@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -315,7 +316,7 @@ func (t *tunnel) close() {
 
 // done appends the tunnel's completion record.
 func (t *tunnel) done(status int, reason, detail string) {
-	r := t.f.record("connect_done")
+	r := t.f.record(audit.KindConnectDone)
 	r.IP = t.ip
 	r.Status = status
 	r.BytesOut = t.down2up.Load()
@@ -323,9 +324,9 @@ func (t *tunnel) done(status int, reason, detail string) {
 	r.DurationUS = time.Since(t.f.start).Microseconds()
 	r.Error = detail
 	if reason != "" {
-		r.Decision, r.Reason = "deny", reason
+		r.Decision, r.Reason = audit.DecisionDeny, reason
 		if status != http.StatusForbidden {
-			t.s.metrics.decided("connect", "deny", reason)
+			t.s.metrics.decided(audit.KindConnect, r.Decision, reason)
 		}
 	}
 	if err := t.s.audit.Append(r); err != nil {

@@ -47,9 +47,9 @@ func TestWaitWakesOnAppend(t *testing.T) {
 		defer wg.Done()
 		<-started
 		for i := range 50 {
-			kind := "http"
+			kind := audit.KindHTTP
 			if i == 49 {
-				kind = "http_done"
+				kind = audit.KindHTTPDone
 			}
 			r.Append(&audit.Record{Kind: kind})
 		}

@@ -22,8 +22,10 @@ import (
 
 // showFilter selects records for `audit show`; empty fields match all.
 type showFilter struct {
-	identity, decision, kind, reason string
-	since, until                     time.Time
+	identity, reason string
+	decision         audit.Decision
+	kind             audit.Kind
+	since, until     time.Time
 }
 
 func (f *showFilter) match(r *audit.Record) bool {
@@ -58,8 +60,8 @@ func parseShow(args []string, stderr io.Writer, now time.Time) (*showOptions, er
 	fs.Usage = func() { fmt.Fprint(fs.Output(), auditUsage) }
 	var o showOptions
 	fs.StringVar(&o.filter.identity, "identity", "", "only records of this sandbox identity")
-	fs.StringVar(&o.filter.decision, "decision", "", "only records with this decision (allow or deny)")
-	fs.StringVar(&o.filter.kind, "kind", "", "only records of this kind (http, connect, dns, sql, redirect, segment, …)")
+	fs.StringVar((*string)(&o.filter.decision), "decision", "", "only records with this decision (allow or deny)")
+	fs.StringVar((*string)(&o.filter.kind), "kind", "", "only records of this kind (http, connect, dns, sql, redirect, segment, …)")
 	fs.StringVar(&o.filter.reason, "reason", "", "only records with this reason")
 	since := fs.String("since", "", "only records at or after `T` (RFC 3339, or a duration such as 1h meaning that long ago)")
 	until := fs.String("until", "", "only records before `T` (RFC 3339 or a duration ago)")
@@ -77,7 +79,7 @@ func parseShow(args []string, stderr io.Writer, now time.Time) (*showOptions, er
 	if o.filter.until, err = parseWhen(*until, now); err != nil {
 		return nil, usageErrorf("--until: %v", err)
 	}
-	if d := o.filter.decision; d != "" && d != "allow" && d != "deny" {
+	if d := o.filter.decision; d != "" && d != audit.DecisionAllow && d != audit.DecisionDeny {
 		return nil, usageErrorf("--decision must be allow or deny, got %q", d)
 	}
 	if *asJSON && *asTable {
@@ -182,8 +184,8 @@ func writeHeader(w *bufio.Writer) {
 
 func writeRow(w *bufio.Writer, r *audit.Record) {
 	writeCells(w, []string{
-		r.TS.UTC().Format("2006-01-02T15:04:05.000000Z"), strconv.FormatUint(r.Seq, 10), r.Kind,
-		dash(r.Identity), dash(r.Decision), dash(r.Reason), dash(r.Rule), target(r),
+		r.TS.UTC().Format("2006-01-02T15:04:05.000000Z"), strconv.FormatUint(r.Seq, 10), r.Kind.String(),
+		dash(r.Identity), dash(r.Decision.String()), dash(r.Reason), dash(r.Rule), target(r),
 	})
 }
 

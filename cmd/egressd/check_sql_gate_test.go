@@ -118,7 +118,7 @@ func TestCheckSQLMatchesGate(t *testing.T) {
 			}
 			var gateStmts []string
 			for _, r := range rec.Since(before) {
-				gateStmts = append(gateStmts, r.Decision+" "+r.Reason)
+				gateStmts = append(gateStmts, r.Decision.String()+" "+r.Reason)
 			}
 
 			var stdout, stderr bytes.Buffer

@@ -17,12 +17,9 @@ import (
 	"github.com/egressd/egressd/policy"
 )
 
-// KindAccept is the audit kind of a connection refused on accept, and
-// ReasonFDExhausted its reason when descriptors are short.
-const (
-	KindAccept        = "accept"
-	ReasonFDExhausted = string(policy.ReasonFDExhausted)
-)
+// ReasonFDExhausted is the reason of a connection refused on accept (audit
+// kind audit.KindAccept) when descriptors are short.
+const ReasonFDExhausted = string(policy.ReasonFDExhausted)
 
 // Listener refuses new connections (closing them at once, with a reset)
 // while its Budget says descriptors are short, and when the process is
@@ -155,7 +152,8 @@ func (l *Listener) refuse(addr net.Addr) {
 	if !first {
 		return
 	}
-	r := &audit.Record{Kind: KindAccept, Decision: "deny", Reason: ReasonFDExhausted, Detail: map[string]string{"listener": l.Name}}
+	r := audit.Decided(audit.KindAccept, "", "", audit.Verdict{Reason: ReasonFDExhausted})
+	r.Detail = map[string]string{"listener": l.Name}
 	if ap, err := netip.ParseAddrPort(addr.String()); err == nil {
 		r.Client = ap.Addr().Unmap().String()
 	}

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/audit/audittest"
 )
 
@@ -76,7 +77,7 @@ func TestListenerRefusesAndAuditsOnce(t *testing.T) {
 		}
 	}
 	recs := rec.Records()
-	if len(recs) != 1 || recs[0].Kind != KindAccept || recs[0].Reason != ReasonFDExhausted || recs[0].Decision != "deny" ||
+	if len(recs) != 1 || recs[0].Kind != audit.KindAccept || recs[0].Reason != ReasonFDExhausted || recs[0].Decision != audit.DecisionDeny ||
 		recs[0].Client != "127.0.0.1" || recs[0].Detail["listener"] != "proxy" || recs[0].Detail["limit"] != "256" {
 		t.Errorf("audit records after 5 refusals = %+v; want one accept deny fd_exhausted record", recs)
 	}

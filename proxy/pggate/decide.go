@@ -76,11 +76,9 @@ func (s *session) decide(text string) *verdict {
 	}
 	for i := range v.stmts {
 		a := &v.stmts[i]
-		if err := g.deps.Audit.Append(&audit.Record{
-			Kind: "sql", Identity: s.identity.ID, Client: s.remote, Database: s.database,
-			SQL: a.sql, Fingerprint: a.fingerprint, Decision: decisionWord(a.allow),
-			Reason: a.reason, Rule: a.rule, Policy: a.policyID,
-		}); err != nil {
+		if err := g.deps.Audit.Append(s.record(audit.Verdict{
+			Allow: a.allow, Reason: a.reason, Rule: a.rule, Policy: a.policyID,
+		}, a.sql, a.fingerprint)); err != nil {
 			return s.auditFailed(err, a)
 		}
 	}
@@ -262,18 +260,17 @@ func (s *session) auditRefusal(reason string) {
 }
 
 func (s *session) audit(d policy.Decision, sql, fp string) error {
-	return s.g.deps.Audit.Append(&audit.Record{
-		Kind: "sql", Identity: s.identity.ID, Client: s.remote, Database: s.database,
-		SQL: sql, Fingerprint: fp, Decision: decisionWord(d.Allow),
-		Reason: d.Reason, Rule: d.Rule, Policy: d.Policy,
-	})
+	return s.g.deps.Audit.Append(s.record(audit.Verdict{
+		Allow: d.Allow, Reason: d.Reason, Rule: d.Rule, Policy: d.Policy,
+	}, sql, fp))
 }
 
-func decisionWord(allow bool) string {
-	if allow {
-		return "allow"
-	}
-	return "deny"
+// record is the audit record of one decision on the session's statement
+// sql (fingerprint fp; both empty for a refusal with no SQL).
+func (s *session) record(v audit.Verdict, sql, fp string) *audit.Record {
+	r := audit.Decided(audit.KindSQL, s.identity.ID, s.remote, v)
+	r.Database, r.SQL, r.Fingerprint = s.database, sql, fp
+	return r
 }
 
 // sanitizeReason keeps a reason to [a-z0-9_]: it travels inside the marker

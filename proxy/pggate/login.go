@@ -36,10 +36,9 @@ func (g *Gate) auditLogin(client string, params map[string]string, reason string
 	if db == "" {
 		db = params["user"]
 	}
-	if err := g.deps.Audit.Append(&audit.Record{
-		Kind: "sql", Identity: user, Client: client, Database: capClaimed(db),
-		Decision: "deny", Reason: reason, Policy: g.engine().Digest(),
-	}); err != nil {
+	r := audit.Decided(audit.KindSQL, user, client, audit.Verdict{Reason: reason, Policy: g.engine().Digest()})
+	r.Database = capClaimed(db)
+	if err := g.deps.Audit.Append(r); err != nil {
 		g.failLog.Failed(err, zap.String("refused", "login"))
 	}
 }

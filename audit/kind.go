@@ -1,0 +1,84 @@
+package audit
+
+import "strings"
+
+// Kind is the kind of a record: the entry point that decided ("http",
+// "connect", "dns", "sql", "redirect", "accept"), a completion of an
+// allowed request ("http_done", "connect_done"), or a record the writer
+// itself adds ("segment", "checkpoint", …). Its string is the record's
+// "kind" field on disk, so a constant's value never changes.
+type Kind string
+
+// Kinds of decision records; the first five are policy.Kind's names.
+const (
+	KindHTTP     Kind = "http"
+	KindConnect  Kind = "connect"
+	KindDNS      Kind = "dns"
+	KindSQL      Kind = "sql"
+	KindRedirect Kind = "redirect"
+	// KindAccept is a connection refused on accept, before any request
+	// was read (proxy/fdlimit): Detail "listener".
+	KindAccept Kind = "accept"
+)
+
+// Kinds of completion records: they end a request whose allow is already
+// in the log, with its status, bytes and duration.
+const (
+	KindHTTPDone    Kind = "http_done"
+	KindConnectDone Kind = "connect_done"
+)
+
+func (k Kind) String() string { return string(k) }
+
+// IsCompletion reports whether k is a completion record ("http_done",
+// "connect_done", …), which ends a request that was allowed.
+func (k Kind) IsCompletion() bool { return strings.HasSuffix(string(k), "_done") }
+
+// Decision is a record's verdict; its string is the "decision" field on
+// disk. Writer records carry none (the empty Decision).
+type Decision string
+
+// The two verdicts.
+const (
+	DecisionAllow Decision = "allow"
+	DecisionDeny  Decision = "deny"
+)
+
+// DecisionOf is the verdict allow stands for.
+func DecisionOf(allow bool) Decision {
+	if allow {
+		return DecisionAllow
+	}
+	return DecisionDeny
+}
+
+func (d Decision) String() string { return string(d) }
+
+// Verdict is what a decider answered, as the record carries it.
+type Verdict struct {
+	Allow bool
+	// Reason is the stable snake_case reason; set on every deny.
+	Reason string
+	// Rule is the id of the rule that decided, empty when none matched.
+	Rule string
+	// Policy is the digest of the bundle that decided.
+	Policy string
+}
+
+// Decided is the record of one decision: what kind, who asked (identity
+// and client address, either may be empty when unknown) and the verdict.
+// Every entry point builds its decision records here, so the verdict
+// fields are spelled the same way for HTTP, CONNECT, DNS and SQL; the
+// caller adds its target fields.
+func Decided(kind Kind, identity, client string, v Verdict) *Record {
+	r := &Record{Kind: kind, Identity: identity, Client: client}
+	r.SetVerdict(v)
+	return r
+}
+
+// SetVerdict sets r's decision, reason, rule and policy to v's, for a
+// record built before the decision was known.
+func (r *Record) SetVerdict(v Verdict) {
+	r.Decision = DecisionOf(v.Allow)
+	r.Reason, r.Rule, r.Policy = v.Reason, v.Rule, v.Policy
+}

@@ -1,0 +1,108 @@
+package audit
+
+import (
+	"crypto/sha256"
+	"strings"
+	"testing"
+)
+
+// TestKindWireNames pins the on-disk spelling of every kind and decision:
+// old logs are read and verified with these, so a constant's value never
+// changes.
+func TestKindWireNames(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		got  string
+		want string
+	}{
+		{"http", KindHTTP.String(), "http"},
+		{"connect", KindConnect.String(), "connect"},
+		{"dns", KindDNS.String(), "dns"},
+		{"sql", KindSQL.String(), "sql"},
+		{"redirect", KindRedirect.String(), "redirect"},
+		{"accept", KindAccept.String(), "accept"},
+		{"http_done", KindHTTPDone.String(), "http_done"},
+		{"connect_done", KindConnectDone.String(), "connect_done"},
+		{"segment", KindSegment.String(), "segment"},
+		{"checkpoint", KindCheckpoint.String(), "checkpoint"},
+		{"resumed", KindResumed.String(), "resumed"},
+		{"accepted_break", KindAcceptedBreak.String(), "accepted_break"},
+		{"started", KindStarted.String(), "started"},
+		{"allow", DecisionAllow.String(), "allow"},
+		{"deny", DecisionDeny.String(), "deny"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.got != tt.want {
+				t.Errorf("wire name = %q; want %q", tt.got, tt.want)
+			}
+		})
+	}
+}
+
+func TestIsCompletion(t *testing.T) {
+	for _, tt := range []struct {
+		kind Kind
+		want bool
+	}{
+		{KindHTTPDone, true},
+		{KindConnectDone, true},
+		{KindHTTP, false},
+		{KindConnect, false},
+		{KindSQL, false},
+		{KindAccept, false},
+		{KindSegment, false},
+	} {
+		t.Run(tt.kind.String(), func(t *testing.T) {
+			if got := tt.kind.IsCompletion(); got != tt.want {
+				t.Errorf("IsCompletion = %v; want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestDecidedLine checks the builder's record encodes to the same line a
+// hand-built record of the same decision did before it existed.
+func TestDecidedLine(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		got  *Record
+		want *Record
+	}{
+		{
+			name: "allow",
+			got:  Decided(KindSQL, "agent", "10.0.0.2", Verdict{Allow: true, Reason: "allowed", Rule: "r1", Policy: "sha256:ab"}),
+			want: &Record{Kind: "sql", Identity: "agent", Client: "10.0.0.2", Decision: "allow", Reason: "allowed", Rule: "r1", Policy: "sha256:ab"},
+		},
+		{
+			name: "deny",
+			got:  Decided(KindHTTP, "", "10.0.0.3", Verdict{Reason: "unknown_client"}),
+			want: &Record{Kind: "http", Client: "10.0.0.3", Decision: "deny", Reason: "unknown_client"},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, want := encodeLine(tt.got), encodeLine(tt.want)
+			if got != want {
+				t.Errorf("line = %s\nwant %s", got, want)
+			}
+			if !strings.Contains(got, `"decision":"`+tt.name+`"`) {
+				t.Errorf("line %s lacks decision %q", got, tt.name)
+			}
+		})
+	}
+}
+
+// TestSetVerdictReplaces checks SetVerdict overwrites every verdict field,
+// so turning an allow into a refusal leaves no allow's rule behind.
+func TestSetVerdictReplaces(t *testing.T) {
+	r := Decided(KindDNS, "agent", "10.0.0.2", Verdict{Allow: true, Reason: "allowed", Rule: "svc", Policy: "p"})
+	r.SetVerdict(Verdict{Reason: "audit_budget", Policy: "p"})
+	if r.Decision != DecisionDeny || r.Reason != "audit_budget" || r.Rule != "" || r.Policy != "p" {
+		t.Errorf("after SetVerdict: %+v", r)
+	}
+}
+
+func encodeLine(r *Record) string {
+	var prev [sha256.Size]byte
+	b, _ := newEncoder().appendLine(nil, r, 1, &prev)
+	return string(b)
+}
