@@ -216,30 +216,21 @@ func (d *decoder) value(r *Record, idx int) error {
 	return err
 }
 
-// internKind returns the constant for common kinds, so reading them does
-// not allocate.
+// internedKinds are the common kinds, which reading does not allocate.
+var internedKinds = func() map[string]Kind {
+	m := map[string]Kind{}
+	for _, k := range []Kind{KindHTTP, KindConnect, KindDNS, KindSQL, KindRedirect,
+		KindHTTPDone, KindConnectDone, KindSegment, KindCheckpoint, KindStarted} {
+		m[string(k)] = k
+	}
+	return m
+}()
+
+// internKind returns the constant for a common kind, so reading it does
+// not allocate (the map lookup with string(b) does not copy b).
 func internKind(b []byte) Kind {
-	switch string(b) {
-	case string(KindHTTP):
-		return KindHTTP
-	case string(KindConnect):
-		return KindConnect
-	case string(KindDNS):
-		return KindDNS
-	case string(KindSQL):
-		return KindSQL
-	case string(KindRedirect):
-		return KindRedirect
-	case string(KindHTTPDone):
-		return KindHTTPDone
-	case string(KindConnectDone):
-		return KindConnectDone
-	case string(KindSegment):
-		return KindSegment
-	case string(KindCheckpoint):
-		return KindCheckpoint
-	case string(KindStarted):
-		return KindStarted
+	if k, ok := internedKinds[string(b)]; ok {
+		return k
 	}
 	return Kind(b)
 }

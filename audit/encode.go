@@ -57,7 +57,7 @@ func (e *encoder) appendLine(b []byte, r *Record, seq uint64, prev *[sha256.Size
 	b = append(b, `,"ts":"`...)
 	b = e.appendTS(b, r.TS)
 	b = append(b, '"')
-	b = appendStr(b, `,"kind":`, string(r.Kind))
+	b = appendStr(b, `,"kind":`, r.Kind)
 	b = appendOpt(b, `,"request":`, r.Request)
 	b = appendOpt(b, `,"identity":`, r.Identity)
 	b = appendOpt(b, `,"user":`, r.User)
@@ -77,7 +77,7 @@ func (e *encoder) appendLine(b []byte, r *Record, seq uint64, prev *[sha256.Size
 	b = appendOpt(b, `,"sql":`, r.SQL)
 	b = appendOpt(b, `,"fingerprint":`, r.Fingerprint)
 	b = appendOpt(b, `,"ip":`, r.IP)
-	b = appendOpt(b, `,"decision":`, string(r.Decision))
+	b = appendOpt(b, `,"decision":`, r.Decision)
 	b = appendOpt(b, `,"reason":`, r.Reason)
 	b = appendOpt(b, `,"rule":`, r.Rule)
 	b = appendOpt(b, `,"policy":`, r.Policy)
@@ -125,12 +125,14 @@ func (e *encoder) appendTS(b []byte, t time.Time) []byte {
 	return append(b, 'Z')
 }
 
-func appendStr(b []byte, key, v string) []byte {
+// appendStr and appendOpt take any string type, so that Kind and Decision
+// are written as they are spelled.
+func appendStr[S ~string](b []byte, key string, v S) []byte {
 	b = append(b, key...)
-	return appendJSONString(b, v)
+	return appendJSONString(b, string(v))
 }
 
-func appendOpt(b []byte, key, v string) []byte {
+func appendOpt[S ~string](b []byte, key string, v S) []byte {
 	if v == "" {
 		return b
 	}

@@ -106,3 +106,29 @@ func encodeLine(r *Record) string {
 	b, _ := newEncoder().appendLine(nil, r, 1, &prev)
 	return string(b)
 }
+
+// TestInternKind checks reading a common kind returns its constant without
+// allocating, and an uncommon one as read.
+func TestInternKind(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		want Kind
+	}{
+		{"http", KindHTTP},
+		{"connect_done", KindConnectDone},
+		{"started", KindStarted},
+		{"accept", KindAccept},
+		{"resumed", KindResumed},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := []byte(tt.name)
+			if got := internKind(b); got != tt.want {
+				t.Errorf("internKind(%q) = %q", b, got)
+			}
+		})
+	}
+	b := []byte("http_done")
+	if n := testing.AllocsPerRun(100, func() { _ = internKind(b) }); n != 0 {
+		t.Errorf("internKind allocates %v times per read of a common kind", n)
+	}
+}

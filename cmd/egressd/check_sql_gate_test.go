@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
+	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/policy"
@@ -137,7 +138,7 @@ func TestCheckSQLMatchesGate(t *testing.T) {
 			}
 			var checkStmts []string
 			for _, f := range out.Facts {
-				checkStmts = append(checkStmts, decisionWord(f.Decision.Allow)+" "+f.Decision.Reason)
+				checkStmts = append(checkStmts, audit.DecisionOf(f.Decision.Allow).String()+" "+f.Decision.Reason)
 			}
 			if len(checkStmts) == 0 && !out.Allow {
 				// A refusal before the parser is one record with the query's reason.
@@ -148,11 +149,4 @@ func TestCheckSQLMatchesGate(t *testing.T) {
 			}
 		})
 	}
-}
-
-func decisionWord(allow bool) string {
-	if allow {
-		return "allow"
-	}
-	return "deny"
 }
