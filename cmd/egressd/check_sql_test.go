@@ -17,7 +17,9 @@ import (
 
 func TestCheckSQL(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
-	if err := os.WriteFile(cfg, []byte("identities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_only}\n  - id: plain\n    sources: [192.0.2.2/32]\n"), 0o644); err != nil {
+	// eval_timeout: decisions are under test, not evaluation time (a cold
+	// one hit the 100 ms default on a loaded machine).
+	if err := os.WriteFile(cfg, []byte("policy:\n  eval_timeout: 10s\nidentities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_only}\n  - id: plain\n    sources: [192.0.2.2/32]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -114,7 +116,7 @@ func TestCheckSQLResolvesAgainstUpstream(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	ids := "identities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_only}\n"
+	ids := "policy:\n  eval_timeout: 10s\nidentities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_only}\n"
 	plain := filepath.Join(dir, "plain.yaml")
 	withUpstream := filepath.Join(dir, "upstream.yaml")
 	badUpstream := filepath.Join(dir, "bad.yaml")
