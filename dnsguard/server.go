@@ -17,15 +17,10 @@ import (
 	"github.com/egressd/egressd/policy"
 )
 
-// Decider is what the server needs of *policy.Engine.
-type Decider interface {
-	Decide(ctx context.Context, in policy.Input) policy.Decision
-}
-
 // ServerOptions are the server's dependencies.
 type ServerOptions struct {
 	Config   Config
-	Decider  Decider
+	Decider  policy.Decider
 	Resolver *Resolver
 	Audit    audit.Appender
 	// Identify maps a client address to its sandbox. If nil, every client
@@ -55,7 +50,7 @@ type Server struct {
 
 // serverState is what a reload swaps: the policy and the identities.
 type serverState struct {
-	decider  Decider
+	decider  policy.Decider
 	identify func(netip.Addr) (policy.Identity, bool)
 }
 
@@ -89,7 +84,7 @@ func NewServer(o ServerOptions) (*Server, error) {
 // Reload swaps the decider and the identity mapping atomically: queries in
 // flight finish with the old ones. identify nil means every client is
 // "anonymous".
-func (s *Server) Reload(d Decider, identify func(netip.Addr) (policy.Identity, bool)) {
+func (s *Server) Reload(d policy.Decider, identify func(netip.Addr) (policy.Identity, bool)) {
 	if identify == nil {
 		identify = func(netip.Addr) (policy.Identity, bool) { return anonymous, true }
 	}

@@ -92,18 +92,22 @@ func (fakeDecider) Decide(_ context.Context, in policy.Input) policy.Decision {
 	return policy.Decision{Reason: "no_matching_rule", Policy: "fake"}
 }
 
+// Digest is empty, as the server tests' records of refusals made before
+// the policy expect.
+func (fakeDecider) Digest() string { return "" }
+
 func startServer(t testing.TB, edit func(*Config)) *testServer {
 	return startServerWith(t, fakeDecider{}, edit)
 }
 
-func startServerWith(t testing.TB, decider Decider, edit func(*Config)) *testServer {
+func startServerWith(t testing.TB, decider policy.Decider, edit func(*Config)) *testServer {
 	t.Helper()
 	return startServerLog(t, decider, edit, zap.NewNop(), nil)
 }
 
 // startServerLog starts a server logging to log; wrap, if set, puts an
 // Appender (an audit.Meter) between the server and its recorder.
-func startServerLog(t testing.TB, decider Decider, edit func(*Config), log *zap.Logger, wrap func(audit.Appender) audit.Appender) *testServer {
+func startServerLog(t testing.TB, decider policy.Decider, edit func(*Config), log *zap.Logger, wrap func(audit.Appender) audit.Appender) *testServer {
 	t.Helper()
 	up := dnstest.Start(t)
 	up.SetRR("svc.test", "svc.test. 3600 IN A 192.0.43.10", "svc.test. 3600 IN AAAA 2001:500:88:200::10")
@@ -416,6 +420,8 @@ type denyAll struct{}
 func (denyAll) Decide(context.Context, policy.Input) policy.Decision {
 	return policy.Decision{Reason: "no_matching_rule", Policy: "v2"}
 }
+
+func (denyAll) Digest() string { return "v2" }
 
 func TestServerReload(t *testing.T) {
 	ts := startServer(t, nil)

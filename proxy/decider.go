@@ -8,11 +8,6 @@ import (
 	"github.com/egressd/egressd/policy"
 )
 
-// Engine is what the decider needs of *policy.Engine.
-type Engine interface {
-	Decide(ctx context.Context, in policy.Input) policy.Decision
-}
-
 // Floor is what the decider needs of *dnsguard.Floor: the address check
 // that no policy can override.
 type Floor interface {
@@ -24,7 +19,7 @@ type Floor interface {
 // address floor to IP-literal hosts, then ask the policy. A check therefore
 // answers exactly what the proxy would do before it dials.
 type Decider struct {
-	Engine Engine
+	Engine policy.Decider
 	Floor  Floor
 }
 

@@ -17,6 +17,8 @@ func (e *countingEngine) Decide(context.Context, policy.Input) policy.Decision {
 	return policy.Decision{Allow: true, Reason: "allowed", Rule: "r"}
 }
 
+func (e *countingEngine) Digest() string { return "" }
+
 func TestDecider(t *testing.T) {
 	floor, err := dnsguard.NewFloor(dnsguard.InternalConfig{{CIDR: "127.0.0.1", Ports: []uint16{8080}, Action: "allow"}})
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 // writing table is denied table_not_allowed: a bundle reloaded with a
 // narrower read list.
 type denyTable struct {
-	inner Decider
+	inner policy.Decider
 	table string
 }
 
