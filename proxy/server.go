@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/fdlimit"
 	"github.com/egressd/egressd/proxy/identity"
 )
@@ -31,7 +32,7 @@ type Dialer interface {
 // Options are the proxy's collaborators.
 type Options struct {
 	Config     Config
-	Decider    *Decider
+	Decider    *policy.PreDial
 	Identities *identity.Store
 	Dialer     Dialer
 	Audit      audit.Appender
@@ -47,7 +48,7 @@ type Options struct {
 // the address floor when it was dialled, and a reload may have narrowed
 // `internal:`, so after a reload every request dials afresh.
 type state struct {
-	decider *Decider
+	decider *policy.PreDial
 	ids     *identity.Store
 	tr      *http.Transport
 	up      *upstreamPool
@@ -134,7 +135,7 @@ func New(o Options) (*Server, error) {
 	return s, nil
 }
 
-func (s *Server) newState(d *Decider, ids *identity.Store) *state {
+func (s *Server) newState(d *policy.PreDial, ids *identity.Store) *state {
 	return &state{decider: d, ids: ids, tr: newTransport(s.cfg, s.dialer), up: newUpstreamPool(s.cfg, s.dialer)}
 }
 
@@ -143,7 +144,7 @@ func (s *Server) newState(d *Decider, ids *identity.Store) *state {
 // state's connections close as they come back idle (the Transport's after
 // its idle timeout at the latest); open tunnels are decided again and those
 // no longer allowed are closed.
-func (s *Server) Reload(d *Decider, ids *identity.Store) {
+func (s *Server) Reload(d *policy.PreDial, ids *identity.Store) {
 	st := s.newState(d, ids)
 	old := s.state.Swap(st)
 	old.closeIdle()

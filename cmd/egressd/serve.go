@@ -141,7 +141,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	dialer := dnsguard.NewDialer(res, floor, cfg.Proxy.DialTimeout)
 	d.proxy, err = proxy.New(proxy.Options{
 		Config:     cfg.Proxy,
-		Decider:    &proxy.Decider{Engine: engine, Floor: floor},
+		Decider:    &policy.PreDial{Engine: engine, Floor: floor},
 		Identities: ids,
 		Dialer:     dialer,
 		Audit:      meter,
@@ -334,7 +334,7 @@ func (d *daemon) reloadLocked(ctx context.Context) error {
 		}
 		d.res.Flush()
 	}
-	d.proxy.Reload(&proxy.Decider{Engine: engine, Floor: d.floor}, ids)
+	d.proxy.Reload(&policy.PreDial{Engine: engine, Floor: d.floor}, ids)
 	if d.dns != nil {
 		d.dns.Reload(engine, dnsIdentify(ids))
 	}
