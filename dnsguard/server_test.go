@@ -4,7 +4,6 @@ import (
 	"context"
 	"io/fs"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/dnsguard/dnstest"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/rego"
 )
 
@@ -432,9 +432,11 @@ func TestServerReload(t *testing.T) {
 	if r := ts.ask(t, "udp", "svc.test", dns.TypeA); r.Rcode != dns.RcodeRefused || ts.audit.Last().Policy != "v2" {
 		t.Errorf("after policy reload: rcode %s, audit policy %q; want REFUSED by v2", dns.RcodeToString[r.Rcode], ts.audit.Last().Policy)
 	}
-	ts.srv.Reload(fakeDecider{}, func(a netip.Addr) (policy.Identity, bool) {
-		return policy.Identity{ID: "sandbox-1"}, a == netip.MustParseAddr("127.0.0.9")
-	})
+	ids, err := identity.New(identity.Config{{ID: "sandbox-1", Sources: []string{"127.0.0.9/32"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.srv.Reload(fakeDecider{}, ids)
 	if r := ts.ask(t, "udp", "svc.test", dns.TypeA); r.Rcode != dns.RcodeRefused || ts.audit.Last().Reason != "unknown_client" {
 		t.Errorf("unmapped client: rcode %s, reason %q; want REFUSED, unknown_client", dns.RcodeToString[r.Rcode], ts.audit.Last().Reason)
 	}

@@ -188,7 +188,7 @@ func TestReloadRevokesTunnels(t *testing.T) {
 			if _, err := io.ReadFull(br, echo); err != nil {
 				t.Fatalf("read echo: %v", err)
 			}
-			s.Reload(&policy.PreDial{Engine: tt.engine, Floor: openFloor{}}, s.state.Load().ids)
+			s.Reload(tt.engine, s.state.Load().ids)
 			c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
 			_, err := br.ReadByte()
 			closed := err == io.EOF || errors.Is(err, syscall.ECONNRESET)

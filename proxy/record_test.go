@@ -24,7 +24,6 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/audit/audittest"
-	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/identity"
 )
 
@@ -43,7 +42,7 @@ func startAudited(t *testing.T, cfg Config, ids identity.Config, a audit.Appende
 		t.Fatal(err)
 	}
 	m := NewMetrics(prometheus.NewRegistry())
-	s, err := New(Options{Config: cfg, Decider: &policy.PreDial{Engine: allowAll{}, Floor: openFloor{}},
+	s, err := New(Options{Config: cfg, Decider: allowAll{}, Floor: openFloor{},
 		Identities: store, Dialer: &net.Dialer{}, Audit: a, Metrics: m, Log: log})
 	if err != nil {
 		t.Fatal(err)

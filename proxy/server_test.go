@@ -50,7 +50,8 @@ func startServer(tb testing.TB, cfg Config, e policy.Decider, a audit.Appender) 
 	ids, _ := identity.New(nil)
 	s, err := New(Options{
 		Config:     cfg,
-		Decider:    &policy.PreDial{Engine: e, Floor: openFloor{}},
+		Decider:    e,
+		Floor:      openFloor{},
 		Identities: ids,
 		Dialer:     &net.Dialer{},
 		Audit:      a,

@@ -178,13 +178,13 @@ type current struct {
 	ids    Identities
 }
 
-// Update makes new logins and decisions use engine and ids (after a policy
+// Reload makes new logins and decisions use engine and ids (after a policy
 // or identity reload). A logged-in session keeps the identity it logged in
 // with; its next statement is decided by the new engine, and the decision
 // cache, keyed by the bundle digest, never serves the old bundle's answers.
 // Every database's catalog is read again, in the background and at its
 // next login.
-func (g *Gate) Update(engine policy.Decider, ids Identities) {
+func (g *Gate) Reload(engine policy.Decider, ids *identity.Store) {
 	if engine == nil || ids == nil {
 		return
 	}
