@@ -53,6 +53,8 @@ func (onlySvc) Decide(ctx context.Context, in policy.Input) policy.Decision {
 	return fakeDecider{}.Decide(ctx, in)
 }
 
+func (onlySvc) Digest() string { return "" }
+
 // FuzzServerHandle feeds raw messages through the server's accept function
 // and handler with the answer for the one allowed name already cached, so
 // no input reaches the network. Whatever the input, only that name may be

@@ -25,7 +25,7 @@ func answerable(t uint16) bool {
 // the server applies them: name shape and metadata names (refused before
 // policy with a *policy.DenyError), then egress.dns, then the record types
 // egressd can answer at all. `egressd check dns` calls it too.
-func Decide(ctx context.Context, d Decider, id policy.Identity, name string, qtype uint16) (*Facts, policy.Decision, error) {
+func Decide(ctx context.Context, d policy.Decider, id policy.Identity, name string, qtype uint16) (*Facts, policy.Decision, error) {
 	facts, err := NewFacts(name, qtype)
 	if err != nil {
 		return nil, policy.Decision{}, err
@@ -132,10 +132,8 @@ func (s *Server) decide(ctx context.Context, client netip.Addr, q dns.Question) 
 	}
 	facts, d, err := Decide(ctx, st.decider, id, q.Name, q.Qtype)
 	if err != nil {
-		if dg, ok := st.decider.(interface{ Digest() string }); ok {
-			// Refused before Rego, but under this bundle: say which.
-			out.rec.Policy = dg.Digest()
-		}
+		// Refused before Rego, but under this bundle: say which.
+		out.rec.Policy = st.decider.Digest()
 		return s.refusedErr(out, err)
 	}
 	out.rec.Name, out.rec.Policy, out.rec.Rule = facts.Name, d.Policy, d.Rule

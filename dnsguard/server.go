@@ -15,24 +15,20 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy/identity"
 )
-
-// Decider is what the server needs of *policy.Engine.
-type Decider interface {
-	Decide(ctx context.Context, in policy.Input) policy.Decision
-}
 
 // ServerOptions are the server's dependencies.
 type ServerOptions struct {
 	Config   Config
-	Decider  Decider
+	Decider  policy.Decider
 	Resolver *Resolver
 	Audit    audit.Appender
-	// Identify maps a client address to its sandbox. If nil, every client
-	// is "anonymous"; if it reports false, the query is refused
-	// (unknown_client).
-	Identify func(netip.Addr) (policy.Identity, bool)
-	Log      *zap.Logger
+	// Identities map a client address to its sandbox by their sources. If
+	// nil or empty, every client is "anonymous"; a client no source covers
+	// is refused (unknown_client).
+	Identities *identity.Store
+	Log        *zap.Logger
 }
 
 // Server is the DNS listener sandboxes use as their resolver. It answers
@@ -55,7 +51,7 @@ type Server struct {
 
 // serverState is what a reload swaps: the policy and the identities.
 type serverState struct {
-	decider  Decider
+	decider  policy.Decider
 	identify func(netip.Addr) (policy.Identity, bool)
 }
 
@@ -82,16 +78,17 @@ func NewServer(o ServerOptions) (*Server, error) {
 		refuse: refuse,
 	}
 	s.failLog = audit.NewFailLog(s.log, 0)
-	s.Reload(o.Decider, o.Identify)
+	s.Reload(o.Decider, o.Identities)
 	return s, nil
 }
 
 // Reload swaps the decider and the identity mapping atomically: queries in
-// flight finish with the old ones. identify nil means every client is
-// "anonymous".
-func (s *Server) Reload(d Decider, identify func(netip.Addr) (policy.Identity, bool)) {
-	if identify == nil {
-		identify = func(netip.Addr) (policy.Identity, bool) { return anonymous, true }
+// flight finish with the old ones. With no identities every client is
+// "anonymous"; otherwise an unmapped source is refused.
+func (s *Server) Reload(d policy.Decider, ids *identity.Store) {
+	identify := func(netip.Addr) (policy.Identity, bool) { return anonymous, true }
+	if ids != nil && ids.Len() > 0 {
+		identify = ids.BySource
 	}
 	s.state.Store(&serverState{decider: d, identify: identify})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io/fs"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/dnsguard/dnstest"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/rego"
 )
 
@@ -92,18 +92,22 @@ func (fakeDecider) Decide(_ context.Context, in policy.Input) policy.Decision {
 	return policy.Decision{Reason: "no_matching_rule", Policy: "fake"}
 }
 
+// Digest is empty, as the server tests' records of refusals made before
+// the policy expect.
+func (fakeDecider) Digest() string { return "" }
+
 func startServer(t testing.TB, edit func(*Config)) *testServer {
 	return startServerWith(t, fakeDecider{}, edit)
 }
 
-func startServerWith(t testing.TB, decider Decider, edit func(*Config)) *testServer {
+func startServerWith(t testing.TB, decider policy.Decider, edit func(*Config)) *testServer {
 	t.Helper()
 	return startServerLog(t, decider, edit, zap.NewNop(), nil)
 }
 
 // startServerLog starts a server logging to log; wrap, if set, puts an
 // Appender (an audit.Meter) between the server and its recorder.
-func startServerLog(t testing.TB, decider Decider, edit func(*Config), log *zap.Logger, wrap func(audit.Appender) audit.Appender) *testServer {
+func startServerLog(t testing.TB, decider policy.Decider, edit func(*Config), log *zap.Logger, wrap func(audit.Appender) audit.Appender) *testServer {
 	t.Helper()
 	up := dnstest.Start(t)
 	up.SetRR("svc.test", "svc.test. 3600 IN A 192.0.43.10", "svc.test. 3600 IN AAAA 2001:500:88:200::10")
@@ -417,6 +421,8 @@ func (denyAll) Decide(context.Context, policy.Input) policy.Decision {
 	return policy.Decision{Reason: "no_matching_rule", Policy: "v2"}
 }
 
+func (denyAll) Digest() string { return "v2" }
+
 func TestServerReload(t *testing.T) {
 	ts := startServer(t, nil)
 	if r := ts.ask(t, "udp", "svc.test", dns.TypeA); r.Rcode != dns.RcodeSuccess {
@@ -426,9 +432,11 @@ func TestServerReload(t *testing.T) {
 	if r := ts.ask(t, "udp", "svc.test", dns.TypeA); r.Rcode != dns.RcodeRefused || ts.audit.Last().Policy != "v2" {
 		t.Errorf("after policy reload: rcode %s, audit policy %q; want REFUSED by v2", dns.RcodeToString[r.Rcode], ts.audit.Last().Policy)
 	}
-	ts.srv.Reload(fakeDecider{}, func(a netip.Addr) (policy.Identity, bool) {
-		return policy.Identity{ID: "sandbox-1"}, a == netip.MustParseAddr("127.0.0.9")
-	})
+	ids, err := identity.New(identity.Config{{ID: "sandbox-1", Sources: []string{"127.0.0.9/32"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.srv.Reload(fakeDecider{}, ids)
 	if r := ts.ask(t, "udp", "svc.test", dns.TypeA); r.Rcode != dns.RcodeRefused || ts.audit.Last().Reason != "unknown_client" {
 		t.Errorf("unmapped client: rcode %s, reason %q; want REFUSED, unknown_client", dns.RcodeToString[r.Rcode], ts.audit.Last().Reason)
 	}

@@ -135,7 +135,7 @@ func (e *Engine) CheckIdentity(id Identity) error {
 	if !ok {
 		return nil
 	}
-	c := e.cur.Load()
+	c := e.cur
 	if slices.Contains(c.sqlProfiles, p) {
 		return nil
 	}

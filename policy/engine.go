@@ -18,14 +18,15 @@ import (
 	defaultbundle "github.com/egressd/egressd/rego"
 )
 
-// Engine decides requests with the active bundle. It is safe for
-// concurrent use; Reload swaps bundles atomically.
+// Engine decides requests with one bundle, loaded by New. It is safe for
+// concurrent use. A reload builds a new Engine and hands it to the
+// listeners (`serve`), so a bundle is checked against the identities
+// before it decides anything.
 type Engine struct {
 	cfg    Config
 	log    *zap.Logger
 	source func() (fs.FS, string)
-	cur    atomic.Pointer[compiled]
-	reload sync.Mutex
+	cur    *compiled
 }
 
 // New loads cfg.Dir, or the bundle embedded by package rego when cfg.Dir is
@@ -41,7 +42,7 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.cur.Store(c)
+	e.cur = c
 	e.log.Info("policy loaded", zap.String("policy", c.digest), zap.String("dir", cfg.Dir))
 	return e, nil
 }
@@ -72,25 +73,8 @@ func (e *Engine) build(ctx context.Context) (*compiled, error) {
 	return c, nil
 }
 
-// Reload reads, compiles and tests the bundle again and swaps it in
-// atomically. On any failure the active bundle stays and keeps deciding;
-// the error names file:line where the compiler knows it. The decision
-// cache is dropped with the old bundle.
-func (e *Engine) Reload(ctx context.Context) error {
-	e.reload.Lock()
-	defer e.reload.Unlock()
-	c, err := e.build(ctx)
-	if err != nil {
-		e.log.Warn("policy reload refused; previous bundle stays active", zap.String("policy", e.Digest()), zap.Error(err))
-		return err
-	}
-	old := e.cur.Swap(c)
-	e.log.Info("policy reloaded", zap.String("policy", c.digest), zap.String("previous", old.digest))
-	return nil
-}
-
-// Digest identifies the active bundle ("sha256:…").
-func (e *Engine) Digest() string { return e.cur.Load().digest }
+// Digest identifies the bundle ("sha256:…").
+func (e *Engine) Digest() string { return e.cur.digest }
 
 // keyPool holds decision-key buffers so a cached decision allocates
 // nothing.
@@ -100,7 +84,7 @@ var keyPool = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }
 // cannot be decided is a deny whose reason says why. Decision.Policy is the
 // digest of the bundle that answered.
 func (e *Engine) Decide(ctx context.Context, in Input) Decision {
-	c := e.cur.Load()
+	c := e.cur
 	if in.Facts == nil {
 		return c.deny(ReasonNoFacts)
 	}

@@ -22,7 +22,6 @@ import (
 
 	"github.com/egressd/egressd/dnsguard"
 	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/proxy"
 	defaultbundle "github.com/egressd/egressd/rego"
 )
 
@@ -98,14 +97,14 @@ func readGolden(t *testing.T, file string) []goldenCase {
 }
 
 // decideCase answers a case through the Go API exactly as `egressd check`
-// prints it (proxy.Decider: facts, address floor, policy), minus the
+// prints it (policy.PreDial: facts, address floor, policy), minus the
 // bundle digest.
-func decideCase(d *proxy.Decider, e *policy.Engine, c goldenCase) map[string]any {
+func decideCase(d *policy.PreDial, e *policy.Engine, c goldenCase) map[string]any {
 	id := policy.Identity{ID: c.Identity}
 	if id.ID == "" {
 		id.ID = "anonymous"
 	}
-	var o proxy.Outcome
+	var o policy.Outcome
 	kind := policy.KindHTTP
 	switch c.Kind {
 	case "connect":
@@ -163,7 +162,7 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := &proxy.Decider{Engine: e, Floor: floor}
+			d := &policy.PreDial{Engine: e, Floor: floor}
 			cases := readGolden(t, g.file)
 			if len(cases) == 0 {
 				t.Fatalf("%s has no cases", g.file)

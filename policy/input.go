@@ -24,7 +24,7 @@ func (c *compiled) input(kind Kind, in Input) ast.Object {
 // fails when Decide would deny without evaluating (no facts, or no entry
 // point for their kind).
 func (e *Engine) RegoInput(in Input) (any, error) {
-	c := e.cur.Load()
+	c := e.cur
 	if in.Facts == nil {
 		return nil, fmt.Errorf("rego input: %w: no facts", errNoInput)
 	}

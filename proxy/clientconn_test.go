@@ -164,6 +164,8 @@ func (denyAll) Decide(context.Context, policy.Input) policy.Decision {
 	return policy.Deny("rule_revoked", "")
 }
 
+func (denyAll) Digest() string { return "" }
+
 // A reload that no longer allows an open tunnel closes it, and the
 // tunnel's completion record says why; one still allowed stays open. The
 // first flight is 4 bytes, shorter than a TLS record header and no HTTP
@@ -171,7 +173,7 @@ func (denyAll) Decide(context.Context, policy.Input) policy.Decision {
 func TestReloadRevokesTunnels(t *testing.T) {
 	for _, tt := range []struct {
 		name       string
-		engine     Engine
+		engine     policy.Decider
 		wantClosed bool
 	}{
 		{"still allowed", allowAll{}, false},
@@ -186,7 +188,7 @@ func TestReloadRevokesTunnels(t *testing.T) {
 			if _, err := io.ReadFull(br, echo); err != nil {
 				t.Fatalf("read echo: %v", err)
 			}
-			s.Reload(&Decider{Engine: tt.engine, Floor: openFloor{}}, s.state.Load().ids)
+			s.Reload(tt.engine, s.state.Load().ids)
 			c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
 			_, err := br.ReadByte()
 			closed := err == io.EOF || errors.Is(err, syscall.ECONNRESET)

@@ -53,13 +53,13 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 
 	out := st.decider.DecideConnect(r.Context(), id, r.RequestURI)
 	if out.Facts != nil {
-		f.target = out.Target
+		f.target = targetOf(out.Facts)
 	} else {
 		f.target.Host = unparsedAuthority(r.RequestURI)
 	}
 	s.metrics.decisionSeconds.Observe(time.Since(start).Seconds())
 	if !out.Decision.Allow {
-		s.refuseConn(f, client, out.refusal())
+		s.refuseConn(f, client, outcomeRefusal(&out))
 		return
 	}
 	if err := s.decided(f, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {

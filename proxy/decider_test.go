@@ -17,6 +17,8 @@ func (e *countingEngine) Decide(context.Context, policy.Input) policy.Decision {
 	return policy.Decision{Allow: true, Reason: "allowed", Rule: "r"}
 }
 
+func (e *countingEngine) Digest() string { return "" }
+
 func TestDecider(t *testing.T) {
 	floor, err := dnsguard.NewFloor(dnsguard.InternalConfig{{CIDR: "127.0.0.1", Ports: []uint16{8080}, Action: "allow"}})
 	if err != nil {
@@ -45,8 +47,8 @@ func TestDecider(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := &countingEngine{}
-			d := &Decider{Engine: e, Floor: floor}
-			var o Outcome
+			d := &policy.PreDial{Engine: e, Floor: floor}
+			var o policy.Outcome
 			if tt.kind == policy.KindConnect {
 				o = d.DecideConnect(context.Background(), anonymous, tt.target)
 			} else {
@@ -58,11 +60,11 @@ func TestDecider(t *testing.T) {
 			if (e.n > 0) != tt.wantEval {
 				t.Errorf("decide(%q) evaluated policy %d times; want evaluated %v", tt.target, e.n, tt.wantEval)
 			}
-			if tt.wantAllow && (o.Target.Host != tt.wantHost || o.Target.Port != tt.wantPort) {
-				t.Errorf("decide(%q) target = %s:%d; want %s:%d", tt.target, o.Target.Host, o.Target.Port, tt.wantHost, tt.wantPort)
+			if tt.wantAllow && (targetOf(o.Facts).Host != tt.wantHost || targetOf(o.Facts).Port != tt.wantPort) {
+				t.Errorf("decide(%q) target = %s:%d; want %s:%d", tt.target, targetOf(o.Facts).Host, targetOf(o.Facts).Port, tt.wantHost, tt.wantPort)
 			}
 			if !tt.wantAllow {
-				if rf := o.refusal(); rf.status != tt.wantStatus || rf.reason == "" {
+				if rf := outcomeRefusal(&o); rf.status != tt.wantStatus || rf.reason == "" {
 					t.Errorf("refusal(%q) = %d %q; want %d with a reason", tt.target, rf.status, rf.reason, tt.wantStatus)
 				}
 			}

@@ -10,13 +10,13 @@
 // true):
 //
 //	HTTP     proxy.Server.ServeHTTP → proxy.Server.onRequest → proxy.authenticate
-//	         → proxy.Decider.DecideHTTP (policy.ParseHTTP; dnsguard.Floor.Check
+//	         → policy.PreDial.DecideHTTP (policy.ParseHTTP; dnsguard.Floor.Check
 //	           for an IP literal; policy.Engine.Decide) → proxy.Server.decided
 //	         → proxy.httpFlow.RoundTrip (dnsguard.Dialer.DialContext vets every
 //	           answer) → proxy.httpFlow.complete ("http_done")
 //	CONNECT  proxy.Server.ServeHTTP → proxy.Server.serveConnect
 //	         → proxy.Server.connectHijack → proxy.authenticate
-//	         → proxy.Decider.DecideConnect (policy.ParseConnect;
+//	         → policy.PreDial.DecideConnect (policy.ParseConnect;
 //	           dnsguard.Floor.Check; policy.Engine.Decide) → proxy.Server.decided
 //	         → dnsguard.Dialer.DialContext → proxy.tunnel.run
 //	         → proxy.tunnel.done ("connect_done")
@@ -32,6 +32,7 @@
 //	         → audit.Appender.Append per statement → upstream, or 42501
 //	           (the upstream was dialled at login by dnsguard.Dialer.DialContext)
 //
-// `egressd check` calls proxy.Decider, dnsguard.Decide and pggate.DecideQuery,
-// the same functions, so a check answers what the listeners would do.
+// `egressd check` calls policy.PreDial, dnsguard.Decide and
+// pggate.DecideQuery, the same functions, so a check answers what the
+// listeners would do.
 package proxy

@@ -70,11 +70,11 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 
 	out := st.decider.DecideHTTP(r.Context(), id, policy.KindHTTP, r.Method, r.RequestURI, r.Host)
 	if out.Facts != nil {
-		f.target = out.Target
+		f.target = targetOf(out.Facts)
 	}
 	s.metrics.decisionSeconds.Observe(time.Since(start).Seconds())
 	if !out.Decision.Allow {
-		rf := out.refusal()
+		rf := outcomeRefusal(&out)
 		f.finish()
 		return r, s.refuse(f, r, rf)
 	}
@@ -233,7 +233,7 @@ func (f *httpFlow) checkRedirect(req *http.Request, code int, loc string) (refus
 		return rf, true
 	}
 	out := f.st.decider.DecideHTTP(req.Context(), f.identity, policy.KindRedirect, method, next.String(), "")
-	rinfo.target = out.Target
+	rinfo.target = targetOf(out.Facts)
 	if out.Decision.Allow {
 		if err := s.decided(&rinfo, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
 			return auditRefusal(err), true

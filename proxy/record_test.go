@@ -43,7 +43,7 @@ func startAudited(t *testing.T, cfg Config, ids identity.Config, a audit.Appende
 		t.Fatal(err)
 	}
 	m := NewMetrics(prometheus.NewRegistry())
-	s, err := New(Options{Config: cfg, Decider: &Decider{Engine: allowAll{}, Floor: openFloor{}},
+	s, err := New(Options{Config: cfg, Decider: allowAll{}, Floor: openFloor{},
 		Identities: store, Dialer: &net.Dialer{}, Audit: a, Metrics: m, Log: log})
 	if err != nil {
 		t.Fatal(err)

@@ -295,6 +295,8 @@ func (denyHost) Decide(_ context.Context, in policy.Input) policy.Decision {
 	return policy.Decision{Allow: true, Reason: "allowed", Rule: "all", Policy: "test"}
 }
 
+func (denyHost) Digest() string { return "test" }
+
 // Every 3xx with a Location is decided, and every Location it carries.
 func TestRedirectEveryLocationChecked(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

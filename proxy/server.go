@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/fdlimit"
 	"github.com/egressd/egressd/proxy/identity"
 )
@@ -30,8 +31,11 @@ type Dialer interface {
 
 // Options are the proxy's collaborators.
 type Options struct {
-	Config     Config
-	Decider    *Decider
+	Config  Config
+	Decider policy.Decider
+	// Floor is the address check for IP-literal destinations
+	// (*dnsguard.Floor); a reload keeps it, since it is updated in place.
+	Floor      policy.Floor
 	Identities *identity.Store
 	Dialer     Dialer
 	Audit      audit.Appender
@@ -47,7 +51,7 @@ type Options struct {
 // the address floor when it was dialled, and a reload may have narrowed
 // `internal:`, so after a reload every request dials afresh.
 type state struct {
-	decider *Decider
+	decider *policy.PreDial
 	ids     *identity.Store
 	tr      *http.Transport
 	up      *upstreamPool
@@ -60,6 +64,7 @@ type Server struct {
 	audit   audit.Appender
 	metrics *Metrics
 	dialer  Dialer
+	floor   policy.Floor
 	fds     *fdlimit.Budget
 	limits  *limiter
 	sources *sourceLimiter
@@ -84,8 +89,8 @@ func New(o Options) (*Server, error) {
 	if err := o.Config.Validate(); err != nil {
 		return nil, fmt.Errorf("proxy.%w", err)
 	}
-	if o.Decider == nil || o.Dialer == nil || o.Audit == nil || o.Metrics == nil || o.Log == nil {
-		return nil, errors.New("proxy: decider, dialer, audit, metrics and log are required")
+	if o.Decider == nil || o.Floor == nil || o.Dialer == nil || o.Audit == nil || o.Metrics == nil || o.Log == nil {
+		return nil, errors.New("proxy: decider, floor, dialer, audit, metrics and log are required")
 	}
 	var pfx [4]byte
 	if _, err := rand.Read(pfx[:]); err != nil {
@@ -97,6 +102,7 @@ func New(o Options) (*Server, error) {
 		audit:    o.Audit,
 		metrics:  o.Metrics,
 		dialer:   o.Dialer,
+		floor:    o.Floor,
 		fds:      o.FDs,
 		limits:   newLimiter(o.Config),
 		sources:  newSourceLimiter(o.Config),
@@ -134,16 +140,16 @@ func New(o Options) (*Server, error) {
 	return s, nil
 }
 
-func (s *Server) newState(d *Decider, ids *identity.Store) *state {
-	return &state{decider: d, ids: ids, tr: newTransport(s.cfg, s.dialer), up: newUpstreamPool(s.cfg, s.dialer)}
+func (s *Server) newState(d policy.Decider, ids *identity.Store) *state {
+	return &state{decider: &policy.PreDial{Engine: d, Floor: s.floor}, ids: ids, tr: newTransport(s.cfg, s.dialer), up: newUpstreamPool(s.cfg, s.dialer)}
 }
 
-// Reload swaps the decider, identity table and upstream connections.
+// Reload swaps the policy, identity table and upstream connections.
 // In-flight requests finish with the state they started with, and the old
 // state's connections close as they come back idle (the Transport's after
 // its idle timeout at the latest); open tunnels are decided again and those
 // no longer allowed are closed.
-func (s *Server) Reload(d *Decider, ids *identity.Store) {
+func (s *Server) Reload(d policy.Decider, ids *identity.Store) {
 	st := s.newState(d, ids)
 	old := s.state.Swap(st)
 	old.closeIdle()

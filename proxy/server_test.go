@@ -27,6 +27,8 @@ func (allowAll) Decide(context.Context, policy.Input) policy.Decision {
 	return policy.Decision{Allow: true, Reason: "allowed", Rule: "all", Policy: "test"}
 }
 
+func (allowAll) Digest() string { return "test" }
+
 type openFloor struct{}
 
 func (openFloor) Check(netip.Addr, uint16) error { return nil }
@@ -37,18 +39,19 @@ func (discardAudit) Append(*audit.Record) error { return nil }
 
 // startProxy runs a Server with the given engine, an open floor, a plain
 // dialer and the audit log a, and returns its address.
-func startProxy(tb testing.TB, cfg Config, e Engine, a audit.Appender) string {
+func startProxy(tb testing.TB, cfg Config, e policy.Decider, a audit.Appender) string {
 	tb.Helper()
 	_, addr := startServer(tb, cfg, e, a)
 	return addr
 }
 
-func startServer(tb testing.TB, cfg Config, e Engine, a audit.Appender) (*Server, string) {
+func startServer(tb testing.TB, cfg Config, e policy.Decider, a audit.Appender) (*Server, string) {
 	tb.Helper()
 	ids, _ := identity.New(nil)
 	s, err := New(Options{
 		Config:     cfg,
-		Decider:    &Decider{Engine: e, Floor: openFloor{}},
+		Decider:    e,
+		Floor:      openFloor{},
 		Identities: ids,
 		Dialer:     &net.Dialer{},
 		Audit:      a,

@@ -290,7 +290,7 @@ func (t *tunnel) recheck(ctx context.Context, st *state) string {
 		return reason
 	}
 	if out := st.decider.DecideConnect(ctx, id, t.authority); !out.Decision.Allow {
-		return out.refusal().reason
+		return outcomeRefusal(&out).reason
 	}
 	if err := st.decider.Floor.Check(t.addr.Addr(), t.addr.Port()); err != nil {
 		return refusalFor(stageDial, policy.Decision{}, err).reason

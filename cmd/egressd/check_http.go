@@ -6,10 +6,9 @@ import (
 	"flag"
 
 	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/proxy"
 )
 
-// The http and connect checks go through proxy.Decider, the proxy's own
+// The http and connect checks go through policy.PreDial, the proxy's own
 // pre-dial path: facts, the address floor for IP-literal hosts, then the
 // policy. A check therefore answers what the proxy would.
 
@@ -25,7 +24,7 @@ var checkHTTP = checkKind{
 			if *redirect {
 				kind = policy.KindRedirect
 			}
-			d := proxy.Decider{Engine: env.engine, Floor: env.floor}
+			d := policy.PreDial{Engine: env.engine, Floor: env.floor}
 			return outcomeOutput(kind, env, d.DecideHTTP(ctx, env.identity, kind, args[0], args[1], *hostHeader))
 		}
 	},
@@ -37,7 +36,7 @@ var checkConnect = checkKind{
 	nargs: 1,
 	setup: func(*flag.FlagSet) decideFunc {
 		return func(ctx context.Context, env *decideEnv, args []string) checkOutput {
-			d := proxy.Decider{Engine: env.engine, Floor: env.floor}
+			d := policy.PreDial{Engine: env.engine, Floor: env.floor}
 			return outcomeOutput(policy.KindConnect, env, d.DecideConnect(ctx, env.identity, args[0]))
 		}
 	},
@@ -45,7 +44,7 @@ var checkConnect = checkKind{
 
 // outcomeOutput prints a decider outcome: a refusal before the policy
 // (parse or floor) keeps the facts known so far and the deny's detail.
-func outcomeOutput(kind policy.Kind, env *decideEnv, o proxy.Outcome) checkOutput {
+func outcomeOutput(kind policy.Kind, env *decideEnv, o policy.Outcome) checkOutput {
 	var facts any
 	if o.Facts != nil {
 		facts = o.Facts

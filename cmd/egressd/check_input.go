@@ -9,8 +9,7 @@ import (
 // checkEngine is what a check asks of the policy: *policy.Engine, or an
 // inputRecorder in front of it.
 type checkEngine interface {
-	Decide(ctx context.Context, in policy.Input) policy.Decision
-	Digest() string
+	policy.Decider
 	RegoInput(in policy.Input) (any, error)
 }
 

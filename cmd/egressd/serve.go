@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/signal"
 	"reflect"
@@ -141,7 +140,8 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	dialer := dnsguard.NewDialer(res, floor, cfg.Proxy.DialTimeout)
 	d.proxy, err = proxy.New(proxy.Options{
 		Config:     cfg.Proxy,
-		Decider:    &proxy.Decider{Engine: engine, Floor: floor},
+		Decider:    engine,
+		Floor:      floor,
 		Identities: ids,
 		Dialer:     dialer,
 		Audit:      meter,
@@ -155,7 +155,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	if cfg.DNS.Listen != "" {
 		d.dns, err = dnsguard.NewServer(dnsguard.ServerOptions{
 			Config: cfg.DNS, Decider: engine, Resolver: res, Audit: meter,
-			Identify: dnsIdentify(ids), Log: log,
+			Identities: ids, Log: log,
 		})
 		if err != nil {
 			return fail(err)
@@ -189,13 +189,23 @@ func descriptorBudget(log *zap.Logger) *fdlimit.Budget {
 	return b
 }
 
-// dnsIdentify maps DNS clients by source address: with no identities every
-// client is anonymous; otherwise an unmapped source is refused.
-func dnsIdentify(ids *identity.Store) func(netip.Addr) (policy.Identity, bool) {
-	if ids.Len() == 0 {
-		return nil
+// reloader is what a reload asks of each listener (proxy, DNS, Postgres):
+// take the new policy and identities for new requests, queries and
+// statements.
+type reloader interface {
+	Reload(d policy.Decider, ids *identity.Store)
+}
+
+// listeners are the running listeners a reload reaches.
+func (d *daemon) listeners() []reloader {
+	ls := []reloader{d.proxy}
+	if d.dns != nil {
+		ls = append(ls, d.dns)
 	}
-	return ids.BySource
+	if d.gate != nil {
+		ls = append(ls, d.gate)
+	}
+	return ls
 }
 
 func (d *daemon) run(ctx context.Context) error {
@@ -318,8 +328,8 @@ func (d *daemon) reloadLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// A new engine, not Engine.Reload: the bundle must be checked against
-	// the identities before either takes effect.
+	// A new engine, so that the bundle is checked against the identities
+	// before either takes effect; the running one decides until then.
 	engine, err := policy.New(ctx, cfg.Policy, d.log)
 	if err != nil {
 		return fmt.Errorf("load policy: %w", err)
@@ -334,12 +344,8 @@ func (d *daemon) reloadLocked(ctx context.Context) error {
 		}
 		d.res.Flush()
 	}
-	d.proxy.Reload(&proxy.Decider{Engine: engine, Floor: d.floor}, ids)
-	if d.dns != nil {
-		d.dns.Reload(engine, dnsIdentify(ids))
-	}
-	if d.gate != nil {
-		d.gate.Update(engine, ids)
+	for _, l := range d.listeners() {
+		l.Reload(engine, ids)
 	}
 	d.engine.Store(engine)
 	if pending := restartNeeded(d.cfg, cfg); len(pending) > 0 {

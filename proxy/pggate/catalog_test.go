@@ -138,7 +138,7 @@ func TestCatalogReadAgainAfterReload(t *testing.T) {
 		CREATE FUNCTION public.upper(int) RETURNS text LANGUAGE sql AS $$ INSERT INTO purged VALUES ('upper') RETURNING 'x' $$;`); err != nil {
 		t.Fatal(err)
 	}
-	f.gate.Update(testEngine(t), testIdentities(t))
+	f.gate.Reload(testEngine(t), testIdentities(t))
 	f.gate.refreshing.Wait()
 	// The session that began before the reload decides with the refreshed
 	// snapshot of its database.

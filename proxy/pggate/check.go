@@ -35,7 +35,7 @@ type StatementDecision struct {
 // egress.sql, with the same reasons — without a network session, verdict
 // cache or audit; cat is the database's catalog (nil: built-ins only). `egressd check sql` calls it so that its answer cannot
 // drift from what a session gets. cfg need not enable the listener.
-func DecideQuery(ctx context.Context, cfg Config, engine Decider, ident policy.Identity, db string, cat *sqlfacts.Catalog, text string) QueryDecision {
+func DecideQuery(ctx context.Context, cfg Config, engine policy.Decider, ident policy.Identity, db string, cat *sqlfacts.Catalog, text string) QueryDecision {
 	cfg.Provision()
 	g := &Gate{cfg: cfg, log: zap.NewNop(), limits: limitsOf(cfg)}
 	g.cur.Store(&current{engine: engine})

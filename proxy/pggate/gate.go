@@ -32,12 +32,6 @@ import (
 	"github.com/egressd/egressd/proxy/identity"
 )
 
-// Decider is what the gate needs of the policy engine (*policy.Engine).
-type Decider interface {
-	Decide(ctx context.Context, in policy.Input) policy.Decision
-	Digest() string
-}
-
 // Identities is what the gate needs of the identity table
 // (*identity.Store).
 type Identities interface {
@@ -51,7 +45,7 @@ type DialFunc func(ctx context.Context, network, address string) (net.Conn, erro
 // Deps are the gate's collaborators. Engine and Identities can be swapped
 // later with Update.
 type Deps struct {
-	Engine     Decider
+	Engine     policy.Decider
 	Identities Identities
 	Audit      audit.Appender
 	Dial       DialFunc
@@ -180,17 +174,17 @@ func upstreamPassword(cfg Config) (string, error) {
 }
 
 type current struct {
-	engine Decider
+	engine policy.Decider
 	ids    Identities
 }
 
-// Update makes new logins and decisions use engine and ids (after a policy
+// Reload makes new logins and decisions use engine and ids (after a policy
 // or identity reload). A logged-in session keeps the identity it logged in
 // with; its next statement is decided by the new engine, and the decision
 // cache, keyed by the bundle digest, never serves the old bundle's answers.
 // Every database's catalog is read again, in the background and at its
 // next login.
-func (g *Gate) Update(engine Decider, ids Identities) {
+func (g *Gate) Reload(engine policy.Decider, ids *identity.Store) {
 	if engine == nil || ids == nil {
 		return
 	}
@@ -198,7 +192,7 @@ func (g *Gate) Update(engine Decider, ids Identities) {
 	g.refreshCatalogs()
 }
 
-func (g *Gate) engine() Decider { return g.cur.Load().engine }
+func (g *Gate) engine() policy.Decider { return g.cur.Load().engine }
 
 // ErrClosed is returned by Serve after Shutdown.
 var ErrClosed = errors.New("pggate: closed")

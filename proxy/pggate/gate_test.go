@@ -262,7 +262,7 @@ func TestUpdateSwapsEngineForLiveSessions(t *testing.T) {
 	f := startGate(t, sharedPG(t), nil)
 	c := connect(t, f.dsn("agent-ro", passRO, "app"))
 	rows(t, c, "SELECT id FROM users")
-	f.gate.Update(denyAll{}, testIdentities(t))
+	f.gate.Reload(denyAll{}, testIdentities(t))
 	_, err := c.Exec(ctxT(t), "SELECT id FROM users").ReadAll()
 	wantDenied(t, err, "reloaded_deny")
 }
@@ -288,7 +288,7 @@ func TestUpdateResolvesIdentityForLiveSessions(t *testing.T) {
 	t.Run("profile narrowed", func(t *testing.T) {
 		c := connect(t, f.dsn("agent-rw", passRW, "app"))
 		rows(t, c, "UPDATE users SET name = name WHERE id = -1")
-		f.gate.Update(testEngine(t), ids(identity.Config{
+		f.gate.Reload(testEngine(t), ids(identity.Config{
 			{ID: "agent-rw", SCRAMSHA256: rw, Attributes: map[string]string{"sql_profile": "read_only"}},
 		}))
 		_, err := c.Exec(ctxT(t), "UPDATE users SET name = name WHERE id = -1").ReadAll()
@@ -304,20 +304,20 @@ func TestUpdateResolvesIdentityForLiveSessions(t *testing.T) {
 		c := connect(t, f.dsn("agent-ro", passRO, "app"))
 		rows(t, c, "SELECT id FROM users WHERE id = -1")
 		fl.deny.Store(true)
-		f.gate.Update(testEngine(t), testIdentities(t))
+		f.gate.Reload(testEngine(t), testIdentities(t))
 		_, err := c.Exec(ctxT(t), "SELECT id FROM users WHERE id = -1").ReadAll()
 		wantDenied(t, err, "internal_denied")
 	})
 
 	t.Run("password rotated", func(t *testing.T) {
-		f.gate.Update(testEngine(t), testIdentities(t))
+		f.gate.Reload(testEngine(t), testIdentities(t))
 		c := connect(t, f.dsn("agent-rw", passRW, "app"))
 		rows(t, c, "SELECT id FROM users WHERE id = -1")
 		rotated, err := SCRAMVerifier("n3w-"+passRW, nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.gate.Update(testEngine(t), ids(identity.Config{
+		f.gate.Reload(testEngine(t), ids(identity.Config{
 			{ID: "agent-rw", SCRAMSHA256: rotated, Attributes: map[string]string{"sql_profile": "read_write"}},
 		}))
 		_, err = c.Exec(ctxT(t), "SELECT id FROM users WHERE id = -1").ReadAll()
@@ -328,10 +328,10 @@ func TestUpdateResolvesIdentityForLiveSessions(t *testing.T) {
 	})
 
 	t.Run("identity removed", func(t *testing.T) {
-		f.gate.Update(testEngine(t), testIdentities(t))
+		f.gate.Reload(testEngine(t), testIdentities(t))
 		c := connect(t, f.dsn("agent-rw", passRW, "app"))
 		rows(t, c, "SELECT id FROM users WHERE id = -1")
-		f.gate.Update(testEngine(t), ids(identity.Config{}))
+		f.gate.Reload(testEngine(t), ids(identity.Config{}))
 		_, err := c.Exec(ctxT(t), "SELECT id FROM users WHERE id = -1").ReadAll()
 		var pe *pgconn.PgError
 		if !errors.As(err, &pe) || pe.Code != "28000" || pe.Message != "egressd: denied: identity_revoked" {

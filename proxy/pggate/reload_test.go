@@ -17,7 +17,7 @@ import (
 // writing table is denied table_not_allowed: a bundle reloaded with a
 // narrower read list.
 type denyTable struct {
-	inner Decider
+	inner policy.Decider
 	table string
 }
 
@@ -50,7 +50,7 @@ func narrowToReadOnly(t *testing.T, f *fixture) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.gate.Update(testEngine(t), ids)
+	f.gate.Reload(testEngine(t), ids)
 }
 
 // seedItem puts row id into items directly and returns a check that it is
@@ -126,7 +126,7 @@ func TestReloadRevokesPreparedStatementsAndCursors(t *testing.T) {
 		if got := rows(t, c, "FETCH 1 FROM cur"); len(got) != 1 || got[0][0] != "ada" {
 			t.Fatalf("FETCH before the reload = %v; want [[ada]]", got)
 		}
-		f.gate.Update(denyTable{inner: testEngine(t), table: "users"}, testIdentities(t))
+		f.gate.Reload(denyTable{inner: testEngine(t), table: "users"}, testIdentities(t))
 		for _, q := range []string{"FETCH 1 FROM cur", "FETCH NEXT IN cur", "MOVE FORWARD 1 FROM cur", "FETCH cur"} {
 			_, err := c.Exec(ctxT(t), q).ReadAll()
 			wantDenied(t, err, "table_not_allowed")
@@ -148,7 +148,7 @@ func TestReloadRevokesPreparedStatementsAndCursors(t *testing.T) {
 			t.Fatal(err)
 		}
 		receiveUntilReady(t, fe)
-		f.gate.Update(denyTable{inner: testEngine(t), table: "users"}, testIdentities(t))
+		f.gate.Reload(denyTable{inner: testEngine(t), table: "users"}, testIdentities(t))
 		fe.Send(&pgproto3.Execute{Portal: "cur", MaxRows: 1})
 		fe.Send(&pgproto3.Sync{})
 		if err := fe.Flush(); err != nil {
