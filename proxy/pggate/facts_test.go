@@ -45,34 +45,19 @@ func tableState(t *testing.T, direct *pgconn.PgConn) [][]string {
 
 func TestWritesHiddenInCopyAndCTEsDenied(t *testing.T) {
 	direct, f := factsFixture(t)
-	before := tableState(t, direct)
-	tests := []struct {
-		name, user, pass, sql, reason string
-	}{
-		{"ro copy delete through a shadowing cte", "agent-ro", passRO, "COPY (WITH gf_t AS (SELECT 1) DELETE FROM gf_t RETURNING *) TO STDOUT", "write_denied"},
-		{"ro copy update", "agent-ro", passRO, "COPY (WITH gf_orders AS (SELECT 1) UPDATE gf_orders SET total = 0 WHERE true RETURNING *) TO STDOUT", "write_denied"},
-		{"ro copy insert", "agent-ro", passRO, "COPY (WITH gf_t AS (SELECT 1) INSERT INTO gf_t VALUES (9, 'x') RETURNING *) TO STDOUT", "write_denied"},
-		{"ro copy plain delete", "agent-ro", passRO, "COPY (DELETE FROM gf_x WHERE id = 1 RETURNING id) TO STDOUT", "write_denied"},
-		{"rw shadowed write list", "agent-rw", passRW, "WITH secrets AS (SELECT 1) INSERT INTO private.secrets VALUES ('x')", "write_denied"},
-		{"rw copy delete without where", "agent-rw", passRW, "COPY (DELETE FROM gf_x RETURNING id) TO STDOUT", "missing_where"},
-		{"rw writable cte without where", "agent-rw", passRW, "WITH d AS (DELETE FROM gf_x RETURNING *) SELECT count(*) FROM d", "missing_where"},
-		{"rw merge on true", "agent-rw", passRW, "MERGE INTO gf_orders o USING (SELECT 1) s ON true WHEN MATCHED THEN UPDATE SET total = 0", "missing_where"},
-		{"rw merge delete", "agent-rw", passRW, "MERGE INTO gf_orders o USING gf_x s ON o.id = s.id WHEN MATCHED THEN DELETE", "missing_where"},
-		{"rw upsert of a query", "agent-rw", passRW, "INSERT INTO gf_orders SELECT * FROM gf_orders ON CONFLICT (id) DO UPDATE SET total = 0", "missing_where"},
+	tests := []deniedCase{
+		{"ro copy delete through a shadowing cte", "agent-ro", "COPY (WITH gf_t AS (SELECT 1) DELETE FROM gf_t RETURNING *) TO STDOUT", "write_denied"},
+		{"ro copy update", "agent-ro", "COPY (WITH gf_orders AS (SELECT 1) UPDATE gf_orders SET total = 0 WHERE true RETURNING *) TO STDOUT", "write_denied"},
+		{"ro copy insert", "agent-ro", "COPY (WITH gf_t AS (SELECT 1) INSERT INTO gf_t VALUES (9, 'x') RETURNING *) TO STDOUT", "write_denied"},
+		{"ro copy plain delete", "agent-ro", "COPY (DELETE FROM gf_x WHERE id = 1 RETURNING id) TO STDOUT", "write_denied"},
+		{"rw shadowed write list", "agent-rw", "WITH secrets AS (SELECT 1) INSERT INTO private.secrets VALUES ('x')", "write_denied"},
+		{"rw copy delete without where", "agent-rw", "COPY (DELETE FROM gf_x RETURNING id) TO STDOUT", "missing_where"},
+		{"rw writable cte without where", "agent-rw", "WITH d AS (DELETE FROM gf_x RETURNING *) SELECT count(*) FROM d", "missing_where"},
+		{"rw merge on true", "agent-rw", "MERGE INTO gf_orders o USING (SELECT 1) s ON true WHEN MATCHED THEN UPDATE SET total = 0", "missing_where"},
+		{"rw merge delete", "agent-rw", "MERGE INTO gf_orders o USING gf_x s ON o.id = s.id WHEN MATCHED THEN DELETE", "missing_where"},
+		{"rw upsert of a query", "agent-rw", "INSERT INTO gf_orders SELECT * FROM gf_orders ON CONFLICT (id) DO UPDATE SET total = 0", "missing_where"},
 	}
-	conns := map[string]*pgconn.PgConn{
-		"agent-ro": connect(t, f.dsn("agent-ro", passRO, "app")),
-		"agent-rw": connect(t, f.dsn("agent-rw", passRW, "app")),
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := conns[tt.user].Exec(ctxT(t), tt.sql).ReadAll()
-			wantDenied(t, err, tt.reason)
-		})
-	}
-	if after := tableState(t, direct); !reflect.DeepEqual(before, after) {
-		t.Errorf("tables after the denied statements = %v; want unchanged %v", after, before)
-	}
+	conns := wantAllDenied(t, f, direct, tests)
 	// The same forms with a WHERE (MERGE: an AND condition) run.
 	rw := conns["agent-rw"]
 	for _, q := range []string{
@@ -90,27 +75,16 @@ func TestWritesHiddenInCopyAndCTEsDenied(t *testing.T) {
 	}
 }
 
-func TestNamesInValuesAreChecked(t *testing.T) {
-	direct, f := factsFixture(t)
+// deniedCase is a statement a user's session must see denied with reason.
+type deniedCase struct{ name, user, sql, reason string }
+
+// wantAllDenied runs each case on its user's session (agent-ro or
+// agent-rw), wants it denied with its reason, and wants the fixture's
+// tables unchanged afterwards. It returns the sessions, for the allowed
+// forms the caller tries next.
+func wantAllDenied(t *testing.T, f *fixture, direct *pgconn.PgConn, tests []deniedCase) map[string]*pgconn.PgConn {
+	t.Helper()
 	before := tableState(t, direct)
-	tests := []struct {
-		name, user, pass, sql, reason string
-	}{
-		{"row type of pg_authid", "agent-ro", passRO, "SELECT jsonb_populate_record(NULL::pg_authid, '{}')", "table_not_allowed"},
-		{"row type of another schema", "agent-ro", passRO, "SELECT NULL::private.secrets", "table_not_allowed"},
-		{"row constructor", "agent-ro", passRO, "SELECT ROW('x')::private.secrets", "table_not_allowed"},
-		{"regclass cast", "agent-ro", passRO, "SELECT 'private.secrets'::regclass", "table_not_allowed"},
-		{"regclass of a parameter", "agent-ro", passRO, "SELECT $1::regclass", "dynamic_name_denied"},
-		{"nextval outside the write list", "agent-rw", passRW, "SELECT nextval('private.gf_seq')", "write_denied"},
-		{"setval outside the write list", "agent-rw", passRW, "SELECT setval('private.gf_seq', 100)", "write_denied"},
-		{"nextval of a column", "agent-rw", passRW, "SELECT nextval(note) FROM gf_t", "dynamic_name_denied"},
-		{"show all", "agent-ro", passRO, "SHOW ALL", "table_not_allowed"},
-		{"statement_timeout 0", "agent-ro", passRO, "SET statement_timeout = 0", "setting_value_denied"},
-		{"statement_timeout negative", "agent-ro", passRO, "SET statement_timeout = -1", "setting_value_denied"},
-		{"statement_timeout above the bound", "agent-ro", passRO, "SET statement_timeout = '2h'", "setting_value_denied"},
-		{"lock_timeout unparseable", "agent-ro", passRO, "SET lock_timeout = '0x10'", "setting_value_denied"},
-		{"work_mem above the bound", "agent-ro", passRO, "SET work_mem = '100GB'", "setting_value_denied"},
-	}
 	conns := map[string]*pgconn.PgConn{
 		"agent-ro": connect(t, f.dsn("agent-ro", passRO, "app")),
 		"agent-rw": connect(t, f.dsn("agent-rw", passRW, "app")),
@@ -122,8 +96,30 @@ func TestNamesInValuesAreChecked(t *testing.T) {
 		})
 	}
 	if after := tableState(t, direct); !reflect.DeepEqual(before, after) {
-		t.Errorf("state after the denied statements = %v; want unchanged %v", after, before)
+		t.Errorf("tables after the denied statements = %v; want unchanged %v", after, before)
 	}
+	return conns
+}
+
+func TestNamesInValuesAreChecked(t *testing.T) {
+	direct, f := factsFixture(t)
+	tests := []deniedCase{
+		{"row type of pg_authid", "agent-ro", "SELECT jsonb_populate_record(NULL::pg_authid, '{}')", "table_not_allowed"},
+		{"row type of another schema", "agent-ro", "SELECT NULL::private.secrets", "table_not_allowed"},
+		{"row constructor", "agent-ro", "SELECT ROW('x')::private.secrets", "table_not_allowed"},
+		{"regclass cast", "agent-ro", "SELECT 'private.secrets'::regclass", "table_not_allowed"},
+		{"regclass of a parameter", "agent-ro", "SELECT $1::regclass", "dynamic_name_denied"},
+		{"nextval outside the write list", "agent-rw", "SELECT nextval('private.gf_seq')", "write_denied"},
+		{"setval outside the write list", "agent-rw", "SELECT setval('private.gf_seq', 100)", "write_denied"},
+		{"nextval of a column", "agent-rw", "SELECT nextval(note) FROM gf_t", "dynamic_name_denied"},
+		{"show all", "agent-ro", "SHOW ALL", "table_not_allowed"},
+		{"statement_timeout 0", "agent-ro", "SET statement_timeout = 0", "setting_value_denied"},
+		{"statement_timeout negative", "agent-ro", "SET statement_timeout = -1", "setting_value_denied"},
+		{"statement_timeout above the bound", "agent-ro", "SET statement_timeout = '2h'", "setting_value_denied"},
+		{"lock_timeout unparseable", "agent-ro", "SET lock_timeout = '0x10'", "setting_value_denied"},
+		{"work_mem above the bound", "agent-ro", "SET work_mem = '100GB'", "setting_value_denied"},
+	}
+	conns := wantAllDenied(t, f, direct, tests)
 	for _, q := range []string{
 		"SHOW work_mem",
 		"SET statement_timeout = '5s'",
