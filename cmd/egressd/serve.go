@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -27,6 +29,7 @@ import (
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/proxy/admin"
+	"github.com/egressd/egressd/proxy/ca"
 	"github.com/egressd/egressd/proxy/fdlimit"
 	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/proxy/pggate"
@@ -86,7 +89,14 @@ type daemon struct {
 	dns      *dnsguard.Server // nil unless dns.listen is set
 	gate     *pggate.Gate     // nil unless postgres.listen is set
 	fds      *fdlimit.Budget  // nil if the limit could not be read
-	reloadMu sync.Mutex
+	// inspectCA holds the per-identity roots that inspected CONNECTs get
+	// their leaves from, and inspectRoots the CAs upstream certificates
+	// inside inspected tunnels must chain to (inspect.upstream_ca_file or
+	// the system roots). Both are opened at start (inspect: is not
+	// reloadable); the HTTPS-inspection proxy takes them.
+	inspectCA    *ca.Authority
+	inspectRoots *x509.CertPool
+	reloadMu     sync.Mutex
 }
 
 func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Logger) (*daemon, error) {
@@ -109,6 +119,22 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	if err := checkIdentities(cfgPath, cfg.Identities, engine); err != nil {
 		return nil, err
 	}
+	// Opened before the audit log: a CA key others can read stops start-up
+	// before anything is served or recorded.
+	authority, err := ca.Open(cfg.Inspect.CADir, cfg.Inspect.Options())
+	if err != nil {
+		return nil, fmt.Errorf("inspect.ca_dir: %w", err)
+	}
+	upstreamRoots, err := ca.UpstreamRoots(cfg.Inspect.UpstreamCAFile)
+	if err != nil {
+		return nil, err
+	}
+	caDir, err := filepath.Abs(cfg.Inspect.CADir)
+	if err != nil {
+		caDir = cfg.Inspect.CADir
+	}
+	log.Info("HTTPS inspection CA directory (one root per identity; `egressd ca export --identity ID` gives a sandbox its root)",
+		zap.String("dir", caDir))
 	ac := cfg.Audit
 	ac.Started = startedDetail(cfgPath, engine.Digest())
 	aw, err := audit.Open(ac, log)
@@ -130,7 +156,8 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 			Help: "Allows refused with audit_budget_exceeded because their identity spent its audit budget.",
 		}, func() float64 { return float64(meter.Stats().OverBudget) }))
 	d := &daemon{cfg: cfg, cfgPath: cfgPath, log: log, floor: floor, res: res, audit: aw, meter: meter,
-		registry: reg, metrics: proxy.NewMetrics(reg), fds: descriptorBudget(log)}
+		registry: reg, metrics: proxy.NewMetrics(reg), fds: descriptorBudget(log),
+		inspectCA: authority, inspectRoots: upstreamRoots}
 	fail := func(err error) (*daemon, error) {
 		meter.Close()
 		aw.Close()
@@ -373,6 +400,7 @@ func restartNeeded(running, loaded *config.Config) []string {
 		{"dns", running.DNS, loaded.DNS},
 		{"audit", running.Audit, loaded.Audit},
 		{"postgres", running.Postgres, loaded.Postgres},
+		{"inspect", running.Inspect, loaded.Inspect},
 	} {
 		if !reflect.DeepEqual(s.a, s.b) {
 			out = append(out, s.name)

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 )
@@ -76,12 +77,7 @@ func Init(dir string) error {
 	if err := checkDir(dir); err != nil {
 		return err
 	}
-	l, err := lockDir(dir)
-	if err != nil {
-		return err
-	}
-	defer l.unlock()
-	return scanDir(dir)
+	return checkKeys(dir)
 }
 
 // Open loads or creates the CA directory dir. It refuses a directory
@@ -104,13 +100,22 @@ func Open(dir string, o Options) (*Authority, error) {
 	if err := Init(dir); err != nil {
 		return nil, err
 	}
+	l, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	err = removeTemps(dir)
+	l.unlock()
+	if err != nil {
+		return nil, err
+	}
 	a := &Authority{
 		dir: dir, ttl: o.LeafTTL, now: o.Now,
 		roots: map[string]*root{}, cache: newLRU(o.CacheSize), inflight: map[leafKey]*mintCall{},
 	}
-	certs, err := filepath.Glob(filepath.Join(dir, "*"+certExt))
+	certs, err := entries(dir, func(name string) bool { return strings.HasSuffix(name, certExt) })
 	if err != nil {
-		return nil, fmt.Errorf("list CA directory: %w", err)
+		return nil, err
 	}
 	for _, c := range certs {
 		stem := filepath.Base(c[:len(c)-len(certExt)])

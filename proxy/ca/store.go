@@ -60,25 +60,46 @@ func checkKeyFile(path string) error {
 	return nil
 }
 
-// scanDir checks every key file of dir and removes temporary files that a
-// crash left behind. It runs under the directory lock, so no other process
-// is writing one of them.
-func scanDir(dir string) error {
+// checkKeys runs checkKeyFile on every key file of dir.
+func checkKeys(dir string) error {
+	keys, err := entries(dir, func(name string) bool { return strings.HasSuffix(name, keyExt) })
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := checkKeyFile(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// entries returns the paths of the entries of dir whose names match (not
+// filepath.Glob: dir may contain glob metacharacters).
+func entries(dir string, match func(name string) bool) ([]string, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return fmt.Errorf("read CA directory: %w", err)
+		return nil, fmt.Errorf("read CA directory: %w", err)
 	}
+	var out []string
 	for _, e := range ents {
-		name := e.Name()
-		switch {
-		case strings.HasPrefix(name, tmpPrefix):
-			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("remove stale temporary file: %w", err)
-			}
-		case strings.HasSuffix(name, keyExt):
-			if err := checkKeyFile(filepath.Join(dir, name)); err != nil {
-				return err
-			}
+		if match(e.Name()) {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out, nil
+}
+
+// removeTemps removes the temporary files a crash left in dir. It runs
+// under the directory lock, so no other process is writing one of them.
+func removeTemps(dir string) error {
+	tmps, err := entries(dir, func(name string) bool { return strings.HasPrefix(name, tmpPrefix) })
+	if err != nil {
+		return err
+	}
+	for _, t := range tmps {
+		if err := os.Remove(t); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove stale temporary file: %w", err)
 		}
 	}
 	return nil
