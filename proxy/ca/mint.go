@@ -111,8 +111,8 @@ func mintLeaf(r *root, host string, now time.Time, ttl time.Duration) (*tls.Cert
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: sn,
-		// A subject keeps strict verifiers (Python's VERIFY_X509_STRICT)
-		// from requiring a critical SAN extension.
+		// The host as commonName too, for the few old clients that still
+		// read it; verifiers match the SAN.
 		Subject:               pkix.Name{CommonName: host},
 		NotBefore:             now.Add(-skew),
 		NotAfter:              now.Add(ttl),
