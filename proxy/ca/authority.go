@@ -128,9 +128,6 @@ func Open(dir string, o Options) (*Authority, error) {
 	return a, nil
 }
 
-// Dir is the CA directory.
-func (a *Authority) Dir() string { return a.dir }
-
 // Root returns identity's root certificate, creating the root if absent.
 func (a *Authority) Root(identity string) (*x509.Certificate, error) {
 	r, err := a.root(identity)

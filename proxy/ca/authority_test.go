@@ -281,3 +281,18 @@ func TestLeafCacheHitDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// TestLeafRefusedPastRootExpiry: a root about to expire mints no leaf that
+// would outlive it; the error says to rotate.
+func TestLeafRefusedPastRootExpiry(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	a := openT(t, Options{Now: func() time.Time { return now }})
+	root, err := a.Root("sandbox-a")
+	if err != nil {
+		t.Fatalf("Root: %v", err)
+	}
+	now = root.NotAfter.Add(-time.Hour)
+	if _, err := a.Leaf("sandbox-a", "example.com"); err == nil || !strings.Contains(err.Error(), "rotate") {
+		t.Errorf("Leaf an hour before the root expires (TTL 6h) = %v; want a refusal saying to rotate", err)
+	}
+}

@@ -101,6 +101,12 @@ func truncate(s string, n int) string {
 // fresh P-256 key, a random serial, valid from now-skew to now+ttl, for
 // serverAuth only, with exactly host as its subject alternative name.
 func mintLeaf(r *root, host string, now time.Time, ttl time.Duration) (*tls.Certificate, error) {
+	// A leaf outliving its root fails every client's check; say why here
+	// instead.
+	if now.Add(ttl).After(r.cert.NotAfter) {
+		return nil, fmt.Errorf("CA root %q expires %s, before a leaf minted now would: rotate it "+
+			"(delete its .crt and .key, restart, give the sandbox the new root)", r.cert.Subject.CommonName, r.cert.NotAfter.Format(time.RFC3339))
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("generate leaf key: %w", err)
