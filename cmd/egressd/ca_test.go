@@ -10,11 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"software.sslmate.com/src/go-pkcs12"
 
+	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/proxy/ca"
 )
 
@@ -196,5 +199,17 @@ func TestServeRefusesReadableCAKey(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(tmp, "audit")); err == nil {
 		t.Errorf("serve created the audit log before refusing the CA; want the refusal first")
+	}
+}
+
+// TestReloadNamesInspectAsNeedingRestart: the CA section is read at start
+// only, so a reload that changes it says so rather than seeming applied.
+func TestReloadNamesInspectAsNeedingRestart(t *testing.T) {
+	running := config.Default()
+	loaded := config.Default()
+	loaded.Inspect.LeafTTL = 2 * time.Hour
+	loaded.Inspect.CADir = "/elsewhere"
+	if got := restartNeeded(running, loaded); !slices.Equal(got, []string{"inspect"}) {
+		t.Errorf("restartNeeded(inspect changed) = %v; want [inspect]", got)
 	}
 }
