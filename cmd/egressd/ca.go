@@ -95,7 +95,7 @@ func runCAExport(args []string, stdout, stderr io.Writer) error {
 	if *cfgPath != "" && *caDir != "" {
 		return usageErrorf("ca export: give --config or --ca-dir, not both")
 	}
-	dir := *caDir
+	dir, opts := *caDir, ca.Options{}
 	if dir == "" {
 		cfg, err := config.Load(*cfgPath)
 		if err != nil {
@@ -104,9 +104,11 @@ func runCAExport(args []string, stdout, stderr io.Writer) error {
 		if err := knownIdentity(cfg, *cfgPath, *id); err != nil {
 			return err
 		}
-		dir = cfg.Inspect.CADir
+		// An identity's configured root is what serve uses, so it is what
+		// export gives.
+		dir, opts = cfg.Inspect.CADir, cfg.InspectOptions()
 	}
-	a, err := ca.Open(dir, ca.Options{})
+	a, err := ca.Open(dir, opts)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/proxy/ca"
+	"github.com/egressd/egressd/proxy/identity"
 )
 
 // runCmd runs egressd with args and returns stdout, stderr and the exit code.
@@ -209,7 +210,66 @@ func TestReloadNamesInspectAsNeedingRestart(t *testing.T) {
 	loaded := config.Default()
 	loaded.Inspect.LeafTTL = 2 * time.Hour
 	loaded.Inspect.CADir = "/elsewhere"
-	if got := restartNeeded(running, loaded); !slices.Equal(got, []string{"inspect"}) {
+	if got := restartNeeded(running, loaded, nil); !slices.Equal(got, []string{"inspect"}) {
 		t.Errorf("restartNeeded(inspect changed) = %v; want [inspect]", got)
 	}
+	withRoot := config.Default()
+	withRoot.Identities = identity.Config{{ID: "a", Sources: []string{"10.0.0.0/8"}, CACert: "/c.pem", CAKey: "/k.pem"}}
+	if got := restartNeeded(running, withRoot, nil); !slices.Equal(got, []string{"identities ca_cert/ca_key"}) {
+		t.Errorf("restartNeeded(configured root added) = %v; want [identities ca_cert/ca_key]", got)
+	}
+	opened := map[string]ca.Files{"a": {Cert: "/c.pem", Key: "/k.pem"}}
+	if got := restartNeeded(withRoot, withRoot, opened); len(got) != 0 {
+		t.Errorf("restartNeeded(same configured root) = %v; want none", got)
+	}
+}
+
+// TestCAExportConfiguredRoot: an identity whose root is configured
+// (identities[].ca_cert, ca_key) exports that root, the one serve mints
+// from, and gets nothing created in the CA directory.
+func TestCAExportConfiguredRoot(t *testing.T) {
+	tmp := t.TempDir()
+	// An operator's root, made here with a throwaway CA directory.
+	ops, err := ca.Open(filepath.Join(tmp, "ops"), ca.Options{})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if _, err := ops.Root("ops"); err != nil {
+		t.Fatalf("Root: %v", err)
+	}
+	cert, key := filepath.Join(tmp, "ops", "ops.crt"), filepath.Join(tmp, "ops", "ops.key")
+	cfg := filepath.Join(tmp, "egressd.yaml")
+	yaml := fmt.Sprintf("audit:\n  dir: %s\nidentities:\n  - id: sandbox-1\n    sources: [10.0.0.0/24]\n    ca_cert: %s\n    ca_key: %s\n",
+		filepath.Join(tmp, "audit"), cert, key)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCmd("ca", "export", "--config", cfg, "--identity", "sandbox-1")
+	if code != 0 {
+		t.Fatalf("ca export = %d (%s); want 0", code, errOut)
+	}
+	want, err := os.ReadFile(cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != string(want) {
+		t.Errorf("ca export printed %q; want the configured root %q", out, want)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(tmp, "egressd-ca")); len(names(ents)) > 1 {
+		t.Errorf("CA directory holds %v; want no root created for a configured identity", names(ents))
+	}
+	if err := os.Chmod(key, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := runCmd("ca", "export", "--config", cfg, "--identity", "sandbox-1"); code == 0 || !strings.Contains(errOut, "chmod 600 "+key) {
+		t.Errorf("ca export with a group-readable configured key = %d, %q; want a refusal saying chmod 600", code, errOut)
+	}
+}
+
+func names(ents []os.DirEntry) []string {
+	out := make([]string, len(ents))
+	for i, e := range ents {
+		out[i] = e.Name()
+	}
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -96,7 +97,10 @@ type daemon struct {
 	// reloadable); the HTTPS-inspection proxy takes them.
 	inspectCA    *ca.Authority
 	inspectRoots *x509.CertPool
-	reloadMu     sync.Mutex
+	// inspectConfigured are the identities' configured roots inspectCA
+	// was opened with.
+	inspectConfigured map[string]ca.Files
+	reloadMu          sync.Mutex
 }
 
 func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Logger) (*daemon, error) {
@@ -121,7 +125,8 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	}
 	// Opened before the audit log: a CA key others can read stops start-up
 	// before anything is served or recorded.
-	authority, err := ca.Open(cfg.Inspect.CADir, cfg.Inspect.Options())
+	caOpts := cfg.InspectOptions()
+	authority, err := ca.Open(cfg.Inspect.CADir, caOpts)
 	if err != nil {
 		return nil, fmt.Errorf("inspect.ca_dir: %w", err)
 	}
@@ -157,7 +162,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		}, func() float64 { return float64(meter.Stats().OverBudget) }))
 	d := &daemon{cfg: cfg, cfgPath: cfgPath, log: log, floor: floor, res: res, audit: aw, meter: meter,
 		registry: reg, metrics: proxy.NewMetrics(reg), fds: descriptorBudget(log),
-		inspectCA: authority, inspectRoots: upstreamRoots}
+		inspectCA: authority, inspectRoots: upstreamRoots, inspectConfigured: caOpts.Configured}
 	fail := func(err error) (*daemon, error) {
 		meter.Close()
 		aw.Close()
@@ -375,7 +380,7 @@ func (d *daemon) reloadLocked(ctx context.Context) error {
 		l.Reload(engine, ids)
 	}
 	d.engine.Store(engine)
-	if pending := restartNeeded(d.cfg, cfg); len(pending) > 0 {
+	if pending := restartNeeded(d.cfg, cfg, d.inspectConfigured); len(pending) > 0 {
 		d.log.Warn("reload applied identities, internal and policy; the changed sections need a restart",
 			zap.Strings("sections", pending))
 	}
@@ -387,8 +392,10 @@ func (d *daemon) reloadLocked(ctx context.Context) error {
 }
 
 // restartNeeded names the sections that differ between the running and the
-// reloaded configuration but only take effect at start.
-func restartNeeded(running, loaded *config.Config) []string {
+// reloaded configuration but only take effect at start, and the identities'
+// configured CA roots if they differ from those opened at start (a reload
+// takes identities, but not their roots).
+func restartNeeded(running, loaded *config.Config, openedRoots map[string]ca.Files) []string {
 	var out []string
 	for _, s := range []struct {
 		name string
@@ -405,6 +412,9 @@ func restartNeeded(running, loaded *config.Config) []string {
 		if !reflect.DeepEqual(s.a, s.b) {
 			out = append(out, s.name)
 		}
+	}
+	if !maps.Equal(openedRoots, loaded.InspectOptions().Configured) {
+		out = append(out, "identities ca_cert/ca_key")
 	}
 	return out
 }

@@ -31,6 +31,17 @@ type Options struct {
 	CacheSize int
 	// Now is the clock. If nil, time.Now is used.
 	Now func() time.Time
+	// Configured are roots given by the operator (identities[].ca_cert and
+	// ca_key), by identity; such an identity's root is never created in
+	// the directory. If nil, none.
+	Configured map[string]Files
+}
+
+// Files name a configured root: its PEM certificate, which must be a
+// self-signed CA, and its PEM private key, held to the same mode and owner
+// checks as the keys of the CA directory.
+type Files struct {
+	Cert, Key string
 }
 
 // Stats count an Authority's work since Open.
@@ -124,6 +135,17 @@ func Open(dir string, o Options) (*Authority, error) {
 			return nil, err
 		}
 		a.roots[stem] = r
+	}
+	// Configured roots replace any of the directory's for their identity.
+	for id, f := range o.Configured {
+		r, err := loadPair(f.Cert, f.Key)
+		if err == nil {
+			err = r.cert.CheckSignatureFrom(r.cert)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("configured CA of identity %q must be a self-signed root and its key: %w", id, err)
+		}
+		a.roots[fileStem(id)] = r
 	}
 	return a, nil
 }

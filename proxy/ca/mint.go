@@ -1,6 +1,7 @@
 package ca
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -28,10 +29,11 @@ const (
 	maxCN = 64
 )
 
-// root is one identity's CA.
+// root is one identity's CA. Created roots have P-256 keys; a configured
+// one may have any key x509 can sign with.
 type root struct {
 	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
+	key  crypto.Signer
 }
 
 // serial returns a random positive 128-bit serial number.

@@ -1,7 +1,7 @@
 package ca
 
 import (
-	"crypto/ecdsa"
+	"crypto"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -214,27 +214,31 @@ func loadPair(certPath, keyPath string) (*root, error) {
 	if err != nil {
 		return nil, fmt.Errorf("CA key %s: %w", keyPath, err)
 	}
-	if !key.PublicKey.Equal(cert.PublicKey) {
+	if pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool }); !ok || !pub.Equal(cert.PublicKey) {
 		return nil, fmt.Errorf("CA key %s does not belong to certificate %s", keyPath, certPath)
 	}
 	return &root{cert: cert, key: key}, nil
 }
 
-// parseKey accepts the ECDSA key forms openssl writes (PKCS #8, SEC 1).
-func parseKey(b *pem.Block) (*ecdsa.PrivateKey, error) {
+// parseKey accepts the key forms openssl writes: PKCS #8 (ECDSA, RSA,
+// Ed25519), SEC 1 (ECDSA) and PKCS #1 (RSA), for configured roots from an
+// existing PKI.
+func parseKey(b *pem.Block) (crypto.Signer, error) {
 	switch b.Type {
 	case "EC PRIVATE KEY":
 		return x509.ParseECPrivateKey(b.Bytes)
+	case "RSA PRIVATE KEY":
+		return x509.ParsePKCS1PrivateKey(b.Bytes)
 	case "PRIVATE KEY":
 		k, err := x509.ParsePKCS8PrivateKey(b.Bytes)
 		if err != nil {
 			return nil, err
 		}
-		ek, ok := k.(*ecdsa.PrivateKey)
+		s, ok := k.(crypto.Signer)
 		if !ok {
-			return nil, fmt.Errorf("key is %T; an ECDSA key is needed", k)
+			return nil, fmt.Errorf("key is %T, which cannot sign", k)
 		}
-		return ek, nil
+		return s, nil
 	}
 	return nil, fmt.Errorf("PEM block %q is not a private key", b.Type)
 }

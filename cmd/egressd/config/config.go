@@ -103,6 +103,21 @@ func caDirNextTo(auditDir string) string {
 	return filepath.Join(parent, "egressd-ca")
 }
 
+// InspectOptions are the options of the per-identity CAs: inspect:'s leaf
+// settings and the roots identities[] configure (ca_cert, ca_key).
+func (c *Config) InspectOptions() ca.Options {
+	o := c.Inspect.Options()
+	for _, e := range c.Identities {
+		if e.CACert != "" {
+			if o.Configured == nil {
+				o.Configured = map[string]ca.Files{}
+			}
+			o.Configured[e.ID] = ca.Files{Cert: e.CACert, Key: e.CAKey}
+		}
+	}
+	return o
+}
+
 // Load reads path, or returns the defaults when path is empty.
 func Load(path string) (*Config, error) {
 	if path == "" {

@@ -59,6 +59,7 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"leaf ttl too short", "inspect:\n  leaf_ttl: 1m\n", `inspect.leaf_ttl must be between 10m0s and 168h0m0s, got "1m0s"`},
 		{"leaf ttl too long", "inspect:\n  leaf_ttl: 720h\n", `inspect.leaf_ttl must be between`},
 		{"negative leaf cache", "inspect:\n  leaf_cache: -1\n", "inspect.leaf_cache must be > 0, got -1"},
+		{"ca_cert without ca_key", "identities:\n  - id: a\n    sources: [10.0.0.0/8]\n    ca_cert: /c.pem\n", `identities[0] (id "a") sets only one of ca_cert and ca_key`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,6 +93,7 @@ func TestParseNeverEchoesSecrets(t *testing.T) {
 		{"password in postgres.password_env", "postgres:\n  listen: 127.0.0.1:6432\n  upstream: host=db\n  password_env: " + secret + "\n", "postgres.password_env"},
 		{"password in postgres.password_file", "postgres:\n  listen: 127.0.0.1:6432\n  upstream: host=db\n  password_file: \"" + secret + "\\n\"\n", "postgres.password_file"},
 		{"PEM in postgres.tls_key", "postgres:\n  listen: 127.0.0.1:6432\n  upstream: host=db\n  tls_cert: /c.pem\n  tls_key: \"-----BEGIN PRIVATE KEY-----\\n" + secret + "\"\n", "postgres.tls_key"},
+		{"PEM in identities[].ca_key", "identities:\n  - id: a\n    sources: [10.0.0.0/8]\n    ca_cert: /c.pem\n    ca_key: \"-----BEGIN PRIVATE KEY-----\\n" + secret + "\"\n", "identities[0].ca_key"},
 		{"PEM in audit.signing_key", "audit:\n  signing_key: |\n    -----BEGIN PRIVATE KEY-----\n    " + secret + "\n    -----END PRIVATE KEY-----\n", "audit.signing_key"},
 	}
 	for _, tt := range tests {
