@@ -2,6 +2,7 @@ package ca
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -47,6 +48,27 @@ func TestOpenRefusesUnsafeKeyFile(t *testing.T) {
 				t.Errorf("Open with key mode %04o = %v; want a refusal saying `chmod 600 %s`", tt.mode, err, key)
 			}
 		})
+	}
+}
+
+// TestOpenRefusesKeyOfAnotherUser: a key another user owns could be
+// replaced by that user at will.
+func TestOpenRefusesKeyOfAnotherUser(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ca")
+	a, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if _, err := a.Root("sandbox-a"); err != nil {
+		t.Fatalf("Root: %v", err)
+	}
+	key := filepath.Join(dir, "sandbox-a.key")
+	other := os.Geteuid() + 4242
+	if err := os.Chown(key, other, -1); err != nil {
+		t.Fatalf("chown the key to uid %d (the test needs root, as CI runs): %v", other, err)
+	}
+	if _, err := Open(dir, Options{}); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("chown %d %s", os.Geteuid(), key)) {
+		t.Errorf("Open with a key owned by uid %d = %v; want a refusal saying `chown %d %s`", other, err, os.Geteuid(), key)
 	}
 }
 
