@@ -27,6 +27,13 @@ func TestCADirectoryCreatedAtStart(t *testing.T) {
 	if log := e.Log(); !strings.Contains(log, "HTTPS inspection CA directory") || !strings.Contains(log, dir) {
 		t.Errorf("log does not say where the CA directory is (%s):\n%s", dir, log)
 	}
+	m := e.Metrics(t)
+	for _, name := range []string{"egressd_inspect_leaves_minted_total 0\n", "egressd_inspect_leaf_cache_hits_total 0\n",
+		"egressd_inspect_leaf_cache_entries 0\n", "egressd_inspect_roots_created_total 0\n"} {
+		if !strings.Contains(m, name) {
+			t.Errorf("metrics lack %q", name)
+		}
+	}
 }
 
 // TestCAKeyReadableByOthersRefusesStart: a root key readable by others

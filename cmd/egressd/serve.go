@@ -159,7 +159,23 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "egressd_audit_over_budget_total",
 			Help: "Allows refused with audit_budget_exceeded because their identity spent its audit budget.",
-		}, func() float64 { return float64(meter.Stats().OverBudget) }))
+		}, func() float64 { return float64(meter.Stats().OverBudget) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "egressd_inspect_leaves_minted_total",
+			Help: "Leaf certificates signed for inspected CONNECTs (cache misses).",
+		}, func() float64 { return float64(authority.Stats().Mints) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "egressd_inspect_leaf_cache_hits_total",
+			Help: "Inspected CONNECTs served a cached leaf (or one another CONNECT was minting).",
+		}, func() float64 { return float64(authority.Stats().Hits) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "egressd_inspect_leaf_cache_entries",
+			Help: "Leaves in the in-memory cache (inspect.leaf_cache bounds it).",
+		}, func() float64 { return float64(authority.Stats().Cached) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "egressd_inspect_roots_created_total",
+			Help: "Per-identity CA roots created in inspect.ca_dir since start.",
+		}, func() float64 { return float64(authority.Stats().Roots) }))
 	d := &daemon{cfg: cfg, cfgPath: cfgPath, log: log, floor: floor, res: res, audit: aw, meter: meter,
 		registry: reg, metrics: proxy.NewMetrics(reg), fds: descriptorBudget(log),
 		inspectCA: authority, inspectRoots: upstreamRoots, inspectConfigured: caOpts.Configured}
