@@ -1,10 +1,13 @@
 package ca
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -235,4 +238,79 @@ func names(ents []os.DirEntry) []string {
 		out[i] = e.Name()
 	}
 	return out
+}
+
+// crashDirEnv makes the test binary the child of
+// TestCrashMidWriteLeavesNoPartialKey: it creates a root in that directory
+// and stops half-way through writing the key, to be killed there.
+const crashDirEnv = "EGRESSD_CA_TEST_CRASH_DIR"
+
+// TestCrashMidWriteLeavesNoPartialKey: a process killed (SIGKILL) while
+// writing a root's key leaves no key file, only a temporary file, which the
+// next Open removes; the next root is whole.
+func TestCrashMidWriteLeavesNoPartialKey(t *testing.T) {
+	if dir := os.Getenv(crashDirEnv); dir != "" {
+		writeData = func(f *os.File, b []byte) error {
+			f.Write(b[:len(b)/2])
+			f.Sync()
+			os.Stdout.WriteString("half written\n")
+			io.ReadAll(os.Stdin) // until killed
+			return errors.New("not killed")
+		}
+		a, err := Open(dir, Options{})
+		if err == nil {
+			a.Root("sandbox-a")
+		}
+		return
+	}
+	dir := filepath.Join(t.TempDir(), "ca")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashMidWriteLeavesNoPartialKey$")
+	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "half written\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("child said %q, %v; want it to stop half-way through the key", line, err)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+
+	ents, _ := os.ReadDir(dir)
+	var temps int
+	for _, e := range ents {
+		switch {
+		case strings.HasPrefix(e.Name(), tmpPrefix):
+			temps++
+		case strings.HasSuffix(e.Name(), keyExt), strings.HasSuffix(e.Name(), certExt):
+			t.Errorf("after a crash mid-write the CA directory holds %s; want no key or certificate", e.Name())
+		}
+	}
+	if temps != 1 {
+		t.Errorf("after a crash mid-write the CA directory holds %v; want the one temporary file", names(ents))
+	}
+	a, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("Open after the crash: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("Open after the crash left %v; want only %s", names(ents), lockName)
+	}
+	if _, err := a.Root("sandbox-a"); err != nil {
+		t.Fatalf("Root after the crash: %v", err)
+	}
+	if _, err := loadPair(filepath.Join(dir, "sandbox-a.crt"), filepath.Join(dir, "sandbox-a.key")); err != nil {
+		t.Errorf("root made after the crash: %v; want a whole pair", err)
+	}
 }
