@@ -273,3 +273,32 @@ func names(ents []os.DirEntry) []string {
 	}
 	return out
 }
+
+// TestServeRefusesBadUpstreamCAFile: an inspect.upstream_ca_file without a
+// certificate stops start-up instead of failing every inspected upstream.
+func TestServeRefusesBadUpstreamCAFile(t *testing.T) {
+	tmp := t.TempDir()
+	bundle := filepath.Join(tmp, "bundle.pem")
+	if err := os.WriteFile(bundle, []byte("not PEM\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held := make([]string, 2)
+	for i := range held {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		held[i] = ln.Addr().String()
+	}
+	cfg := filepath.Join(tmp, "egressd.yaml")
+	yaml := fmt.Sprintf("proxy:\n  listen: %s\nadmin:\n  listen: %s\naudit:\n  dir: %s\ninspect:\n  upstream_ca_file: %s\n",
+		held[0], held[1], filepath.Join(tmp, "audit"), bundle)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := run([]string{"serve", "--config", cfg}, &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "inspect.upstream_ca_file") {
+		t.Errorf("serve with an upstream_ca_file without PEM = %v; want a refusal naming inspect.upstream_ca_file", err)
+	}
+}
