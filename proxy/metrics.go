@@ -4,12 +4,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/metrics"
 )
 
 // Metrics are the proxy's Prometheus collectors. They are registered on the
 // registry given to NewMetrics, never on the global one.
 type Metrics struct {
-	requests        *prometheus.CounterVec
+	// Decisions counts every entry point's decisions; the proxy's are
+	// kinds http, connect, redirect, accept, http_done and connect_done.
+	// The DNS server and the Postgres gate count into the same vector.
+	Decisions       *metrics.Decisions
 	decisionSeconds prometheus.Histogram
 	upstreamSeconds prometheus.Histogram
 	tunnelBytes     *prometheus.CounterVec
@@ -23,10 +27,7 @@ type Metrics struct {
 // NewMetrics creates the collectors and registers them.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "egressd_proxy_requests_total",
-			Help: "Proxy decisions by kind, decision and reason.",
-		}, []string{"kind", "decision", "reason"}),
+		Decisions: metrics.NewDecisions(reg),
 		decisionSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "egressd_proxy_decision_seconds",
 			Help:    "Time from request head to decision (identity, facts, floor, policy, audit).",
@@ -58,11 +59,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Configuration and policy reloads by result.",
 		}, []string{"result"}),
 	}
-	reg.MustRegister(m.requests, m.decisionSeconds, m.upstreamSeconds, m.tunnelBytes,
+	reg.MustRegister(m.decisionSeconds, m.upstreamSeconds, m.tunnelBytes,
 		m.active, m.acceptRejected, m.clientClosed, m.Reloads)
 	return m
 }
 
 func (m *Metrics) decided(kind audit.Kind, decision audit.Decision, reason string) {
-	m.requests.WithLabelValues(kind.String(), decision.String(), reason).Inc()
+	m.Decisions.Inc(kind, decision, reason)
 }

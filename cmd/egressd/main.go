@@ -28,6 +28,7 @@ var commands = map[string]command{
 	"policy":   {summary: "start (init), compile (check) or test (test) a policy bundle", run: runPolicy},
 	"audit":    {summary: "verify the audit log's hash chain, or show its records", run: runAudit},
 	"identity": {summary: "hash a sandbox secret into an identities: entry", run: runIdentity},
+	"version":  {summary: "print the version, commit, Go and pg_query versions", run: runVersion},
 }
 
 func main() {

@@ -24,6 +24,8 @@ import (
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/dnsguard"
+	"github.com/egressd/egressd/internal/metrics"
+	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/proxy/admin"
@@ -72,21 +74,24 @@ func runServe(args []string, _, stderr io.Writer) error {
 
 // daemon is the running serve command.
 type daemon struct {
-	cfg      *config.Config
-	cfgPath  string
-	log      *zap.Logger
-	engine   atomic.Pointer[policy.Engine]
-	floor    *dnsguard.Floor
-	res      *dnsguard.Resolver
-	audit    *audit.Writer
-	meter    *audit.Meter // what every entry point appends through
-	metrics  *proxy.Metrics
-	registry *prometheus.Registry
-	proxy    *proxy.Server
-	dns      *dnsguard.Server // nil unless dns.listen is set
-	gate     *pggate.Gate     // nil unless postgres.listen is set
-	fds      *fdlimit.Budget  // nil if the limit could not be read
-	reloadMu sync.Mutex
+	cfg     *config.Config
+	cfgPath string
+	log     *zap.Logger
+	engine  atomic.Pointer[policy.Engine]
+	floor   *dnsguard.Floor
+	res     *dnsguard.Resolver
+	audit   *audit.Writer
+	meter   *audit.Meter // what every entry point appends through
+	metrics *proxy.Metrics
+	// policyInfo exports the running bundle's digest and load time.
+	policyInfo *metrics.Policy
+	logins     *metrics.Logins
+	registry   *prometheus.Registry
+	proxy      *proxy.Server
+	dns        *dnsguard.Server // nil unless dns.listen is set
+	gate       *pggate.Gate     // nil unless postgres.listen is set
+	fds        *fdlimit.Budget  // nil if the limit could not be read
+	reloadMu   sync.Mutex
 }
 
 func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Logger) (*daemon, error) {
@@ -130,7 +135,14 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 			Help: "Allows refused with audit_budget_exceeded because their identity spent its audit budget.",
 		}, func() float64 { return float64(meter.Stats().OverBudget) }))
 	d := &daemon{cfg: cfg, cfgPath: cfgPath, log: log, floor: floor, res: res, audit: aw, meter: meter,
-		registry: reg, metrics: proxy.NewMetrics(reg), fds: descriptorBudget(log)}
+		registry: reg, metrics: proxy.NewMetrics(reg), policyInfo: metrics.NewPolicy(reg), fds: descriptorBudget(log)}
+	metrics.RegisterBuildInfo(reg, version.Get())
+	// Registered without a gate too, so a dashboard's gate panels read 0.
+	d.logins = metrics.NewLogins(reg)
+	d.policyInfo.Loaded(engine.Digest(), time.Now())
+	// DNS queries and SQL statements are counted as they are audited, in
+	// the proxy's decision counter.
+	counted := metrics.Counting(meter, d.metrics.Decisions)
 	fail := func(err error) (*daemon, error) {
 		meter.Close()
 		aw.Close()
@@ -154,7 +166,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	}
 	if cfg.DNS.Listen != "" {
 		d.dns, err = dnsguard.NewServer(dnsguard.ServerOptions{
-			Config: cfg.DNS, Decider: engine, Resolver: res, Audit: meter,
+			Config: cfg.DNS, Decider: engine, Resolver: res, Audit: counted,
 			Identities: ids, Log: log,
 		})
 		if err != nil {
@@ -165,7 +177,8 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		// The gate dials its upstream through the same pinned dialer as the
 		// proxy, so the address floor and `internal:` apply to it too.
 		d.gate, err = pggate.New(cfg.Postgres, pggate.Deps{
-			Engine: engine, Identities: ids, Audit: meter, Dial: dialer.DialContext, Floor: floor, Log: log,
+			Engine: engine, Identities: ids, Audit: counted, Dial: dialer.DialContext, Floor: floor, Log: log,
+			Logins: d.logins,
 		})
 		if err != nil {
 			return fail(fmt.Errorf("postgres: %w", err))
@@ -229,6 +242,17 @@ func (d *daemon) run(ctx context.Context) error {
 			gln = &fdlimit.Listener{Listener: gln, Raw: gln.(*net.TCPListener), Budget: d.fds, Name: "postgres", Audit: d.audit, Log: d.log}
 		}
 	}
+	var mln net.Listener
+	if d.cfg.Metrics.Listen != "" {
+		if mln, err = net.Listen("tcp", d.cfg.Metrics.Listen); err != nil {
+			pln.Close()
+			aln.Close()
+			if gln != nil {
+				gln.Close()
+			}
+			return fmt.Errorf("metrics listen: %w", err)
+		}
+	}
 	adminSrv := &http.Server{
 		Handler: admin.Handler(admin.Options{
 			Gatherer: d.registry,
@@ -248,7 +272,12 @@ func (d *daemon) run(ctx context.Context) error {
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          zap.NewStdLog(d.log.Named("admin")),
 	}
-	errc := make(chan error, 4)
+	metricsSrv := &http.Server{
+		Handler:           admin.MetricsHandler(d.registry),
+		ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog:          zap.NewStdLog(d.log.Named("metrics")),
+	}
+	errc := make(chan error, 5)
 	go func() { errc <- d.proxy.Serve(pln) }()
 	// The admin listener is never refused for want of descriptors; at
 	// the very end it accepts into a spare one.
@@ -261,8 +290,12 @@ func (d *daemon) run(ctx context.Context) error {
 	if d.gate != nil {
 		go func() { errc <- d.gate.Serve(gln) }()
 	}
-	d.log.Info("serving", zap.String("proxy", pln.Addr().String()), zap.String("admin", aln.Addr().String()),
-		zap.String("policy", d.engine.Load().Digest()))
+	serving := []zap.Field{zap.String("proxy", pln.Addr().String()), zap.String("admin", aln.Addr().String())}
+	if mln != nil {
+		go func() { errc <- metricsSrv.Serve(mln) }()
+		serving = append(serving, zap.String("metrics", mln.Addr().String()))
+	}
+	d.log.Info("serving", append(serving, zap.String("policy", d.engine.Load().Digest()))...)
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -294,6 +327,7 @@ loop:
 		}
 	}
 	adminSrv.Shutdown(sctx)
+	metricsSrv.Shutdown(sctx)
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) && !errors.Is(serveErr, pggate.ErrClosed) {
 		return serveErr
 	}
@@ -348,6 +382,7 @@ func (d *daemon) reloadLocked(ctx context.Context) error {
 		l.Reload(engine, ids)
 	}
 	d.engine.Store(engine)
+	d.policyInfo.Loaded(engine.Digest(), time.Now())
 	if pending := restartNeeded(d.cfg, cfg); len(pending) > 0 {
 		d.log.Warn("reload applied identities, internal and policy; the changed sections need a restart",
 			zap.Strings("sections", pending))
@@ -370,6 +405,7 @@ func restartNeeded(running, loaded *config.Config) []string {
 		{"log", running.Log, loaded.Log},
 		{"proxy", running.Proxy, loaded.Proxy},
 		{"admin", running.Admin, loaded.Admin},
+		{"metrics", running.Metrics, loaded.Metrics},
 		{"dns", running.DNS, loaded.DNS},
 		{"audit", running.Audit, loaded.Audit},
 		{"postgres", running.Postgres, loaded.Postgres},
