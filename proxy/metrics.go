@@ -44,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"direction"}),
 		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressd_proxy_active",
-			Help: "Open client connections, in-flight requests and open tunnels.",
+			Help: "Open client connections and open tunnels.",
 		}, []string{"what"}),
 		acceptRejected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "egressd_proxy_connections_rejected_total",
@@ -58,6 +58,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "egressd_reloads_total",
 			Help: "Configuration and policy reloads by result.",
 		}, []string{"result"}),
+	}
+	// Every labelled series exists from the start, at zero, so that
+	// rate() and a dashboard see the first tunnel, hang-up and reload.
+	for _, what := range []string{"connections", "tunnels"} {
+		m.active.WithLabelValues(what)
+	}
+	for _, dir := range []string{"up", "down"} {
+		m.tunnelBytes.WithLabelValues(dir)
+	}
+	for _, when := range []string{"waiting", "response"} {
+		m.clientClosed.WithLabelValues(when)
+	}
+	for _, result := range []string{"ok", "failed"} {
+		m.Reloads.WithLabelValues(result)
 	}
 	reg.MustRegister(m.decisionSeconds, m.upstreamSeconds, m.tunnelBytes,
 		m.active, m.acceptRejected, m.clientClosed, m.Reloads)
