@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"regexp"
 	"testing"
+
+	"github.com/egressd/egressd/internal/version"
 )
 
 // TestVersion: `egressd version` prints version, commit, Go and pg_query
@@ -36,5 +38,16 @@ func TestVersion(t *testing.T) {
 	}
 	if code := exitCode(run([]string{"version", "extra"}, &stdout, &stderr), &stderr); code != 2 {
 		t.Errorf("egressd version extra exit = %d; want 2", code)
+	}
+}
+
+// TestStartedRecordNamesTheBuild: the audit log's started record names the
+// same version and commit as `egressd version` (before, it read the
+// module version, "(devel)" in every binary deploy/build.sh made).
+func TestStartedRecordNamesTheBuild(t *testing.T) {
+	d := startedDetail("", "sha256:x")
+	v := version.Get()
+	if d["version"] != v.Version || d["commit"] != v.Commit {
+		t.Errorf("started detail version, commit = %q, %q; want %q, %q", d["version"], d["commit"], v.Version, v.Commit)
 	}
 }
