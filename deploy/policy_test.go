@@ -147,7 +147,7 @@ func writePolicyConfigMap(t *testing.T, data map[string]string) {
 		str("data"), body,
 	)
 	var b strings.Builder
-	b.WriteString("# Generated from `egressd policy init` output (rego/ without default_test.rego) by\n# `go test ./deploy -run TestPolicyConfigMap -update`; do not edit. To deploy\n# your own rules, see README \"Kubernetes\".\n")
+	b.WriteString("# Generated from `egressd policy init` output (rego/ without default_test.rego)\n# by `go test ./deploy -run TestPolicyConfigMap -update`, which overwrites\n# edits. Your own rules go in data.json below: the bundle's tests do not\n# depend on it (README \"Kubernetes\").\n")
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
 	if err := enc.Encode(doc); err != nil {
