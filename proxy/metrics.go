@@ -11,7 +11,7 @@ import (
 // registry given to NewMetrics, never on the global one.
 type Metrics struct {
 	// Decisions counts every entry point's decisions; the proxy's are
-	// kinds http, connect, redirect, accept, http_done and connect_done.
+	// kinds http, connect, redirect, http_done and connect_done.
 	// The DNS server and the Postgres gate count into the same vector.
 	Decisions       *metrics.Decisions
 	decisionSeconds prometheus.Histogram

@@ -18,10 +18,11 @@ const reasonAllowed = "allowed"
 
 // Kinds are the record kinds whose decisions are counted, and so are
 // zero-initialised: every entry point, and the completions that can turn an
-// allowed request into a refusal.
+// allowed request into a refusal. Connections refused on accept (kind
+// accept) are counted apart, in egressd_proxy_connections_rejected_total.
 var Kinds = []audit.Kind{
 	audit.KindHTTP, audit.KindConnect, audit.KindRedirect, audit.KindDNS, audit.KindSQL,
-	audit.KindAccept, audit.KindHTTPDone, audit.KindConnectDone,
+	audit.KindHTTPDone, audit.KindConnectDone,
 }
 
 // Decisions counts every decision of every entry point in one vector,
@@ -38,7 +39,7 @@ type Decisions struct {
 func NewDecisions(reg prometheus.Registerer) *Decisions {
 	d := &Decisions{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "egressd_decisions_total",
-		Help: "Decisions of every entry point (http, connect, redirect, dns, sql, accept, and refusals of allowed requests in http_done/connect_done) by decision and reason.",
+		Help: "Decisions of every entry point (http, connect, redirect, dns, sql, and refusals of allowed requests in http_done/connect_done) by decision and reason.",
 	}, []string{"kind", "decision", "reason"})}
 	reasons := policy.Reasons()
 	for _, k := range Kinds {
