@@ -14,6 +14,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/metrics"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/identity"
 )
@@ -29,6 +30,10 @@ type ServerOptions struct {
 	// is refused (unknown_client).
 	Identities *identity.Store
 	Log        *zap.Logger
+	// Decisions counts the queries refused before they are audited
+	// (rate_limited); audited ones are counted by the Audit appender
+	// (metrics.Counting). If nil, they are not counted.
+	Decisions *metrics.Decisions
 }
 
 // Server is the DNS listener sandboxes use as their resolver. It answers
@@ -36,13 +41,15 @@ type ServerOptions struct {
 // answers everything else itself: a refused name is never forwarded, since
 // forwarding alone would leak it to the attacker's nameserver.
 type Server struct {
-	cfg    Config
-	state  atomic.Pointer[serverState]
-	res    *Resolver
-	audit  audit.Appender
-	log    *zap.Logger
-	limits *limiter
-	refuse int
+	cfg   Config
+	state atomic.Pointer[serverState]
+	res   *Resolver
+	audit audit.Appender
+	// decisions counts the refusals that are not audited; nil counts none.
+	decisions *metrics.Decisions
+	log       *zap.Logger
+	limits    *limiter
+	refuse    int
 
 	// failLog reports failed appends at most once per interval: while
 	// the audit disk is full every query fails its append.
@@ -70,12 +77,13 @@ func NewServer(o ServerOptions) (*Server, error) {
 		refuse = dns.RcodeNameError
 	}
 	s := &Server{
-		cfg:    cfg,
-		res:    o.Resolver,
-		audit:  o.Audit,
-		log:    o.Log.Named("dnsguard"),
-		limits: newLimiter(cfg.RateLimit, cfg.Burst),
-		refuse: refuse,
+		cfg:       cfg,
+		res:       o.Resolver,
+		audit:     o.Audit,
+		decisions: o.Decisions,
+		log:       o.Log.Named("dnsguard"),
+		limits:    newLimiter(cfg.RateLimit, cfg.Burst),
+		refuse:    refuse,
 	}
 	s.failLog = audit.NewFailLog(s.log, 0)
 	s.Reload(o.Decider, o.Identities)

@@ -167,7 +167,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	if cfg.DNS.Listen != "" {
 		d.dns, err = dnsguard.NewServer(dnsguard.ServerOptions{
 			Config: cfg.DNS, Decider: engine, Resolver: res, Audit: counted,
-			Identities: ids, Log: log,
+			Identities: ids, Log: log, Decisions: d.metrics.Decisions,
 		})
 		if err != nil {
 			return fail(err)
