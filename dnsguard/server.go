@@ -41,19 +41,19 @@ type ServerOptions struct {
 // answers everything else itself: a refused name is never forwarded, since
 // forwarding alone would leak it to the attacker's nameserver.
 type Server struct {
-	cfg   Config
-	state atomic.Pointer[serverState]
-	res   *Resolver
-	audit audit.Appender
-	// decisions counts the refusals that are not audited; nil counts none.
-	decisions *metrics.Decisions
-	log       *zap.Logger
-	limits    *limiter
-	refuse    int
+	cfg    Config
+	state  atomic.Pointer[serverState]
+	res    *Resolver
+	audit  audit.Appender
+	log    *zap.Logger
+	limits *limiter
+	refuse int
 
 	// failLog reports failed appends at most once per interval: while
 	// the audit disk is full every query fails its append.
 	failLog *audit.FailLog
+	// decisions counts the refusals that are not audited; nil counts none.
+	decisions *metrics.Decisions
 }
 
 // serverState is what a reload swaps: the policy and the identities.
@@ -77,15 +77,15 @@ func NewServer(o ServerOptions) (*Server, error) {
 		refuse = dns.RcodeNameError
 	}
 	s := &Server{
-		cfg:       cfg,
-		res:       o.Resolver,
-		audit:     o.Audit,
-		decisions: o.Decisions,
-		log:       o.Log.Named("dnsguard"),
-		limits:    newLimiter(cfg.RateLimit, cfg.Burst),
-		refuse:    refuse,
+		cfg:    cfg,
+		res:    o.Resolver,
+		audit:  o.Audit,
+		log:    o.Log.Named("dnsguard"),
+		limits: newLimiter(cfg.RateLimit, cfg.Burst),
+		refuse: refuse,
 	}
 	s.failLog = audit.NewFailLog(s.log, 0)
+	s.decisions = o.Decisions
 	s.Reload(o.Decider, o.Identities)
 	return s, nil
 }

@@ -74,24 +74,26 @@ func runServe(args []string, _, stderr io.Writer) error {
 
 // daemon is the running serve command.
 type daemon struct {
-	cfg     *config.Config
-	cfgPath string
-	log     *zap.Logger
-	engine  atomic.Pointer[policy.Engine]
-	floor   *dnsguard.Floor
-	res     *dnsguard.Resolver
-	audit   *audit.Writer
-	meter   *audit.Meter // what every entry point appends through
-	metrics *proxy.Metrics
-	// policyInfo exports the running bundle's digest and load time.
+	cfg      *config.Config
+	cfgPath  string
+	log      *zap.Logger
+	engine   atomic.Pointer[policy.Engine]
+	floor    *dnsguard.Floor
+	res      *dnsguard.Resolver
+	audit    *audit.Writer
+	meter    *audit.Meter // what every entry point appends through
+	metrics  *proxy.Metrics
+	registry *prometheus.Registry
+	proxy    *proxy.Server
+	dns      *dnsguard.Server // nil unless dns.listen is set
+	gate     *pggate.Gate     // nil unless postgres.listen is set
+	fds      *fdlimit.Budget  // nil if the limit could not be read
+	reloadMu sync.Mutex
+
+	// policyInfo exports the running bundle's digest and load time;
+	// logins counts gate logins (registered with or without a gate).
 	policyInfo *metrics.Policy
 	logins     *metrics.Logins
-	registry   *prometheus.Registry
-	proxy      *proxy.Server
-	dns        *dnsguard.Server // nil unless dns.listen is set
-	gate       *pggate.Gate     // nil unless postgres.listen is set
-	fds        *fdlimit.Budget  // nil if the limit could not be read
-	reloadMu   sync.Mutex
 }
 
 func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Logger) (*daemon, error) {

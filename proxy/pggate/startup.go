@@ -128,6 +128,8 @@ func (g *Gate) serveConn(conn net.Conn) {
 	start := time.Now()
 	s, f := g.login(conn, be, startup)
 	if f != nil {
+		// Every refusal login returns names a reason; no_decision only
+		// if a new one forgot to, rather than counting it as allowed.
 		g.deps.Logins.Inc(cmp.Or(f.reason, f.ended, string(policy.ReasonNoDecision)))
 		g.log.Info("login refused", zap.String("client", conn.RemoteAddr().String()),
 			zap.String("user", startup.Parameters["user"]), zap.String("code", f.code), zap.String("error", f.msg))
