@@ -27,14 +27,14 @@ import (
 // absent key, 0, 0s or "") means that default in every section, so an
 // empty file (or none) is a working configuration.
 type Config struct {
-	Log   Log          `yaml:"log"`
-	Proxy proxy.Config `yaml:"proxy"`
-	Admin Admin        `yaml:"admin"`
+	Log    Log             `yaml:"log"`
+	Proxy  proxy.Config    `yaml:"proxy"`
+	Admin  Admin           `yaml:"admin"`
+	Policy policy.Config   `yaml:"policy"`
+	DNS    dnsguard.Config `yaml:"dns"`
+	Audit  audit.Config    `yaml:"audit"`
 	// Metrics is the optional metrics-only listener Prometheus scrapes.
-	Metrics Metrics         `yaml:"metrics"`
-	Policy  policy.Config   `yaml:"policy"`
-	DNS     dnsguard.Config `yaml:"dns"`
-	Audit   audit.Config    `yaml:"audit"`
+	Metrics Metrics `yaml:"metrics"`
 	// Postgres is the Postgres gate; it starts only when postgres.listen
 	// is set.
 	Postgres pggate.Config `yaml:"postgres"`
