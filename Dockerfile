@@ -14,6 +14,12 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
+# The context has no .git: pass what `egressd version` reports, e.g.
+#   --build-arg EGRESSD_VERSION=$(git describe --tags --always --dirty)
+#   --build-arg EGRESSD_COMMIT=$(git rev-parse HEAD)
+# Unset, the binary reports version devel, commit unknown.
+ARG EGRESSD_VERSION=""
+ARG EGRESSD_COMMIT=""
 RUN deploy/build.sh /out/egressd \
  && mkdir -p /out/audit \
  && mkdir -m 0700 /out/ca
@@ -31,13 +37,15 @@ COPY --from=build --chown=65532:65532 /out/ca /var/lib/egressd/ca
 USER 65532:65532
 VOLUME ["/var/lib/egressd/audit", "/var/lib/egressd/ca"]
 
-# proxy, DNS, Postgres gate, admin. DNS listens on 5353: a non-root process
+# proxy, DNS, Postgres gate, admin, metrics. DNS listens on 5353: a non-root process
 # cannot bind 53 without CAP_NET_BIND_SERVICE, so Kubernetes maps Service
 # port 53 to 5353 (compose instead lowers ip_unprivileged_port_start, because
 # Docker's embedded resolver forwards only to port 53). The admin listener
 # is bound to loopback by config validation; 9090 is listed for
-# documentation and reached only from inside the container.
-EXPOSE 3128/tcp 5353/udp 5353/tcp 5432/tcp 9090/tcp
+# documentation and reached only from inside the container. 9091 is the
+# metrics-only listener (metrics.listen), which Prometheus may scrape from
+# outside.
+EXPOSE 3128/tcp 5353/udp 5353/tcp 5432/tcp 9090/tcp 9091/tcp
 
 # The admin listener is loopback-only, so the probe runs inside the
 # container, as egressd itself (there is no shell or curl in the image).

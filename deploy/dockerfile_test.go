@@ -80,6 +80,13 @@ func TestDockerfile(t *testing.T) {
 	if in := build.has("RUN deploy/build.sh "); in == "" {
 		t.Errorf("build stage does not RUN deploy/build.sh; instructions %q", build.instr)
 	}
+	// build.sh stamps what `egressd version` reports from these; the
+	// context has no .git to read them from.
+	for _, arg := range []string{"ARG EGRESSD_VERSION", "ARG EGRESSD_COMMIT"} {
+		if build.has(arg) == "" {
+			t.Errorf("build stage lacks %s; egressd version would say devel", arg)
+		}
+	}
 	for _, in := range build.instr {
 		if strings.Contains(in, "go build") {
 			t.Errorf("build stage runs %q; build flags belong in deploy/build.sh only", in)
@@ -96,7 +103,7 @@ func TestDockerfile(t *testing.T) {
 		t.Errorf("HEALTHCHECK = %q; want it to run egressd health", hc)
 	}
 	expose := strings.Fields(strings.TrimPrefix(rt.has("EXPOSE "), "EXPOSE "))
-	if want := []string{"3128/tcp", "5353/udp", "5353/tcp", "5432/tcp", "9090/tcp"}; !sameSet(expose, want) {
+	if want := []string{"3128/tcp", "5353/udp", "5353/tcp", "5432/tcp", "9090/tcp", "9091/tcp"}; !sameSet(expose, want) {
 		t.Errorf("EXPOSE = %q; want %q", expose, want)
 	}
 	if v := rt.has("VOLUME "); !strings.Contains(v, "/var/lib/egressd/audit") || !strings.Contains(v, "/var/lib/egressd/ca") {

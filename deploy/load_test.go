@@ -1,11 +1,7 @@
 package deploy
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
-	"regexp"
 	"sort"
 	"testing"
 
@@ -15,10 +11,13 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
 
-// manifests is every object under kubernetes/, by kind and name.
+// manifests is every object kubernetes/'s kustomization builds, by kind and
+// name.
 type manifests struct {
 	namespaces   map[string]*corev1.Namespace
 	netpols      map[string]*networkingv1.NetworkPolicy // key namespace/name
@@ -29,6 +28,10 @@ type manifests struct {
 	deployments  map[string]*appsv1.Deployment
 	pdbs         map[string]*policyv1.PodDisruptionBudget
 	hpas         map[string]*autoscalingv2.HorizontalPodAutoscaler
+	// order is every object in the order kustomize emits, and so
+	// kubectl applies, them; objects holds each one's typed value.
+	order   []object
+	objects map[object]any
 }
 
 // newObject returns an empty typed object for a manifest's apiVersion and
@@ -67,10 +70,44 @@ func (m *manifests) newObject(tm metav1.TypeMeta) (any, func(key string), error)
 	return nil, nil, fmt.Errorf("unknown apiVersion/kind %s/%s", tm.APIVersion, tm.Kind)
 }
 
-var docSeparator = regexp.MustCompile(`(?m)^---\s*$`)
+// object names one manifest object in the order kustomize emits it.
+type object struct {
+	kind, namespace, name string
+}
 
-// loadManifests decodes every document of every kubernetes/*.yaml file
-// strictly (unknown or duplicate fields are errors) into its API type.
+func (o object) String() string {
+	if o.namespace == "" {
+		return o.kind + " " + o.name
+	}
+	return o.kind + " " + o.namespace + "/" + o.name
+}
+
+// kustomizeBuild renders dir as `kustomize build` (and `kubectl apply -k`)
+// would, and returns its objects as YAML documents in apply order.
+func kustomizeBuild(t *testing.T, dir string) [][]byte {
+	t.Helper()
+	opts := krusty.MakeDefaultOptions()
+	// The order is the kustomization's sortOptions, as for kubectl -k.
+	opts.Reorder = krusty.ReorderOptionUnspecified
+	k := krusty.MakeKustomizer(opts)
+	rm, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	var docs [][]byte
+	for _, r := range rm.Resources() {
+		b, err := r.AsYAML()
+		if err != nil {
+			t.Fatalf("kustomize build %s: %s: %v", dir, r.CurId(), err)
+		}
+		docs = append(docs, b)
+	}
+	return docs
+}
+
+// loadManifests builds kubernetes/ with kustomize, as a user applies it,
+// and decodes every object strictly (unknown or duplicate fields are
+// errors) into its API type.
 func loadManifests(t *testing.T) *manifests {
 	t.Helper()
 	m := &manifests{
@@ -83,51 +120,38 @@ func loadManifests(t *testing.T) *manifests {
 		deployments:  map[string]*appsv1.Deployment{},
 		pdbs:         map[string]*policyv1.PodDisruptionBudget{},
 		hpas:         map[string]*autoscalingv2.HorizontalPodAutoscaler{},
+		objects:      map[object]any{},
 	}
-	files, err := filepath.Glob(filepath.Join("kubernetes", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("glob kubernetes/*.yaml = %v, %v; want manifests", files, err)
-	}
-	seen := map[string]string{}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
+	seen := map[string]bool{}
+	for i, doc := range kustomizeBuild(t, "kubernetes") {
+		where := fmt.Sprintf("kustomize build kubernetes, object %d", i)
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &tm); err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		obj, file, err := m.newObject(tm)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", where, err)
 		}
-		for i, doc := range docSeparator.Split(string(b), -1) {
-			if len(bytes.TrimSpace(stripComments([]byte(doc)))) == 0 {
-				continue
-			}
-			where := fmt.Sprintf("%s document %d", f, i)
-			var tm metav1.TypeMeta
-			if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
-				t.Fatalf("%s: %v", where, err)
-			}
-			obj, file, err := m.newObject(tm)
-			if err != nil {
-				t.Fatalf("%s: %v", where, err)
-			}
-			if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
-				t.Fatalf("%s: strict decode as %s: %v", where, tm.Kind, err)
-			}
-			meta := obj.(metav1.Object)
-			key := meta.GetName()
-			if meta.GetNamespace() != "" {
-				key = meta.GetNamespace() + "/" + key
-			}
-			if prev, dup := seen[tm.Kind+" "+key]; dup {
-				t.Fatalf("%s: %s %s already defined in %s", where, tm.Kind, key, prev)
-			}
-			seen[tm.Kind+" "+key] = where
-			file(key)
+		if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+			t.Fatalf("%s: strict decode as %s: %v", where, tm.Kind, err)
 		}
+		meta := obj.(metav1.Object)
+		key := meta.GetName()
+		if meta.GetNamespace() != "" {
+			key = meta.GetNamespace() + "/" + key
+		}
+		if seen[tm.Kind+" "+key] {
+			t.Fatalf("%s: %s %s defined twice", where, tm.Kind, key)
+		}
+		seen[tm.Kind+" "+key] = true
+		file(key)
+		o := object{kind: tm.Kind, namespace: meta.GetNamespace(), name: meta.GetName()}
+		m.order = append(m.order, o)
+		m.objects[o] = obj
 	}
 	return m
 }
-
-var commentLine = regexp.MustCompile(`(?m)^\s*#.*$`)
-
-func stripComments(b []byte) []byte { return commentLine.ReplaceAll(b, nil) }
 
 // must returns m[key] or fails the test naming what is missing.
 func must[T any](t *testing.T, m map[string]*T, key string) *T {

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io/fs"
@@ -14,18 +15,27 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/egressd/egressd/policy"
+	defaultbundle "github.com/egressd/egressd/rego"
 )
 
-var update = flag.Bool("update", false, "rewrite kubernetes/policy-configmap.yaml from rego/")
+var update = flag.Bool("update", false, "rewrite kubernetes/policy-configmap.yaml from `egressd policy init` output")
 
 const policyConfigMapFile = "kubernetes/policy-configmap.yaml"
 
-// bundleFiles returns rego/'s bundle files (Rego modules and data files,
-// not the Go embedding) keyed by their slash path inside the bundle.
+// bundleFiles returns the bundle `egressd policy init` writes (Rego
+// modules, their tests and data files, keyed by slash path inside the
+// bundle): what an operator starts from, so the mounted bundle holds no
+// test of the default rules (default_test.rego) that editing data.json
+// would fail.
 func bundleFiles(t *testing.T) map[string]string {
 	t.Helper()
+	root := t.TempDir()
+	if err := defaultbundle.Write(root, true); err != nil {
+		t.Fatalf("policy init: %v", err)
+	}
 	files := map[string]string{}
-	root := filepath.Join("..", "rego")
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -56,9 +66,11 @@ func bundleFiles(t *testing.T) map[string]string {
 func configMapKey(path string) string { return strings.ReplaceAll(path, "/", ".") }
 
 // TestPolicyConfigMap keeps the Kubernetes policy ConfigMap byte-equal to
-// rego/ (regenerate with `go test ./deploy -run TestPolicyConfigMap
-// -update`) and the StatefulSet's volume items mapping every key back to
-// its bundle path.
+// what `egressd policy init` writes from rego/ (regenerate with `go test
+// ./deploy -run TestPolicyConfigMap -update`) and the StatefulSet's volume
+// items mapping every key back to its bundle path. Before issue 17 it
+// was rego/ itself, default_test.rego included, so a pod whose operator
+// edited data.json refused the bundle.
 func TestPolicyConfigMap(t *testing.T) {
 	files := bundleFiles(t)
 	if len(files) == 0 {
@@ -85,12 +97,12 @@ func TestPolicyConfigMap(t *testing.T) {
 	got := must(t, m.configMaps, egressdNS+"/egressd-policy")
 	for k, v := range want.Data {
 		if got.Data[k] != v {
-			t.Errorf("%s key %q differs from rego/; run go test ./deploy -run TestPolicyConfigMap -update", policyConfigMapFile, k)
+			t.Errorf("%s key %q differs from egressd policy init output; run go test ./deploy -run TestPolicyConfigMap -update", policyConfigMapFile, k)
 		}
 	}
 	for k := range got.Data {
 		if _, ok := want.Data[k]; !ok {
-			t.Errorf("%s key %q is not in rego/; run go test ./deploy -run TestPolicyConfigMap -update", policyConfigMapFile, k)
+			t.Errorf("%s key %q is not in egressd policy init output; run go test ./deploy -run TestPolicyConfigMap -update", policyConfigMapFile, k)
 		}
 	}
 
@@ -135,7 +147,7 @@ func writePolicyConfigMap(t *testing.T, data map[string]string) {
 		str("data"), body,
 	)
 	var b strings.Builder
-	b.WriteString("# Generated from rego/ by `go test ./deploy -run TestPolicyConfigMap -update`; do not edit.\n")
+	b.WriteString("# Generated from `egressd policy init` output (rego/ without default_test.rego)\n# by `go test ./deploy -run TestPolicyConfigMap -update`, which overwrites\n# edits. Your own rules go in data.json below: the bundle's tests do not\n# depend on it (README \"Kubernetes\").\n")
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
 	if err := enc.Encode(doc); err != nil {
@@ -175,5 +187,51 @@ func writeVolumeItems(t *testing.T, items []corev1.KeyToPath) {
 	s = s[:afterBegin] + gen.String() + s[lineStart:]
 	if err := os.WriteFile(statefulSetFile, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPolicyConfigMapBundlePasses: the bundle as the pod mounts it (the
+// ConfigMap's keys at the StatefulSet's item paths) passes its own Rego
+// tests, as shipped and with an operator's rule added to data.json, so
+// neither start-up nor a reload refuses it.
+func TestPolicyConfigMapBundlePasses(t *testing.T) {
+	m := loadManifests(t)
+	cm := must(t, m.configMaps, egressdNS+"/egressd-policy")
+	var items []corev1.KeyToPath
+	for _, v := range must(t, m.statefulSets, egressdNS+"/egressd").Spec.Template.Spec.Volumes {
+		if v.Name == "policy" && v.ConfigMap != nil {
+			items = v.ConfigMap.Items
+		}
+	}
+	const userRule = `{"id": "models", "hosts": ["api.models.example.com"], "ports": [443]}`
+	tests := []struct {
+		name string
+		edit func(data string) string
+	}{
+		{"as shipped", func(d string) string { return d }},
+		{"operator rule added", func(d string) string {
+			return strings.Replace(d, `"rules": [`, `"rules": [`+"\n    "+userRule+",", 1)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, it := range items {
+				body := cm.Data[it.Key]
+				if it.Path == "data.json" {
+					body = tt.edit(body)
+				}
+				p := filepath.Join(dir, filepath.FromSlash(it.Path))
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n, err := policy.Test(context.Background(), os.DirFS(dir)); err != nil || n == 0 {
+				t.Errorf("policy.Test(mounted bundle) = %d, %v; want its tests to pass", n, err)
+			}
+		})
 	}
 }

@@ -79,6 +79,8 @@ func (s *Server) handle(ctx context.Context, client netip.Addr, req *dns.Msg) *d
 	}
 	if !s.limits.allow(client) {
 		// Not audited: a flood would otherwise become an audit-log flood.
+		// Counted, so that the flood shows.
+		s.decisions.Inc(audit.KindDNS, audit.DecisionDeny, policy.ReasonRateLimited.String())
 		if ce := s.log.Check(zap.DebugLevel, "dns rate limited"); ce != nil {
 			ce.Write(zap.Stringer("client", client))
 		}

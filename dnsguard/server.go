@@ -14,6 +14,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/metrics"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/identity"
 )
@@ -29,6 +30,10 @@ type ServerOptions struct {
 	// is refused (unknown_client).
 	Identities *identity.Store
 	Log        *zap.Logger
+	// Decisions counts the queries refused before they are audited
+	// (rate_limited); audited ones are counted by the Audit appender
+	// (metrics.Counting). If nil, they are not counted.
+	Decisions *metrics.Decisions
 }
 
 // Server is the DNS listener sandboxes use as their resolver. It answers
@@ -47,6 +52,8 @@ type Server struct {
 	// failLog reports failed appends at most once per interval: while
 	// the audit disk is full every query fails its append.
 	failLog *audit.FailLog
+	// decisions counts the refusals that are not audited; nil counts none.
+	decisions *metrics.Decisions
 }
 
 // serverState is what a reload swaps: the policy and the identities.
@@ -78,6 +85,7 @@ func NewServer(o ServerOptions) (*Server, error) {
 		refuse: refuse,
 	}
 	s.failLog = audit.NewFailLog(s.log, 0)
+	s.decisions = o.Decisions
 	s.Reload(o.Decider, o.Identities)
 	return s, nil
 }

@@ -65,6 +65,17 @@ func TestDNSListener(t *testing.T) {
 			}
 		})
 	}
+	// Counted by reason like the proxy's decisions (issue 17 item 6): each
+	// case once over UDP and once over TCP.
+	m := e.Metrics(t)
+	for series, want := range map[string]float64{
+		`egressd_decisions_total{decision="allow",kind="dns",reason="allowed"}`:      2,
+		`egressd_decisions_total{decision="deny",kind="dns",reason="metadata_name"}`: 2,
+	} {
+		if got := metricValue(t, m, series); got != want {
+			t.Errorf("%s = %v; want %v", series, got, want)
+		}
+	}
 	if n := up.Queries("evil.example.test"); n != 0 {
 		t.Errorf("upstream saw %d queries for a refused name; want 0 (refused names are never forwarded)", n)
 	}

@@ -135,7 +135,7 @@ func TestAdminEndpoints(t *testing.T) {
 	w.E.WaitRecords(t, "the deny", func(r audit.Record) bool { return r.Reason == "no_matching_rule" })
 	m := w.E.Metrics(t)
 	for _, want := range []string{
-		`egressd_proxy_requests_total{decision="deny",kind="http",reason="no_matching_rule"} 1`,
+		`egressd_decisions_total{decision="deny",kind="http",reason="no_matching_rule"} 1`,
 		"egressd_proxy_decision_seconds_count",
 		"egressd_proxy_upstream_seconds_count",
 		`egressd_proxy_active{what="connections"}`,

@@ -76,6 +76,20 @@ identities:
 	if _, stderr, err = psql("agent-ro", "wrong", "SELECT 1"); err == nil || !strings.Contains(stderr, "authentication failed") {
 		t.Errorf("wrong password = %v, %q; want authentication failed", err, stderr)
 	}
+	// Logins and statements are counted like the proxy's requests (issue
+	// 17 item 6): one login each way so far, and the SELECT's allow.
+	m := e.Metrics(t)
+	for series, want := range map[string]float64{
+		`egressd_postgres_logins_total{decision="allow",reason="allowed"}`:              1,
+		`egressd_postgres_logins_total{decision="deny",reason="authentication_failed"}`: 1,
+	} {
+		if got := metricValue(t, m, series); got != want {
+			t.Errorf("%s = %v; want %v", series, got, want)
+		}
+	}
+	if got := metricValue(t, m, `egressd_decisions_total{decision="allow",kind="sql",reason="allowed"}`); got < 1 {
+		t.Errorf("sql allows counted = %v; want the SELECT's", got)
+	}
 
 	denied := []struct {
 		name, user, pass, sql, reason string

@@ -4,12 +4,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/metrics"
 )
 
 // Metrics are the proxy's Prometheus collectors. They are registered on the
 // registry given to NewMetrics, never on the global one.
 type Metrics struct {
-	requests        *prometheus.CounterVec
+	// Decisions counts every entry point's decisions; the proxy's are
+	// kinds http, connect, redirect, http_done and connect_done.
+	// The DNS server and the Postgres gate count into the same vector.
+	Decisions       *metrics.Decisions
 	decisionSeconds prometheus.Histogram
 	upstreamSeconds prometheus.Histogram
 	tunnelBytes     *prometheus.CounterVec
@@ -23,10 +27,7 @@ type Metrics struct {
 // NewMetrics creates the collectors and registers them.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "egressd_proxy_requests_total",
-			Help: "Proxy decisions by kind, decision and reason.",
-		}, []string{"kind", "decision", "reason"}),
+		Decisions: metrics.NewDecisions(reg),
 		decisionSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "egressd_proxy_decision_seconds",
 			Help:    "Time from request head to decision (identity, facts, floor, policy, audit).",
@@ -43,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"direction"}),
 		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressd_proxy_active",
-			Help: "Open client connections, in-flight requests and open tunnels.",
+			Help: "Open client connections and open tunnels.",
 		}, []string{"what"}),
 		acceptRejected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "egressd_proxy_connections_rejected_total",
@@ -58,11 +59,25 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Configuration and policy reloads by result.",
 		}, []string{"result"}),
 	}
-	reg.MustRegister(m.requests, m.decisionSeconds, m.upstreamSeconds, m.tunnelBytes,
+	// Every labelled series exists from the start, at zero, so that
+	// rate() and a dashboard see the first tunnel, hang-up and reload.
+	for _, what := range []string{"connections", "tunnels"} {
+		m.active.WithLabelValues(what)
+	}
+	for _, dir := range []string{"up", "down"} {
+		m.tunnelBytes.WithLabelValues(dir)
+	}
+	for _, when := range []string{"waiting", "response"} {
+		m.clientClosed.WithLabelValues(when)
+	}
+	for _, result := range []string{"ok", "failed"} {
+		m.Reloads.WithLabelValues(result)
+	}
+	reg.MustRegister(m.decisionSeconds, m.upstreamSeconds, m.tunnelBytes,
 		m.active, m.acceptRejected, m.clientClosed, m.Reloads)
 	return m
 }
 
 func (m *Metrics) decided(kind audit.Kind, decision audit.Decision, reason string) {
-	m.requests.WithLabelValues(kind.String(), decision.String(), reason).Inc()
+	m.Decisions.Inc(kind, decision, reason)
 }

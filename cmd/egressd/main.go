@@ -29,6 +29,7 @@ var commands = map[string]command{
 	"audit":    {summary: "verify the audit log's hash chain, or show its records", run: runAudit},
 	"identity": {summary: "hash a sandbox secret into an identities: entry", run: runIdentity},
 	"ca":       {summary: "create a CA directory (init) or export an identity's root for its sandbox (export)", run: runCA},
+	"version":  {summary: "print the version, commit, Go and pg_query versions", run: runVersion},
 }
 
 func main() {

@@ -27,6 +27,8 @@ import (
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/dnsguard"
+	"github.com/egressd/egressd/internal/metrics"
+	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/proxy/admin"
@@ -101,6 +103,11 @@ type daemon struct {
 	// was opened with.
 	inspectConfigured map[string]ca.Files
 	reloadMu          sync.Mutex
+
+	// policyInfo exports the running bundle's digest and load time;
+	// logins counts gate logins (registered with or without a gate).
+	policyInfo *metrics.Policy
+	logins     *metrics.Logins
 }
 
 func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Logger) (*daemon, error) {
@@ -177,8 +184,15 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 			Help: "Per-identity CA roots created in inspect.ca_dir since start.",
 		}, func() float64 { return float64(authority.Stats().Roots) }))
 	d := &daemon{cfg: cfg, cfgPath: cfgPath, log: log, floor: floor, res: res, audit: aw, meter: meter,
-		registry: reg, metrics: proxy.NewMetrics(reg), fds: descriptorBudget(log),
+		registry: reg, metrics: proxy.NewMetrics(reg), policyInfo: metrics.NewPolicy(reg), fds: descriptorBudget(log),
 		inspectCA: authority, inspectRoots: upstreamRoots, inspectConfigured: caOpts.Configured}
+	metrics.RegisterBuildInfo(reg, version.Get())
+	// Registered without a gate too, so a dashboard's gate panels read 0.
+	d.logins = metrics.NewLogins(reg)
+	d.policyInfo.Loaded(engine.Digest(), time.Now())
+	// DNS queries and SQL statements are counted as they are audited, in
+	// the proxy's decision counter.
+	counted := metrics.Counting(meter, d.metrics.Decisions)
 	fail := func(err error) (*daemon, error) {
 		meter.Close()
 		aw.Close()
@@ -202,8 +216,8 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	}
 	if cfg.DNS.Listen != "" {
 		d.dns, err = dnsguard.NewServer(dnsguard.ServerOptions{
-			Config: cfg.DNS, Decider: engine, Resolver: res, Audit: meter,
-			Identities: ids, Log: log,
+			Config: cfg.DNS, Decider: engine, Resolver: res, Audit: counted,
+			Identities: ids, Log: log, Decisions: d.metrics.Decisions,
 		})
 		if err != nil {
 			return fail(err)
@@ -213,7 +227,8 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		// The gate dials its upstream through the same pinned dialer as the
 		// proxy, so the address floor and `internal:` apply to it too.
 		d.gate, err = pggate.New(cfg.Postgres, pggate.Deps{
-			Engine: engine, Identities: ids, Audit: meter, Dial: dialer.DialContext, Floor: floor, Log: log,
+			Engine: engine, Identities: ids, Audit: counted, Dial: dialer.DialContext, Floor: floor, Log: log,
+			Logins: d.logins,
 		})
 		if err != nil {
 			return fail(fmt.Errorf("postgres: %w", err))
@@ -277,6 +292,17 @@ func (d *daemon) run(ctx context.Context) error {
 			gln = &fdlimit.Listener{Listener: gln, Raw: gln.(*net.TCPListener), Budget: d.fds, Name: "postgres", Audit: d.audit, Log: d.log}
 		}
 	}
+	var mln net.Listener
+	if d.cfg.Metrics.Listen != "" {
+		if mln, err = net.Listen("tcp", d.cfg.Metrics.Listen); err != nil {
+			pln.Close()
+			aln.Close()
+			if gln != nil {
+				gln.Close()
+			}
+			return fmt.Errorf("metrics listen: %w", err)
+		}
+	}
 	adminSrv := &http.Server{
 		Handler: admin.Handler(admin.Options{
 			Gatherer: d.registry,
@@ -296,7 +322,12 @@ func (d *daemon) run(ctx context.Context) error {
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          zap.NewStdLog(d.log.Named("admin")),
 	}
-	errc := make(chan error, 4)
+	metricsSrv := &http.Server{
+		Handler:           admin.MetricsHandler(d.registry),
+		ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog:          zap.NewStdLog(d.log.Named("metrics")),
+	}
+	errc := make(chan error, 5)
 	go func() { errc <- d.proxy.Serve(pln) }()
 	// The admin listener is never refused for want of descriptors; at
 	// the very end it accepts into a spare one.
@@ -309,8 +340,12 @@ func (d *daemon) run(ctx context.Context) error {
 	if d.gate != nil {
 		go func() { errc <- d.gate.Serve(gln) }()
 	}
-	d.log.Info("serving", zap.String("proxy", pln.Addr().String()), zap.String("admin", aln.Addr().String()),
-		zap.String("policy", d.engine.Load().Digest()))
+	serving := []zap.Field{zap.String("proxy", pln.Addr().String()), zap.String("admin", aln.Addr().String())}
+	if mln != nil {
+		go func() { errc <- metricsSrv.Serve(mln) }()
+		serving = append(serving, zap.String("metrics", mln.Addr().String()))
+	}
+	d.log.Info("serving", append(serving, zap.String("policy", d.engine.Load().Digest()))...)
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -342,6 +377,7 @@ loop:
 		}
 	}
 	adminSrv.Shutdown(sctx)
+	metricsSrv.Shutdown(sctx)
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) && !errors.Is(serveErr, pggate.ErrClosed) {
 		return serveErr
 	}
@@ -396,6 +432,7 @@ func (d *daemon) reloadLocked(ctx context.Context) error {
 		l.Reload(engine, ids)
 	}
 	d.engine.Store(engine)
+	d.policyInfo.Loaded(engine.Digest(), time.Now())
 	if pending := restartNeeded(d.cfg, cfg, d.inspectConfigured); len(pending) > 0 {
 		d.log.Warn("reload applied identities, internal and policy; the changed sections need a restart",
 			zap.Strings("sections", pending))
@@ -420,6 +457,7 @@ func restartNeeded(running, loaded *config.Config, openedRoots map[string]ca.Fil
 		{"log", running.Log, loaded.Log},
 		{"proxy", running.Proxy, loaded.Proxy},
 		{"admin", running.Admin, loaded.Admin},
+		{"metrics", running.Metrics, loaded.Metrics},
 		{"dns", running.DNS, loaded.DNS},
 		{"audit", running.Audit, loaded.Audit},
 		{"postgres", running.Postgres, loaded.Postgres},

@@ -4,8 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
-	"runtime/debug"
 	"strconv"
+
+	"github.com/egressd/egressd/internal/version"
 )
 
 // startedDetail is what the started record of this start says (see
@@ -14,8 +15,10 @@ import (
 // chain would not show that the process (and perhaps its config or bundle)
 // changed.
 func startedDetail(cfgPath, policyDigest string) map[string]string {
+	v := version.Get()
 	return map[string]string{
-		"version": buildVersion(),
+		"version": v.Version,
+		"commit":  v.Commit,
 		"config":  configDigest(cfgPath),
 		"policy":  policyDigest,
 		"pid":     strconv.Itoa(os.Getpid()),
@@ -34,25 +37,4 @@ func configDigest(path string) string {
 	}
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-// buildVersion is the module version and VCS revision the binary was
-// built from, as the Go toolchain stamped them.
-func buildVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			v += " " + s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				v += "+dirty"
-			}
-		}
-	}
-	return v
 }

@@ -1,6 +1,7 @@
 // Package admin is egressd's operator listener, bound to loopback only:
 // liveness, readiness, Prometheus metrics, a reload trigger and pprof. Sandboxes
-// never reach it.
+// never reach it. MetricsHandler is the metrics-only listener's handler,
+// which may bind elsewhere.
 package admin
 
 import (
@@ -10,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 )
 
@@ -60,7 +60,7 @@ func Handler(o Options) http.Handler {
 		}
 		text(w, http.StatusOK, "ready\n")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", MetricsHandler(o.Gatherer))
 	mux.HandleFunc("POST /-/reload", func(w http.ResponseWriter, r *http.Request) {
 		if o.Reload == nil {
 			text(w, http.StatusNotImplemented, "reload not configured\n")

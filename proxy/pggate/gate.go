@@ -27,6 +27,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/metrics"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/policy/sqlfacts"
 	"github.com/egressd/egressd/proxy/identity"
@@ -55,6 +56,10 @@ type Deps struct {
 	Floor Floor
 	// Log is the operational logger; if nil, nothing is logged.
 	Log *zap.Logger
+	// Logins counts logins by decision and reason; if nil, they are not
+	// counted. (Statement decisions are counted by the Audit appender the
+	// caller gives, see metrics.Counting.)
+	Logins *metrics.Logins
 }
 
 // Floor is what the gate needs of *dnsguard.Floor.

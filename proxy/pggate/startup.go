@@ -1,6 +1,7 @@
 package pggate
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -24,6 +25,9 @@ type fatal struct {
 	// reason, if set, marks a login refusal not yet audited: serveConn
 	// records it (auditLogin) with the claimed user and database.
 	reason string
+	// ended is the reason of a refusal already audited (sessionRefusal),
+	// kept so that a refused login is counted by its reason too.
+	ended string
 }
 
 func (f *fatal) Error() string { return f.code + ": " + f.msg }
@@ -46,7 +50,9 @@ func loginRefusal(reason, format string, a ...any) *fatal {
 // sessionRefusal ends a session, already audited, with the SQLSTATE
 // policy's reason table gives reason.
 func sessionRefusal(reason, format string, a ...any) *fatal {
-	return fatalf(policy.Reason(reason).Codes().SQLState, format, a...)
+	f := fatalf(policy.Reason(reason).Codes().SQLState, format, a...)
+	f.ended = reason
+	return f
 }
 
 // floorSQLState is the code of a refusal by the address floor whatever its
@@ -122,12 +128,16 @@ func (g *Gate) serveConn(conn net.Conn) {
 	start := time.Now()
 	s, f := g.login(conn, be, startup)
 	if f != nil {
+		// Every refusal login returns names a reason; no_decision only
+		// if a new one forgot to, rather than counting it as allowed.
+		g.deps.Logins.Inc(cmp.Or(f.reason, f.ended, string(policy.ReasonNoDecision)))
 		g.log.Info("login refused", zap.String("client", conn.RemoteAddr().String()),
 			zap.String("user", startup.Parameters["user"]), zap.String("code", f.code), zap.String("error", f.msg))
 		g.auditLogin(conn.RemoteAddr().String(), startup.Parameters, f.reason)
 		sendFatal(be, f)
 		return
 	}
+	g.deps.Logins.Inc("")
 	defer g.slots.release(s.identity.ID)
 	s.run()
 	g.log.Info("session closed", zap.String("identity", s.identity.ID), zap.String("database", s.database),

@@ -35,6 +35,8 @@ type Config struct {
 	Policy policy.Config   `yaml:"policy"`
 	DNS    dnsguard.Config `yaml:"dns"`
 	Audit  audit.Config    `yaml:"audit"`
+	// Metrics is the optional metrics-only listener Prometheus scrapes.
+	Metrics Metrics `yaml:"metrics"`
 	// Postgres is the Postgres gate; it starts only when postgres.listen
 	// is set.
 	Postgres pggate.Config `yaml:"postgres"`
@@ -64,6 +66,15 @@ type Log struct {
 type Admin struct {
 	// Listen is the admin address (/healthz, /readyz, /metrics, reload). It
 	// must be a loopback address. If empty, 127.0.0.1:9090 is used.
+	Listen string `yaml:"listen"`
+}
+
+// Metrics is the `metrics:` section: a listener that serves only /metrics,
+// for a Prometheus outside the host or pod. Unlike the admin listener it
+// may bind any address, because it offers no reload, profiles or health.
+type Metrics struct {
+	// Listen is the IP:port to serve /metrics on. If empty, no metrics-only
+	// listener starts and /metrics stays on the admin listener alone.
 	Listen string `yaml:"listen"`
 }
 
@@ -161,6 +172,9 @@ func (c *Config) Validate() error {
 	}
 	if err := validateLoopback(c.Admin.Listen); err != nil {
 		return fmt.Errorf("admin.%w", err)
+	}
+	if err := c.validateMetrics(); err != nil {
+		return err
 	}
 	if err := c.validateSecretShapes(); err != nil {
 		return err

@@ -51,6 +51,8 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"bad log level", "log:\n  level: loud\n", `log.level must be debug, info, warn or error, got "loud"`},
 		{"admin not loopback", "admin:\n  listen: 0.0.0.0:9090\n", `admin.listen must be a loopback address, got "0.0.0.0:9090"`},
 		{"admin equals proxy", "admin:\n  listen: 127.0.0.1:3128\n", "admin.listen must differ from proxy.listen"},
+		{"bad metrics listen", "metrics:\n  listen: :9091\n", `metrics.listen must be IP:port, got ":9091"`},
+		{"metrics equals admin", "metrics:\n  listen: 127.0.0.1:9090\n", `metrics.listen must differ from admin.listen, both are "127.0.0.1:9090"`},
 		{"bad proxy listen", "proxy:\n  listen: localhost\n", `proxy.listen must be IP:port, got "localhost"`},
 		{"bad token hash", "identities:\n  - id: a\n    token_sha256: abc\n", `identities[0].token_sha256 must be 64 hex digits`},
 		{"duplicate identity", "identities:\n  - id: a\n    sources: [10.0.0.0/8]\n  - id: a\n", `identities[1].id "a" is listed twice`},
@@ -182,5 +184,24 @@ func TestCADirDefaultsNextToAuditDir(t *testing.T) {
 				t.Errorf("inspect.ca_dir = %q; want %q", c.Inspect.CADir, tt.want)
 			}
 		})
+	}
+}
+
+// TestMetricsListenMayBindAnyAddress: the metrics-only listener may bind a
+// non-loopback address (Prometheus scrapes it from another pod) while the
+// admin listener, which reloads and profiles, still may not.
+func TestMetricsListenMayBindAnyAddress(t *testing.T) {
+	c, err := Parse([]byte("metrics:\n  listen: 0.0.0.0:9091\n"))
+	if err != nil {
+		t.Fatalf("Parse(metrics.listen 0.0.0.0:9091) = %v; want accepted", err)
+	}
+	if c.Metrics.Listen != "0.0.0.0:9091" {
+		t.Errorf("metrics.listen = %q; want 0.0.0.0:9091", c.Metrics.Listen)
+	}
+	if Default().Metrics.Listen != "" {
+		t.Errorf("default metrics.listen = %q; want empty (no metrics-only listener)", Default().Metrics.Listen)
+	}
+	if _, err := Parse([]byte("admin:\n  listen: 0.0.0.0:9090\nmetrics:\n  listen: 0.0.0.0:9091\n")); err == nil {
+		t.Error("Parse(admin.listen 0.0.0.0:9090) = nil; want the admin listener kept on loopback")
 	}
 }

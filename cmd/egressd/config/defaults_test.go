@@ -182,7 +182,7 @@ func structKeys(t reflect.Type, prefix string) []string {
 
 // sectionFiles hold the types of the file's sections.
 var sectionFiles = map[string][]string{
-	"config.go":                       {"Log", "Admin"},
+	"config.go":                       {"Log", "Admin", "Metrics"},
 	"../../../proxy/config.go":        {"Config"},
 	"../../../policy/config.go":       {"Config"},
 	"../../../dnsguard/config.go":     {"Config"},

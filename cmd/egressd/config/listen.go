@@ -17,3 +17,25 @@ func validateLoopback(listen string) error {
 	}
 	return nil
 }
+
+// validateMetrics checks the metrics-only listener, which may bind any
+// address but must not share one with another listener.
+func (c *Config) validateMetrics() error {
+	if c.Metrics.Listen == "" {
+		return nil
+	}
+	if _, err := netip.ParseAddrPort(c.Metrics.Listen); err != nil {
+		return fmt.Errorf("metrics.listen must be IP:port, got %q: %w", c.Metrics.Listen, err)
+	}
+	for _, other := range []struct{ key, addr string }{
+		{"admin.listen", c.Admin.Listen},
+		{"proxy.listen", c.Proxy.Listen},
+		{"dns.listen", c.DNS.Listen},
+		{"postgres.listen", c.Postgres.Listen},
+	} {
+		if other.addr == c.Metrics.Listen {
+			return fmt.Errorf("metrics.listen must differ from %s, both are %q", other.key, other.addr)
+		}
+	}
+	return nil
+}

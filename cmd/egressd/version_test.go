@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"regexp"
+	"testing"
+
+	"github.com/egressd/egressd/internal/version"
+)
+
+// TestVersion: `egressd version` prints version, commit, Go and pg_query
+// versions and exits 0; --json prints the same as one object (issue 17
+// item 5).
+func TestVersion(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := exitCode(run([]string{"version"}, &stdout, &stderr), &stderr); code != 0 {
+		t.Fatalf("egressd version exit = %d; want 0 (stderr %q)", code, stderr.String())
+	}
+	// An unstamped test binary: version devel; go test records no VCS
+	// information, so the commit is unknown.
+	want := regexp.MustCompile(`^egressd devel\ncommit: \S+\ngo: go1\.\S+\npg_query: v5\.\S+\n$`)
+	if !want.Match(stdout.Bytes()) {
+		t.Errorf("egressd version = %q; want it to match %s", stdout.String(), want)
+	}
+	stdout.Reset()
+	if code := exitCode(run([]string{"version", "--json"}, &stdout, &stderr), &stderr); code != 0 {
+		t.Fatalf("egressd version --json exit = %d; want 0", code)
+	}
+	var v map[string]string
+	if err := json.Unmarshal(stdout.Bytes(), &v); err != nil {
+		t.Fatalf("egressd version --json = %q: %v", stdout.String(), err)
+	}
+	for _, k := range []string{"version", "commit", "go_version", "pg_query_version"} {
+		if v[k] == "" {
+			t.Errorf("egressd version --json lacks %s: %v", k, v)
+		}
+	}
+	if code := exitCode(run([]string{"version", "extra"}, &stdout, &stderr), &stderr); code != 2 {
+		t.Errorf("egressd version extra exit = %d; want 2", code)
+	}
+}
+
+// TestStartedRecordNamesTheBuild: the audit log's started record names the
+// same version and commit as `egressd version` (before, it read the
+// module version, "(devel)" in every binary deploy/build.sh made).
+func TestStartedRecordNamesTheBuild(t *testing.T) {
+	d := startedDetail("", "sha256:x")
+	v := version.Get()
+	if d["version"] != v.Version || d["commit"] != v.Commit {
+		t.Errorf("started detail version, commit = %q, %q; want %q, %q", d["version"], d["commit"], v.Version, v.Commit)
+	}
+}
