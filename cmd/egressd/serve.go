@@ -36,7 +36,14 @@ import (
 // and Postgres listeners when configured, until SIGTERM.
 func runServe(args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	cfgPath := fs.String("config", "", "config file (default: the embedded defaults)")
+	helpText{
+		synopsis: []string{"serve [--config FILE] [--audit-accept-break]"},
+		about: "Run the proxy and admin listeners, and the DNS and Postgres listeners when dns.listen and postgres.listen are set, " +
+			"until SIGTERM or SIGINT. SIGHUP or POST /-/reload on the admin listener reloads identities, internal and the policy. " +
+			"With no --config: the proxy on 127.0.0.1:3128, admin on 127.0.0.1:9090, the audit log in ./egressd-audit, the embedded policy.",
+		exit: "0 after a clean stop, 2 when the config, policy or audit log does not load or a listener cannot start",
+	}.install(fs)
+	cfgPath := fs.String("config", "", "config `FILE` (default: the embedded defaults)")
 	acceptBreak := fs.Bool("audit-accept-break", false, "start even if the newest audit segment's chain is broken, recording the acceptance")
 	pos, err := parseFlags(fs, args, stderr)
 	if err != nil {
