@@ -81,6 +81,9 @@ var errDenied = errors.New("denied")
 type exitError struct {
 	code int
 	err  error
+	// logged is set when the error was already written to the
+	// operational log (serve's start-up failures).
+	logged bool
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
@@ -98,10 +101,13 @@ func exitCode(err error, stderr io.Writer) int {
 	if errors.Is(err, errDenied) {
 		return 1
 	}
-	fmt.Fprintf(stderr, "egressd: %v\n", err)
 	var ee *exitError
 	if errors.As(err, &ee) {
+		if !ee.logged {
+			fmt.Fprintf(stderr, "egressd: %v\n", err)
+		}
 		return ee.code
 	}
+	fmt.Fprintf(stderr, "egressd: %v\n", err)
 	return 2
 }
