@@ -6,6 +6,7 @@ package egress.default_test
 import data.egress.connect
 import data.egress.fixtures
 import data.egress.http
+import data.egress.sql_fixtures
 
 # HTTP: registries host-wide, read-only GitHub API paths.
 test_default_http if {
@@ -42,4 +43,10 @@ test_default_no_plaintext_tunnel_on_port_80 if {
 # The Rego index the fixtures build (index_of) is the one egressd mounts.
 test_index_of_matches_loaded_index if {
 	fixtures.index_of(fixtures.loaded_rules) == data.rule_index
+}
+
+# The SQL tests' fixture data (sql_fixtures_test.rego) is the default
+# sql/data.json, so that they test the data egressd ships.
+test_sql_fixture_is_the_default if {
+	sql_fixtures.sql == data.sql
 }
