@@ -124,10 +124,17 @@ func TestServingLineListsEveryListener(t *testing.T) {
 	if err := e.Stop(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
+	var drained bool
 	for _, l := range logLines(t, e) {
-		if l["msg"] == "draining" && l["deadline"] != "30s" {
-			t.Errorf("draining line %v: deadline = %v; want \"30s\" (a duration with its unit)", l, l["deadline"])
+		if l["msg"] == "draining" {
+			drained = true
+			if l["deadline"] != "30s" {
+				t.Errorf("draining line %v: deadline = %v; want \"30s\" (a duration with its unit)", l, l["deadline"])
+			}
 		}
+	}
+	if !drained {
+		t.Errorf("no draining line after stop:\n%s", e.Log())
 	}
 }
 
