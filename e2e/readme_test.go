@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -165,9 +164,7 @@ type readmeRun struct {
 	dir, binDir    string
 	proxy, admin   string
 	cfg            string
-	serve          *exec.Cmd
-	serveDone      chan error
-	serveLog       *os.File
+	serve          *Egressd // the README's `egressd serve`, once started
 	normalizeLocal *strings.Replacer
 }
 
@@ -224,7 +221,8 @@ func isDecision(cmd string) bool {
 }
 
 // start runs `egressd serve` in the background with the harness's
-// listeners and waits until it is ready.
+// listeners and waits until it is ready (Egressd.WaitReady); the run's
+// cleanup stops it.
 func (r *readmeRun) start(line int, cmd string) {
 	t := r.t
 	if r.serve != nil {
@@ -234,51 +232,35 @@ func (r *readmeRun) start(line int, cmd string) {
 	if !strings.Contains(cmd, "--config") {
 		args = append(args, "--config", r.cfg)
 	}
-	var err error
-	if r.serveLog, err = os.Create(filepath.Join(t.TempDir(), "serve.log")); err != nil {
+	e := &Egressd{ProxyAddr: r.proxy, AdminAddr: r.admin, AuditDir: filepath.Join(r.dir, "egressd-audit"),
+		ConfigPath: r.cfg, LogPath: filepath.Join(t.TempDir(), "serve.log"), exited: make(chan struct{})}
+	logf, err := os.Create(e.LogPath)
+	if err != nil {
 		t.Fatal(err)
 	}
-	r.serve = exec.Command(binary, args...)
-	r.serve.Dir = r.dir
-	r.serve.Env = cleanEnv()
-	r.serve.Stdout, r.serve.Stderr = r.serveLog, r.serveLog
-	if err := r.serve.Start(); err != nil {
+	e.cmd = exec.Command(binary, args...)
+	e.cmd.Dir = r.dir
+	e.cmd.Env = cleanEnv()
+	e.cmd.Stdout, e.cmd.Stderr = logf, logf
+	if err := e.cmd.Start(); err != nil {
 		t.Fatalf("README.md:%d: %s: %v", line, cmd, err)
 	}
-	r.serveDone = make(chan error, 1)
-	go func() { r.serveDone <- r.serve.Wait() }()
-	client := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 2 * time.Second}
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-r.serveDone:
-			b, _ := os.ReadFile(r.serveLog.Name())
-			t.Fatalf("README.md:%d: %s exited: %v\n%s", line, cmd, err, b)
-		default:
-		}
-		if resp, err := client.Get("http://" + r.admin + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("README.md:%d: %s not ready after 20s", line, cmd)
+	go func() {
+		e.err = e.cmd.Wait()
+		logf.Close()
+		close(e.exited)
+	}()
+	r.serve = e
+	e.WaitReady(t, 20*time.Second)
 }
 
 func (r *readmeRun) stop() {
 	if r.serve == nil {
 		return
 	}
-	r.serve.Process.Signal(os.Interrupt)
-	select {
-	case <-r.serveDone:
-	case <-time.After(10 * time.Second):
-		r.serve.Process.Kill()
-		<-r.serveDone
+	if err := r.serve.Stop(10 * time.Second); err != nil {
+		r.t.Errorf("egressd serve of the README: %v\n%s", err, r.serve.Log())
 	}
-	r.serveLog.Close()
 }
 
 // syntax checks a block that is not run.
