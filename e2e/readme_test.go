@@ -17,8 +17,9 @@ import (
 	"github.com/egressd/egressd/dnsguard/dnstest"
 )
 
-// TestReadmeExamples runs README.md's examples, in order, in one temporary
-// directory, against the built binary (called egressd, as README says), so
+// TestReadmeExamples runs the examples of README.md and rego/README.md,
+// each file's in order in a temporary directory of its own, against the
+// built binary (called egressd, as README says), so
 // that the README cannot drift from what egressd does. The convention, for
 // whoever edits README.md:
 //
@@ -46,32 +47,38 @@ import (
 //
 // Indented code blocks are not run (docker, kubectl, long tests).
 func TestReadmeExamples(t *testing.T) {
-	blocks := readmeBlocks(t, filepath.Join(repoRoot, "README.md"))
-	r := newReadmeRun(t)
-	ran := 0
-	for _, b := range blocks {
-		t.Logf("README.md:%d: %s block", b.line, b.lang)
-		switch {
-		case b.lang == "yaml":
-			if _, err := config.Parse([]byte(b.text)); err != nil {
-				t.Errorf("README.md:%d: the config does not load: %v", b.line, err)
+	for _, f := range []struct {
+		path string
+		min  int // commands the convention must find, or README was reorganised
+	}{{"README.md", 10}, {"rego/README.md", 4}} {
+		t.Run(f.path, func(t *testing.T) {
+			blocks := readmeBlocks(t, filepath.Join(repoRoot, f.path))
+			r := newReadmeRun(t, f.path)
+			ran := 0
+			for _, b := range blocks {
+				switch {
+				case b.lang == "yaml":
+					if _, err := config.Parse([]byte(b.text)); err != nil {
+						t.Errorf("%s:%d: the config does not load: %v", f.path, b.line, err)
+					}
+				case b.lang == "json" && b.paste != "":
+					r.paste(b)
+				case b.lang == "sh" && namesRemote(b.text):
+					r.syntax(b)
+				case b.lang == "sh":
+					r.run(b.line, strings.TrimSpace(b.text), nil)
+					ran++
+				case b.lang == "console":
+					for _, c := range b.commands() {
+						r.run(b.line, c.cmd, c.want)
+						ran++
+					}
+				}
 			}
-		case b.lang == "json" && b.paste != "":
-			r.paste(b)
-		case b.lang == "sh" && namesRemote(b.text):
-			r.syntax(b)
-		case b.lang == "sh":
-			r.run(b.line, strings.TrimSpace(b.text), nil)
-			ran++
-		case b.lang == "console":
-			for _, c := range b.commands() {
-				r.run(b.line, c.cmd, c.want)
-				ran++
+			if ran < f.min {
+				t.Errorf("ran %d commands of %s; want at least %d (the convention above finds too few)", ran, f.path, f.min)
 			}
-		}
-	}
-	if ran < 10 {
-		t.Errorf("ran %d README commands; the convention above finds too few (was README reorganised?)", ran)
+		})
 	}
 }
 
@@ -120,7 +127,7 @@ func readmeBlocks(t *testing.T, path string) []readmeBlock {
 		}
 	}
 	if cur != nil {
-		t.Fatalf("README.md:%d: unclosed code block", cur.line)
+		t.Fatalf("%s:%d: unclosed code block", path, cur.line)
 	}
 	return out
 }
@@ -161,6 +168,7 @@ func namesRemote(s string) bool {
 // egressd, the background serve.
 type readmeRun struct {
 	t              *testing.T
+	file           string // the README, for messages
 	dir, binDir    string
 	proxy, admin   string
 	cfg            string
@@ -168,8 +176,8 @@ type readmeRun struct {
 	normalizeLocal *strings.Replacer
 }
 
-func newReadmeRun(t *testing.T) *readmeRun {
-	r := &readmeRun{t: t, dir: t.TempDir(), binDir: t.TempDir()}
+func newReadmeRun(t *testing.T, file string) *readmeRun {
+	r := &readmeRun{t: t, file: file, dir: t.TempDir(), binDir: t.TempDir()}
 	if err := os.Symlink(binary, filepath.Join(r.binDir, "egressd")); err != nil {
 		t.Fatal(err)
 	}
@@ -204,14 +212,14 @@ func (r *readmeRun) run(line int, cmd string, want []string) {
 	out, err := c.CombinedOutput()
 	code := c.ProcessState.ExitCode()
 	if err != nil && code < 0 {
-		t.Fatalf("README.md:%d: %s: %v", line, cmd, err)
+		t.Fatalf("%s:%d: %s: %v", r.file, line, cmd, err)
 	}
 	if code != 0 && (want == nil || code != 1 || !isDecision(cmd)) {
-		t.Errorf("README.md:%d: $ %s\nexit %d; want 0%s:\n%s", line, cmd, code, map[bool]string{true: " (or 1 for a deny)"}[want != nil], out)
+		t.Errorf("%s:%d: $ %s\nexit %d; want 0%s:\n%s", r.file, line, cmd, code, map[bool]string{true: " (or 1 for a deny)"}[want != nil], out)
 		return
 	}
 	if miss := missingLines(string(out), want); miss != "" {
-		t.Errorf("README.md:%d: $ %s\nREADME shows %q, which the output lacks (in order):\n%s", line, cmd, miss, out)
+		t.Errorf("%s:%d: $ %s\nREADME shows %q, which the output lacks (in order):\n%s", r.file, line, cmd, miss, out)
 	}
 }
 
@@ -226,7 +234,7 @@ func isDecision(cmd string) bool {
 func (r *readmeRun) start(line int, cmd string) {
 	t := r.t
 	if r.serve != nil {
-		t.Fatalf("README.md:%d: a second egressd serve", line)
+		t.Fatalf("%s:%d: a second egressd serve", r.file, line)
 	}
 	args := strings.Fields(cmd)[1:]
 	if !strings.Contains(cmd, "--config") {
@@ -243,7 +251,7 @@ func (r *readmeRun) start(line int, cmd string) {
 	e.cmd.Env = cleanEnv()
 	e.cmd.Stdout, e.cmd.Stderr = logf, logf
 	if err := e.cmd.Start(); err != nil {
-		t.Fatalf("README.md:%d: %s: %v", line, cmd, err)
+		t.Fatalf("%s:%d: %s: %v", r.file, line, cmd, err)
 	}
 	go func() {
 		e.err = e.cmd.Wait()
@@ -268,7 +276,7 @@ func (r *readmeRun) syntax(b readmeBlock) {
 	c := exec.Command("bash", "-n")
 	c.Stdin = strings.NewReader(b.text)
 	if out, err := c.CombinedOutput(); err != nil {
-		r.t.Errorf("README.md:%d: the sh block is not valid shell: %v\n%s", b.line, err, out)
+		r.t.Errorf("%s:%d: the sh block is not valid shell: %v\n%s", r.file, b.line, err, out)
 	}
 }
 
@@ -279,17 +287,17 @@ func (r *readmeRun) paste(b readmeBlock) {
 	p := filepath.Join(r.dir, b.paste)
 	src, err := os.ReadFile(p)
 	if err != nil {
-		t.Fatalf("README.md:%d: paste into %s: %v (an earlier step must create it)", b.line, b.paste, err)
+		t.Fatalf("%s:%d: paste into %s: %v (an earlier step must create it)", r.file, b.line, b.paste, err)
 	}
 	s := string(src)
 	i := strings.Index(s, `"rules": [`)
 	if i < 0 {
-		t.Fatalf("README.md:%d: %s has no \"rules\": [", b.line, b.paste)
+		t.Fatalf("%s:%d: %s has no \"rules\": [", r.file, b.line, b.paste)
 	}
 	i += len(`"rules": [`)
 	s = s[:i] + "\n" + b.text + s[i:]
 	if !json.Valid([]byte(s)) {
-		t.Errorf("README.md:%d: %s is not JSON after pasting the block:\n%s", b.line, b.paste, s)
+		t.Errorf("%s:%d: %s is not JSON after pasting the block:\n%s", r.file, b.line, b.paste, s)
 	}
 	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
