@@ -4,9 +4,13 @@
 # the same script CI and the e2e tests run, on a minimal non-root runtime.
 #
 #   docker build -t egressd .
-#   docker run --read-only -v egressd-audit:/var/lib/egressd/audit \
-#     -v egressd-ca:/var/lib/egressd/ca \
-#     -v $PWD/deploy/compose/egressd.yaml:/etc/egressd/egressd.yaml:ro egressd
+#   docker run --read-only -p 127.0.0.1:3128:3128 -v egressd-audit:/var/lib/egressd/audit \
+#     -v egressd-ca:/var/lib/egressd/ca egressd
+#   curl -x http://127.0.0.1:3128 https://pypi.org/simple/
+#
+# With no file mounted it runs deploy/image/egressd.yaml: the embedded
+# policy and defaults, the proxy on the container's interfaces, the audit
+# log in the volume. Mount your own config over /etc/egressd/egressd.yaml.
 
 # golang:*-bookworm ships gcc and libc6-dev, which cgo needs.
 FROM golang:1.26-bookworm AS build
@@ -34,6 +38,7 @@ COPY --from=build /out/egressd /usr/local/bin/egressd
 # ownership and mode into it: the CA directory must stay 0700).
 COPY --from=build --chown=65532:65532 /out/audit /var/lib/egressd/audit
 COPY --from=build --chown=65532:65532 /out/ca /var/lib/egressd/ca
+COPY deploy/image/egressd.yaml /etc/egressd/egressd.yaml
 USER 65532:65532
 VOLUME ["/var/lib/egressd/audit", "/var/lib/egressd/ca"]
 

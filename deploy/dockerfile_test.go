@@ -2,9 +2,13 @@ package deploy
 
 import (
 	"bufio"
+	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/egressd/egressd/cmd/egressd/config"
 )
 
 // stage is one FROM … block of the Dockerfile: its instructions with line
@@ -108,5 +112,39 @@ func TestDockerfile(t *testing.T) {
 	}
 	if v := rt.has("VOLUME "); !strings.Contains(v, "/var/lib/egressd/audit") || !strings.Contains(v, "/var/lib/egressd/ca") {
 		t.Errorf("VOLUME = %q; want the audit and CA directories", v)
+	}
+}
+
+// TestImageDefaultConfig: the image runs with no file mounted (the
+// Dockerfile's own `docker run` example): its CMD names the config the
+// image carries, deploy/image/egressd.yaml, which loads, uses the embedded
+// policy, listens where a published port reaches, and writes the audit
+// log to the image's volume.
+func TestImageDefaultConfig(t *testing.T) {
+	rt := parseDockerfile(t)[1]
+	const src, dst = "deploy/image/egressd.yaml", "/etc/egressd/egressd.yaml"
+	if cp := rt.has("COPY " + src + " "); cp != "COPY "+src+" "+dst {
+		t.Errorf("runtime stage COPY of %s = %q; want it at %s", src, cp, dst)
+	}
+	if cmd := rt.has("CMD "); !strings.Contains(cmd, `"--config", "`+dst+`"`) {
+		t.Errorf("CMD = %q; want serve --config %s", cmd, dst)
+	}
+	b, err := os.ReadFile("image/egressd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(b)
+	if err != nil {
+		t.Fatalf("image/egressd.yaml: %v", err)
+	}
+	if cfg.Policy.Dir != "" {
+		t.Errorf("policy.dir = %q; want none (the embedded policy: nothing is mounted)", cfg.Policy.Dir)
+	}
+	ap, err := netip.ParseAddrPort(cfg.Proxy.Listen)
+	if err != nil || ap.Addr().IsLoopback() || !strings.Contains(rt.has("EXPOSE "), strconv.Itoa(int(ap.Port()))+"/tcp") {
+		t.Errorf("proxy.listen = %q; want a non-loopback address on an exposed port (docker run -p reaches only those)", cfg.Proxy.Listen)
+	}
+	if v := rt.has("VOLUME "); !strings.Contains(v, `"`+cfg.Audit.Dir+`"`) {
+		t.Errorf("audit.dir = %q; want the image's VOLUME (%s): the root filesystem is read-only", cfg.Audit.Dir, v)
 	}
 }

@@ -117,20 +117,6 @@ func acceptQuery(dh dns.Header) dns.MsgAcceptAction {
 	return dns.MsgAccept
 }
 
-// ListenAndServe listens on cfg.Listen (UDP and TCP) until ctx ends.
-func (s *Server) ListenAndServe(ctx context.Context) error {
-	pc, err := net.ListenPacket("udp", s.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("dns listen udp: %w", err)
-	}
-	ln, err := net.Listen("tcp", s.cfg.Listen)
-	if err != nil {
-		pc.Close()
-		return fmt.Errorf("dns listen tcp: %w", err)
-	}
-	return s.Serve(ctx, pc, ln)
-}
-
 // maxTCPConns bounds concurrent TCP clients; each is also bounded in time
 // (read and idle timeouts) and in queries per connection.
 const maxTCPConns = 256

@@ -191,7 +191,7 @@ func TestReloadInternal(t *testing.T) {
 	if code, reason := get(); code != 403 || reason != "internal_port_not_allowed" {
 		t.Errorf("GET after the allowance was removed = %d %s; want 403 internal_port_not_allowed", code, reason)
 	}
-	if log := w.E.Log(); !strings.Contains(log, "need a restart") || !strings.Contains(log, `"sections":["proxy"]`) {
+	if log := w.E.Log(); !strings.Contains(log, "restart egressd to apply the changed sections: proxy") || !strings.Contains(log, `"sections":["proxy"]`) {
 		t.Errorf("log does not name the proxy section as needing a restart:\n%s", log)
 	}
 	w.E.WriteConfig(t, w.Opts)

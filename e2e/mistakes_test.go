@@ -2,14 +2,11 @@ package e2e
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/egressd/egressd/dnsguard/dnstest"
 )
@@ -80,14 +77,10 @@ func TestStartRefusesSilentMistakes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := tt.policy(t)
 			e := Start(t, Options{PolicyDir: dir, YAML: tt.yaml, NotReady: true})
-			err := e.Wait(30 * time.Second)
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != 2 {
-				t.Fatalf("egressd serve = %v; want exit 2", err)
-			}
+			msg := FatalError(t, e)
 			for _, w := range tt.want {
-				if !strings.Contains(e.Log(), w) {
-					t.Errorf("egressd serve output lacks %q:\n%s", w, e.Log())
+				if !strings.Contains(msg, w) {
+					t.Errorf("egressd serve's fatal error lacks %q: %s", w, msg)
 				}
 			}
 			if !tt.bundle {

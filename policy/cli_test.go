@@ -45,7 +45,7 @@ test_wrong if http.decision.allow with input as {"host": "no.test"}
 		{"no such dir", []string{"policy", "check", "/nonexistent"}, 2, "not a directory"},
 		{"unknown sub", []string{"policy", "lint"}, 2, "want init, check or test"},
 		{"check with broken policy dir", []string{"check", "http", "--policy", syntax, "GET", "https://ok.test/"}, 2, "http.rego:3"},
-		{"check usage", []string{"check", "http", "GET"}, 2, "takes METHOD URL"},
+		{"check usage", []string{"check", "http", "GET"}, 2, "usage: egressd check http [flags] METHOD URL"},
 		{"check unknown kind", []string{"check", "smtp", "x"}, 2, "unknown kind"},
 	}
 	for _, tt := range tests {

@@ -3,8 +3,10 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -42,17 +44,9 @@ type ruleSpec struct {
 // have an explicit deny beat every allow, whatever the rules' order. A view
 // is the rule with its defaults filled in (see ruleSpec.view).
 func buildIndex(raw any) (*ast.Term, *viewIndex, error) {
-	var rules []ruleSpec
-	if raw != nil {
-		b, err := json.Marshal(raw)
-		if err != nil {
-			return nil, nil, fmt.Errorf("rules: %w", err)
-		}
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&rules); err != nil {
-			return nil, nil, fmt.Errorf("rules: %w", err)
-		}
+	rules, err := decodeRules(raw)
+	if err != nil {
+		return nil, nil, err
 	}
 	ids := make(map[string]int, len(rules))
 	order := make([]int, 0, len(rules))
@@ -107,6 +101,81 @@ func buildIndex(raw any) (*ast.Term, *viewIndex, error) {
 		ast.Item(ast.StringTerm("wildcard"), byRule.hostsTerm(wildcardHosts)),
 		ast.Item(ast.StringTerm("cidr"), byRule.cidrTerm()),
 	), vx, nil
+}
+
+// decodeRules decodes data.rules one rule at a time, so that an error
+// names the rule's index and id: `rules[5].ports: want a number, got a
+// string (rule "docs")`, not a Go type the operator never wrote.
+func decodeRules(raw any) ([]ruleSpec, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	list, ok := raw.([]any)
+	if !ok {
+		return nil, fmt.Errorf("rules must be a list of rule objects, got %s", jsonKind(raw))
+	}
+	rules := make([]ruleSpec, len(list))
+	for i, r := range list {
+		obj, ok := r.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("rules[%d] must be a rule object, got %s", i, jsonKind(r))
+		}
+		named := ""
+		if id, ok := obj["id"].(string); ok {
+			named = fmt.Sprintf(" (rule %q)", id)
+		}
+		b, err := json.Marshal(obj)
+		if err != nil {
+			return nil, fmt.Errorf("rules[%d]: %w%s", i, err, named)
+		}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&rules[i]); err != nil {
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) {
+				return nil, fmt.Errorf("rules[%d].%s: want %s, got a %s%s", i, te.Field, goKind(te.Type), te.Value, named)
+			}
+			if key, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+				return nil, fmt.Errorf("rules[%d] has unknown key %s%s: a rule has id, hosts, ports, methods, paths, identities, tls, action and comment", i, key, named)
+			}
+			return nil, fmt.Errorf("rules[%d]: %w%s", i, err, named)
+		}
+	}
+	return rules, nil
+}
+
+// jsonKind names the JSON type of a decoded value.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "a list"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case nil:
+		return "null"
+	}
+	return "a number"
+}
+
+// goKind names the JSON a field of Go type t takes.
+func goKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice:
+		return "a list of " + strings.TrimPrefix(goKind(t.Elem()), "a ") + "s"
+	case reflect.Pointer:
+		return goKind(t.Elem())
+	}
+	return t.String()
 }
 
 // hostIndex maps rule hosts to lists of indexes, keeping first-seen order.

@@ -79,7 +79,7 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		data string
 		want string
 	}{
-		{"unknown field", `{"rules": [{"id": "a", "hosts": ["a.test"], "ports": [443], "verbs": ["GET"]}]}`, "unknown field"},
+		{"unknown field", `{"rules": [{"id": "a", "hosts": ["a.test"], "ports": [443], "verbs": ["GET"]}]}`, `rules[0] has unknown key "verbs" (rule "a")`},
 		{"no ports", `{"rules": [{"id": "a", "hosts": ["a.test"]}]}`, "rules[0].ports must be non-empty"},
 		{"upper-case host", `{"rules": [{"id": "a", "hosts": ["A.test"], "ports": [443]}]}`, "rules[0].hosts[0] must be a lower-case"},
 		{"non-canonical IP", `{"rules": [{"id": "a", "hosts": ["::0001"], "ports": [443]}]}`, "canonical IP"},

@@ -18,7 +18,7 @@
 # rule or splits strings, and the first matching view is the answer:
 # explicit denies beat allows whatever their order. A test that mocks
 # data.rules must mock data.rule_index too, and build input.views from it:
-# see index_of and views_for in fixtures_test.rego.
+# see index_of and views_in in fixtures_test.rego.
 package egress.base
 
 # refusal is the first refused fact of the request, whatever the rules

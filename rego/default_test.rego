@@ -6,35 +6,47 @@ package egress.default_test
 import data.egress.connect
 import data.egress.fixtures
 import data.egress.http
+import data.egress.sql_fixtures
 
 # HTTP: registries host-wide, read-only GitHub API paths.
 test_default_http if {
-	http.decision.allow with input as fixtures.http("GET", "pypi.org", 443, "/simple/requests/")
-	http.decision.allow with input as fixtures.http("GET", "files.pythonhosted.org", 443, "/packages/x.whl")
-	http.decision.allow with input as fixtures.http("GET", "registry.npmjs.org", 443, "/left-pad")
-	http.decision.allow with input as fixtures.http("GET", "proxy.golang.org", 443, "/golang.org/x/net/@v/list")
-	http.decision.allow with input as fixtures.http("GET", "deb.debian.org", 80, "/debian/dists/stable/Release")
-	http.decision.allow with input as fixtures.http("GET", "api.github.com", 443, "/repos/o/r/contents/a")
-	not http.decision.allow with input as fixtures.http("POST", "api.github.com", 443, "/repos/o/r/issues")
-	not http.decision.allow with input as fixtures.http("GET", "api.github.com", 443, "/user")
-	not http.decision.allow with input as fixtures.http("GET", "github.com", 443, "/")
-	not http.decision.allow with input as fixtures.http("GET", "example.com", 443, "/")
+	http.decision.allow with input as fixtures.loaded_http("GET", "pypi.org", 443, "/simple/requests/")
+	http.decision.allow with input as fixtures.loaded_http("GET", "files.pythonhosted.org", 443, "/packages/x.whl")
+	http.decision.allow with input as fixtures.loaded_http("GET", "registry.npmjs.org", 443, "/left-pad")
+	http.decision.allow with input as fixtures.loaded_http("GET", "proxy.golang.org", 443, "/golang.org/x/net/@v/list")
+	http.decision.allow with input as fixtures.loaded_http("GET", "deb.debian.org", 80, "/debian/dists/stable/Release")
+	http.decision.allow with input as fixtures.loaded_http("GET", "api.github.com", 443, "/repos/o/r/contents/a")
+	not http.decision.allow with input as fixtures.loaded_http("POST", "api.github.com", 443, "/repos/o/r/issues")
+	not http.decision.allow with input as fixtures.loaded_http("GET", "api.github.com", 443, "/user")
+	not http.decision.allow with input as fixtures.loaded_http("GET", "github.com", 443, "/")
+	not http.decision.allow with input as fixtures.loaded_http("GET", "example.com", 443, "/")
 }
 
 # CONNECT: only the host-wide rules open tunnels.
 test_default_connect if {
-	connect.decision.allow with input as fixtures.connect("pypi.org", 443)
-	connect.decision.reason == "tunnel_needs_host_wide_rule" with input as fixtures.connect("api.github.com", 443)
-	connect.decision.reason == "no_matching_rule" with input as fixtures.connect("example.com", 443)
-	connect.decision.reason == "no_matching_rule" with input as fixtures.connect("pypi.org", 22)
+	connect.decision.allow with input as fixtures.loaded_connect("pypi.org", 443)
+	connect.decision.reason == "tunnel_needs_host_wide_rule" with input as fixtures.loaded_connect("api.github.com", 443)
+	connect.decision.reason == "no_matching_rule" with input as fixtures.loaded_connect("example.com", 443)
+	connect.decision.reason == "no_matching_rule" with input as fixtures.loaded_connect("pypi.org", 22)
 }
 
 # No plaintext tunnel on port 80: apt's plain HTTP goes through the proxy
 # path (test_default_http), and a CONNECT to the same host and port must
 # carry TLS for that host.
 test_default_no_plaintext_tunnel_on_port_80 if {
-	d := connect.decision with input as fixtures.connect("deb.debian.org", 80)
+	d := connect.decision with input as fixtures.loaded_connect("deb.debian.org", 80)
 	d.allow
 	d.tls
-	connect.decision.tls with input as fixtures.connect("security.debian.org", 80)
+	connect.decision.tls with input as fixtures.loaded_connect("security.debian.org", 80)
+}
+
+# The Rego index the fixtures build (index_of) is the one egressd mounts.
+test_index_of_matches_loaded_index if {
+	fixtures.index_of(fixtures.loaded_rules) == data.rule_index
+}
+
+# The SQL tests' fixture data (sql_fixtures_test.rego) is the default
+# sql/data.json, so that they test the data egressd ships.
+test_sql_fixture_is_the_default if {
+	sql_fixtures.sql == data.sql
 }

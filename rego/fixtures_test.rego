@@ -1,7 +1,8 @@
 # Test fixtures for the http and connect tests: a rule of every shape, and
 # index_of, which builds data.rule_index from rules exactly as egressd does
-# at load (policy/index.go). test_index_of_matches_loaded_index keeps the
-# two in step on every load.
+# at load (policy/index.go). test_index_of_matches_loaded_index
+# (default_test.rego, and policy's TestShippedTestsPassOnAnyRules over other
+# rules) keeps the two in step.
 package egress.fixtures
 
 rules := [
@@ -71,10 +72,27 @@ else := {"allow": true, "reason": "allowed", "rule": r.id}
 
 index := index_of(rules)
 
-# http and connect build the input egressd would for a request; the facts
-# Go computes (host_keys, flags, views) are spelled out by the caller, the
-# views by views_for.
-http(method, host, port, path) := {
+# loaded_rules is data.rules as loaded, [] when data.json has none.
+default loaded_rules := []
+
+loaded_rules := data.rules
+
+# http and connect build the input egressd would for a request on the
+# fixture rules; the facts Go computes (host_keys, flags, views) are spelled
+# out by the caller, the views by views_in from the fixture index only. The
+# shipped tests use them with data.rules and data.rule_index mocked, so they
+# pass whatever the operator's data.json holds. loaded_http and
+# loaded_connect take the views from the loaded data.rule_index instead, for
+# the tests of the default rules (default_test.rego).
+http(method, host, port, path) := http_in(index, method, host, port, path)
+
+connect(host, port) := connect_in(index, host, port)
+
+loaded_http(method, host, port, path) := http_in(data.rule_index, method, host, port, path)
+
+loaded_connect(host, port) := connect_in(data.rule_index, host, port)
+
+http_in(x, method, host, port, path) := {
 	"kind": "http",
 	"identity": {"id": "anonymous", "attributes": {}},
 	"method": method,
@@ -85,29 +103,22 @@ http(method, host, port, path) := {
 	"path": path,
 	"path_decoded": path,
 	"flags": [],
-	"views": views_for(host, path),
+	"views": views_in(x, host, path),
 }
 
-connect(host, port) := {
+connect_in(x, host, port) := {
 	"kind": "connect",
 	"identity": {"id": "anonymous", "attributes": {}},
 	"host": host,
 	"host_keys": host_keys(host),
 	"port": port,
 	"flags": [],
-	"views": views_for(host, null),
+	"views": views_in(x, host, null),
 }
 
-# views_for is input.views as egressd computes it (policy/views.go): the
-# views whose hosts match host by key or CIDR and, unless path is null,
-# whose path globs match path, in view order. The input is built before a
-# test mocks data.rule_index, so the views come from the fixture index when
-# it has any for host (tests that mock it with index), else from the
-# loaded data.rule_index (tests of the default bundle).
-views_for(host, path) := views_in(index, host, path) if {
-	count(host_views(index, host)) > 0
-} else := views_in(data.rule_index, host, path)
-
+# views_in is input.views as egressd computes it (policy/views.go): the
+# views of index x whose hosts match host by key or CIDR and, unless path
+# is null, whose path globs match path, in view order.
 views_in(x, host, path) := [x.views[v] | some v in sort({v | some v in host_views(x, host); path_ok(x.views[v], path)})]
 
 host_views(x, host) := {v | some key in host_keys(host); some v in x.hosts[key]} | {v |
@@ -143,10 +154,6 @@ host_keys(host) := array.concat([host], [concat("", ["*.", concat(".", array.sli
 	i > 0
 	i < count(parts)
 ])
-
-test_index_of_matches_loaded_index if {
-	index_of(data.rules) == data.rule_index
-}
 
 test_host_keys if {
 	host_keys("a.b.c") == ["a.b.c", "*.b.c", "*.c"]

@@ -1,6 +1,7 @@
 package egress.sql_test
 
 import data.egress.sql
+import data.egress.sql_fixtures as fixtures
 
 ro := {"id": "agent", "attributes": {"sql_profile": "read_only"}}
 
@@ -10,18 +11,27 @@ req(identity, stmt) := {"kind": "sql", "identity": identity, "database": "app", 
 
 select_users := {"command": "select", "relations": [{"schema": "public", "name": "users", "role": "read"}], "functions": [{"schema": "", "name": "lower"}]}
 
+# decide and decide_in evaluate egress.sql on the fixture data (or data
+# derived from it), never on the loaded sql/data.json, which is the
+# operator's to edit.
+decide(identity, stmt) := decide_in(fixtures.sql, identity, stmt)
+
+decide_in(sql_data, identity, stmt) := d if {
+	d := sql.decision with input as req(identity, stmt) with data.sql as sql_data
+}
+
 reason_of(identity, stmt) := r if {
-	r := sql.decision.reason with input as req(identity, stmt)
+	r := decide(identity, stmt).reason
 }
 
 test_read_only_select_allowed if {
-	d := sql.decision with input as req(ro, select_users)
+	d := decide(ro, select_users)
 	d.allow
 	d.rule == "sql.read_only"
 }
 
 test_profile_from_identity_map if {
-	d := sql.decision with input as req({"id": "bot"}, select_users) with data.sql.identities as {"bot": "read_only"}
+	d := decide_in(json.patch(fixtures.sql, [{"op": "add", "path": "/identities", "value": {"bot": "read_only"}}]), {"id": "bot"}, select_users)
 	d.allow
 }
 
@@ -30,7 +40,7 @@ test_no_profile_denied if {
 }
 
 test_database_denied if {
-	d := sql.decision with input as req(ro, select_users) with data.sql.profiles.read_only.databases as ["other"]
+	d := decide_in(json.patch(fixtures.sql, [{"op": "replace", "path": "/profiles/read_only/databases", "value": ["other"]}]), ro, select_users)
 	d.reason == "sql_database_denied"
 }
 
@@ -48,11 +58,11 @@ test_read_only_denials if {
 }
 
 test_read_only_allows if {
-	sql.decision.allow with input as req(ro, {"command": "copy", "copy": {"direction": "to", "table": false}})
-	sql.decision.allow with input as req(ro, {"command": "transaction", "transaction": "begin"})
-	sql.decision.allow with input as req(ro, {"command": "set", "set": {"name": "statement_timeout", "action": "set", "value": "5000", "time_ms": 5000}})
-	sql.decision.allow with input as req(ro, {"command": "set", "set": {"name": "", "action": "reset_all"}})
-	sql.decision.allow with input as req(ro, {"command": "explain", "inner": {"command": "select"}})
+	decide(ro, {"command": "copy", "copy": {"direction": "to", "table": false}}).allow
+	decide(ro, {"command": "transaction", "transaction": "begin"}).allow
+	decide(ro, {"command": "set", "set": {"name": "statement_timeout", "action": "set", "value": "5000", "time_ms": 5000}}).allow
+	decide(ro, {"command": "set", "set": {"name": "", "action": "reset_all"}}).allow
+	decide(ro, {"command": "explain", "inner": {"command": "select"}}).allow
 }
 
 test_always_forbidden if {
@@ -79,17 +89,17 @@ test_always_forbidden if {
 
 test_read_write if {
 	upd := {"command": "update", "has_where": true, "relations": [{"schema": "public", "name": "t", "role": "write"}]}
-	sql.decision.allow with input as req(rw, upd)
+	decide(rw, upd).allow
 	reason_of(rw, object.union(upd, {"has_where": false})) == "missing_where"
 	reason_of(rw, {"command": "delete", "relations": [{"schema": "public", "name": "t", "role": "write"}]}) == "missing_where"
 	reason_of(rw, {"command": "merge", "relations": [{"schema": "audit", "name": "t", "role": "write"}]}) == "write_denied"
-	sql.decision.allow with input as req(rw, {"command": "insert", "functions": [{"schema": "", "name": "nextval"}], "relations": [{"schema": "public", "name": "t", "role": "write"}]})
-	sql.decision.allow with input as req(rw, {"command": "select", "locking": true})
+	decide(rw, {"command": "insert", "functions": [{"schema": "", "name": "nextval"}], "relations": [{"schema": "public", "name": "t", "role": "write"}]}).allow
+	decide(rw, {"command": "select", "locking": true}).allow
 }
 
 test_connect if {
-	sql.decision.allow with input as req(ro, {"command": "connect"})
-	d := sql.decision with input as req(ro, {"command": "connect"}) with data.sql.profiles.read_only.databases as ["other"]
+	decide(ro, {"command": "connect"}).allow
+	d := decide_in(json.patch(fixtures.sql, [{"op": "replace", "path": "/profiles/read_only/databases", "value": ["other"]}]), ro, {"command": "connect"})
 	d.reason == "sql_database_denied"
 	reason_of({"id": "nobody"}, {"command": "connect"}) == "sql_no_profile"
 }
@@ -105,7 +115,7 @@ test_missing_where_anywhere if {
 
 	# MERGE … WHEN MATCHED THEN UPDATE with no AND condition.
 	reason_of(rw, {"command": "merge", "missing_where": true, "relations": [{"schema": "public", "name": "orders", "role": "write"}]}) == "missing_where"
-	sql.decision.allow with input as req(rw, {"command": "merge", "relations": [{"schema": "public", "name": "orders", "role": "write"}]})
+	decide(rw, {"command": "merge", "relations": [{"schema": "public", "name": "orders", "role": "write"}]}).allow
 }
 
 test_copy_query_runs_its_dml if {
@@ -121,30 +131,30 @@ test_dynamic_name_denied if {
 seq(schema, name, fn, role) := {"command": "select", "functions": [{"schema": "", "name": fn}], "relations": [{"schema": schema, "name": name, "role": role}]}
 
 test_sequences_follow_the_write_list if {
-	sql.decision.allow with input as req(rw, seq("public", "s", "nextval", "write"))
+	decide(rw, seq("public", "s", "nextval", "write")).allow
 	reason_of(rw, seq("private", "s", "nextval", "write")) == "write_denied"
-	sql.decision.allow with input as req(rw, seq("public", "s", "currval", "read"))
+	decide(rw, seq("public", "s", "currval", "read")).allow
 	reason_of(rw, seq("private", "s", "currval", "read")) == "table_not_allowed"
 }
 
 set_stmt(name, extra) := {"command": "set", "set": object.union({"name": name, "action": "set"}, extra)}
 
 test_setting_bounds if {
-	sql.decision.allow with input as req(ro, set_stmt("statement_timeout", {"value": "5s", "time_ms": 5000}))
+	decide(ro, set_stmt("statement_timeout", {"value": "5s", "time_ms": 5000})).allow
 	reason_of(ro, set_stmt("statement_timeout", {"value": "0", "time_ms": 0})) == "setting_value_denied"
 	reason_of(ro, set_stmt("statement_timeout", {"value": "-5"})) == "setting_value_denied"
 	reason_of(ro, set_stmt("lock_timeout", {"value": "1d", "time_ms": 86400000})) == "setting_value_denied"
 	reason_of(ro, set_stmt("idle_in_transaction_session_timeout", {"value": "soon"})) == "setting_value_denied"
-	sql.decision.allow with input as req(ro, set_stmt("work_mem", {"value": "64MB", "time_ms": 64, "memory_kb": 65536}))
+	decide(ro, set_stmt("work_mem", {"value": "64MB", "time_ms": 64, "memory_kb": 65536})).allow
 	reason_of(ro, set_stmt("work_mem", {"value": "100GB", "memory_kb": 104857600})) == "setting_value_denied"
-	sql.decision.allow with input as req(ro, set_stmt("statement_timeout", {"action": "set_default"}))
-	sql.decision.allow with input as req(ro, set_stmt("statement_timeout", {"action": "reset"}))
-	sql.decision.allow with input as req(ro, set_stmt("application_name", {"value": "x"}))
+	decide(ro, set_stmt("statement_timeout", {"action": "set_default"})).allow
+	decide(ro, set_stmt("statement_timeout", {"action": "reset"})).allow
+	decide(ro, set_stmt("application_name", {"value": "x"})).allow
 }
 
 test_show_all_is_a_settings_read if {
 	reason_of(ro, {"command": "show", "relations": [{"schema": "pg_catalog", "name": "pg_settings", "role": "read"}]}) == "table_not_allowed"
-	sql.decision.allow with input as req(ro, {"command": "show"})
+	decide(ro, {"command": "show"}).allow
 }
 
 test_user_functions_need_a_qualified_allow if {
@@ -152,7 +162,7 @@ test_user_functions_need_a_qualified_allow if {
 	# public.lower(int) overload.
 	overload := {"command": "select", "functions": [{"schema": "", "name": "lower"}, {"schema": "public", "name": "lower"}]}
 	reason_of(ro, overload) == "function_not_allowed"
-	d := sql.decision with input as req(ro, overload) with data.sql.function_sets.common as ["lower", "public.lower"]
+	d := decide_in(json.patch(fixtures.sql, [{"op": "replace", "path": "/function_sets/common", "value": ["lower", "public.lower"]}]), ro, overload)
 	d.allow
 	# The function behind a user operator (`SELECT 1 #!# 2`).
 	operator := {"command": "select", "operators": [{"schema": "", "name": "#!#"}], "functions": [{"schema": "public", "name": "app_purge"}]}
@@ -161,6 +171,6 @@ test_user_functions_need_a_qualified_allow if {
 
 test_qualified_user_operator_denied if {
 	reason_of(ro, {"command": "select", "operators": [{"schema": "public", "name": "#!#"}]}) == "function_not_allowed"
-	d := sql.decision with input as req(ro, {"command": "select", "operators": [{"schema": "pg_catalog", "name": "+"}, {"schema": "", "name": "="}]})
+	d := decide(ro, {"command": "select", "operators": [{"schema": "pg_catalog", "name": "+"}, {"schema": "", "name": "="}]})
 	d.allow
 }

@@ -17,22 +17,44 @@ import (
 	"github.com/egressd/egressd/cmd/egressd/config"
 )
 
-const auditUsage = `usage:
-  egressd audit verify [--public-key FILE] [--checkpoint SEQ:HASH]… [--config FILE] [PATH…]
-  egressd audit show [--identity ID] [--decision allow|deny] [--kind K] [--reason R]
-                     [--since T] [--until T] [--json|--table] [-f] [--config FILE] [PATH…]
-  egressd audit keygen --out FILE
+// auditPathsArg is the PATH argument of verify and show.
+var auditPathsArg = [2]string{"PATH…", "segment files or directories of segments (default: audit.dir of --config, else ./egressd-audit)"}
 
-PATH is a segment file or a directory of segments; without one, audit.dir
-of --config (default ./egressd-audit).
-verify exits 0 when the log is intact, 1 when it is broken (the first bad
-record is named), 2 when it cannot be read.
-`
+// auditActions are `egressd audit`'s actions and their -h text.
+var auditActions = map[string]helpText{
+	"verify": {
+		synopsis: []string{"audit verify [flags] [PATH…]"},
+		summary:  "check the hash chain, segment links and signed checkpoints",
+		about: "Check every record's hash, the chain, seq continuity, segment links, torn lines and checkpoint records, in constant memory. " +
+			"A chain cannot show that its tail was cut: --checkpoint and --public-key check it against heads kept elsewhere.",
+		args: [][2]string{auditPathsArg},
+		exit: "0 intact, 1 broken (the first bad record is printed as file:line: seq N: what is wrong), 2 unreadable or a usage error",
+	},
+	"show": {
+		synopsis: []string{"audit show [flags] [PATH…]"},
+		summary:  "print records, filtered; -f follows the log",
+		about: "Print the matching records: an aligned table on a terminal, else (or with --json) the lines exactly as logged. " +
+			"Filters combine with AND.",
+		args: [][2]string{auditPathsArg},
+		exit: "0 printed (also when nothing matched), 2 unreadable or a usage error",
+	},
+	"keygen": {
+		synopsis: []string{"audit keygen --out FILE"},
+		summary:  "create a signing key for audit.signing_key",
+		about: "Create an Ed25519 key for audit.signing_key (mode 0600) and write its public key, for verify --public-key, " +
+			"to FILE.pub and to standard output.",
+		exit: "0 written, 2 FILE or FILE.pub exists, cannot be written, or a usage error",
+	},
+}
 
 // runAudit is `egressd audit verify|show|keygen`.
 func runAudit(args []string, stdout, stderr io.Writer) error {
+	group := func() {
+		groupHelp(stderr, "audit", table(auditActions, func(h helpText) string { return h.summary }),
+			"the action's own (see its -h); 2 for a usage error")
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprint(stderr, auditUsage)
+		group()
 		if len(args) == 0 {
 			return usageErrorf("audit: want verify, show or keygen")
 		}
@@ -46,8 +68,8 @@ func runAudit(args []string, stdout, stderr io.Writer) error {
 	case "keygen":
 		return runAuditKeygen(args[1:], stdout, stderr)
 	}
-	fmt.Fprint(stderr, auditUsage)
-	return usageErrorf("audit: unknown subcommand %q", args[0])
+	group()
+	return usageErrorf("audit: unknown action %q; want verify, show or keygen", args[0])
 }
 
 // checkpointFlags collects repeated --checkpoint SEQ:HASH values.
@@ -67,11 +89,11 @@ func (c *checkpointFlags) Set(s string) error {
 
 func runAuditVerify(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), auditUsage) }
-	pubPath := fs.String("public-key", "", "Ed25519 public key (PEM) that must have signed every checkpoint record")
+	auditActions["verify"].install(fs)
+	pubPath := fs.String("public-key", "", "Ed25519 public key `FILE` (PEM, as audit keygen writes to FILE.pub) that must have signed every checkpoint record")
 	var cps checkpointFlags
 	fs.Var(&cps, "checkpoint", "`SEQ:HASH` from the operational log's \"audit checkpoint\" lines; the log must match and reach it (repeatable)")
-	cfgPath := fs.String("config", "", "config file whose audit.dir is the default PATH")
+	cfgPath := fs.String("config", "", "config `FILE` whose audit.dir is the default PATH")
 	pos, err := parseFlags(fs, args, stderr)
 	if err != nil {
 		return err
@@ -131,8 +153,8 @@ func auditPaths(pos []string, cfgPath string) ([]string, error) {
 // (mode 0600) and prints its public key for `verify --public-key`.
 func runAuditKeygen(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("audit keygen", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), auditUsage) }
-	out := fs.String("out", "", "private key file to create (it must not exist)")
+	auditActions["keygen"].install(fs)
+	out := fs.String("out", "", "private key `FILE` to create (it must not exist); the public key goes to FILE.pub")
 	pos, err := parseFlags(fs, args, stderr)
 	if err != nil {
 		return err
@@ -152,16 +174,35 @@ func runAuditKeygen(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("encode key: %w", err)
 	}
-	f, err := os.OpenFile(*out, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
+	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})
+	// The public key first: a key whose public half was never written
+	// would sign checkpoints nobody can check.
+	pubPath := *out + ".pub"
+	if err := writeNew(pubPath, pubPEM, 0o644); err != nil {
 		return fmt.Errorf("audit keygen: %w", err)
 	}
-	if err := pem.Encode(f, &pem.Block{Type: "PRIVATE KEY", Bytes: privDER}); err != nil {
+	if err := writeNew(*out, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: privDER}), 0o600); err != nil {
+		os.Remove(pubPath)
+		return fmt.Errorf("audit keygen: %w", err)
+	}
+	_, err = stdout.Write(pubPEM)
+	return err
+}
+
+// writeNew creates path, which must not exist, with b.
+func writeNew(path string, b []byte, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
 		f.Close()
-		return fmt.Errorf("write %s: %w", *out, err)
+		os.Remove(path)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", *out, err)
+		os.Remove(path)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return pem.Encode(stdout, &pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})
+	return nil
 }

@@ -57,7 +57,7 @@ func runAuditShow(args []string, stdout, stderr io.Writer) error {
 
 func parseShow(args []string, stderr io.Writer, now time.Time) (*showOptions, error) {
 	fs := flag.NewFlagSet("audit show", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), auditUsage) }
+	auditActions["show"].install(fs)
 	var o showOptions
 	fs.StringVar(&o.filter.identity, "identity", "", "only records of this sandbox identity")
 	fs.StringVar((*string)(&o.filter.decision), "decision", "", "only records with this decision (allow or deny)")
@@ -68,7 +68,7 @@ func parseShow(args []string, stderr io.Writer, now time.Time) (*showOptions, er
 	asJSON := fs.Bool("json", false, "print records as JSON lines, exactly as logged (the default when stdout is not a terminal)")
 	asTable := fs.Bool("table", false, "print an aligned table (the default on a terminal)")
 	fs.BoolVar(&o.follow, "f", false, "follow the log: keep printing new records, across segment rotations, until interrupted")
-	cfgPath := fs.String("config", "", "config file whose audit.dir is the default PATH")
+	cfgPath := fs.String("config", "", "config `FILE` whose audit.dir is the default PATH")
 	pos, err := parseFlags(fs, args, stderr)
 	if err != nil {
 		return nil, err

@@ -187,10 +187,25 @@ func TestAuditSignedCLI(t *testing.T) {
 	if code != 0 || !strings.Contains(pub, "BEGIN PUBLIC KEY") {
 		t.Fatalf("audit keygen = %d, %q, %q", code, pub, errOut)
 	}
-	pubPath := filepath.Join(dir, "audit.pub")
-	os.WriteFile(pubPath, []byte(pub), 0o644)
+	// keygen writes the public key next to the private one, as README's
+	// `verify --public-key FILE.pub` needs.
+	pubPath := key + ".pub"
+	if b, err := os.ReadFile(pubPath); err != nil || string(b) != pub {
+		t.Fatalf("audit keygen wrote %s = %q, %v; want the printed public key", pubPath, b, err)
+	}
+	if fi, err := os.Stat(key); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("private key %s mode = %v, %v; want 0600", key, fi.Mode(), err)
+	}
 	if code, _, _ := runCLI("audit", "keygen", "--out", key); code != 2 {
 		t.Errorf("audit keygen over an existing key = %d; want 2", code)
+	}
+	other := filepath.Join(dir, "other.key")
+	os.WriteFile(other+".pub", []byte("kept"), 0o644)
+	if code, _, _ := runCLI("audit", "keygen", "--out", other); code != 2 {
+		t.Errorf("audit keygen with FILE.pub left over = %d; want 2 (it must not replace a public key others check against)", code)
+	}
+	if _, err := os.Stat(other); err == nil {
+		t.Errorf("audit keygen refused FILE.pub but wrote %s", other)
 	}
 
 	c := audit.DefaultConfig()

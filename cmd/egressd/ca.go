@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 
 	"software.sslmate.com/src/go-pkcs12"
 
@@ -14,20 +15,25 @@ import (
 	"github.com/egressd/egressd/proxy/ca"
 )
 
-const caUsage = `usage:
-  egressd ca init DIR
-  egressd ca export [--identity ID] [--format pem|pkcs12] [--config FILE | --ca-dir DIR] [--out FILE]
-
-init creates the CA directory DIR (mode 0700). Each identity's root is
-created in it on first use by serve, or by export.
-export writes an identity's root certificate, never its key, creating the
-root if it does not exist yet: PEM (for SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
-NODE_EXTRA_CA_CERTS, PIP_CERT, GIT_SSL_CAINFO, update-ca-certificates), or a
-PKCS#12 trust store for Java with the password "changeit" (the JDK's
-default; the file holds no secret). The directory is --ca-dir, else
-inspect.ca_dir of --config (default ./egressd-ca). --identity defaults to
-"anonymous", every client's identity when no identities are configured.
-`
+var caActions = map[string]helpText{
+	"init": {
+		synopsis: []string{"ca init DIR"},
+		summary:  "create the CA directory of HTTPS inspection",
+		about:    "Create the CA directory DIR (mode 0700). Each identity's root is created in it on first use by serve, or by export.",
+		args:     [][2]string{{"DIR", "the directory to create (inspect.ca_dir)"}},
+		exit:     "0 created, 1 it could not be created, 2 usage error",
+	},
+	"export": {
+		synopsis: []string{"ca export [--identity ID] [--format pem|pkcs12] [--config FILE | --ca-dir DIR] [--out FILE]"},
+		summary:  "write an identity's root certificate for its sandbox to trust",
+		about: "Write an identity's root certificate, never its key, creating the root if it does not exist yet: PEM " +
+			"(for SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS, PIP_CERT, GIT_SSL_CAINFO, update-ca-certificates), " +
+			"or a PKCS#12 trust store for Java with the password \"changeit\" (the JDK's default; the file holds no secret). " +
+			"The directory is --ca-dir, else inspect.ca_dir of --config (default ./egressd-ca). --identity defaults to " +
+			"\"anonymous\", every client's identity when no identities are configured.",
+		exit: "0 written, 1 the root could not be read or written, 2 usage error",
+	},
+}
 
 // anonymousID is the identity of every proxy client when the config lists
 // no identities (proxy.anonymous).
@@ -40,8 +46,12 @@ const trustStorePassword = pkcs12.DefaultPassword
 
 // runCA is `egressd ca init|export`.
 func runCA(args []string, stdout, stderr io.Writer) error {
+	group := func() {
+		groupHelp(stderr, "ca", table(caActions, func(h helpText) string { return h.summary }),
+			"the action's own (see its -h); 2 for a usage error")
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprint(stderr, caUsage)
+		group()
 		if len(args) == 0 {
 			return usageErrorf("ca: want init or export")
 		}
@@ -53,13 +63,13 @@ func runCA(args []string, stdout, stderr io.Writer) error {
 	case "export":
 		return runCAExport(args[1:], stdout, stderr)
 	}
-	fmt.Fprint(stderr, caUsage)
-	return usageErrorf("ca: unknown subcommand %q", args[0])
+	group()
+	return usageErrorf("ca: unknown action %q; want init or export", args[0])
 }
 
 func runCAInit(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ca init", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), caUsage) }
+	caActions[strings.TrimPrefix(fs.Name(), "ca ")].install(fs)
 	pos, err := parseFlags(fs, args, stderr)
 	if err != nil {
 		return err
@@ -76,7 +86,7 @@ func runCAInit(args []string, stdout, stderr io.Writer) error {
 
 func runCAExport(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ca export", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), caUsage) }
+	caActions[strings.TrimPrefix(fs.Name(), "ca ")].install(fs)
 	id := fs.String("identity", anonymousID, "identity `ID` whose root to export")
 	format := fs.String("format", "pem", "pem or pkcs12")
 	cfgPath := fs.String("config", "", "config `FILE` whose inspect.ca_dir and identities to use")

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/egressd/egressd/policy"
@@ -19,6 +20,13 @@ type checkKind struct {
 	args string
 	// nargs is how many positional arguments the kind takes.
 	nargs int
+	// about and argHelp are the kind's -h text (see helpText).
+	about   string
+	argHelp [][2]string
+	// prepare, if set, checks the positional arguments (count already
+	// checked) before any load, and may read standard input for one; a
+	// usage error exits 2.
+	prepare func(args []string, stdin io.Reader) ([]string, error)
 	// setup registers kind-specific flags on fs and returns the function
 	// that decides once the flags are parsed.
 	setup func(fs *flag.FlagSet) decideFunc
@@ -77,7 +85,14 @@ func refusedBeforePolicy(kind policy.Kind, env *decideEnv, err error) checkOutpu
 	return out
 }
 
+// checkExit is every check's exit status.
+const checkExit = "0 allow, 1 deny (the decision is printed either way), 2 usage or load error"
+
 func runCheck(args []string, stdout, stderr io.Writer) error {
+	return runCheckFrom(os.Stdin, args, stdout, stderr)
+}
+
+func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		checkUsage(stderr)
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
@@ -95,17 +110,23 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 	ef.register(fs)
 	showInput := fs.Bool("input", false, "also print the Rego input the policy evaluated (a list: sql has one per statement after the connect)")
 	decide := kind.setup(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: egressd check %s [flags] %s\n", args[0], kind.args)
-		fs.PrintDefaults()
-	}
+	helpText{
+		synopsis: []string{"check " + args[0] + " [flags] " + kind.args},
+		about:    kind.about,
+		args:     kind.argHelp,
+		exit:     checkExit,
+	}.install(fs)
 	pos, err := parseFlags(fs, args[1:], stderr)
 	if err != nil {
 		return err
 	}
 	if len(pos) != kind.nargs {
-		fs.Usage()
-		return usageErrorf("check %s takes %s, got %d argument(s)", args[0], kind.args, len(pos))
+		return usageErrorf("usage: egressd check %s [flags] %s (got %d argument(s); see egressd check %[1]s -h)", args[0], kind.args, len(pos))
+	}
+	if kind.prepare != nil {
+		if pos, err = kind.prepare(pos, stdin); err != nil {
+			return err
+		}
 	}
 	ctx := context.Background()
 	env, err := ef.load(ctx)
@@ -136,7 +157,12 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 }
 
 func checkUsage(w io.Writer) {
-	writeUsage(w, "usage: egressd check <kind> [flags] args\n\nkinds:\n", checkKinds,
-		func(k checkKind) string { return k.args },
-		"\nprints the decision as one JSON object; exit 0 allow, 1 deny, 2 usage or load error\n")
+	helpText{
+		synopsis: []string{"check <kind> [flags] args"},
+		about: "Decide one request offline, with the code the listeners run, and print the decision and its facts as one JSON object. " +
+			"Run 'egressd check <kind> -h' for a kind's arguments and flags.",
+		actions:      table(checkKinds, func(k checkKind) string { return k.args }),
+		actionsTitle: "kinds",
+		exit:         checkExit,
+	}.write(w, nil)
 }

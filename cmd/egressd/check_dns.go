@@ -18,6 +18,10 @@ func init() { checkKinds["dns"] = checkDNS }
 var checkDNS = checkKind{
 	args:  "NAME",
 	nargs: 1,
+	about: "Decide a DNS question as the sandbox-facing DNS server would, before it resolves anything.",
+	argHelp: [][2]string{
+		{"NAME", "the name asked for, e.g. pypi.org"},
+	},
 	setup: func(fs *flag.FlagSet) decideFunc {
 		qtype := fs.String("qtype", "A", "record `TYPE` asked for (A, AAAA, CNAME, TXT, …)")
 		return func(ctx context.Context, env *decideEnv, args []string) checkOutput {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"io"
+	"strings"
 
 	"github.com/egressd/egressd/policy"
 )
@@ -16,6 +18,19 @@ import (
 var checkHTTP = checkKind{
 	args:  "METHOD URL",
 	nargs: 2,
+	about: "Decide an HTTP request (or, with --redirect, a redirect target) as the proxy would: facts, the address floor for an IP-literal host, then the policy.",
+	argHelp: [][2]string{
+		{"METHOD", "the request method as the client sends it (GET, POST, …)"},
+		{"URL", "the absolute URL, e.g. http://deb.debian.org/debian/ (quote it in the shell)"},
+	},
+	prepare: func(args []string, _ io.Reader) ([]string, error) {
+		// A URL where the method goes is a swapped command line, not a
+		// request the proxy would see.
+		if strings.Contains(args[0], "://") {
+			return nil, usageErrorf("usage: egressd check http [flags] METHOD URL: the method comes first, got the URL %q first (write: egressd check http %s %s)", args[0], args[1], args[0])
+		}
+		return args, nil
+	},
 	setup: func(fs *flag.FlagSet) decideFunc {
 		hostHeader := fs.String("host-header", "", "`HOST` header as the client would send it (default: none)")
 		redirect := fs.Bool("redirect", false, "decide URL as a redirect target (kind redirect)")
@@ -34,6 +49,10 @@ var checkHTTP = checkKind{
 var checkConnect = checkKind{
 	args:  "HOST:PORT",
 	nargs: 1,
+	about: "Decide a CONNECT tunnel as the proxy would; only a host-wide rule opens one.",
+	argHelp: [][2]string{
+		{"HOST:PORT", "the CONNECT target, e.g. pypi.org:443 ([v6]:443 for an IPv6 literal)"},
+	},
 	setup: func(*flag.FlagSet) decideFunc {
 		return func(ctx context.Context, env *decideEnv, args []string) checkOutput {
 			d := policy.PreDial{Engine: env.engine, Floor: env.floor}

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
+	"fmt"
+	"io"
 
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/policy/sqlfacts"
+	"github.com/egressd/egressd/policy/sqlparse"
 	"github.com/egressd/egressd/proxy/pggate"
 )
 
@@ -16,6 +20,10 @@ const builtinsOnly = "built-ins only: the config names no postgres.upstream, so 
 	"set postgres.upstream to resolve them against the database's catalog as the gate does"
 
 func init() { checkKinds["sql"] = checkSQL }
+
+// maxStdinSQL bounds what `check sql -` reads: far above any
+// postgres.max_query_bytes a gate would accept.
+const maxStdinSQL = 64 << 20
 
 // sqlStatement is one statement's facts and decision in the check output.
 type sqlStatement struct {
@@ -35,6 +43,27 @@ type sqlStatement struct {
 var checkSQL = checkKind{
 	args:  "SQL",
 	nargs: 1,
+	about: "Decide a query as the Postgres gate would: the login, then every statement, with the gate's own limits, parser and reasons. " +
+		"With postgres.upstream in the config, calls, operators and casts are resolved against that database's catalog.",
+	argHelp: [][2]string{
+		{"SQL", "the query text, one or more statements; - reads it from standard input (for SQL that begins with -, or a file: < query.sql)"},
+	},
+	prepare: func(args []string, stdin io.Reader) ([]string, error) {
+		if args[0] != "-" {
+			return args, nil
+		}
+		b, err := io.ReadAll(io.LimitReader(stdin, maxStdinSQL+1))
+		if err != nil {
+			return nil, fmt.Errorf("check sql: read standard input: %w", err)
+		}
+		if len(b) > maxStdinSQL {
+			return nil, usageErrorf("check sql: standard input holds more than %d bytes; the gate refuses queries past postgres.max_query_bytes anyway", maxStdinSQL)
+		}
+		if len(bytes.TrimSpace(b)) == 0 {
+			return nil, usageErrorf("check sql -: standard input is empty; pipe the query in (egressd check sql - < query.sql)")
+		}
+		return []string{string(b)}, nil
+	},
 	setup: func(fs *flag.FlagSet) decideFunc {
 		database := fs.String("database", "", "`DB` the session uses (default: the identity id, as PostgreSQL does)")
 		return func(ctx context.Context, env *decideEnv, args []string) checkOutput {
@@ -60,17 +89,22 @@ var checkSQL = checkKind{
 				return decided(policy.KindSQL, env, []sqlStatement{{Statement: connect, Decision: qd.Connect}}, qd.Connect)
 			}
 			limits := sqlfacts.Limits{MaxLen: pc.MaxQueryBytes, MaxDepth: pc.MaxNesting, MaxOps: pc.MaxOperators}
+			opts := sqlfacts.Options{Database: db, SearchPath: []string{pc.SearchPath}, Limits: limits, Catalog: cat}
 			if len(qd.Statements) == 0 {
 				out := decided(policy.KindSQL, env, nil, qd.Decision)
-				// Say which bound refused, when it was the pre-scan's.
+				// Say which bound refused, when it was the pre-scan's,
+				// or what the parser found wrong, and where.
 				var de *policy.DenyError
 				if err := sqlfacts.Prescan(args[0], limits); errors.As(err, &de) && de.Reason.String() == qd.Reason {
 					out.Detail = de.Detail
+				} else if qd.Reason == policy.ReasonSQLParseError.String() {
+					_, err := sqlfacts.ParseContext(ctx, args[0], opts)
+					out.Detail = parseDetail(args[0], err)
 				}
 				return out
 			}
 			// The facts are for the reader; the decisions are the gate's.
-			sts, err := sqlfacts.ParseContext(ctx, args[0], sqlfacts.Options{Database: db, SearchPath: []string{pc.SearchPath}, Limits: limits, Catalog: cat})
+			sts, err := sqlfacts.ParseContext(ctx, args[0], opts)
 			out := make([]sqlStatement, len(qd.Statements))
 			for i, sd := range qd.Statements {
 				out[i] = sqlStatement{SQL: sd.SQL, Decision: sd.Decision}
@@ -85,4 +119,32 @@ var checkSQL = checkKind{
 			return res
 		}
 	},
+}
+
+// parseDetail is what the parser said about text: its message and, when
+// it gives one, the position as PostgreSQL reports it (a 1-based character
+// offset) and as the line and column an editor shows. Any other failure
+// (a crashed worker) is its error text.
+func parseDetail(text string, err error) string {
+	var pe *sqlparse.Error
+	if !errors.As(err, &pe) {
+		if err == nil {
+			return ""
+		}
+		return err.Error()
+	}
+	if pe.Cursorpos <= 0 {
+		return pe.Message
+	}
+	line, col := 1, 1
+	for i, r := range []rune(text) {
+		if i == pe.Cursorpos-1 {
+			break
+		}
+		col++
+		if r == '\n' {
+			line, col = line+1, 1
+		}
+	}
+	return fmt.Sprintf("%s at character %d (line %d, column %d)", pe.Message, pe.Cursorpos, line, col)
 }

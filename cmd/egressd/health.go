@@ -15,7 +15,13 @@ import (
 // loopback, which neither docker nor the kubelet can reach from outside.
 func runHealth(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("health", flag.ContinueOnError)
-	admin := fs.String("admin", "127.0.0.1:9090", "admin listener address (admin.listen)")
+	helpText{
+		synopsis: []string{"health [--admin IP:PORT] [--live] [--timeout D]"},
+		about: "GET the admin listener's /readyz (--live: /healthz) and exit by its answer: the container HEALTHCHECK and the Kubernetes exec probe, " +
+			"run inside the egressd container because the admin listener is loopback-only.",
+		exit: "0 ready (or live), 1 not, or no answer, 2 a usage error",
+	}.install(fs)
+	admin := fs.String("admin", "127.0.0.1:9090", "admin listener `IP:PORT` (admin.listen)")
 	live := fs.Bool("live", false, "check liveness (/healthz) instead of readiness (/readyz)")
 	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long")
 	pos, err := parseFlags(fs, args, stderr)

@@ -20,12 +20,26 @@ func runIdentity(args []string, stdout, stderr io.Writer) error {
 	return runIdentityFrom(os.Stdin, args, stdout, stderr)
 }
 
+// identityHashHelp is `egressd identity hash -h`.
+var identityHashHelp = helpText{
+	synopsis: []string{"identity hash --id ID < SECRETFILE"},
+	summary:  "hash a sandbox secret into an identities: entry",
+	about: "Read a sandbox's secret from standard input (so it stays out of shell history and ps) and print the identities: entry " +
+		"holding its two stored forms: token_sha256 for the proxy, scram_sha256 for the Postgres gate. egressd never stores the secret.",
+	args: [][2]string{{"standard input", "the secret, at least 16 characters, on its first line (e.g. openssl rand -hex 24)"}},
+	exit: "0 printed, 2 a usage error or a secret too short",
+}
+
 func runIdentityFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "hash" {
-		fmt.Fprintln(stderr, "usage: egressd identity hash --id ID < secret")
+		groupHelp(stderr, "identity", [][2]string{{"hash", identityHashHelp.summary}}, "the action's own (see its -h); 2 for a usage error")
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			return flag.ErrHelp
+		}
 		return usageErrorf("identity: missing or unknown action; want hash")
 	}
 	fs := flag.NewFlagSet("identity hash", flag.ContinueOnError)
+	identityHashHelp.install(fs)
 	id := fs.String("id", "", "sandbox `ID` (the proxy Basic user and the Postgres user)")
 	pos, err := parseFlags(fs, args[1:], stderr)
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"sort"
-	"strings"
 )
 
 // command is one subcommand. It returns nil for success, errDenied for a
@@ -53,25 +52,27 @@ func run(args []string, stdout, stderr io.Writer) error {
 }
 
 func usage(w io.Writer) {
-	writeUsage(w, "usage: egressd <subcommand> [flags] [args]\n\nsubcommands:\n", commands,
-		func(c command) string { return c.summary }, "\nrun 'egressd <subcommand> -h' for its flags\n")
+	helpText{
+		synopsis:     []string{"<command> [flags] [args]"},
+		about:        "egressd is the egress gate of AI-agent sandboxes. Run 'egressd <command> -h' for a command's arguments, flags and exit status.",
+		actions:      table(commands, func(c command) string { return c.summary }),
+		actionsTitle: "commands",
+		exit:         "each command's own (see its -h); 2 for a usage error",
+	}.write(w, nil)
 }
 
-// writeUsage prints head, one aligned line per table entry in name order,
-// then foot: the shape of every usage listing.
-func writeUsage[V any](w io.Writer, head string, table map[string]V, describe func(V) string, foot string) {
-	names := make([]string, 0, len(table))
-	for n := range table {
+// table is m as {name, description} rows in name order.
+func table[V any](m map[string]V, describe func(V) string) [][2]string {
+	names := make([]string, 0, len(m))
+	for n := range m {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	var b strings.Builder
-	b.WriteString(head)
-	for _, n := range names {
-		fmt.Fprintf(&b, "  %-8s %s\n", n, describe(table[n]))
+	rows := make([][2]string, len(names))
+	for i, n := range names {
+		rows[i] = [2]string{n, describe(m[n])}
 	}
-	b.WriteString(foot)
-	io.WriteString(w, b.String())
+	return rows
 }
 
 // errDenied is returned by checks whose answer is a deny: exit 1, and the
@@ -82,6 +83,9 @@ var errDenied = errors.New("denied")
 type exitError struct {
 	code int
 	err  error
+	// logged is set when the error was already written to the
+	// operational log (serve's start-up failures).
+	logged bool
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
@@ -99,10 +103,13 @@ func exitCode(err error, stderr io.Writer) int {
 	if errors.Is(err, errDenied) {
 		return 1
 	}
-	fmt.Fprintf(stderr, "egressd: %v\n", err)
 	var ee *exitError
 	if errors.As(err, &ee) {
+		if !ee.logged {
+			fmt.Fprintf(stderr, "egressd: %v\n", err)
+		}
 		return ee.code
 	}
+	fmt.Fprintf(stderr, "egressd: %v\n", err)
 	return 2
 }

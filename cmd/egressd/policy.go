@@ -13,27 +13,58 @@ import (
 	defaultbundle "github.com/egressd/egressd/rego"
 )
 
-// runPolicy is `egressd policy check|test [DIR]`: check compiles the
-// bundle and reports errors with file:line (exit 2); test also runs its
-// Rego tests (exit 1 when one fails). Without DIR, the embedded bundle.
+// policyActions are `egressd policy`'s actions and their -h text.
+var policyActions = map[string]helpText{
+	"init": {
+		synopsis: []string{"policy init DIR"},
+		summary:  "write the embedded bundle to DIR to start your own",
+		about:    "Write the embedded bundle (modules, data.json, the Rego tests that hold for any rules, README) to DIR, as the start of your own.",
+		args:     [][2]string{{"DIR", "a directory that does not exist or is empty"}},
+		exit:     "0 written, 2 usage error or DIR not empty or not writable",
+	},
+	"check": {
+		synopsis: []string{"policy check [DIR]"},
+		summary:  "compile the bundle; errors name file:line",
+		about:    "Compile the bundle and check its data (rules, SQL profiles); print its digest. Errors name file:line, or the rule's index and id.",
+		args:     [][2]string{{"DIR", "the bundle directory (default: the bundle embedded in the binary)"}},
+		exit:     "0 the bundle loads, 2 it does not (or a usage error)",
+	},
+	"test": {
+		synopsis: []string{"policy test [DIR]"},
+		summary:  "compile the bundle and run its Rego tests",
+		about:    "Compile the bundle and run its Rego tests (*_test.rego), as start-up and every reload do: a bundle whose tests fail is refused.",
+		args:     [][2]string{{"DIR", "the bundle directory (default: the bundle embedded in the binary)"}},
+		exit:     "0 every test passed, 1 a test failed (each is named), 2 the bundle does not load (or a usage error)",
+	},
+}
+
+// runPolicy is `egressd policy init|check|test`.
 func runPolicy(args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "init" {
-		return runPolicyInit(args[1:], stdout, stderr)
+	group := func() {
+		groupHelp(stderr, "policy", table(policyActions, func(h helpText) string { return h.summary }),
+			"the action's own (see its -h); 2 for a usage error")
 	}
-	if len(args) == 0 || (args[0] != "check" && args[0] != "test") {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprint(stderr, policyUsage)
-			return flag.ErrHelp
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		group()
+		if len(args) == 0 {
+			return usageErrorf("policy: want init, check or test")
 		}
-		fmt.Fprint(stderr, policyUsage)
-		return usageErrorf("policy: want init, check or test")
+		return flag.ErrHelp
 	}
 	sub := args[0]
+	h, ok := policyActions[sub]
+	if !ok {
+		group()
+		return usageErrorf("policy: unknown action %q; want init, check or test", sub)
+	}
 	fset := flag.NewFlagSet("policy "+sub, flag.ContinueOnError)
-	fset.Usage = func() { fmt.Fprint(fset.Output(), policyUsage) }
+	h.install(fset)
 	pos, err := parseFlags(fset, args[1:], stderr)
 	if err != nil {
 		return err
+	}
+	if sub == "init" {
+		return runPolicyInit(pos, stdout)
 	}
 	if len(pos) > 1 {
 		return usageErrorf("policy %s takes at most one DIR, got %d", sub, len(pos))
@@ -77,13 +108,7 @@ func runPolicy(args []string, stdout, stderr io.Writer) error {
 
 // runPolicyInit is `egressd policy init DIR`: the embedded bundle, with its
 // tests, as the starting point of an operator's own.
-func runPolicyInit(args []string, stdout, stderr io.Writer) error {
-	fset := flag.NewFlagSet("policy init", flag.ContinueOnError)
-	fset.Usage = func() { fmt.Fprint(fset.Output(), policyUsage) }
-	pos, err := parseFlags(fset, args, stderr)
-	if err != nil {
-		return err
-	}
+func runPolicyInit(pos []string, stdout io.Writer) error {
 	if len(pos) != 1 {
 		return usageErrorf("policy init takes one DIR, got %d", len(pos))
 	}
@@ -93,9 +118,3 @@ func runPolicyInit(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "wrote the default bundle to %s: edit data.json, then egressd policy test %s\n", pos[0], pos[0])
 	return nil
 }
-
-const policyUsage = `usage: egressd policy init DIR      write the embedded bundle to DIR to start your own
-       egressd policy check [DIR]   compile the bundle; errors name file:line (exit 2)
-       egressd policy test [DIR]    compile and run its Rego tests (exit 1 on a failure)
-Without DIR, the bundle embedded in the binary.
-`

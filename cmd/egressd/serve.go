@@ -42,7 +42,14 @@ import (
 // and Postgres listeners when configured, until SIGTERM.
 func runServe(args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	cfgPath := fs.String("config", "", "config file (default: the embedded defaults)")
+	helpText{
+		synopsis: []string{"serve [--config FILE] [--audit-accept-break]"},
+		about: "Run the proxy and admin listeners, and the DNS and Postgres listeners when dns.listen and postgres.listen are set, " +
+			"until SIGTERM or SIGINT. SIGHUP or POST /-/reload on the admin listener reloads identities, internal and the policy. " +
+			"With no --config: the proxy on 127.0.0.1:3128, admin on 127.0.0.1:9090, the audit log in ./egressd-audit, the embedded policy.",
+		exit: "0 after a clean stop, 2 when the config, policy or audit log does not load or a listener cannot start",
+	}.install(fs)
+	cfgPath := fs.String("config", "", "config `FILE` (default: the embedded defaults)")
 	acceptBreak := fs.Bool("audit-accept-break", false, "start even if the newest audit segment's chain is broken, recording the acceptance")
 	pos, err := parseFlags(fs, args, stderr)
 	if err != nil {
@@ -53,7 +60,10 @@ func runServe(args []string, _, stderr io.Writer) error {
 	}
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {
-		return usageErrorf("%v", err)
+		// No config to say how to log: the format the file asks for if
+		// it can be read that far, else the default (json).
+		log, _ := newLogger(config.Log{Level: "info", Format: config.LogFormatOf(*cfgPath)}, stderr)
+		return startupFailed(log, err)
 	}
 	log, err := newLogger(cfg.Log, stderr)
 	if err != nil {
@@ -68,12 +78,29 @@ func runServe(args []string, _, stderr io.Writer) error {
 	if err != nil {
 		// build's collaborators quote what they were given (a file
 		// name in an open error); some config values are secrets.
-		return cfg.Redact(err)
+		return startupFailed(log, cfg.Redact(err))
 	}
 	defer d.audit.Close()
 	// Closed before the writer: it writes the last second's counts.
 	defer d.meter.Close()
-	return d.run(ctx)
+	if err := d.run(ctx); err != nil {
+		return startupFailed(log, err)
+	}
+	return nil
+}
+
+// startupFailed writes a fatal error as the operational log's last line,
+// in its format (a log collector parsing JSON lines would drop a plain
+// "egressd: …" line), and returns an error that exits 2 without printing
+// it again. Without a logger (nil: one that could not be built) the
+// message stays plain.
+func startupFailed(log *zap.Logger, err error) error {
+	if log == nil {
+		return &exitError{code: 2, err: err}
+	}
+	log.Error("egressd cannot run", zap.Error(err))
+	log.Sync()
+	return &exitError{code: 2, err: err, logged: true}
 }
 
 // daemon is the running serve command.
@@ -292,6 +319,25 @@ func (d *daemon) run(ctx context.Context) error {
 			gln = &fdlimit.Listener{Listener: gln, Raw: gln.(*net.TCPListener), Budget: d.fds, Name: "postgres", Audit: d.audit, Log: d.log}
 		}
 	}
+	// DNS binds here with the others, so that a port in use fails the
+	// start before anything is announced as serving.
+	var dnsPC net.PacketConn
+	var dnsLn net.Listener
+	if d.dns != nil {
+		if dnsPC, err = net.ListenPacket("udp", d.cfg.DNS.Listen); err == nil {
+			if dnsLn, err = net.Listen("tcp", d.cfg.DNS.Listen); err != nil {
+				dnsPC.Close()
+			}
+		}
+		if err != nil {
+			pln.Close()
+			aln.Close()
+			if gln != nil {
+				gln.Close()
+			}
+			return fmt.Errorf("dns listen: %w", err)
+		}
+	}
 	var mln net.Listener
 	if d.cfg.Metrics.Listen != "" {
 		if mln, err = net.Listen("tcp", d.cfg.Metrics.Listen); err != nil {
@@ -299,6 +345,10 @@ func (d *daemon) run(ctx context.Context) error {
 			aln.Close()
 			if gln != nil {
 				gln.Close()
+			}
+			if dnsPC != nil {
+				dnsPC.Close()
+				dnsLn.Close()
 			}
 			return fmt.Errorf("metrics listen: %w", err)
 		}
@@ -335,17 +385,16 @@ func (d *daemon) run(ctx context.Context) error {
 	dnsCtx, stopDNS := context.WithCancel(ctx)
 	defer stopDNS()
 	if d.dns != nil {
-		go func() { errc <- d.dns.ListenAndServe(dnsCtx) }()
+		go func() { errc <- d.dns.Serve(dnsCtx, dnsPC, dnsLn) }()
 	}
 	if d.gate != nil {
 		go func() { errc <- d.gate.Serve(gln) }()
 	}
-	serving := []zap.Field{zap.String("proxy", pln.Addr().String()), zap.String("admin", aln.Addr().String())}
 	if mln != nil {
 		go func() { errc <- metricsSrv.Serve(mln) }()
-		serving = append(serving, zap.String("metrics", mln.Addr().String()))
 	}
-	d.log.Info("serving", append(serving, zap.String("policy", d.engine.Load().Digest()))...)
+	d.log.Info("serving", append(listenerFields(pln, aln, dnsPC, dnsLn, gln, mln),
+		zap.String("policy", d.engine.Load().Digest()))...)
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -355,7 +404,7 @@ loop:
 	for {
 		select {
 		case <-hup:
-			if err := d.reload(ctx); err != nil {
+			if _, err := d.reload(ctx); err != nil {
 				d.log.Warn("reload refused; previous configuration stays", zap.Error(err))
 			}
 		case err := <-errc:
@@ -390,41 +439,42 @@ loop:
 // changes to any other section need a restart and are named in a warning.
 // A config or bundle that fails to load is refused and the running state
 // stays.
-func (d *daemon) reload(ctx context.Context) error {
+// It returns the sections that changed but wait for a restart.
+func (d *daemon) reload(ctx context.Context) ([]string, error) {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
-	err := d.reloadLocked(ctx)
+	pending, err := d.reloadLocked(ctx)
 	result := "ok"
 	if err != nil {
 		result = "failed"
 	}
 	d.metrics.Reloads.WithLabelValues(result).Inc()
-	return err
+	return pending, err
 }
 
-func (d *daemon) reloadLocked(ctx context.Context) error {
+func (d *daemon) reloadLocked(ctx context.Context) ([]string, error) {
 	cfg, err := config.Load(d.cfgPath)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cfg.Audit.AcceptBreak = d.cfg.Audit.AcceptBreak // a flag, not a key
 	ids, err := identity.New(cfg.Identities)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// A new engine, so that the bundle is checked against the identities
 	// before either takes effect; the running one decides until then.
 	engine, err := policy.New(ctx, cfg.Policy, d.log)
 	if err != nil {
-		return fmt.Errorf("load policy: %w", err)
+		return nil, fmt.Errorf("load policy: %w", err)
 	}
 	if err := checkIdentities(d.cfgPath, cfg.Identities, engine); err != nil {
-		return err
+		return nil, err
 	}
 	if !reflect.DeepEqual(cfg.Internal, d.cfg.Internal) {
 		// Validated by config.Load, so this does not fail half-way.
 		if err := d.floor.Update(cfg.Internal); err != nil {
-			return err
+			return nil, err
 		}
 		d.res.Flush()
 	}
@@ -433,15 +483,15 @@ func (d *daemon) reloadLocked(ctx context.Context) error {
 	}
 	d.engine.Store(engine)
 	d.policyInfo.Loaded(engine.Digest(), time.Now())
-	if pending := restartNeeded(d.cfg, cfg, d.inspectConfigured); len(pending) > 0 {
-		d.log.Warn("reload applied identities, internal and policy; the changed sections need a restart",
-			zap.Strings("sections", pending))
+	pending := restartNeeded(d.cfg, cfg, d.inspectConfigured)
+	if len(pending) > 0 {
+		d.log.Warn(admin.RestartNeeded(pending), zap.Strings("sections", pending))
 	}
 	next := *d.cfg
 	next.Identities, next.Internal, next.Policy = cfg.Identities, cfg.Internal, cfg.Policy
 	d.cfg = &next
 	d.log.Info("reloaded", zap.String("policy", engine.Digest()), zap.Int("identities", ids.Len()))
-	return nil
+	return pending, nil
 }
 
 // restartNeeded names the sections that differ between the running and the
@@ -480,9 +530,34 @@ func newLogger(c config.Log, w io.Writer) (*zap.Logger, error) {
 	}
 	ec := zap.NewProductionEncoderConfig()
 	ec.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+	// "30s", not zap's default 30 (seconds as a bare float): a log
+	// reader should not need to know the unit.
+	ec.EncodeDuration = zapcore.StringDurationEncoder
 	enc := zapcore.NewJSONEncoder(ec)
 	if c.Format == "console" {
 		enc = zapcore.NewConsoleEncoder(ec)
 	}
 	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)), nil
+}
+
+// listenerFields are the serving line's listeners, each by name with the
+// address it is bound to: the proxy and admin always, dns and postgres
+// when configured. A listener added later (a metrics-only one) belongs
+// here too, so that one line says everything egressd listens on.
+func listenerFields(proxyLn, adminLn net.Listener, dnsPC net.PacketConn, dnsLn, gateLn, metricsLn net.Listener) []zap.Field {
+	fs := []zap.Field{zap.String("proxy", proxyLn.Addr().String()), zap.String("admin", adminLn.Addr().String())}
+	if dnsPC != nil {
+		fs = append(fs, zap.String("dns", dnsPC.LocalAddr().String()))
+		// Only a port of 0 in dns.listen gives TCP another port.
+		if tcp := dnsLn.Addr().String(); tcp != dnsPC.LocalAddr().String() {
+			fs = append(fs, zap.String("dns_tcp", tcp))
+		}
+	}
+	if gateLn != nil {
+		fs = append(fs, zap.String("postgres", gateLn.Addr().String()))
+	}
+	if metricsLn != nil {
+		fs = append(fs, zap.String("metrics", metricsLn.Addr().String()))
+	}
+	return fs
 }

@@ -15,6 +15,11 @@ import (
 func runVersion(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of lines")
+	helpText{
+		synopsis: []string{"version [--json]"},
+		about:    "Print the version and commit deploy/build.sh stamped, and the Go and pg_query versions the binary was built with (the labels of the egressd_build_info metric).",
+		exit:     "0 printed, 2 usage error",
+	}.install(fs)
 	pos, err := parseFlags(fs, args, stderr)
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,8 +27,10 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Ready are the /readyz conditions, all required.
 	Ready []Check
-	// Reload runs on POST /-/reload; its error is reported with 500.
-	Reload func(ctx context.Context) error
+	// Reload runs on POST /-/reload; its error is reported with 500. On
+	// success it returns the config sections that changed but take effect
+	// only at a restart, which the answer names.
+	Reload func(ctx context.Context) (restart []string, err error)
 	// ReadyTimeout bounds the whole /readyz evaluation. If zero, 2s.
 	ReadyTimeout time.Duration
 	Log          *zap.Logger
@@ -66,9 +69,14 @@ func Handler(o Options) http.Handler {
 			text(w, http.StatusNotImplemented, "reload not configured\n")
 			return
 		}
-		if err := o.Reload(r.Context()); err != nil {
+		restart, err := o.Reload(r.Context())
+		if err != nil {
 			log.Warn("reload refused", zap.Error(err))
 			text(w, http.StatusInternalServerError, "reload failed: "+err.Error()+"\n")
+			return
+		}
+		if len(restart) > 0 {
+			text(w, http.StatusOK, RestartNeeded(restart)+"\n")
 			return
 		}
 		text(w, http.StatusOK, "reloaded\n")
@@ -86,4 +94,10 @@ func text(w http.ResponseWriter, status int, s string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(status)
 	w.Write([]byte(s))
+}
+
+// RestartNeeded is what a reload that left changed sections unapplied
+// says, in the reload answer and the log alike.
+func RestartNeeded(sections []string) string {
+	return "reloaded identities, internal and policy; restart egressd to apply the changed sections: " + strings.Join(sections, ", ")
 }

@@ -129,6 +129,26 @@ func (c *Config) InspectOptions() ca.Options {
 	return o
 }
 
+// LogFormatOf is the log.format of the config file at path as far as it
+// can be read, for reporting an error that stopped Load: "console" only
+// when the file says so, else the default "json" (a collector parsing
+// JSON lines must not get a plain one).
+func LogFormatOf(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "json"
+	}
+	var c struct {
+		Log struct {
+			Format string `yaml:"format"`
+		} `yaml:"log"`
+	}
+	if yaml.Unmarshal(b, &c) != nil || c.Log.Format != "console" {
+		return "json"
+	}
+	return "console"
+}
+
 // Load reads path, or returns the defaults when path is empty.
 func Load(path string) (*Config, error) {
 	if path == "" {

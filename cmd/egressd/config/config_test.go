@@ -42,9 +42,9 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		in   string
 		want string
 	}{
-		{"unknown top-level key", "proxxy: {}\n", "field proxxy not found"},
-		{"unknown nested key", "proxy:\n  lisen: 1\n", "field lisen not found"},
-		{"bad duration", "audit:\n  sync_interval: soon\n", "audit.sync_interval: cannot unmarshal !!str `soon` into time.Duration (line 2)"},
+		{"unknown top-level key", "proxxy: {}\n", "proxxy: unknown key"},
+		{"unknown nested key", "proxy:\n  lisen: 1\n", "proxy.lisen: unknown key"},
+		{"bad duration", "audit:\n  sync_interval: soon\n", `audit.sync_interval: want a duration such as 10ms, 5s, 1m or 1h30m, got "soon" (line 2)`},
 		{"bad list item", "identities:\n  - id: a\n    sources: 5\n", "identities[0].sources: cannot unmarshal"},
 		{"negative duration", "audit:\n  sync_interval: -1s\n", `audit.sync_interval must be > 0, got "-1s"`},
 		{"bad sync mode", "audit:\n  sync: sometimes\n", `audit.sync must be "interval" or "always", got "sometimes"`},

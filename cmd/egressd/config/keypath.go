@@ -16,6 +16,9 @@ var lineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
 // so that each names the key it is about: a user fixing a file wants
 // `audit.sync_interval: cannot unmarshal …`, not `line 2: …`.
 func nameKeys(src []byte, err error) error {
+	if isSyntaxError(err) {
+		return syntaxError(src, err)
+	}
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
 		return err
@@ -33,7 +36,7 @@ func nameKeys(src []byte, err error) error {
 		}
 		line, _ := strconv.Atoi(m[1])
 		if path := keyAt(&root, line, ""); path != "" {
-			msgs = append(msgs, fmt.Sprintf("%s: %s (line %d)", path, m[2], line))
+			msgs = append(msgs, fmt.Sprintf("%s: %s (line %d)", path, typeProblem(m[2], secretPath.MatchString(path)), line))
 		} else {
 			msgs = append(msgs, e)
 		}
@@ -92,4 +95,31 @@ func keyAt(n *yaml.Node, line int, prefix string) string {
 		}
 	}
 	return ""
+}
+
+// durationRE matches yaml.v3's complaint about a number where a
+// time.Duration goes.
+var durationRE = regexp.MustCompile("^cannot unmarshal !!(?:int|float) `([^`]*)` into time.Duration$")
+
+// durationStrRE matches a string that time.ParseDuration refused.
+var durationStrRE = regexp.MustCompile("^cannot unmarshal !!str `([^`]*)` into time.Duration$")
+
+// unknownKeyRE matches yaml.v3's strict-decoding complaint, which names
+// a Go type the user never wrote.
+var unknownKeyRE = regexp.MustCompile(`^field \S+ not found in type \S+$`)
+
+// typeProblem is yaml.v3's complaint about a value, said so that the
+// user knows what to write: a bare number for a duration means seconds
+// to most people, but egressd would have to guess the unit.
+func typeProblem(msg string, secret bool) string {
+	if m := durationRE.FindStringSubmatch(msg); m != nil && !secret {
+		return fmt.Sprintf("a duration needs a unit: write %ss (or ms, m, h), got %s", m[1], m[1])
+	}
+	if m := durationStrRE.FindStringSubmatch(msg); m != nil && !secret {
+		return fmt.Sprintf("want a duration such as 10ms, 5s, 1m or 1h30m, got %q", m[1])
+	}
+	if unknownKeyRE.MatchString(msg) {
+		return "unknown key (deploy/egressd.yaml lists every key)"
+	}
+	return msg
 }

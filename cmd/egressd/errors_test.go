@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/errors/*.golden from the current messages")
+
+// goldenConfig is prepended to every config of the error tests: a long
+// eval timeout, since under -race on a loaded machine the 100ms default
+// could turn a decision into policy_timeout.
+const goldenConfig = "policy:\n  eval_timeout: 10s\n"
+
+// sqlConfig has an identity with a SQL profile, for check sql.
+const sqlConfig = goldenConfig + `identities:
+  - id: sandbox-1
+    token_sha256: 0000000000000000000000000000000000000000000000000000000000000000
+    attributes: {sql_profile: read_only}
+`
+
+// TestErrorMessages runs command lines that a new operator gets wrong and
+// compares what egressd says (exit status, stderr, stdout) with
+// testdata/errors/NAME.golden; -update rewrites them. Each message must
+// say where the problem is and what to write instead.
+func TestErrorMessages(t *testing.T) {
+	bundle := func(data string) map[string]string {
+		return map[string]string{"mypolicy/data.json": data}
+	}
+	tests := []struct {
+		name  string
+		files map[string]string // relative to the test's directory; a bundle dir gets `policy init` first
+		args  []string
+		stdin string
+	}{
+		{"yaml_tab", map[string]string{"egressd.yaml": goldenConfig + "proxy:\n\tlisten: 127.0.0.1:3128\n"},
+			[]string{"check", "connect", "--config", "egressd.yaml", "pypi.org:443"}, ""},
+		{"yaml_line_of_bad_indent", map[string]string{"egressd.yaml": goldenConfig + "identities:\n  - id: sandbox-1\n   sources: [10.0.0.7/32]\n"},
+			[]string{"check", "connect", "--config", "egressd.yaml", "pypi.org:443"}, ""},
+		{"yaml_line_of_unclosed_list", map[string]string{"egressd.yaml": goldenConfig + "\ndns:\n  upstreams: [192.0.2.53:53\n"},
+			[]string{"check", "connect", "--config", "egressd.yaml", "pypi.org:443"}, ""},
+		{"duration_without_unit", map[string]string{"egressd.yaml": goldenConfig + "proxy:\n  idle_timeout: 60\n"},
+			[]string{"check", "connect", "--config", "egressd.yaml", "pypi.org:443"}, ""},
+		{"unknown_key", map[string]string{"egressd.yaml": goldenConfig + "proxy:\n  listen_addr: 127.0.0.1:3128\n"},
+			[]string{"check", "connect", "--config", "egressd.yaml", "pypi.org:443"}, ""},
+		{"rule_unknown_key", bundle(`{"rules": [{"id": "pypi", "hosts": ["pypi.org"], "ports": [443]}, {"id": "docs", "hosts": ["docs.example.com"], "port": [80]}]}`),
+			[]string{"policy", "check", "mypolicy"}, ""},
+		{"rule_wrong_type", bundle(`{"rules": [{"id": "docs", "hosts": ["docs.example.com"], "ports": ["80"]}]}`),
+			[]string{"policy", "check", "mypolicy"}, ""},
+		{"rule_lower_case_method", bundle(`{"rules": [{"id": "pypi", "hosts": ["pypi.org"], "ports": [443]}, {"id": "docs", "hosts": ["docs.example.com"], "ports": [80], "methods": ["get"]}]}`),
+			[]string{"policy", "check", "mypolicy"}, ""},
+		{"rule_bad_host", bundle(`{"rules": [{"id": "docs", "hosts": ["Docs.Example.com"], "ports": [80]}]}`),
+			[]string{"policy", "check", "mypolicy"}, ""},
+		{"check_http_url_first", nil, []string{"check", "http", "http://docs.example.com/", "GET"}, ""},
+		{"check_http_one_argument", nil, []string{"check", "http", "http://docs.example.com/"}, ""},
+		{"sql_parse_error", map[string]string{"egressd.yaml": sqlConfig},
+			[]string{"check", "sql", "--identity", "sandbox-1", "--config", "egressd.yaml", "SELECT 1;\nSELEC name FROM users"}, ""},
+		{"sql_parse_error_stdin", map[string]string{"egressd.yaml": sqlConfig},
+			[]string{"check", "sql", "--identity", "sandbox-1", "--config", "egressd.yaml", "-"}, "-- the users\nSELECT name FROM users WHERE (id = 1\n"},
+	}
+	digest := regexp.MustCompile(`sha256:[0-9a-f]{64}`)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Chdir(dir)
+			for name, body := range tt.files {
+				if strings.HasPrefix(name, "mypolicy/") {
+					if code, _, errb := runCLI("policy", "init", "mypolicy"); code != 0 {
+						t.Fatalf("policy init: exit %d: %s", code, errb)
+					}
+				}
+				if err := os.WriteFile(name, []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var stdout, stderr bytes.Buffer
+			code := exitCode(runCheckOrRun(tt.args, tt.stdin, &stdout, &stderr), &stderr)
+			shown := make([]string, len(tt.args))
+			for i, a := range tt.args {
+				shown[i] = a
+				if strings.ContainsAny(a, " \n'\"") {
+					shown[i] = strconv.Quote(a)
+				}
+			}
+			got := fmt.Sprintf("$ egressd %s\n", strings.Join(shown, " "))
+			if tt.stdin != "" {
+				got += "-- stdin --\n" + tt.stdin
+			}
+			got += fmt.Sprintf("exit %d\n-- stderr --\n%s-- stdout --\n%s", code, stderr.String(), stdout.String())
+			got = digest.ReplaceAllString(strings.ReplaceAll(got, dir, "$DIR"), "sha256:…")
+			path := filepath.Join(goldenDir, tt.name+".golden")
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("egressd %v said:\n%s\nwant (%s):\n%s", tt.args, got, path, want)
+			}
+		})
+	}
+}
+
+// goldenDir is testdata/errors as an absolute path: the tests chdir.
+var goldenDir = func() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		panic(err)
+	}
+	return filepath.Join(wd, "testdata", "errors")
+}()
+
+// runCheckOrRun is run, with stdin for the commands that read it.
+func runCheckOrRun(args []string, stdin string, stdout, stderr *bytes.Buffer) error {
+	if len(args) > 0 && args[0] == "check" {
+		return runCheckFrom(strings.NewReader(stdin), args[1:], stdout, stderr)
+	}
+	return run(args, stdout, stderr)
+}
+
+// TestHelpExitsZero: -h and --help print the command's own help, in the
+// one shape every command shares, and exit 0, for every command and
+// action.
+func TestHelpExitsZero(t *testing.T) {
+	cmds := [][]string{{}}
+	for name := range commands {
+		cmds = append(cmds, []string{name})
+	}
+	for kind := range checkKinds {
+		cmds = append(cmds, []string{"check", kind})
+	}
+	for action := range policyActions {
+		cmds = append(cmds, []string{"policy", action})
+	}
+	for action := range auditActions {
+		cmds = append(cmds, []string{"audit", action})
+	}
+	cmds = append(cmds, []string{"identity", "hash"})
+	for _, cmd := range cmds {
+		for _, h := range []string{"-h", "--help"} {
+			args := append(append([]string{}, cmd...), h)
+			t.Run(strings.Join(args, " "), func(t *testing.T) {
+				code, stdout, stderr := runCLI(args...)
+				want := "usage: egressd " + strings.Join(cmd, " ")
+				if code != 0 || !strings.HasPrefix(stderr, want) || !strings.Contains(stderr, "\nexit status: ") || stdout != "" {
+					t.Errorf("egressd %v: exit %d, stderr %q, stdout %q; want exit 0 and help beginning %q with an exit status line", args, code, stderr, stdout, want)
+				}
+				if strings.Contains(stderr, "\nflags:\n") && strings.Contains(stderr, "\n  -") && regexp.MustCompile(`\n  -[a-z][a-z]`).MatchString(stderr) {
+					t.Errorf("egressd %v: a long flag shown with one dash:\n%s", args, stderr)
+				}
+			})
+		}
+	}
+}
+
+// TestCheckSQLFromStdin: `check sql -` decides the text on standard
+// input, so SQL that begins with a comment ("-- …"), which the flag parser
+// would take for a flag, can be checked.
+func TestCheckSQLFromStdin(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
+	if err := os.WriteFile(cfg, []byte(sqlConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, stdin string
+		code        int
+		want        string
+	}{
+		{"comment first", "-- who is there\nSELECT name FROM users", 0, `"reason":"allowed"`},
+		{"two statements", "SELECT 1;\nDELETE FROM users", 1, `"reason":"write_denied"`},
+		{"empty", " \n", 2, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			args := []string{"sql", "--config", cfg, "--identity", "sandbox-1", "-"}
+			code := exitCode(runCheckFrom(strings.NewReader(tt.stdin), args, &stdout, &stderr), &stderr)
+			if code != tt.code || !strings.Contains(stdout.String(), tt.want) {
+				t.Errorf("check sql - < %q: exit %d, %s%s; want exit %d and %s", tt.stdin, code, stdout.String(), stderr.String(), tt.code, tt.want)
+			}
+		})
+	}
+}
