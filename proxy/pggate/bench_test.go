@@ -37,13 +37,30 @@ func benchSession(b *testing.B, cacheSize int) *session {
 }
 
 // BenchmarkDecide measures parse + decide + audit-record building for one
-// query: uncached (the gate's caches off, so every call pre-scans,
-// normalizes, parses with pg_query and asks the engine, whose own
-// facts-keyed cache is warm) and cached (exact-text hit).
+// query: cold (every cache off, the gate's and the engine's, so every
+// call pre-scans, normalizes, parses with pg_query and evaluates
+// rego/sql.rego), uncached (the gate's caches off, the engine's
+// facts-keyed cache warm) and cached (exact-text hit).
 func BenchmarkDecide(b *testing.B) {
 	if len(benchQuery) < 190 || len(benchQuery) > 210 {
 		b.Fatalf("benchQuery is %d bytes; want ~200", len(benchQuery))
 	}
+	b.Run("cold", func(b *testing.B) {
+		e, err := newTestEngine(-1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s := benchSession(b, -1)
+		s.g.cur.Store(&current{engine: e, ids: s.g.cur.Load().ids})
+		if v := s.decide(benchQuery); !v.allow {
+			b.Fatalf("benchQuery denied: %s", v.reason)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			s.decide(benchQuery)
+		}
+	})
 	for _, bc := range []struct {
 		name  string
 		cache int
