@@ -35,6 +35,7 @@ import (
 // runServe is `egressd serve`: the proxy and admin listeners, and the DNS
 // and Postgres listeners when configured, until SIGTERM.
 func runServe(args []string, _, stderr io.Writer) error {
+	ensureProcs()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "config file (default: the embedded defaults)")
 	acceptBreak := fs.Bool("audit-accept-break", false, "start even if the newest audit segment's chain is broken, recording the acceptance")
