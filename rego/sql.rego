@@ -1,8 +1,9 @@
 # The SQL entry point: one decision per statement that reaches the Postgres
 # gate. Go computes the statement's facts with PostgreSQL's own parser
 # (input.statement: command, relations with read/write role, every function
-# called, COPY, SET, transaction control, …; input.database) and this module
-# decides them against the identity's profile in data.sql.
+# called, COPY, SET, transaction control, …, and the flags this module
+# refuses on; input.database) and this module decides them against the
+# identity's profile in data.sql.
 #
 # Some statements are refused in every profile (DO, CALL, COPY PROGRAM or a
 # server file, LOAD, ALTER SYSTEM, CREATE EXTENSION/SERVER/SUBSCRIPTION,
@@ -111,6 +112,8 @@ derived_flag contains "copy_program" if stmt.copy.program
 
 derived_flag contains "copy_file" if stmt.copy.file
 
+# A relation or function named by a value the facts cannot resolve
+# (nextval(col), $1::regclass, an OID) cannot be checked against any list.
 derived_flag contains "dynamic_name" if stmt.dynamic_name
 
 derived_flag contains "select_into" if eff.select_into
