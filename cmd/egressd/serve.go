@@ -41,6 +41,7 @@ import (
 // runServe is `egressd serve`: the proxy and admin listeners, and the DNS
 // and Postgres listeners when configured, until SIGTERM.
 func runServe(args []string, _, stderr io.Writer) error {
+	ensureProcs()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	helpText{
 		synopsis: []string{"serve [--config FILE] [--audit-accept-break]"},

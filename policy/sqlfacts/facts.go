@@ -225,10 +225,13 @@ func appendStr(dst []byte, s string) []byte {
 	return append(dst, s...)
 }
 
-// AddTo sets input.database and input.statement.
+// AddTo sets input.database and input.statement, with the statement's
+// flags (input.statement.flags; see Flags).
 func (s *Statement) AddTo(input ast.Object) {
 	input.Insert(ast.StringTerm("database"), ast.StringTerm(s.Database))
-	input.Insert(ast.StringTerm("statement"), ast.NewTerm(s.object()))
+	o := s.object()
+	o.Insert(ast.StringTerm("flags"), s.flagsTerm())
+	input.Insert(ast.StringTerm("statement"), ast.NewTerm(o))
 }
 
 func (s *Statement) object() ast.Object {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,13 +38,30 @@ func benchSession(b *testing.B, cacheSize int) *session {
 }
 
 // BenchmarkDecide measures parse + decide + audit-record building for one
-// query: uncached (the gate's caches off, so every call pre-scans,
-// normalizes, parses with pg_query and asks the engine, whose own
-// facts-keyed cache is warm) and cached (exact-text hit).
+// query: cold (every cache off, the gate's and the engine's, so every
+// call pre-scans, normalizes, parses with pg_query and evaluates
+// rego/sql.rego), uncached (the gate's caches off, the engine's
+// facts-keyed cache warm) and cached (exact-text hit).
 func BenchmarkDecide(b *testing.B) {
 	if len(benchQuery) < 190 || len(benchQuery) > 210 {
 		b.Fatalf("benchQuery is %d bytes; want ~200", len(benchQuery))
 	}
+	b.Run("cold", func(b *testing.B) {
+		e, err := newTestEngine(-1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s := benchSession(b, -1)
+		s.g.cur.Store(&current{engine: e, ids: s.g.cur.Load().ids})
+		if v := s.decide(benchQuery); !v.allow {
+			b.Fatalf("benchQuery denied: %s", v.reason)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			s.decide(benchQuery)
+		}
+	})
 	for _, bc := range []struct {
 		name  string
 		cache int
@@ -110,7 +128,8 @@ func cpuTimes(b *testing.B) (self, children time.Duration) {
 
 // BenchmarkPgbench runs pgbench against PostgreSQL directly and through
 // the gate in the same run and reports both rates and their ratio:
-// select-only (-S, read_only identity) and the default TPC-B-like script
+// select-only (-S, read_only identity) in the simple and the extended
+// protocol (-M extended) and the default TPC-B-like script
 // (read_write identity). -n: the gate denies VACUUM, so tables are
 // vacuumed directly beforehand. Set PGBENCH_SECONDS to change the length
 // of each run (default 10).
@@ -138,9 +157,10 @@ func BenchmarkPgbench(b *testing.B) {
 	f.gate.deps.Audit = nopAudit{}
 	ghost, gport, _ := net.SplitHostPort(f.addr)
 	// run returns pgbench's rate, the CPU this process (the gate; idle
-	// during a direct run) spent per transaction, and pgbench's own CPU
-	// per transaction for scale.
-	run := func(h, p, user, pass string, extra ...string) (tps, cpuPerTxn, clientPerTxn float64) {
+	// during a direct run) spent per transaction, pgbench's own CPU per
+	// transaction for scale, and this process's heap allocations per
+	// transaction (steadier than CPU on a shared machine).
+	run := func(h, p, user, pass string, extra ...string) (tps, cpuPerTxn, clientPerTxn, allocsPerTxn float64) {
 		if err := pg.Exec(ctx, "bench", "VACUUM ANALYZE"); err != nil {
 			b.Fatal(err)
 		}
@@ -149,11 +169,14 @@ func BenchmarkPgbench(b *testing.B) {
 		cmd.Env = append(os.Environ(), "PGPASSWORD="+pass, "PGSSLMODE=disable")
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
 		cpu0, child0 := cpuTimes(b)
 		if err := cmd.Run(); err != nil {
 			b.Fatalf("pgbench %v: %v\n%s", args, err, out.String())
 		}
 		cpu1, child1 := cpuTimes(b)
+		runtime.ReadMemStats(&m1)
 		m, n := tpsRE.FindStringSubmatch(out.String()), txnsRE.FindStringSubmatch(out.String())
 		if m == nil || n == nil {
 			b.Fatalf("no tps in pgbench output:\n%s", out.String())
@@ -161,26 +184,29 @@ func BenchmarkPgbench(b *testing.B) {
 		tps, _ = strconv.ParseFloat(m[1], 64)
 		txns, _ := strconv.ParseFloat(n[1], 64)
 		txns = max(txns, 1)
-		return tps, float64((cpu1 - cpu0).Microseconds()) / txns, float64((child1 - child0).Microseconds()) / txns
+		return tps, float64((cpu1 - cpu0).Microseconds()) / txns, float64((child1 - child0).Microseconds()) / txns,
+			float64(m1.Mallocs-m0.Mallocs) / txns
 	}
 	for _, bc := range []struct {
 		name, user, pass string
 		extra            []string
 	}{
 		{"select-only", "agent-ro", passRO, []string{"-S"}},
+		{"extended", "agent-ro", passRO, []string{"-S", "-M", "extended"}},
 		{"tpcb", "agent-rw", passRW, nil},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
-				direct, _, _ := run(host, port, pgtest.SuperUser, pgtest.SuperPassword, bc.extra...)
-				gate, cpu, client := run(ghost, gport, bc.user, bc.pass, bc.extra...)
+				direct, _, _, _ := run(host, port, pgtest.SuperUser, pgtest.SuperPassword, bc.extra...)
+				gate, cpu, client, allocs := run(ghost, gport, bc.user, bc.pass, bc.extra...)
 				b.ReportMetric(direct, "direct_tps")
 				b.ReportMetric(gate, "gate_tps")
 				b.ReportMetric(gate/direct, "ratio")
 				b.ReportMetric(cpu, "gate_cpu_us/txn")
 				b.ReportMetric(client, "pgbench_cpu_us/txn")
-				fmt.Fprintf(os.Stderr, "pgbench %s: direct %.0f tps, gate %.0f tps, ratio %.2f, CPU per txn: gate %.1f µs, pgbench %.1f µs\n",
-					bc.name, direct, gate, gate/direct, cpu, client)
+				b.ReportMetric(allocs, "gate_allocs/txn")
+				fmt.Fprintf(os.Stderr, "pgbench %s: direct %.0f tps, gate %.0f tps, ratio %.2f, CPU per txn: gate %.1f µs, pgbench %.1f µs; gate allocs per txn %.1f\n",
+					bc.name, direct, gate, gate/direct, cpu, client, allocs)
 			}
 		})
 	}

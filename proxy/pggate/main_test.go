@@ -95,38 +95,43 @@ var (
 // (with the base module they share), so the gate's tests decide exactly as
 // the shipped bundle does without depending on the other entry points.
 func testEngine(t testing.TB) *policy.Engine {
-	engineOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "pggate-bundle-")
-		if err != nil {
-			engineErr = err
-			return
-		}
-		defer os.RemoveAll(dir)
-		for _, f := range []string{"base.rego", "sql.rego", "sql_test.rego", "sql/data.json"} {
-			b, err := os.ReadFile(filepath.Join("../../rego", f))
-			if err == nil {
-				err = os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755)
-			}
-			if err == nil {
-				err = os.WriteFile(filepath.Join(dir, f), b, 0o644)
-			}
-			if err != nil {
-				engineErr = err
-				return
-			}
-		}
-		cfg := policy.DefaultConfig()
-		cfg.Dir = dir
-		// These tests check decisions, not evaluation time: the default
-		// 100 ms turned a cold decision of a long analyst query into
-		// policy_timeout on a loaded machine.
-		cfg.EvalTimeout = 10 * time.Second
-		engine, engineErr = policy.New(context.Background(), cfg, zap.NewNop())
-	})
+	engineOnce.Do(func() { engine, engineErr = newTestEngine(0) })
 	if engineErr != nil {
 		t.Fatalf("policy.New: %v", engineErr)
 	}
 	return engine
+}
+
+// newTestEngine loads the repository's SQL modules with a decision cache
+// of cacheSize entries (-1: none; 0: the default).
+func newTestEngine(cacheSize int) (*policy.Engine, error) {
+	dir, err := os.MkdirTemp("", "pggate-bundle-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	for _, f := range []string{"base.rego", "sql.rego", "sql_test.rego", "sql/data.json"} {
+		b, err := os.ReadFile(filepath.Join("../../rego", f))
+		if err == nil {
+			err = os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755)
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, f), b, 0o644)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	cfg := policy.DefaultConfig()
+	cfg.Dir = dir
+	if cacheSize != 0 {
+		cfg.CacheSize = cacheSize
+	}
+	// These tests check decisions, not evaluation time: the default
+	// 100 ms turned a cold decision of a long analyst query into
+	// policy_timeout on a loaded machine.
+	cfg.EvalTimeout = 10 * time.Second
+	return policy.New(context.Background(), cfg, zap.NewNop())
 }
 
 // testVerifiers are the test identities' SCRAM verifiers, made once: a

@@ -57,6 +57,9 @@ type session struct {
 	// extendedOpen is set from an extended-protocol message to the Sync
 	// that ends its exchange.
 	extendedOpen bool
+	// copyPending counts the CopyData bytes sent upstream since the last
+	// flush.
+	copyPending int
 
 	// The idle deadlines, one per direction and connection; clientWrite
 	// is used under wmu, upstreamRead by relay, the others by run.
@@ -255,7 +258,14 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 		s.objs.synced()
 		return s.flushUpstream()
 	case *pgproto3.CopyData:
+		// A client streams COPY FROM STDIN as many small messages, and
+		// nothing comes back before CopyDone or CopyFail: written one
+		// by one they cost a system call per row. Batch up to
+		// relayBufSize; CopyDone, CopyFail, Sync and Flush push the rest.
 		s.fe.Send(m)
+		if s.copyPending += 5 + len(m.Data); s.copyPending < relayBufSize {
+			return nil
+		}
 		return s.flushUpstream()
 	case *pgproto3.CopyDone:
 		s.fe.Send(m)
@@ -321,6 +331,7 @@ func (s *session) failExtended(reason string) {
 }
 
 func (s *session) flushUpstream() *fatal {
+	s.copyPending = 0
 	s.upstreamWrite.refresh(s.upstream.SetWriteDeadline, s.g.cfg.IdleTimeout)
 	if err := s.fe.Flush(); err != nil {
 		if !s.isClosed() {
