@@ -1,8 +1,9 @@
 # The SQL entry point: one decision per statement that reaches the Postgres
 # gate. Go computes the statement's facts with PostgreSQL's own parser
 # (input.statement: command, relations with read/write role, every function
-# called, COPY, SET, transaction control, …; input.database) and this module
-# decides them against the identity's profile in data.sql.
+# called, COPY, SET, transaction control, …, and the flags this module
+# refuses on; input.database) and this module decides them against the
+# identity's profile in data.sql.
 #
 # Some statements are refused in every profile (DO, CALL, COPY PROGRAM or a
 # server file, LOAD, ALTER SYSTEM, CREATE EXTENSION/SERVER/SUBSCRIPTION,
@@ -54,89 +55,133 @@ database_ok if "*" in profile.databases
 
 database_ok if input.database in profile.databases
 
-# forbidden holds in every profile, whatever its data says.
-forbidden := "do_denied" if {
-	eff.command == "do"
-} else := "call_denied" if {
-	eff.command == "call"
-} else := "copy_program_denied" if {
-	stmt.copy.program
-} else := "copy_file_denied" if {
-	stmt.copy.file
-} else := "load_denied" if {
-	eff.command == "load"
-} else := "alter_system_denied" if {
-	eff.command == "alter_system"
-} else := "create_extension_denied" if {
-	eff.command == "create_extension"
-} else := "create_server_denied" if {
-	eff.command in {"create_server", "create_fdw", "create_user_mapping", "create_foreign_table"}
-} else := "create_subscription_denied" if {
-	eff.command == "create_subscription"
-} else := "dynamic_name_denied" if {
-	# A relation or function named by a value the facts cannot resolve
-	# (nextval(col), $1::regclass, an OID) cannot be checked against any
-	# list.
-	stmt.dynamic_name
+# forbidden holds in every profile, whatever its data says. Each check is
+# a lookup rather than a branch per reason: the command that runs in
+# always_refused (first, so LOAD or TRUNCATE is refused for what it is,
+# not for being DDL), then the first of the statement's flags that
+# always_refused names, then SET of a setting the gate pins.
+forbidden := r if {
+	r := always_refused[eff.command]
+} else := r if {
+	r := [always_refused[f] | some f in flags][0]
 } else := "set_role_denied" if {
 	stmt.set.name in {"role", "session_authorization"}
 } else := "set_denied" if {
 	stmt.set.name in data.sql.pinned_settings
-} else := "truncate_denied" if {
-	eff.command == "truncate"
-} else := "select_into_denied" if {
-	eff.select_into
-} else := "ddl_denied" if {
+}
+
+# always_refused maps the commands and the flags refused in every profile
+# to their reasons.
+always_refused := {
+	"do": "do_denied",
+	"call": "call_denied",
+	"load": "load_denied",
+	"alter_system": "alter_system_denied",
+	"create_extension": "create_extension_denied",
+	"create_server": "create_server_denied",
+	"create_fdw": "create_server_denied",
+	"create_user_mapping": "create_server_denied",
+	"create_foreign_table": "create_server_denied",
+	"create_subscription": "create_subscription_denied",
+	"truncate": "truncate_denied",
+	"copy_program": "copy_program_denied",
+	"copy_file": "copy_file_denied",
+	"dynamic_name": "dynamic_name_denied",
+	"select_into": "select_into_denied",
+	"ddl": "ddl_denied",
+	"prepared_transaction": "prepared_transaction_denied",
+}
+
+# flags are the statement's facts the decision refuses on, in a fixed
+# order (rego/README.md lists them). Go computes them with the facts
+# (input.statement.flags); for an input written without them, such as a
+# test's, derived_flags computes the same list from the other facts (a Go
+# test checks that the two agree).
+flags := f if {
+	f := stmt.flags
+} else := derived_flags
+
+derived_flags := [f | some f in flag_order; derived_flag[f]]
+
+flag_order := [
+	"copy_program", "copy_file", "dynamic_name", "select_into", "ddl", "prepared_transaction",
+	"explain_analyze_write", "writable_cte", "locking", "copy_table_out", "unfiltered_write", "user_operator",
+]
+
+derived_flag contains "copy_program" if stmt.copy.program
+
+derived_flag contains "copy_file" if stmt.copy.file
+
+# A relation or function named by a value the facts cannot resolve
+# (nextval(col), $1::regclass, an OID) cannot be checked against any list.
+derived_flag contains "dynamic_name" if stmt.dynamic_name
+
+derived_flag contains "select_into" if eff.select_into
+
+derived_flag contains "ddl" if {
 	some s in [stmt, eff]
 	s.ddl
-} else := "prepared_transaction_denied" if {
-	stmt.transaction in {"prepare", "commit_prepared", "rollback_prepared"}
+}
+
+derived_flag contains "prepared_transaction" if stmt.transaction in {"prepare", "commit_prepared", "rollback_prepared"}
+
+derived_flag contains "explain_analyze_write" if {
+	stmt.explain_analyze
+	eff.command != "select"
+}
+
+derived_flag contains "writable_cte" if stmt.writable_cte
+
+derived_flag contains "locking" if stmt.locking
+
+derived_flag contains "copy_table_out" if {
+	stmt.copy.table
+	stmt.copy.direction == "to"
+}
+
+derived_flag contains "unfiltered_write" if {
+	some s in [stmt, eff]
+	unfiltered_write(s)
+}
+
+# OPERATOR(app.#!#) names a user operator outright; call its function by
+# name instead, where the function sets can allow it.
+derived_flag contains "user_operator" if {
+	some o in stmt.operators
+	not o.schema in {"", "pg_catalog"}
 }
 
 write_commands := {"insert", "update", "delete", "merge", "lock", "notify"}
 
-# refusal is the first thing the profile does not allow.
+commands := {stmt.command, eff.command}
+
+# refusal is the first thing the profile does not allow. The flags it
+# weighs (profile_refused) are looked up in one pass, in flag order.
 refusal := "write_denied" if {
-	some s in [stmt, eff]
-	s.command in write_commands
-	not s.command in profile.commands
+	some c in commands
+	c in write_commands
+	not c in profile.commands
 } else := "statement_denied" if {
-	some s in [stmt, eff]
-	not s.command in profile.commands
-} else := "explain_analyze_denied" if {
-	stmt.explain_analyze
-	eff.command != "select"
-	not profile.explain_analyze_writes
-} else := "writable_cte_denied" if {
-	stmt.writable_cte
-	not profile.writable_cte
-} else := "locking_denied" if {
-	stmt.locking
-	not profile.locking
-} else := "copy_table_denied" if {
-	stmt.copy.table
-	stmt.copy.direction == "to"
-	not profile.copy_table_out
-} else := "missing_where" if {
-	profile.require_where
-	some s in [stmt, eff]
-	unfiltered_write(s)
+	some c in commands
+	not c in profile.commands
+} else := r if {
+	r := [r | some f in flags; r := profile_refused(f)][0]
 } else := "write_denied" if {
+	# A read or write list matches "schema.table" or "schema.*".
 	some r in stmt.relations
 	r.role == "write"
-	not table_allowed(profile.write, r)
+	not concat(".", [r.schema, r.name]) in profile.write
+	not concat(".", [r.schema, "*"]) in profile.write
 } else := "table_not_allowed" if {
 	some r in stmt.relations
 	r.role == "read"
-	not table_allowed(profile.read, r)
+	not concat(".", [r.schema, r.name]) in profile.read
+	not concat(".", [r.schema, "*"]) in profile.read
 } else := "function_not_allowed" if {
 	some f in stmt.functions
 	not function_allowed(f)
 } else := "function_not_allowed" if {
-	# OPERATOR(app.#!#) names a user operator outright; call its function
-	# by name instead, where the function sets can allow it.
-	some o in stmt.operators
-	not o.schema in {"", "pg_catalog"}
+	"user_operator" in flags
 } else := "set_denied" if {
 	stmt.set.name != ""
 	not stmt.set.name in profile.settings
@@ -145,6 +190,18 @@ refusal := "write_denied" if {
 	not stmt.set.action in {"set_default", "reset"}
 	not within_bounds(bounds, stmt.set)
 }
+
+# profile_refused(flag) is the reason a flag is refused for unless the
+# profile allows it.
+profile_refused("explain_analyze_write") := "explain_analyze_denied" if not profile.explain_analyze_writes
+
+profile_refused("writable_cte") := "writable_cte_denied" if not profile.writable_cte
+
+profile_refused("locking") := "locking_denied" if not profile.locking
+
+profile_refused("copy_table_out") := "copy_table_denied" if not profile.copy_table_out
+
+profile_refused("unfiltered_write") := "missing_where" if profile.require_where
 
 # unfiltered_write: an UPDATE or DELETE anywhere in the statement (a WITH
 # query, COPY's query, what EXPLAIN or PREPARE wraps) without WHERE, or a
@@ -168,11 +225,6 @@ within_bounds(b, v) if {
 	v.memory_kb >= b.min_kb
 	v.memory_kb <= b.max_kb
 }
-
-# table_allowed matches "schema.table" or "schema.*" patterns.
-table_allowed(patterns, r) if concat(".", [r.schema, r.name]) in patterns
-
-table_allowed(patterns, r) if concat(".", [r.schema, "*"]) in patterns
 
 # A function by bare name or in pg_catalog is the built-in of that name:
 # the gate resolves every call, operator and cast against the upstream
