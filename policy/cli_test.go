@@ -8,13 +8,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/egressd/egressd/internal/egressdbin"
 )
 
 // TestPolicyCommands runs `egressd policy check|test` on good and broken
 // bundles: a syntax error exits 2 naming file:line, a failing Rego test
 // exits 1 naming its file:line.
 func TestPolicyCommands(t *testing.T) {
-	bin := buildEgressd(t)
+	bin := egressdbin.Build(t)
 	good := writeDir(t, map[string]string{"http.rego": miniModule, "http_test.rego": `package egress.http_test
 
 import data.egress.http
