@@ -28,8 +28,8 @@ func TestDeepConstructsParsedOrDenied(t *testing.T) {
 				case err == nil:
 				case !errors.As(err, &de):
 					t.Errorf("%s × %d: %v is not a deny", c.Name, n, err)
-				case de.Reason != ReasonParseError && de.Reason != ReasonTooComplex:
-					t.Errorf("%s × %d: deny %s; want %s or %s", c.Name, n, de.Reason, ReasonParseError, ReasonTooComplex)
+				case de.Reason != policy.ReasonSQLParseError && de.Reason != policy.ReasonSQLTooComplex:
+					t.Errorf("%s × %d: deny %s; want %s or %s", c.Name, n, de.Reason, policy.ReasonSQLParseError, policy.ReasonSQLTooComplex)
 				}
 			}
 		})
@@ -43,8 +43,8 @@ func TestDeepTreeDeniedNotWalked(t *testing.T) {
 	sql := "SELECT 1" + strings.Repeat(" ISNULL", 12000)
 	_, err := ParseContext(context.Background(), sql, Options{})
 	var de *policy.DenyError
-	if !errors.As(err, &de) || de.Reason != ReasonTooComplex {
-		t.Fatalf("Parse(ISNULL × 12,000) = %v; want deny %s", err, ReasonTooComplex)
+	if !errors.As(err, &de) || de.Reason != policy.ReasonSQLTooComplex {
+		t.Fatalf("Parse(ISNULL × 12,000) = %v; want deny %s", err, policy.ReasonSQLTooComplex)
 	}
 }
 

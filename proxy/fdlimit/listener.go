@@ -17,10 +17,6 @@ import (
 	"github.com/egressd/egressd/policy"
 )
 
-// ReasonFDExhausted is the reason of a connection refused on accept (audit
-// kind audit.KindAccept) when descriptors are short.
-const ReasonFDExhausted = string(policy.ReasonFDExhausted)
-
 // Listener refuses new connections (closing them at once, with a reset)
 // while its Budget says descriptors are short, and when the process is
 // already out of them sheds queued connections the same way instead of
@@ -152,7 +148,7 @@ func (l *Listener) refuse(addr net.Addr) {
 	if !first {
 		return
 	}
-	r := audit.Decided(audit.KindAccept, "", "", audit.Verdict{Reason: ReasonFDExhausted})
+	r := audit.Decided(audit.KindAccept, "", "", audit.Verdict{Reason: policy.ReasonFDExhausted.String()})
 	r.Detail = map[string]string{"listener": l.Name}
 	if ap, err := netip.ParseAddrPort(addr.String()); err == nil {
 		r.Client = ap.Addr().Unmap().String()
