@@ -157,8 +157,7 @@ func runAuditKeygen(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("audit keygen: %w", err)
 	}
 	if err := pem.Encode(f, &pem.Block{Type: "PRIVATE KEY", Bytes: privDER}); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", *out, err)
+		return errors.Join(fmt.Errorf("write %s: %w", *out, err), f.Close())
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("write %s: %w", *out, err)

@@ -61,7 +61,9 @@ func TestAuditVerifyCLI(t *testing.T) {
 	broken := writeAuditLog(t, 40)
 	bsegs, _ := audit.ListSegments(broken)
 	b, _ := os.ReadFile(bsegs[1])
-	os.WriteFile(bsegs[1], bytes.Replace(b, []byte("sb-a"), []byte("sb-c"), 1), 0o640)
+	if err := os.WriteFile(bsegs[1], bytes.Replace(b, []byte("sb-a"), []byte("sb-c"), 1), 0o640); err != nil {
+		t.Fatal(err)
+	}
 
 	tests := []struct {
 		name     string
@@ -188,7 +190,9 @@ func TestAuditSignedCLI(t *testing.T) {
 		t.Fatalf("audit keygen = %d, %q, %q", code, pub, errOut)
 	}
 	pubPath := filepath.Join(dir, "audit.pub")
-	os.WriteFile(pubPath, []byte(pub), 0o644)
+	if err := os.WriteFile(pubPath, []byte(pub), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if code, _, _ := runCLI("audit", "keygen", "--out", key); code != 2 {
 		t.Errorf("audit keygen over an existing key = %d; want 2", code)
 	}
@@ -253,8 +257,10 @@ func TestAuditShowEscapesSpoofing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Append(&audit.Record{Kind: "http", Identity: "sb-a", Method: "GET", Scheme: "http", Host: "h.test",
-		Path: path.String(), Decision: "deny", Reason: "no_rule\u202e"})
+	if err := w.Append(&audit.Record{Kind: "http", Identity: "sb-a", Method: "GET", Scheme: "http", Host: "h.test",
+		Path: path.String(), Decision: "deny", Reason: "no_rule\u202e"}); err != nil {
+		t.Fatal(err)
+	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ func writeUsage[V any](w io.Writer, head string, table map[string]V, describe fu
 		fmt.Fprintf(&b, "  %-8s %s\n", n, describe(table[n]))
 	}
 	b.WriteString(foot)
-	io.WriteString(w, b.String())
+	fmt.Fprint(w, b.String())
 }
 
 // errDenied is returned by checks whose answer is a deny: exit 1, and the
