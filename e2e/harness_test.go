@@ -58,7 +58,7 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer os.RemoveAll(dir) //nolint:errcheck // a temporary directory; a leftover is harmless
 	binary = filepath.Join(dir, "egressd")
 	// The same script and flags as the shipped image (deploy/build.sh).
 	cmd := exec.Command("bash", "deploy/build.sh", binary)

@@ -104,7 +104,9 @@ func TestAuditTextRefusesContradiction(t *testing.T) {
 				t.Fatal(err)
 			}
 			var raw int32 = -1
-			d.Items(d.Get(0, keyStmts), func(e int32) error { raw = e; return nil })
+			if err := d.Items(d.Get(0, keyStmts), func(e int32) error { raw = e; return nil }); err != nil {
+				t.Fatal(err)
+			}
 			var toks *tokens
 			if got := auditText(d, &toks, tt.lexed, raw, tt.lexed); got != RedactionFailed {
 				t.Errorf("auditText(tree of %q, text %q) = %q; want %q", tt.parsed, tt.lexed, got, RedactionFailed)
