@@ -94,7 +94,7 @@ func (l *Listener) Close() error {
 	err := l.Listener.Close()
 	l.mu.Lock()
 	if l.spare != nil {
-		l.spare.Close()
+		l.spare.Close() //nolint:errcheck // /dev/null, opened read-only
 		l.spare = nil
 	}
 	l.mu.Unlock()
@@ -126,7 +126,7 @@ func (l *Listener) shed() bool {
 		l.openSpare()
 		return false
 	}
-	spare.Close()
+	spare.Close() //nolint:errcheck // /dev/null, opened read-only
 	c, err := l.Raw.AcceptTCP()
 	if err == nil {
 		l.refuse(c.RemoteAddr())
@@ -183,7 +183,7 @@ func outOfDescriptors(err error) bool {
 // resetClose closes c with a reset, so that the client learns at once.
 func resetClose(c net.Conn) {
 	if l, ok := c.(interface{ SetLinger(int) error }); ok {
-		l.SetLinger(0)
+		_ = l.SetLinger(0) // best effort: without it the close is an orderly FIN
 	}
 	c.Close()
 }
@@ -222,7 +222,7 @@ func (s *Spare) Accept() (net.Conn, error) {
 	if spare == nil {
 		return nil, err
 	}
-	spare.Close()
+	spare.Close() //nolint:errcheck // /dev/null, opened read-only
 	return s.Listener.Accept()
 }
 
@@ -231,7 +231,7 @@ func (s *Spare) Close() error {
 	err := s.Listener.Close()
 	s.mu.Lock()
 	if s.spare != nil {
-		s.spare.Close()
+		s.spare.Close() //nolint:errcheck // /dev/null, opened read-only
 		s.spare = nil
 	}
 	s.mu.Unlock()
