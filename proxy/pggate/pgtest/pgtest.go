@@ -109,12 +109,10 @@ func New(opt Options) (*Server, error) {
 	}
 	s := &Server{BinDir: bin, Dir: dir, opt: opt}
 	if err := s.initdb(uid, gid); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
+		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
 	if err := s.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
+		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
 	return s, nil
 }
@@ -185,7 +183,7 @@ func (s *Server) Start() error {
 	if err != nil {
 		return err
 	}
-	defer logf.Close()
+	defer logf.Close() //nolint:errcheck // the server log, for a human reading a failure; the server holds its own descriptor
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -237,7 +235,7 @@ func (s *Server) stopLocked() {
 // Close stops the server and removes its directory.
 func (s *Server) Close() {
 	s.Stop()
-	os.RemoveAll(s.Dir)
+	_ = os.RemoveAll(s.Dir) // a temporary directory: nothing depends on its removal
 }
 
 // Addr is the server's TCP address.
