@@ -45,8 +45,9 @@ func TestPostgresGate(t *testing.T) {
 	if err := os.WriteFile(pwFile, []byte(pgtest.SuperPassword+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	gate := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
-	e := Start(t, Options{DNS: dnstest.Start(t).Addr(), YAML: fmt.Sprintf(`postgres:
+	gatePort := ReservePort(t)
+	gate := gatePort.Addr()
+	e := Start(t, Options{Hold: []*pgtest.Reservation{gatePort}, DNS: dnstest.Start(t).Addr(), YAML: fmt.Sprintf(`postgres:
   listen: %s
   upstream: "host=127.0.0.1 port=%d user=%s sslmode=disable"
   password_file: %s
