@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/egressdbin"
 	"github.com/egressd/egressd/proxy/pggate/pgtest"
 	"github.com/egressd/egressd/rego"
 )
@@ -468,18 +469,8 @@ func RunCLI(t testing.TB, args ...string) (string, string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.Env = cleanEnv()
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("run egressd %v: %v", args, err)
-	}
-	return out.String(), errb.String(), code
+	return egressdbin.Output(t, cmd)
 }
 
 // Rule is one entry of a test bundle's data.rules.

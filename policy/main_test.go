@@ -11,4 +11,4 @@ import (
 var update = flag.Bool("update", false, "rewrite generated text (README's reason list) from the code")
 
 // TestMain removes the binary egressdbin.Build built.
-func TestMain(m *testing.M) { os.Exit(egressdbin.Run(m)) }
+func TestMain(m *testing.M) { os.Exit(egressdbin.Main(m)) }

@@ -5,6 +5,8 @@
 package egressdbin
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -43,9 +45,29 @@ func Build(t testing.TB) string {
 	return path
 }
 
-// Run runs m's tests and then removes what Build made; call it from
-// TestMain: os.Exit(egressdbin.Run(m)).
-func Run(m *testing.M) int {
+// Output runs cmd (its Stdout and Stderr are set here) and returns what it
+// wrote and its exit code. A command that could not run fails t with
+// Errorf, so it may be called from a test's goroutines, and returns code
+// -1.
+func Output(t testing.TB, cmd *exec.Cmd) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Errorf("run %s: %v", cmd.Path, err)
+		code = -1
+	}
+	return out.String(), errb.String(), code
+}
+
+// Main runs m's tests and then removes what Build made; call it from
+// TestMain: os.Exit(egressdbin.Main(m)).
+func Main(m *testing.M) int {
 	code := m.Run()
 	if dir != "" {
 		if err := os.RemoveAll(dir); err != nil {

@@ -261,24 +261,14 @@ func runCheck(t *testing.T, bin string, c goldenCase, policyArgs []string) (map[
 		args = append(args, c.Method)
 	}
 	args = append(args, c.Target)
-	cmd := exec.Command(bin, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Errorf("%s: run egressd: %v", c.Name, err)
-	}
+	stdout, stderr, code := egressdbin.Output(t, exec.Command(bin, args...))
 	var m map[string]any
-	if err := json.Unmarshal(stdout.Bytes(), &m); err != nil {
-		return map[string]any{"stdout": stdout.String()}, code, stderr.String()
+	if err := json.Unmarshal([]byte(stdout), &m); err != nil {
+		return map[string]any{"stdout": stdout}, code, stderr
 	}
 	delete(m, "policy")
-	return m, code, strings.TrimSpace(stderr.String())
+	return m, code, strings.TrimSpace(stderr)
 }
 
 // TestMain removes the binary egressdbin.Build built.
-func TestMain(m *testing.M) { os.Exit(egressdbin.Run(m)) }
+func TestMain(m *testing.M) { os.Exit(egressdbin.Main(m)) }
