@@ -199,21 +199,7 @@ func (o *oracle) connect() {
 
 func (o *oracle) query(sql string) [][]string {
 	o.t.Helper()
-	res, err := o.conn.Exec(ctxT(o.t), sql).ReadAll()
-	if err != nil {
-		o.t.Fatalf("oracle: %s: %v", sql, err)
-	}
-	var out [][]string
-	for _, r := range res {
-		for _, row := range r.Rows {
-			var s []string
-			for _, v := range row {
-				s = append(s, string(v))
-			}
-			out = append(out, s)
-		}
-	}
-	return out
+	return rows(o.t, o.conn, sql)
 }
 
 // notRun are the commands the harness does not execute: they would end
