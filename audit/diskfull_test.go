@@ -93,7 +93,9 @@ func TestDiskFull(t *testing.T) {
 				}
 				acked[r.Request] = true
 				if mode == "interval" && i%20 == 0 {
-					// Give the writer a chance to hit the full disk.
+					// Pacing, the behaviour under test: appends spread
+					// over time let the writer hit the full disk between
+					// them (mode "interval"), not in one burst.
 					time.Sleep(time.Millisecond)
 				}
 			}

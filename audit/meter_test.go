@@ -124,7 +124,7 @@ func TestMeterBudgetIsolatesIdentities(t *testing.T) {
 	}
 	// Over budget, refusals fold even before their samples are used.
 	for range 50 {
-		m.Append(&Record{Kind: "http", Identity: "flood", Decision: "deny", Reason: "no_matching_rule"})
+		_ = m.Append(&Record{Kind: "http", Identity: "flood", Decision: "deny", Reason: "no_matching_rule"})
 	}
 	c.add(time.Second)
 	m.Flush()
@@ -148,7 +148,7 @@ func TestMeterCarriesCountsThroughOutage(t *testing.T) {
 	m, l, c := testMeter(5000, 10000, 1)
 	deny := &Record{Kind: "dns", Client: "10.0.0.9", Decision: "deny", Reason: "no_matching_rule"}
 	for range 5 {
-		m.Append(deny)
+		_ = m.Append(deny)
 	}
 	l.fail = true
 	c.add(time.Second)
@@ -192,7 +192,7 @@ func TestFailLogThrottles(t *testing.T) {
 func TestMeterWritesEveryCompletion(t *testing.T) {
 	m, l, _ := testMeter(5000, 10000, 1)
 	for range 20 {
-		m.Append(&Record{Kind: "http_done", Identity: "sbx-1", Decision: "deny", Reason: "upstream_unreachable"})
+		_ = m.Append(&Record{Kind: "http_done", Identity: "sbx-1", Decision: "deny", Reason: "upstream_unreachable"})
 	}
 	m.Flush()
 	if records, _ := l.refusalsOf("sbx-1", "upstream_unreachable"); records != 20 {

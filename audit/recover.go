@@ -122,7 +122,7 @@ func startsAfterBreak(path string) bool {
 	if err != nil {
 		return false
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // opened read-only: Close cannot lose data
 	b, err := bufio.NewReaderSize(f, 4096).ReadSlice('\n')
 	if err != nil {
 		return false

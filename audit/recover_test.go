@@ -114,7 +114,9 @@ func TestRecoverBrokenChain(t *testing.T) {
 		t.Fatalf("verify of the segment after the accepted break = %v", err)
 	}
 	rd, _ := NewReader([]string{filepath.Join(c.Dir, SegmentName(2))})
-	rd.Next()
+	if _, err := rd.Next(); err != nil {
+		t.Fatal(err)
+	}
 	note, _ := rd.Next()
 	if note.Kind != KindAcceptedBreak || note.Detail["line"] != "4" || note.Detail["seq"] != "4" {
 		t.Errorf("second record = %+v; want accepted_break naming line 4 seq 4", note)

@@ -320,7 +320,7 @@ func syncDir(dir string) error {
 	if err != nil {
 		return fmt.Errorf("open dir: %w", err)
 	}
-	defer d.Close()
+	defer d.Close() //nolint:errcheck // a directory opened to fsync; Sync's error is the one that counts
 	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
 		return fmt.Errorf("fsync dir: %w", err)
 	}

@@ -151,7 +151,9 @@ func TestVerifyTamper(t *testing.T) {
 				last := segs[len(segs)-1]
 				lines := bytes.SplitAfter(must(os.ReadFile(last)), []byte("\n"))
 				var r Record
-				ParseRecord(bytes.TrimSuffix(lines[len(lines)-2], []byte("\n")), &r)
+				if err := ParseRecord(bytes.TrimSuffix(lines[len(lines)-2], []byte("\n")), &r); err != nil {
+					panic(err)
+				}
 				return []Checkpoint{{Seq: r.Seq, Hash: r.Hash}}
 			},
 			tamper: func(t *testing.T, segs []string) (string, int, uint64) {

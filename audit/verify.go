@@ -124,7 +124,7 @@ func (v *Verifier) File(path string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // opened read-only: Close cannot lose data
 	return v.Reader(path, f)
 }
 

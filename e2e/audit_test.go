@@ -26,7 +26,7 @@ func TestStartedRecordOnEveryStart(t *testing.T) {
 		e := Start(t, Options{AuditDir: dir, DNS: dns.Addr()})
 		if kill {
 			e.Signal(t, syscall.SIGKILL)
-			e.Wait(10 * time.Second)
+			_ = e.Wait(10 * time.Second) // a killed process reports the kill
 			continue
 		}
 		if err := e.Stop(10 * time.Second); err != nil {

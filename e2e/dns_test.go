@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"net"
 	"os/exec"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
+	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
 // TestDNSListener drives `egressd serve` with dns.listen set: the sandbox
@@ -23,8 +23,10 @@ func TestDNSListener(t *testing.T) {
 	up.SetRR("pkg.example.test", "pkg.example.test. 300 IN A 93.184.216.34")
 	up.SetRR("inside.example.test", "inside.example.test. 300 IN A 10.0.0.5")
 	up.SetRR("evil.example.test", "evil.example.test. 300 IN A 93.184.216.35")
-	listen := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+	held := ReservePort(t)
+	listen := held.Addr()
 	e := Start(t, Options{
+		Hold:      []*pgtest.Reservation{held},
 		DNS:       up.Addr(),
 		DNSListen: listen,
 		PolicyDir: WritePolicy(t, []Rule{

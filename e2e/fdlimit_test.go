@@ -13,6 +13,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
+	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
 // heldConn is a client connection the proxy served and keeps open.
@@ -175,8 +176,10 @@ func TestFDShortageRefusesGateClients(t *testing.T) {
 		t.Fatalf("prlimit (util-linux) is needed to lower egressd's RLIMIT_NOFILE: %v", err)
 	}
 	const limit = 128
-	gate := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+	gatePort := ReservePort(t)
+	gate := gatePort.Addr()
 	e := Start(t, Options{
+		Hold: []*pgtest.Reservation{gatePort},
 		DNS:  dnstest.Start(t).Addr(),
 		YAML: fmt.Sprintf("postgres:\n  listen: %s\n  upstream: \"host=127.0.0.1 port=1 user=nobody sslmode=disable\"\n  startup_timeout: 60s\n", gate),
 		Wrap: []string{prlimit, fmt.Sprintf("--nofile=%d:%d", limit, limit)},

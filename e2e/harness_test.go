@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/egressdbin"
 	"github.com/egressd/egressd/proxy/pggate/pgtest"
 	"github.com/egressd/egressd/rego"
 )
@@ -58,7 +59,7 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer os.RemoveAll(dir) //nolint:errcheck // a temporary directory; a leftover is harmless
 	binary = filepath.Join(dir, "egressd")
 	// The same script and flags as the shipped image (deploy/build.sh).
 	cmd := exec.Command("bash", "deploy/build.sh", binary)
@@ -97,6 +98,10 @@ type Options struct {
 	Args []string
 	// NotReady skips waiting for /readyz (for tests of an unready start).
 	NotReady bool
+	// Hold are ports the test wrote into the config (dns.listen,
+	// postgres.listen) and holds (ReservePort) so that nothing else binds
+	// them first; Start releases them just before egressd starts.
+	Hold []*pgtest.Reservation
 	// Wrap is a command egressd runs under, e.g. {"prlimit",
 	// "--nofile=128:128"}; if empty, none.
 	Wrap []string
@@ -115,25 +120,66 @@ type Egressd struct {
 	err    error
 }
 
-// FreePort returns a loopback TCP port no listener of this process was
-// given before (pgtest.FreePort, shared with the PostgreSQL servers).
-func FreePort(t testing.TB) int {
+// ReservePort holds a loopback port for a listener egressd is to open
+// (pass it in Options.Hold): picking a free port and closing it at once
+// let another test's server take it before egressd bound it.
+func ReservePort(t testing.TB) *pgtest.Reservation {
 	t.Helper()
-	port, err := pgtest.FreePort()
+	r, err := pgtest.ReservePort()
 	if err != nil {
-		t.Fatalf("free port: %v", err)
+		t.Fatalf("reserve a port: %v", err)
 	}
-	return port
+	t.Cleanup(r.Release)
+	return r
 }
+
+// startAttempts bounds Start's retries on a lost port race.
+const startAttempts = 3
 
 // Start writes a config for o, starts egressd and waits until /readyz
 // answers 200. The process is stopped when the test ends.
+//
+// egressd cannot take an inherited listener, so its proxy and admin ports
+// are held until just before it starts and released for it to bind; in
+// that moment another process may still take one. When egressd then exits
+// before ready because its own proxy or admin address was in use, Start
+// tries again with fresh ports.
 func Start(t testing.TB, o Options) *Egressd {
 	t.Helper()
+	for attempt := 1; ; attempt++ {
+		e, err := start(t, o)
+		if err == nil {
+			return e
+		}
+		if attempt == startAttempts || !e.lostPortRace() {
+			t.Fatal(err)
+		}
+		t.Logf("egressd lost a port race (attempt %d), starting again: %v", attempt, err)
+	}
+}
+
+// lostPortRace says whether egressd exited because its proxy or admin
+// address was taken between release and bind.
+func (e *Egressd) lostPortRace() bool {
+	if !e.Exited() {
+		return false
+	}
+	log := e.Log()
+	for _, addr := range []string{e.ProxyAddr, e.AdminAddr} {
+		if strings.Contains(log, addr) && strings.Contains(log, "address already in use") {
+			return true
+		}
+	}
+	return false
+}
+
+func start(t testing.TB, o Options) (*Egressd, error) {
+	t.Helper()
 	dir := t.TempDir()
+	proxyPort, adminPort := ReservePort(t), ReservePort(t)
 	e := &Egressd{
-		ProxyAddr:  fmt.Sprintf("127.0.0.1:%d", FreePort(t)),
-		AdminAddr:  fmt.Sprintf("127.0.0.1:%d", FreePort(t)),
+		ProxyAddr:  proxyPort.Addr(),
+		AdminAddr:  adminPort.Addr(),
 		AuditDir:   o.AuditDir,
 		ConfigPath: filepath.Join(dir, "egressd.yaml"),
 		LogPath:    filepath.Join(dir, "egressd.log"),
@@ -151,6 +197,11 @@ func Start(t testing.TB, o Options) *Egressd {
 	e.cmd = exec.Command(argv[0], argv[1:]...)
 	e.cmd.Stdout, e.cmd.Stderr = logf, logf
 	e.cmd.Env = cleanEnv()
+	proxyPort.Release()
+	adminPort.Release()
+	for _, r := range o.Hold {
+		r.Release()
+	}
 	if err := e.cmd.Start(); err != nil {
 		t.Fatalf("start egressd: %v", err)
 	}
@@ -167,10 +218,10 @@ func Start(t testing.TB, o Options) *Egressd {
 			t.Logf("egressd log:\n%s", e.Log())
 		}
 	})
-	if !o.NotReady {
-		e.WaitReady(t, 20*time.Second)
+	if o.NotReady {
+		return e, nil
 	}
-	return e
+	return e, e.waitReady(20 * time.Second)
 }
 
 // WriteConfig (re)writes the config file for o; Reload applies it.
@@ -224,22 +275,28 @@ func cleanEnv() []string {
 // WaitReady polls /readyz until 200 or the timeout.
 func (e *Egressd) WaitReady(t testing.TB, timeout time.Duration) {
 	t.Helper()
+	if err := e.waitReady(timeout); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *Egressd) waitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var last string
 	for time.Now().Before(deadline) {
 		select {
 		case <-e.exited:
-			t.Fatalf("egressd exited before ready: %v\n%s", e.err, e.Log())
+			return fmt.Errorf("egressd exited before ready: %v\n%s", e.err, e.Log())
 		default:
 		}
 		code, body, err := e.Admin(http.MethodGet, "/readyz")
 		if err == nil && code == http.StatusOK {
-			return
+			return nil
 		}
 		last = fmt.Sprintf("%d %s %v", code, body, err)
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("egressd not ready after %v: %s\n%s", timeout, last, e.Log())
+	return fmt.Errorf("egressd not ready after %v: %s\n%s", timeout, last, e.Log())
 }
 
 // Admin sends a request to the admin listener.
@@ -412,18 +469,8 @@ func RunCLI(t testing.TB, args ...string) (string, string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.Env = cleanEnv()
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("run egressd %v: %v", args, err)
-	}
-	return out.String(), errb.String(), code
+	return egressdbin.Output(t, cmd)
 }
 
 // Rule is one entry of a test bundle's data.rules.

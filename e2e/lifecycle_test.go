@@ -47,9 +47,12 @@ func TestReloadUnderLoad(t *testing.T) {
 		resp.Body.Close()
 		held <- resp.StatusCode
 	}()
+	// Every reload below happens with that request in flight: it has
+	// reached the upstream, which holds it until the end.
+	w.HTTP.WaitArrived(t, "reload")
 
 	const workers, maxRequests = 8, 4000
-	var sent, failed atomic.Int64
+	var sent, done, failed atomic.Int64
 	var firstFailure atomic.Value
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -72,13 +75,24 @@ func TestReloadUnderLoad(t *testing.T) {
 				if resp.StatusCode != 200 || n != 1024 {
 					failed.Add(1)
 					firstFailure.CompareAndSwap(nil, fmt.Sprintf("status %d, %d bytes", resp.StatusCode, n))
+					continue
 				}
+				done.Add(1)
 			}
+		})
+	}
+	// Load, counted in requests answered, runs before each reload and after
+	// the last one, so each reload meets requests on the wire.
+	const between = 25
+	loadRuns := func() {
+		from := done.Load()
+		waitFor(t, "requests between reloads", func() bool {
+			return done.Load() >= from+between || done.Load()+failed.Load() >= maxRequests
 		})
 	}
 	rules := w.rules()
 	for i := range 4 {
-		time.Sleep(200 * time.Millisecond)
+		loadRuns()
 		rules = append(rules, Rule{ID: fmt.Sprintf("added-%d", i), Hosts: []string{"added.test"}, Ports: []int{w.HTTP.Port}})
 		b, _ := json.Marshal(map[string]any{"rules": rules})
 		if err := os.WriteFile(filepath.Join(w.Policy, "data.json"), b, 0o644); err != nil {
@@ -90,7 +104,7 @@ func TestReloadUnderLoad(t *testing.T) {
 			w.E.Signal(t, syscall.SIGHUP)
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	loadRuns()
 	w.HTTP.Release("reload")
 	close(stop)
 	wg.Wait()
@@ -163,10 +177,10 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatalf("CONNECT = %d; want 200", resp.StatusCode)
 	}
 	tun.SetDeadline(time.Now().Add(30 * time.Second))
-	waitFor(t, "held request upstream", func() bool {
+	waitFor(t, "tunnel counted", func() bool {
 		return strings.Contains(w.E.Metrics(t), `egressd_proxy_active{what="tunnels"} 1`)
 	})
-	time.Sleep(100 * time.Millisecond) // let the held request reach the upstream
+	w.HTTP.WaitArrived(t, "drain")
 
 	w.E.Signal(t, syscall.SIGTERM)
 	waitFor(t, "listener closed", func() bool {

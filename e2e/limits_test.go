@@ -71,6 +71,9 @@ func TestClientLimits(t *testing.T) {
 			}
 			io.Copy(io.Discard, r.Body)
 			r.Body.Close()
+			// The pacing is the behaviour under test: traffic spaced
+			// below tunnel_idle_timeout keeps a tunnel open while the
+			// idle one times out.
 			time.Sleep(300 * time.Millisecond)
 		}
 		if n, err := idle.Read(make([]byte, 1)); err == nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/dnsguard/dnstest"
+	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
 // logLines decodes the operational log as JSON lines; a line that is not
@@ -54,12 +55,13 @@ func FatalError(t testing.TB, e *Egressd) string {
 // plain line a JSON log collector would drop; a config that does not load
 // still has its error logged as JSON.
 func TestStartupErrorsAreJSON(t *testing.T) {
-	busy := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
-	hold, err := net.ListenPacket("udp", busy)
+	// A UDP port held for the whole test: dns.listen on it cannot bind.
+	hold, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer hold.Close()
+	busy := hold.LocalAddr().String()
 	tests := []struct {
 		name string
 		o    Options
@@ -95,8 +97,8 @@ func TestStartupErrorsAreJSON(t *testing.T) {
 // listener egressd bound, with the address it is bound to, and the
 // durations in log fields carry their unit.
 func TestServingLineListsEveryListener(t *testing.T) {
-	dnsAddr := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
-	pgAddr := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+	dnsPort, pgPort := ReservePort(t), ReservePort(t)
+	dnsAddr, pgAddr := dnsPort.Addr(), pgPort.Addr()
 	pw := filepath.Join(t.TempDir(), "pw")
 	if err := os.WriteFile(pw, []byte("upstream-password\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -104,6 +106,7 @@ func TestServingLineListsEveryListener(t *testing.T) {
 	e := Start(t, Options{
 		DNS:       dnstest.Start(t).Addr(),
 		DNSListen: dnsAddr,
+		Hold:      []*pgtest.Reservation{dnsPort, pgPort},
 		YAML:      fmt.Sprintf("postgres:\n  listen: %s\n  upstream: host=127.0.0.1 port=1 user=egressd dbname=app\n  password_file: %s\n", pgAddr, pw),
 	})
 	var serving map[string]any

@@ -109,7 +109,7 @@ func newTopology(t *testing.T) *topology {
 	if err := os.MkdirAll(etc, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(etc) })
+	t.Cleanup(func() { _ = os.RemoveAll(etc) }) // a temporary directory; a leftover is harmless
 	resolv := "nameserver " + egressdSbAddr + "\noptions timeout:2 attempts:1\n"
 	if err := os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte(resolv), 0o644); err != nil {
 		t.Fatal(err)
@@ -277,7 +277,7 @@ func relayUDP(pc net.PacketConn, target string) {
 		up.SetDeadline(time.Now().Add(5 * time.Second))
 		if _, err := up.Write(buf[:n]); err == nil {
 			if m, err := up.Read(buf); err == nil {
-				pc.WriteTo(buf[:m], from)
+				_, _ = pc.WriteTo(buf[:m], from) // UDP: a lost answer is the client's retry
 			}
 		}
 		up.Close()

@@ -23,41 +23,9 @@ import (
 // leave the session usable, a deny inside a transaction commits nothing, and
 // every statement is audited without its literals.
 func TestPostgresGate(t *testing.T) {
-	pg := pgtest.Start(t, pgtest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := pg.Exec(ctx, "postgres", "CREATE DATABASE app"); err != nil {
-		t.Fatal(err)
-	}
-	if err := pg.Exec(ctx, "app", "CREATE TABLE notes (id int PRIMARY KEY, body text); INSERT INTO notes VALUES (1, 'alpha'), (2, 'beta')"); err != nil {
-		t.Fatal(err)
-	}
 	const roPass, rwPass = "ro-secret", "rw-secret"
-	roVer, err := pggate.SCRAMVerifier(roPass, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rwVer, err := pggate.SCRAMVerifier(rwPass, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pwFile := filepath.Join(t.TempDir(), "upstream-password")
-	if err := os.WriteFile(pwFile, []byte(pgtest.SuperPassword+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	gate := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
-	e := Start(t, Options{DNS: dnstest.Start(t).Addr(), YAML: fmt.Sprintf(`postgres:
-  listen: %s
-  upstream: "host=127.0.0.1 port=%d user=%s sslmode=disable"
-  password_file: %s
-identities:
-  - id: agent-ro
-    scram_sha256: %q
-    attributes: {sql_profile: read_only}
-  - id: agent-rw
-    scram_sha256: %q
-    attributes: {sql_profile: read_write}
-%s`, gate, pg.Port, pgtest.SuperUser, pwFile, roVer, rwVer, InternalAllow(pg.Addr()))})
+	e, pg, gate := startGate(t, "CREATE TABLE notes (id int PRIMARY KEY, body text); INSERT INTO notes VALUES (1, 'alpha'), (2, 'beta')",
+		gateIdentity{"agent-ro", roPass, "read_only"}, gateIdentity{"agent-rw", rwPass, "read_write"})
 
 	psql := func(user, pass, sql string) (string, string, error) {
 		cmd := exec.Command(pg.Bin("psql"), "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1",
@@ -117,7 +85,7 @@ identities:
 	cmd.Stdin = strings.NewReader(script)
 	var sout, serr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &sout, &serr
-	cmd.Run()
+	_ = cmd.Run() // psql exits non-zero on the deny; the output says what happened
 	if !strings.Contains(serr.String(), "egressd: denied:") || !strings.HasSuffix(sout.String(), "2\n") {
 		t.Errorf("transaction session: stdout %q stderr %q; want a deny and count 2 afterwards", sout.String(), serr.String())
 	}
@@ -132,4 +100,45 @@ identities:
 		t.Errorf("audit record %+v; want normalized SQL without the literal, a fingerprint and identity agent-ro", recs[0])
 	}
 	VerifyAudit(t, e)
+}
+
+// gateIdentity is a sandbox identity of the Postgres gate: its id,
+// password and SQL profile.
+type gateIdentity struct{ id, password, profile string }
+
+// startGate starts a PostgreSQL whose database app holds schema, and
+// egressd with its Postgres gate in front of it for ids. It returns
+// egressd, the server and the gate's address.
+func startGate(t *testing.T, schema string, ids ...gateIdentity) (*Egressd, *pgtest.Server, string) {
+	t.Helper()
+	pg := pgtest.Start(t, pgtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := pg.Exec(ctx, "postgres", "CREATE DATABASE app"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Exec(ctx, "app", schema); err != nil {
+		t.Fatal(err)
+	}
+	pwFile := filepath.Join(t.TempDir(), "upstream-password")
+	if err := os.WriteFile(pwFile, []byte(pgtest.SuperPassword+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var idYAML strings.Builder
+	for _, id := range ids {
+		ver, err := pggate.SCRAMVerifier(id.password, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&idYAML, "  - id: %s\n    scram_sha256: %q\n    attributes: {sql_profile: %s}\n", id.id, ver, id.profile)
+	}
+	held := ReservePort(t)
+	gate := held.Addr()
+	e := Start(t, Options{Hold: []*pgtest.Reservation{held}, DNS: dnstest.Start(t).Addr(), YAML: fmt.Sprintf(`postgres:
+  listen: %s
+  upstream: "host=127.0.0.1 port=%d user=%s sslmode=disable"
+  password_file: %s
+identities:
+%s%s`, gate, pg.Port, pgtest.SuperUser, pwFile, idYAML.String(), InternalAllow(pg.Addr()))})
+	return e, pg, gate
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/dnsguard/dnstest"
+	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
 // TestReadmeExamples runs the examples of README.md and rego/README.md,
@@ -171,6 +172,7 @@ type readmeRun struct {
 	file           string // the README, for messages
 	dir, binDir    string
 	proxy, admin   string
+	ports          []*pgtest.Reservation // proxy and admin, held until serve starts
 	cfg            string
 	serve          *Egressd // the README's `egressd serve`, once started
 	normalizeLocal *strings.Replacer
@@ -181,8 +183,8 @@ func newReadmeRun(t *testing.T, file string) *readmeRun {
 	if err := os.Symlink(binary, filepath.Join(r.binDir, "egressd")); err != nil {
 		t.Fatal(err)
 	}
-	r.proxy = fmt.Sprintf("127.0.0.1:%d", FreePort(t))
-	r.admin = fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+	r.ports = []*pgtest.Reservation{ReservePort(t), ReservePort(t)}
+	r.proxy, r.admin = r.ports[0].Addr(), r.ports[1].Addr()
 	r.cfg = filepath.Join(t.TempDir(), "readme-serve.yaml")
 	cfg := fmt.Sprintf("proxy:\n  listen: %s\nadmin:\n  listen: %s\ndns:\n  upstreams: [%q]\n", r.proxy, r.admin, dnstest.Start(t).Addr())
 	if err := os.WriteFile(r.cfg, []byte(cfg), 0o600); err != nil {
@@ -250,6 +252,9 @@ func (r *readmeRun) start(line int, cmd string) {
 	e.cmd.Dir = r.dir
 	e.cmd.Env = cleanEnv()
 	e.cmd.Stdout, e.cmd.Stderr = logf, logf
+	for _, p := range r.ports {
+		p.Release()
+	}
 	if err := e.cmd.Start(); err != nil {
 		t.Fatalf("%s:%d: %s: %v", r.file, line, cmd, err)
 	}

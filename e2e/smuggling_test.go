@@ -3,6 +3,8 @@ package e2e
 import (
 	"bufio"
 	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +16,7 @@ import (
 // the body of a GET, so body bytes on a kept-alive connection are read as
 // the next request. It prints every request line it runs.
 const pythonUpstream = `
-import sys, http.server
+import http.server
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_GET(self): self.reply()
@@ -27,16 +29,18 @@ class H(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(b)
     def log_message(self, *a): pass
-s = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H)
-print("ready", flush=True)
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print("ready", s.server_address[1], flush=True)
 s.serve_forever()
 `
 
-// startPythonUpstream runs pythonUpstream on port and returns the request
-// lines it runs, in order, as it prints them.
-func startPythonUpstream(t *testing.T, port int) <-chan string {
+// startPythonUpstream runs pythonUpstream and returns the port it listens
+// on and the request lines it runs, in order, as it prints them. The server
+// binds a port of its own choosing and reports it: a port picked here and
+// released for it could be taken by another test in between.
+func startPythonUpstream(t *testing.T) (int, <-chan string) {
 	t.Helper()
-	cmd := exec.Command("python3", "-c", pythonUpstream, itoa(port))
+	cmd := exec.Command("python3", "-c", pythonUpstream)
 	cmd.Env = cleanEnv()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -47,12 +51,13 @@ func startPythonUpstream(t *testing.T, port int) <-chan string {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	lines := make(chan string, 64)
-	ready := make(chan struct{})
+	ready := make(chan int, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if sc.Text() == "ready" {
-				close(ready)
+			if p, ok := strings.CutPrefix(sc.Text(), "ready "); ok {
+				port, _ := strconv.Atoi(p)
+				ready <- port
 				continue
 			}
 			select {
@@ -63,19 +68,22 @@ func startPythonUpstream(t *testing.T, port int) <-chan string {
 		}
 	}()
 	select {
-	case <-ready:
+	case port := <-ready:
+		if port == 0 {
+			t.Fatal("python http.server reported no port")
+		}
+		return port, lines
 	case <-time.After(20 * time.Second):
 		t.Fatal("python http.server did not start")
 	}
-	return lines
+	return 0, nil
 }
 
 // A GET carrying a second request in its body (CL.0 smuggling) is refused:
 // the upstream, which would run the body as a POST no rule allows, never
 // sees either.
 func TestBodyOnGETNeverReachesUpstream(t *testing.T) {
-	port := FreePort(t)
-	seen := startPythonUpstream(t, port)
+	port, seen := startPythonUpstream(t)
 	dns := dnstest.Start(t)
 	dns.SetRR("py.test", "py.test. 60 IN A 127.0.0.1")
 	e := Start(t, Options{

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,11 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/egressd/egressd/audit"
-	"github.com/egressd/egressd/dnsguard/dnstest"
 	"github.com/egressd/egressd/policy/sqlparse"
 	"github.com/egressd/egressd/policy/sqlparse/deepsql"
-	"github.com/egressd/egressd/proxy/pggate"
-	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
 // TestDeepSQLDoesNotKillEgressd sends the texts that used to end the whole
@@ -28,34 +23,8 @@ import (
 // process stays up; the same session and a new one then run SELECT 1; and
 // the HTTP proxy still answers.
 func TestDeepSQLDoesNotKillEgressd(t *testing.T) {
-	pg := pgtest.Start(t, pgtest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := pg.Exec(ctx, "postgres", "CREATE DATABASE app"); err != nil {
-		t.Fatal(err)
-	}
-	if err := pg.Exec(ctx, "app", "CREATE TABLE t (a int)"); err != nil {
-		t.Fatal(err)
-	}
 	const pass = "ro-secret"
-	ver, err := pggate.SCRAMVerifier(pass, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pwFile := filepath.Join(t.TempDir(), "upstream-password")
-	if err := os.WriteFile(pwFile, []byte(pgtest.SuperPassword+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	gate := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
-	e := Start(t, Options{DNS: dnstest.Start(t).Addr(), YAML: fmt.Sprintf(`postgres:
-  listen: %s
-  upstream: "host=127.0.0.1 port=%d user=%s sslmode=disable"
-  password_file: %s
-identities:
-  - id: agent-ro
-    scram_sha256: %q
-    attributes: {sql_profile: read_only}
-%s`, gate, pg.Port, pgtest.SuperUser, pwFile, ver, InternalAllow(pg.Addr()))})
+	e, _, gate := startGate(t, "CREATE TABLE t (a int)", gateIdentity{"agent-ro", pass, "read_only"})
 	dsn := fmt.Sprintf("host=127.0.0.1 port=%s user=agent-ro password=%s dbname=app sslmode=disable",
 		strings.TrimPrefix(gate, "127.0.0.1:"), pass)
 

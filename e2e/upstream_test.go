@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Upstream is a loopback HTTP or HTTPS server the tests reach through the
@@ -22,7 +23,7 @@ import (
 //	/echo             the request line and headers as received, as text
 //	/close            answers with Connection: close (no reuse upstream)
 //	/redirect?to=URL  302 to URL
-//	/hold?c=ID        blocks until Release(ID), then 200
+//	/hold?c=ID        signals Arrived(ID), blocks until Release(ID), then 200
 type Upstream struct {
 	*httptest.Server
 	// Addr is "127.0.0.1:port"; Port the port.
@@ -33,7 +34,14 @@ type Upstream struct {
 	CAFile string
 
 	mu    sync.Mutex
-	holds map[string]chan struct{}
+	holds map[string]*held
+}
+
+// held is one /hold id: arrived is closed when the first request for it
+// reaches the handler, release by Release.
+type held struct {
+	arrived, release chan struct{}
+	once             sync.Once
 }
 
 func upstreamHandler(u *Upstream) http.Handler {
@@ -62,7 +70,9 @@ func upstreamHandler(u *Upstream) http.Handler {
 		http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
 	})
 	mux.HandleFunc("/hold", func(w http.ResponseWriter, r *http.Request) {
-		<-u.hold(r.URL.Query().Get("c"))
+		h := u.hold(r.URL.Query().Get("c"))
+		h.once.Do(func() { close(h.arrived) })
+		<-h.release
 		io.WriteString(w, "released\n")
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -80,22 +90,34 @@ func upstreamHandler(u *Upstream) http.Handler {
 	return mux
 }
 
-func (u *Upstream) hold(id string) chan struct{} {
+func (u *Upstream) hold(id string) *held {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.holds == nil {
-		u.holds = map[string]chan struct{}{}
+		u.holds = map[string]*held{}
 	}
-	c, ok := u.holds[id]
+	h, ok := u.holds[id]
 	if !ok {
-		c = make(chan struct{})
-		u.holds[id] = c
+		h = &held{arrived: make(chan struct{}), release: make(chan struct{})}
+		u.holds[id] = h
 	}
-	return c
+	return h
 }
 
 // Release lets every /hold?c=id request answer.
-func (u *Upstream) Release(id string) { close(u.hold(id)) }
+func (u *Upstream) Release(id string) { close(u.hold(id).release) }
+
+// WaitArrived waits until a /hold?c=id request has reached the upstream,
+// so a test knows it is in flight; a request that never comes fails t
+// after a safety limit (not a timing assertion).
+func (u *Upstream) WaitArrived(t testing.TB, id string) {
+	t.Helper()
+	select {
+	case <-u.hold(id).arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no /hold?c=%s request reached the upstream", id)
+	}
+}
 
 // StartHTTP starts a plain HTTP upstream on 127.0.0.1.
 func StartHTTP(t testing.TB) *Upstream {

@@ -1,20 +1,20 @@
 package policy_test
 
 import (
-	"bytes"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/egressd/egressd/internal/egressdbin"
 )
 
 // TestPolicyCommands runs `egressd policy check|test` on good and broken
 // bundles: a syntax error exits 2 naming file:line, a failing Rego test
 // exits 1 naming its file:line.
 func TestPolicyCommands(t *testing.T) {
-	bin := buildEgressd(t)
+	bin := egressdbin.Build(t)
 	good := writeDir(t, map[string]string{"http.rego": miniModule, "http_test.rego": `package egress.http_test
 
 import data.egress.http
@@ -50,19 +50,9 @@ test_wrong if http.decision.allow with input as {"host": "no.test"}
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cmd := exec.Command(bin, tt.args...)
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			err := cmd.Run()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if code != tt.code || !strings.Contains(out.String(), tt.contains) {
-				t.Errorf("egressd %s: exit %d, output %q; want exit %d containing %q", strings.Join(tt.args, " "), code, out.String(), tt.code, tt.contains)
+			stdout, stderr, code := egressdbin.Output(t, exec.Command(bin, tt.args...))
+			if out := stdout + stderr; code != tt.code || !strings.Contains(out, tt.contains) {
+				t.Errorf("egressd %s: exit %d, output %q; want exit %d containing %q", strings.Join(tt.args, " "), code, out, tt.code, tt.contains)
 			}
 		})
 	}

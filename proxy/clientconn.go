@@ -97,7 +97,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	var early []byte
 	if n := rw.Reader.Buffered(); n > 0 {
-		b, _ := rw.Reader.Peek(n)
+		b, _ := rw.Peek(n)
 		early = bytes.Clone(b)
 	}
 	if c, ok := raw.(*clientConn); ok {

@@ -118,7 +118,7 @@ func (s *Server) denyConn(f *flowInfo, c net.Conn, rf refusal) {
 		ce.Write(zap.String("request", f.id), zap.String("kind", "connect"),
 			zap.String("identity", f.identity), zap.String("reason", rf.reason))
 	}
-	rf.write(c, f.id)
+	_ = rf.write(c, f.id) // the connection is closed next; a client gone has nothing to be told
 }
 
 func (s *Server) track(t *tunnel) bool {

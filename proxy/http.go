@@ -229,7 +229,9 @@ func (f *httpFlow) checkRedirect(req *http.Request, code int, loc string) (refus
 	rinfo.method = method
 	if err != nil {
 		rinfo.target = Target{}
-		s.decided(&rinfo, false, reasonRedirectDenied, "", "", "unparseable location")
+		if err := s.decided(&rinfo, false, reasonRedirectDenied, "", "", "unparseable location"); err != nil {
+			return refusalOf(reasonAuditUnavailable), true
+		}
 		return rf, true
 	}
 	out := f.st.decider.DecideHTTP(req.Context(), f.identity, policy.KindRedirect, method, next.String(), "")
@@ -300,5 +302,5 @@ func (s *Server) serveNonProxy(w http.ResponseWriter, r *http.Request) {
 	}
 	rf.header(w.Header(), f.id)
 	w.WriteHeader(rf.status)
-	w.Write([]byte(rf.body(f.id)))
+	_, _ = w.Write([]byte(rf.body(f.id))) // a client gone mid-refusal has nothing to be told
 }

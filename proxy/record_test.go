@@ -52,8 +52,9 @@ func startAudited(t *testing.T, cfg Config, ids identity.Config, a audit.Appende
 	if err != nil {
 		t.Fatal(err)
 	}
-	go s.Serve(ln)
-	t.Cleanup(func() { s.Shutdown(context.Background()) })
+	// A fixture: the server's lifecycle tests check Serve and Shutdown.
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
 	return auditedServer{addr: ln.Addr().String(), metrics: m}
 }
 

@@ -65,8 +65,9 @@ func startServer(tb testing.TB, cfg Config, e policy.Decider, a audit.Appender) 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	go s.Serve(ln)
-	tb.Cleanup(func() { s.Shutdown(context.Background()) })
+	// A fixture: the server's lifecycle tests check Serve and Shutdown.
+	go func() { _ = s.Serve(ln) }()
+	tb.Cleanup(func() { _ = s.Shutdown(context.Background()) })
 	return s, ln.Addr().String()
 }
 

@@ -149,7 +149,7 @@ func readSome(b []byte, src io.Reader) ([]byte, error) {
 func (t *tunnel) forwardFlight(b []byte, early *bytes.Reader) bool {
 	if early != nil && early.Len() > 0 {
 		rest := make([]byte, early.Len())
-		early.Read(rest)
+		_, _ = early.Read(rest) // a bytes.Reader of exactly len(rest) bytes
 		b = append(b, rest...)
 	}
 	if len(b) == 0 {
@@ -240,7 +240,7 @@ func (t *tunnel) pipe(dst, src net.Conn, n *atomic.Int64, end time.Time) {
 		case err == nil:
 			// EOF: pass the half-close on and let the other direction finish.
 			if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-				cw.CloseWrite()
+				_ = cw.CloseWrite() // the peer gone: the other direction ends too
 				return
 			}
 			t.close()

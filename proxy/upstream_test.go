@@ -285,10 +285,13 @@ func waitPlanted(t *testing.T, p *upstreamPool, addr string) {
 	}
 	list[0].c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var b [1]byte
-	rc.Read(func(fd uintptr) bool {
+	err = rc.Read(func(fd uintptr) bool {
 		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		return !errors.Is(err, syscall.EAGAIN)
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	list[0].c.SetReadDeadline(time.Time{})
 }
 

@@ -30,7 +30,9 @@ func TestWrite(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "mine.rego"), []byte("package x\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "mine.rego"), []byte("package x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := Write(dir, true); err == nil {
 		t.Error("Write into a non-empty directory = nil; want an error (it must not overwrite a bundle)")
 	}

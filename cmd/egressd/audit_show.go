@@ -125,9 +125,13 @@ const followPoll = 200 * time.Millisecond
 
 // showAudit prints the matching records; with follow it keeps going until
 // ctx ends.
-func showAudit(ctx context.Context, o *showOptions, stdout io.Writer) error {
+func showAudit(ctx context.Context, o *showOptions, stdout io.Writer) (err error) {
 	bw := bufio.NewWriter(stdout)
-	defer bw.Flush()
+	defer func() {
+		if ferr := bw.Flush(); err == nil {
+			err = ferr
+		}
+	}()
 	if !o.json {
 		writeHeader(bw)
 	}

@@ -61,7 +61,9 @@ func TestAuditVerifyCLI(t *testing.T) {
 	broken := writeAuditLog(t, 40)
 	bsegs, _ := audit.ListSegments(broken)
 	b, _ := os.ReadFile(bsegs[1])
-	os.WriteFile(bsegs[1], bytes.Replace(b, []byte("sb-a"), []byte("sb-c"), 1), 0o640)
+	if err := os.WriteFile(bsegs[1], bytes.Replace(b, []byte("sb-a"), []byte("sb-c"), 1), 0o640); err != nil {
+		t.Fatal(err)
+	}
 
 	tests := []struct {
 		name     string
@@ -120,12 +122,34 @@ func TestAuditShowCLI(t *testing.T) {
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
+	// lines counts the newlines written; reached, when set, is closed once
+	// lines gets to want.
+	lines, want int
+	reached     chan struct{}
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.lines += bytes.Count(p, []byte("\n"))
+	if s.reached != nil && s.lines >= s.want {
+		close(s.reached)
+		s.reached = nil
+	}
 	return s.b.Write(p)
+}
+
+// linesWritten returns a channel closed once n lines have been written.
+func (s *syncBuffer) linesWritten(n int) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := make(chan struct{})
+	if s.lines >= n {
+		close(c)
+		return c
+	}
+	s.want, s.reached = n, c
+	return c
 }
 
 func (s *syncBuffer) String() string {
@@ -151,18 +175,21 @@ func TestAuditShowFollow(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	const n = 60
 	var out syncBuffer
+	followed := out.linesWritten(n)
 	done := make(chan error, 1)
 	go func() { done <- showAudit(ctx, o, &out) }()
 
-	const n = 60
 	for i := range n {
 		if err := w.Append(testAuditRecord(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for strings.Count(out.String(), "\n") < n && ctx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
+	select {
+	case <-followed:
+	case <-ctx.Done():
+		// Reported below as the records the output lacks.
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -268,8 +295,10 @@ func TestAuditShowEscapesSpoofing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Append(&audit.Record{Kind: "http", Identity: "sb-a", Method: "GET", Scheme: "http", Host: "h.test",
-		Path: path.String(), Decision: "deny", Reason: "no_rule\u202e"})
+	if err := w.Append(&audit.Record{Kind: "http", Identity: "sb-a", Method: "GET", Scheme: "http", Host: "h.test",
+		Path: path.String(), Decision: "deny", Reason: "no_rule\u202e"}); err != nil {
+		t.Fatal(err)
+	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}

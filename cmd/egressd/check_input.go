@@ -26,7 +26,7 @@ type inputRecorder struct {
 // refuses without evaluating (no entry point) is not recorded: the
 // policy saw nothing.
 func (r *inputRecorder) Decide(ctx context.Context, in policy.Input) policy.Decision {
-	if v, err := r.checkEngine.RegoInput(in); err == nil {
+	if v, err := r.RegoInput(in); err == nil {
 		r.inputs = append(r.inputs, v)
 	}
 	return r.checkEngine.Decide(ctx, in)

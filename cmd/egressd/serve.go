@@ -70,7 +70,9 @@ func runServe(args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
-	defer log.Sync()
+	// Sync of stderr fails with EINVAL on a terminal; there is no one left
+	// to tell at exit either way.
+	defer func() { _ = log.Sync() }()
 	cfg.Audit.AcceptBreak = *acceptBreak
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -81,7 +83,11 @@ func runServe(args []string, _, stderr io.Writer) error {
 		// name in an open error); some config values are secrets.
 		return startupFailed(log, cfg.Redact(err))
 	}
-	defer d.audit.Close()
+	defer func() {
+		if err := d.audit.Close(); err != nil {
+			log.Error("close audit log", zap.Error(err))
+		}
+	}()
 	// Closed before the writer: it writes the last second's counts.
 	defer d.meter.Close()
 	if err := d.run(ctx); err != nil {
@@ -223,8 +229,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	counted := metrics.Counting(meter, d.metrics.Decisions)
 	fail := func(err error) (*daemon, error) {
 		meter.Close()
-		aw.Close()
-		return nil, err
+		return nil, errors.Join(err, aw.Close())
 	}
 	d.engine.Store(engine)
 	dialer := dnsguard.NewDialer(res, floor, cfg.Proxy.DialTimeout)
@@ -426,8 +431,12 @@ loop:
 			d.log.Warn("drain deadline passed; closed remaining postgres sessions", zap.Error(err))
 		}
 	}
-	adminSrv.Shutdown(sctx)
-	metricsSrv.Shutdown(sctx)
+	if err := adminSrv.Shutdown(sctx); err != nil {
+		d.log.Warn("drain deadline passed; closed the admin listener's remaining connections", zap.Error(err))
+	}
+	if err := metricsSrv.Shutdown(sctx); err != nil {
+		d.log.Warn("drain deadline passed; closed the metrics listener's remaining connections", zap.Error(err))
+	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) && !errors.Is(serveErr, pggate.ErrClosed) {
 		return serveErr
 	}

@@ -15,7 +15,9 @@ import (
 // the value, which is often a secret pasted in the wrong place (item 16).
 func TestServeErrorsNeverEchoSecrets(t *testing.T) {
 	const secret = "Hunter2S3cretPasted"
-	os.Unsetenv(secret)
+	if err := os.Unsetenv(secret); err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	base := fmt.Sprintf("proxy:\n  listen: 127.0.0.1:1\nadmin:\n  listen: 127.0.0.1:2\naudit:\n  dir: %s\n", filepath.Join(dir, "audit"))
 	gate := "postgres:\n  listen: 127.0.0.1:3\n  upstream: host=127.0.0.1 user=app\n"

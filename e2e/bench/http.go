@@ -61,7 +61,7 @@ func benchHTTP(o options, e *egressd, port int) error {
 	if err := os.WriteFile(script, []byte(lua), 0o644); err != nil {
 		return err
 	}
-	defer os.Remove(script)
+	defer os.Remove(script) //nolint:errcheck // a temporary file; a leftover is harmless
 	proxied := "http://" + e.proxy + "/"
 
 	// Warm both paths (connections, decision cache).
@@ -195,9 +195,8 @@ func profile(e *egressd, file string, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
 	_, err = io.Copy(f, resp.Body)
-	return err
+	return errors.Join(err, f.Close())
 }
 
 func verdict(ok bool) string {
@@ -217,8 +216,8 @@ func startHTTPUpstream() (int, error) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "1024")
 		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Write(body)
+		_, _ = w.Write(body) // the load generator may hang up mid-body
 	}), ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
+	go srv.Serve(ln) //nolint:errcheck // serves until the process ends
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }

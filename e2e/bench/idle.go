@@ -13,7 +13,7 @@ import (
 
 // startHolder accepts connections and keeps them open without a byte.
 func startHolder() (int, error) {
-	return serveTCP(func(c net.Conn) { io.Copy(io.Discard, c) })
+	return serveTCP(func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
 }
 
 func benchIdle(o options, e *egressd, port int) error {

@@ -87,7 +87,7 @@ func run(o options) error {
 		return err
 	}
 	if !o.keep {
-		defer os.RemoveAll(work)
+		defer os.RemoveAll(work) //nolint:errcheck // a temporary directory; a leftover is harmless
 	}
 	if o.egressd == "" {
 		o.egressd = filepath.Join(work, "egressd")

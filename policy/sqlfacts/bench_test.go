@@ -26,7 +26,9 @@ func BenchmarkParse(b *testing.B) {
 func BenchmarkParseToJSON(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
-		pg_query.ParseToJSON(benchQuery)
+		if _, err := pg_query.ParseToJSON(benchQuery); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
@@ -52,7 +54,9 @@ func BenchmarkFacts(b *testing.B) {
 func BenchmarkPrescan(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
-		Prescan(benchQuery, Limits{})
+		if err := Prescan(benchQuery, Limits{}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

@@ -15,11 +15,11 @@ import (
 func parserError(err error) error {
 	switch {
 	case errors.Is(err, sqlparse.ErrTooLarge):
-		return &policy.DenyError{Reason: ReasonTooComplex, Detail: "parse tree too large", Err: err}
+		return &policy.DenyError{Reason: policy.ReasonSQLTooComplex, Detail: "parse tree too large", Err: err}
 	case errors.Is(err, sqlparse.ErrCrashed):
-		return &policy.DenyError{Reason: ReasonParseError, Detail: "parser crashed", Err: err}
+		return &policy.DenyError{Reason: policy.ReasonSQLParseError, Detail: "parser crashed", Err: err}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return &policy.DenyError{Reason: ReasonParseError, Detail: "parse abandoned", Err: err}
+		return &policy.DenyError{Reason: policy.ReasonSQLParseError, Detail: "parse abandoned", Err: err}
 	}
 	return parseError(err)
 }

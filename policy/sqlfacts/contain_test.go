@@ -28,8 +28,8 @@ func TestDeepConstructsParsedOrDenied(t *testing.T) {
 				case err == nil:
 				case !errors.As(err, &de):
 					t.Errorf("%s × %d: %v is not a deny", c.Name, n, err)
-				case de.Reason != ReasonParseError && de.Reason != ReasonTooComplex:
-					t.Errorf("%s × %d: deny %s; want %s or %s", c.Name, n, de.Reason, ReasonParseError, ReasonTooComplex)
+				case de.Reason != policy.ReasonSQLParseError && de.Reason != policy.ReasonSQLTooComplex:
+					t.Errorf("%s × %d: deny %s; want %s or %s", c.Name, n, de.Reason, policy.ReasonSQLParseError, policy.ReasonSQLTooComplex)
 				}
 			}
 		})
@@ -43,8 +43,8 @@ func TestDeepTreeDeniedNotWalked(t *testing.T) {
 	sql := "SELECT 1" + strings.Repeat(" ISNULL", 12000)
 	_, err := ParseContext(context.Background(), sql, Options{})
 	var de *policy.DenyError
-	if !errors.As(err, &de) || de.Reason != ReasonTooComplex {
-		t.Fatalf("Parse(ISNULL × 12,000) = %v; want deny %s", err, ReasonTooComplex)
+	if !errors.As(err, &de) || de.Reason != policy.ReasonSQLTooComplex {
+		t.Fatalf("Parse(ISNULL × 12,000) = %v; want deny %s", err, policy.ReasonSQLTooComplex)
 	}
 }
 
@@ -104,7 +104,9 @@ func TestAuditTextRefusesContradiction(t *testing.T) {
 				t.Fatal(err)
 			}
 			var raw int32 = -1
-			d.Items(d.Get(0, keyStmts), func(e int32) error { raw = e; return nil })
+			if err := d.Items(d.Get(0, keyStmts), func(e int32) error { raw = e; return nil }); err != nil {
+				t.Fatal(err)
+			}
 			var toks *tokens
 			if got := auditText(d, &toks, tt.lexed, raw, tt.lexed); got != RedactionFailed {
 				t.Errorf("auditText(tree of %q, text %q) = %q; want %q", tt.parsed, tt.lexed, got, RedactionFailed)

@@ -147,14 +147,14 @@ func TestDenials(t *testing.T) {
 		sql    string
 		reason policy.Reason
 	}{
-		{"parse error", "SELEC 1", ReasonParseError},
-		{"100k terms", "SELECT 1" + strings.Repeat("+1", 100000), ReasonTooComplex},
-		{"deep parens", "SELECT " + strings.Repeat("(", 100000) + "1" + strings.Repeat(")", 100000), ReasonTooComplex},
-		{"deep not", "SELECT " + strings.Repeat("NOT ", 5000) + "true", ReasonTooComplex},
-		{"deep cast", "SELECT 1" + strings.Repeat("::int", 5000), ReasonTooComplex},
-		{"deep union", "SELECT 1" + strings.Repeat(" UNION SELECT 1", 5000), ReasonTooComplex},
-		{"too long", "SELECT '" + strings.Repeat("a", 2<<20) + "'", ReasonTooComplex},
-		{"invalid utf8", "SELECT '\xff'", ReasonBadUTF8},
+		{"parse error", "SELEC 1", policy.ReasonSQLParseError},
+		{"100k terms", "SELECT 1" + strings.Repeat("+1", 100000), policy.ReasonSQLTooComplex},
+		{"deep parens", "SELECT " + strings.Repeat("(", 100000) + "1" + strings.Repeat(")", 100000), policy.ReasonSQLTooComplex},
+		{"deep not", "SELECT " + strings.Repeat("NOT ", 5000) + "true", policy.ReasonSQLTooComplex},
+		{"deep cast", "SELECT 1" + strings.Repeat("::int", 5000), policy.ReasonSQLTooComplex},
+		{"deep union", "SELECT 1" + strings.Repeat(" UNION SELECT 1", 5000), policy.ReasonSQLTooComplex},
+		{"too long", "SELECT '" + strings.Repeat("a", 2<<20) + "'", policy.ReasonSQLTooComplex},
+		{"invalid utf8", "SELECT '\xff'", policy.ReasonSQLBadUTF8},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

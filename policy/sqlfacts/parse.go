@@ -121,7 +121,7 @@ func parseError(err error) error {
 	if errors.As(err, &de) {
 		return err
 	}
-	return &policy.DenyError{Reason: ReasonParseError, Err: err}
+	return &policy.DenyError{Reason: policy.ReasonSQLParseError, Err: err}
 }
 
 // stmtText is the statement's slice of sql. pg_query gives byte offsets; a

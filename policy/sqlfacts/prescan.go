@@ -41,15 +41,8 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// Reasons the pre-scan and parser deny with.
-const (
-	ReasonTooComplex = policy.ReasonSQLTooComplex
-	ReasonParseError = policy.ReasonSQLParseError
-	ReasonBadUTF8    = policy.ReasonSQLBadUTF8
-)
-
 func tooComplex(format string, a ...any) error {
-	return &policy.DenyError{Reason: ReasonTooComplex, Detail: fmt.Sprintf(format, a...)}
+	return &policy.DenyError{Reason: policy.ReasonSQLTooComplex, Detail: fmt.Sprintf(format, a...)}
 }
 
 // Prescan checks sql against lim without parsing it. It skips string
@@ -62,7 +55,7 @@ func Prescan(sql string, lim Limits) error {
 		return tooComplex("query is %d bytes, limit %d", len(sql), lim.MaxLen)
 	}
 	if !utf8.ValidString(sql) {
-		return &policy.DenyError{Reason: ReasonBadUTF8, Detail: "query text is not valid UTF-8"}
+		return &policy.DenyError{Reason: policy.ReasonSQLBadUTF8, Detail: "query text is not valid UTF-8"}
 	}
 	depth, ops := 0, 0
 	l := sqlparse.NewLexer(sql)

@@ -227,7 +227,7 @@ func (w *worker) do(ctx context.Context, o op, sql string) ([]byte, error) {
 // kill ends the process, reaps it and says how it ended.
 func (w *worker) kill() string {
 	w.cmd.Process.Kill()
-	w.in.Close()
+	w.in.Close() //nolint:errcheck // the pipe's reader was just killed
 	w.cmd.Wait()
 	return w.cmd.ProcessState.String()
 }

@@ -58,7 +58,7 @@ func Handler(o Options) http.Handler {
 		if failed != nil {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(http.StatusServiceUnavailable)
-			w.Write(failed)
+			_, _ = w.Write(failed) // a client gone mid-response has nothing to be told
 			return
 		}
 		text(w, http.StatusOK, "ready\n")
@@ -93,7 +93,7 @@ func Handler(o Options) http.Handler {
 func text(w http.ResponseWriter, status int, s string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(status)
-	w.Write([]byte(s))
+	_, _ = w.Write([]byte(s)) // a client gone mid-response has nothing to be told
 }
 
 // RestartNeeded is what a reload that left changed sections unapplied

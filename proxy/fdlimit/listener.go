@@ -17,10 +17,6 @@ import (
 	"github.com/egressd/egressd/policy"
 )
 
-// ReasonFDExhausted is the reason of a connection refused on accept (audit
-// kind audit.KindAccept) when descriptors are short.
-const ReasonFDExhausted = string(policy.ReasonFDExhausted)
-
 // Listener refuses new connections (closing them at once, with a reset)
 // while its Budget says descriptors are short, and when the process is
 // already out of them sheds queued connections the same way instead of
@@ -98,7 +94,7 @@ func (l *Listener) Close() error {
 	err := l.Listener.Close()
 	l.mu.Lock()
 	if l.spare != nil {
-		l.spare.Close()
+		l.spare.Close() //nolint:errcheck // /dev/null, opened read-only
 		l.spare = nil
 	}
 	l.mu.Unlock()
@@ -130,7 +126,7 @@ func (l *Listener) shed() bool {
 		l.openSpare()
 		return false
 	}
-	spare.Close()
+	spare.Close() //nolint:errcheck // /dev/null, opened read-only
 	c, err := l.Raw.AcceptTCP()
 	if err == nil {
 		l.refuse(c.RemoteAddr())
@@ -152,7 +148,7 @@ func (l *Listener) refuse(addr net.Addr) {
 	if !first {
 		return
 	}
-	r := audit.Decided(audit.KindAccept, "", "", audit.Verdict{Reason: ReasonFDExhausted})
+	r := audit.Decided(audit.KindAccept, "", "", audit.Verdict{Reason: policy.ReasonFDExhausted.String()})
 	r.Detail = map[string]string{"listener": l.Name}
 	if ap, err := netip.ParseAddrPort(addr.String()); err == nil {
 		r.Client = ap.Addr().Unmap().String()
@@ -187,7 +183,7 @@ func outOfDescriptors(err error) bool {
 // resetClose closes c with a reset, so that the client learns at once.
 func resetClose(c net.Conn) {
 	if l, ok := c.(interface{ SetLinger(int) error }); ok {
-		l.SetLinger(0)
+		_ = l.SetLinger(0) // best effort: without it the close is an orderly FIN
 	}
 	c.Close()
 }
@@ -226,7 +222,7 @@ func (s *Spare) Accept() (net.Conn, error) {
 	if spare == nil {
 		return nil, err
 	}
-	spare.Close()
+	spare.Close() //nolint:errcheck // /dev/null, opened read-only
 	return s.Listener.Accept()
 }
 
@@ -235,7 +231,7 @@ func (s *Spare) Close() error {
 	err := s.Listener.Close()
 	s.mu.Lock()
 	if s.spare != nil {
-		s.spare.Close()
+		s.spare.Close() //nolint:errcheck // /dev/null, opened read-only
 		s.spare = nil
 	}
 	s.mu.Unlock()

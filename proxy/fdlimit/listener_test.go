@@ -13,6 +13,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/audit/audittest"
+	"github.com/egressd/egressd/policy"
 )
 
 func listen(t *testing.T) *net.TCPListener {
@@ -77,7 +78,7 @@ func TestListenerRefusesAndAuditsOnce(t *testing.T) {
 		}
 	}
 	recs := rec.Records()
-	if len(recs) != 1 || recs[0].Kind != audit.KindAccept || recs[0].Reason != ReasonFDExhausted || recs[0].Decision != audit.DecisionDeny ||
+	if len(recs) != 1 || recs[0].Kind != audit.KindAccept || recs[0].Reason != policy.ReasonFDExhausted.String() || recs[0].Decision != audit.DecisionDeny ||
 		recs[0].Client != "127.0.0.1" || recs[0].Detail["listener"] != "proxy" || recs[0].Detail["limit"] != "256" {
 		t.Errorf("audit records after 5 refusals = %+v; want one accept deny fd_exhausted record", recs)
 	}
@@ -154,7 +155,7 @@ func TestListenerShedsWhenOutOfDescriptors(t *testing.T) {
 	if _, err := next.Read(make([]byte, 1)); err != io.EOF {
 		t.Errorf("admitted client read after the server closed it = %v; want EOF", err)
 	}
-	if recs := rec.Records(); len(recs) != 1 || recs[0].Reason != ReasonFDExhausted || recs[0].Detail["listener"] != "postgres" {
+	if recs := rec.Records(); len(recs) != 1 || recs[0].Reason != policy.ReasonFDExhausted.String() || recs[0].Detail["listener"] != "postgres" {
 		t.Errorf("audit records = %+v; want one fd_exhausted record", recs)
 	}
 }

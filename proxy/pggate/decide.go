@@ -111,7 +111,7 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 	if sqlparse.InProcess(text) {
 		var err error
 		if norm, err = sqlparse.Normalize(ctx, text); err != nil {
-			return g.refused(ctx, &policy.DenyError{Reason: sqlfacts.ReasonParseError, Err: err}, text)
+			return g.refused(ctx, &policy.DenyError{Reason: policy.ReasonSQLParseError, Err: err}, text)
 		}
 		// Facts carry no literal values, so every text with this
 		// normalized form gets the same verdict
@@ -210,7 +210,7 @@ func (g *Gate) addShape(skey cacheKey, norm string, v *verdict) {
 // parse tree to check it against), and no SQL when that check fails or the
 // text is past the length limit: a deny must not log literals either.
 func (g *Gate) refused(ctx context.Context, err error, text string) *verdict {
-	reason := sqlfacts.ReasonParseError.String()
+	reason := policy.ReasonSQLParseError.String()
 	var de *policy.DenyError
 	if errors.As(err, &de) {
 		reason = sanitizeReason(de.Reason.String())
@@ -222,7 +222,7 @@ func (g *Gate) refused(ctx context.Context, err error, text string) *verdict {
 		g.log.Warn("sql parser worker failed; statement denied", zap.String("reason", reason), zap.Error(err))
 	}
 	var sql string
-	if (reason == sqlfacts.ReasonParseError.String() || reason == sqlfacts.ReasonTooComplex.String()) && len(text) <= g.cfg.MaxQueryBytes {
+	if (reason == policy.ReasonSQLParseError.String() || reason == policy.ReasonSQLTooComplex.String()) && len(text) <= g.cfg.MaxQueryBytes {
 		if red, err := sqlparse.RedactScanned(ctx, text); err == nil {
 			sql = auditSQL(strings.TrimRight(strings.TrimSpace(red), ";"))
 		}

@@ -12,31 +12,40 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit/audittest"
-	"github.com/egressd/egressd/policy"
 )
 
 // fuzzGate is a gate whose upstream is never dialled: the fuzz targets
 // build sessions on in-memory pipes, so they need no PostgreSQL.
 func fuzzGate(t testing.TB) *Gate {
 	t.Helper()
+	g, _ := auditedFuzzGate(t)
+	return g
+}
+
+// auditedFuzzGate is fuzzGate and the recorder that takes its records.
+func auditedFuzzGate(t testing.TB) (*Gate, *audittest.Recorder) {
+	t.Helper()
+	rec := &audittest.Recorder{}
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Upstream = "postgres://gate@127.0.0.1:1/"
 	cfg.MaxMessageBytes = 1 << 16
 	g, err := New(cfg, Deps{
-		Engine: testEngine(t), Identities: testIdentities(t), Audit: &audittest.Recorder{},
+		Engine: testEngine(t), Identities: testIdentities(t), Audit: rec,
 		Dial: func(context.Context, string, string) (net.Conn, error) { return nil, io.ErrClosedPipe },
 		Log:  zap.NewNop(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return g
+	return g, rec
 }
 
 // stubUpstream answers like a server: each marker statement fails with the
-// syntax error PostgreSQL gives, everything else succeeds.
-func stubUpstream(c net.Conn, marker string) {
+// syntax error PostgreSQL gives, everything else succeeds. Every query
+// text that arrives (simple Query and Parse) goes to got, when not nil: it
+// is the witness of what passed the gate.
+func stubUpstream(c net.Conn, marker string, got *[]string) {
 	defer c.Close()
 	be := pgproto3.NewBackend(c, c)
 	skipping := false
@@ -47,6 +56,9 @@ func stubUpstream(c net.Conn, marker string) {
 		}
 		switch m := msg.(type) {
 		case *pgproto3.Query:
+			if got != nil {
+				*got = append(*got, m.String)
+			}
 			if strings.HasPrefix(m.String, marker) {
 				be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "42601", Message: `syntax error at or near "` + m.String + `"`})
 			} else {
@@ -54,6 +66,9 @@ func stubUpstream(c net.Conn, marker string) {
 			}
 			be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
 		case *pgproto3.Parse:
+			if got != nil {
+				*got = append(*got, m.Query)
+			}
 			if skipping {
 				continue
 			}
@@ -83,20 +98,30 @@ func stubUpstream(c net.Conn, marker string) {
 	}
 }
 
-// runSession feeds data to a logged-in session as its client's bytes.
-func runSession(g *Gate, data []byte) {
+// runSession feeds data to a logged-in agent-ro session (profile
+// read_only) as its client's bytes and returns the query texts that
+// reached the upstream.
+func runSession(t testing.TB, g *Gate, data []byte) []string {
+	// Logged in as startup logs in (identity, verifier and table from the
+	// gate's current state): a session without them reads as revoked and
+	// is refused at its first message.
+	cur := g.cur.Load()
+	entry, ident, ok := cur.ids.Lookup("agent-ro")
+	if !ok {
+		t.Fatal("the test identities have no agent-ro")
+	}
 	client, gateSide := net.Pipe()
 	gateUp, up := net.Pipe()
 	s := &session{
-		g: g, client: gateSide, be: g.newBackend(gateSide), upstream: gateUp,
+		g: g, cur: cur, verifier: entry.SCRAMSHA256, client: gateSide, be: g.newBackend(gateSide), upstream: gateUp,
 		fe:       pgproto3.NewFrontend(gateUp, gateUp),
-		identity: policy.Identity{ID: "agent-ro", Attributes: map[string]string{"sql_profile": "read_only"}},
-		database: "app", remote: "fuzz", stmts: map[string]struct{}{}, objs: newObjects(),
+		identity: ident, database: "app", remote: "fuzz", stmts: map[string]struct{}{}, objs: newObjects(),
 	}
 	s.keyPrefix = cacheKeyPrefix(s.identity, s.database)
 	var wg sync.WaitGroup
 	wg.Add(3)
-	go func() { defer wg.Done(); stubUpstream(up, g.marker) }()
+	var got []string
+	go func() { defer wg.Done(); stubUpstream(up, g.marker, &got) }()
 	go func() { defer wg.Done(); io.Copy(io.Discard, client) }()
 	go func() {
 		defer wg.Done()
@@ -105,6 +130,7 @@ func runSession(g *Gate, data []byte) {
 	}()
 	s.run()
 	wg.Wait()
+	return got
 }
 
 func encode(msgs ...pgproto3.FrontendMessage) []byte {
@@ -122,9 +148,18 @@ func FuzzSession(f *testing.F) {
 	f.Add(encode(&pgproto3.Parse{Query: "DELETE FROM t"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}, &pgproto3.Terminate{}))
 	f.Add(encode(&pgproto3.FunctionCall{Function: 1}, &pgproto3.Bind{PreparedStatement: "x"}, &pgproto3.Flush{}, &pgproto3.Sync{}))
 	f.Add([]byte{'Q', 0, 0, 0, 3})
-	g := fuzzGate(f)
+	f.Add(encode(&pgproto3.Query{String: "BEGIN"}, &pgproto3.Query{String: "DELETE FROM users"}, &pgproto3.Query{String: "COMMIT"}))
+	f.Add(encode(&pgproto3.Query{String: "SELECT 1; INSERT INTO users VALUES (1)"}, &pgproto3.Query{String: "SELECT lower('A')"}))
+	g, rec := auditedFuzzGate(f)
+	w := newReadOnlyWitness(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		runSession(g, data)
+		// Fuzz inputs run one after another in a worker process, so the
+		// records since n are this session's.
+		n := rec.Len()
+		arrived := runSession(t, g, data)
+		if err := w.check(g, arrived, rec.Since(n)); err != nil {
+			t.Fatal(err)
+		}
 	})
 }
 

@@ -274,7 +274,7 @@ func TestAuditRecords(t *testing.T) {
 	f := startGate(t, pg, nil)
 	c := connect(t, f.dsn("agent-ro", passRO, "app"))
 	rows(t, c, "SELECT name FROM users WHERE name = 'grace' AND id = 2")
-	c.Exec(ctxT(t), "SELECT pg_read_file('/etc/shadow')").ReadAll()
+	_, _ = c.Exec(ctxT(t), "SELECT pg_read_file('/etc/shadow')").ReadAll() // denied; the audit is checked below
 	var allow, deny bool
 	for _, r := range f.audit.Records() {
 		if strings.Contains(r.SQL, "grace") || strings.Contains(r.SQL, "shadow") {

@@ -180,7 +180,7 @@ func (s *session) writeClient(head []byte, body *bufio.Reader, n int64, up *bufi
 		if _, err := s.cw.Write(chunk); err != nil {
 			return err
 		}
-		body.Discard(len(chunk))
+		_, _ = body.Discard(len(chunk)) // bytes just peeked: Discard cannot fall short
 		n -= int64(len(chunk))
 		s.clientWrite.refresh(s.client.SetWriteDeadline, s.g.cfg.IdleTimeout)
 	}

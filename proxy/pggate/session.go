@@ -106,7 +106,7 @@ func (s *session) sendClientFatal(f *fatal) {
 	s.client.SetWriteDeadline(time.Now().Add(time.Second))
 	if s.cw != nil {
 		// What the relay has buffered comes before the error.
-		s.cw.Flush()
+		_ = s.cw.Flush() // best effort: the session ends with the FATAL below
 	}
 	sendFatal(s.be, f)
 }
@@ -277,7 +277,7 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 		// Passed on so the server ends the session cleanly rather than
 		// logging an unexpected EOF.
 		s.fe.Send(m)
-		s.flushUpstream()
+		_ = s.flushUpstream() // the session ends either way
 		return errTerminate
 	default:
 		return fatalf(codeProtocolViolation, "egressd: unexpected %T message", msg)
@@ -367,7 +367,9 @@ type deadline struct {
 func (d *deadline) refresh(set func(time.Time) error, idle time.Duration) {
 	now := time.Now()
 	if d.at.IsZero() || now.Sub(d.at) >= idle/16 {
-		set(now.Add(idle))
+		// A deadline fails only on a closed connection, which the next
+		// read or write reports.
+		_ = set(now.Add(idle))
 		d.at = now
 	}
 }

@@ -74,7 +74,7 @@ const (
 // connection is closed next anyway.
 func sendFatal(be *pgproto3.Backend, f *fatal) {
 	be.Send(&pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: f.code, Message: f.msg})
-	be.Flush()
+	_ = be.Flush()
 }
 
 // passedParams are the startup parameters a client may set; they go

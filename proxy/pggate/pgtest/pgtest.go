@@ -109,12 +109,10 @@ func New(opt Options) (*Server, error) {
 	}
 	s := &Server{BinDir: bin, Dir: dir, opt: opt}
 	if err := s.initdb(uid, gid); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
+		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
 	if err := s.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
+		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
 	return s, nil
 }
@@ -160,12 +158,17 @@ func (s *Server) Start() error {
 	if s.cmd != nil {
 		return errors.New("pgtest: already running")
 	}
+	release := func() {}
 	if s.Port == 0 {
-		p, err := FreePort()
+		// Held until just before postgres starts: a port released at
+		// once could be taken by another test's server meanwhile.
+		held, err := ReservePort()
 		if err != nil {
 			return err
 		}
-		s.Port = p
+		defer held.Release()
+		s.Port = held.Port
+		release = held.Release
 	}
 	args := []string{"-u", "postgres", "--", filepath.Join(s.BinDir, "postgres"),
 		"-D", filepath.Join(s.Dir, "data"), "-p", strconv.Itoa(s.Port),
@@ -185,9 +188,10 @@ func (s *Server) Start() error {
 	if err != nil {
 		return err
 	}
-	defer logf.Close()
+	defer logf.Close() //nolint:errcheck // the server log, for a human reading a failure; the server holds its own descriptor
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	release()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("pgtest: start postgres: %w", err)
 	}
@@ -237,7 +241,7 @@ func (s *Server) stopLocked() {
 // Close stops the server and removes its directory.
 func (s *Server) Close() {
 	s.Stop()
-	os.RemoveAll(s.Dir)
+	_ = os.RemoveAll(s.Dir) // a temporary directory: nothing depends on its removal
 }
 
 // Addr is the server's TCP address.
@@ -281,17 +285,49 @@ var handedOut sync.Map
 // gate, or egressd's proxy and DNS listeners) were once given the same one.
 // Tests that start servers of their own take ports here too, so that one
 // registry covers them all.
+//
+// The port is free only until someone else binds it: a test that hands it
+// to a child process should hold it with ReservePort until just before
+// the child starts.
 func FreePort() (int, error) {
+	r, err := ReservePort()
+	if err != nil {
+		return 0, err
+	}
+	r.Release()
+	return r.Port, nil
+}
+
+// Reservation is a loopback TCP port held by a listener of this process
+// until Release, so that neither the kernel nor another test can hand it
+// out meanwhile.
+type Reservation struct {
+	Port int
+	ln   net.Listener
+}
+
+// ReservePort binds a loopback port no caller in this process was given
+// before (see FreePort) and holds it.
+func ReservePort() (*Reservation, error) {
 	for range 100 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
 		if _, dup := handedOut.LoadOrStore(port, true); !dup {
-			return port, nil
+			return &Reservation{Port: port, ln: ln}, nil
 		}
+		ln.Close()
 	}
-	return 0, errors.New("pgtest: the kernel kept offering ports already handed out")
+	return nil, errors.New("pgtest: the kernel kept offering ports already handed out")
+}
+
+// Addr is the reserved address, 127.0.0.1:port.
+func (r *Reservation) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(r.Port)) }
+
+// Release frees the port for the process that is to bind it; a second
+// call does nothing.
+func (r *Reservation) Release() {
+	r.ln.Close()
 }

@@ -1,4 +1,4 @@
-package policy_test
+package golden_test
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
-	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -21,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/dnsguard"
+	"github.com/egressd/egressd/internal/egressdbin"
 	"github.com/egressd/egressd/policy"
 	defaultbundle "github.com/egressd/egressd/rego"
 )
@@ -202,7 +202,7 @@ func TestGoldenThroughBinary(t *testing.T) {
 	if *update {
 		t.Skip("-update rewrites the files from the Go path; rerun without it")
 	}
-	bin := buildEgressd(t)
+	bin := egressdbin.Build(t)
 	for _, g := range goldenBundles {
 		t.Run(g.file, func(t *testing.T) {
 			cfgFile := filepath.Join(t.TempDir(), "egressd.yaml")
@@ -261,57 +261,14 @@ func runCheck(t *testing.T, bin string, c goldenCase, policyArgs []string) (map[
 		args = append(args, c.Method)
 	}
 	args = append(args, c.Target)
-	cmd := exec.Command(bin, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Errorf("%s: run egressd: %v", c.Name, err)
-	}
+	stdout, stderr, code := egressdbin.Output(t, exec.Command(bin, args...))
 	var m map[string]any
-	if err := json.Unmarshal(stdout.Bytes(), &m); err != nil {
-		return map[string]any{"stdout": stdout.String()}, code, stderr.String()
+	if err := json.Unmarshal([]byte(stdout), &m); err != nil {
+		return map[string]any{"stdout": stdout}, code, stderr
 	}
 	delete(m, "policy")
-	return m, code, strings.TrimSpace(stderr.String())
+	return m, code, strings.TrimSpace(stderr)
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	binErr    error
-	binDir    string
-)
-
-// TestMain removes the binary buildEgressd built.
-func TestMain(m *testing.M) {
-	flag.Parse()
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
-
-// buildEgressd builds the binary once per test run.
-func buildEgressd(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		if binDir, binErr = os.MkdirTemp("", "egressd-policy-test"); binErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "egressd")
-		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/egressd").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build ./cmd/egressd: %w\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
+// TestMain removes the binary egressdbin.Build built.
+func TestMain(m *testing.M) { os.Exit(egressdbin.Main(m)) }

@@ -1,0 +1,78 @@
+// Package egressdbin builds the egressd binary once per test process for
+// tests that run it as a user would (`egressd check`, `egressd policy`).
+// Several packages' tests need it; one copy keeps the build command and the
+// clean-up in one place.
+package egressdbin
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+var (
+	once sync.Once
+	dir  string
+	path string
+	err  error
+)
+
+// Build returns the path of an egressd binary built from this module,
+// building it on the first call. A build failure fails t.
+func Build(t testing.TB) string {
+	t.Helper()
+	once.Do(func() {
+		if dir, err = os.MkdirTemp("", "egressd-bin"); err != nil {
+			err = fmt.Errorf("make a directory for the binary: %w", err)
+			return
+		}
+		path = filepath.Join(dir, "egressd")
+		// The package path, not a relative one, so any package's tests can
+		// build it whatever their working directory.
+		out, buildErr := exec.Command("go", "build", "-o", path, "github.com/egressd/egressd/cmd/egressd").CombinedOutput()
+		if buildErr != nil {
+			err = fmt.Errorf("go build ./cmd/egressd: %w\n%s", buildErr, out)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Output runs cmd (its Stdout and Stderr are set here) and returns what it
+// wrote and its exit code. A command that could not run fails t with
+// Errorf, so it may be called from a test's goroutines, and returns code
+// -1.
+func Output(t testing.TB, cmd *exec.Cmd) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Errorf("run %s: %v", cmd.Path, err)
+		code = -1
+	}
+	return out.String(), errb.String(), code
+}
+
+// Main runs m's tests and then removes what Build made; call it from
+// TestMain: os.Exit(egressdbin.Main(m)).
+func Main(m *testing.M) int {
+	code := m.Run()
+	if dir != "" {
+		if err := os.RemoveAll(dir); err != nil {
+			fmt.Fprintf(os.Stderr, "remove the test binary: %v\n", err)
+		}
+	}
+	return code
+}
