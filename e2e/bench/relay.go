@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// The ceilings: bare Go relays with no identity, policy, address checks or
+// audit, run as subcommands of this program (-serve-relay, -serve-pgrelay)
+// so they can be pinned like the proxies. A CONNECT tunnel and the
+// Postgres relay are two io.Copy calls (splice(2) on Linux); a plain
+// request is one http.Transport round trip.
+
+// serveRelay runs the HTTP relay on addr; names resolve through dnsAddr.
+func serveRelay(addr, dnsAddr string) error {
+	dialer := &net.Dialer{Timeout: 10 * time.Second, Resolver: &net.Resolver{
+		PreferGo: true,
+		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, dnsAddr)
+		},
+	}}
+	tr := &http.Transport{DialContext: dialer.DialContext, MaxIdleConnsPerHost: 64, MaxIdleConns: 512}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodConnect {
+			up, err := dialer.Dial("tcp", r.Host)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadGateway)
+				return
+			}
+			c, _, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				up.Close()
+				return
+			}
+			if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+				c.Close()
+				up.Close()
+				return
+			}
+			splice(c, up)
+			return
+		}
+		r.RequestURI = ""
+		resp, err := tr.RoundTrip(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		io.Copy(w, resp.Body)
+	})
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	return srv.ListenAndServe()
+}
+
+// servePgRelay relays every connection on addr to upstream, byte for byte.
+func servePgRelay(addr, upstream string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			up, err := net.DialTimeout("tcp", upstream, 10*time.Second)
+			if err != nil {
+				c.Close()
+				return
+			}
+			splice(c, up)
+		}()
+	}
+}
+
+// splice copies both ways until both directions end, then closes both.
+func splice(a, b net.Conn) {
+	var wg sync.WaitGroup
+	half := func(dst, src net.Conn) {
+		io.Copy(dst, src)
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		} else {
+			dst.Close()
+		}
+	}
+	wg.Go(func() { half(a, b) })
+	wg.Go(func() { half(b, a) })
+	wg.Wait()
+	a.Close()
+	b.Close()
+}
