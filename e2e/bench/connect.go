@@ -2,8 +2,8 @@ package main
 
 import (
 	"bytes"
-	"encoding/binary"
 	"crypto/tls"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"

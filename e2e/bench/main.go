@@ -291,4 +291,3 @@ func (b *bench) prepare() error {
 func (b *bench) needsEgressd() bool {
 	return b.wantPeer("egressd") || b.want("https") || b.want("pgbench")
 }
-
