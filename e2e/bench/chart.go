@@ -21,85 +21,47 @@ var palette = []color.Color{
 	color.RGBA{0xe3, 0x77, 0xc2, 0xff}, color.RGBA{0x7f, 0x7f, 0x7f, 0xff},
 }
 
-// writeChart draws, side by side, the throughput of every target of the
-// workload chartWorkload picks and that workload's latency distribution
-// (median over rounds of each percentile), and saves them as a PNG.
+// writeChart draws three panels and saves them as one PNG: the throughput
+// of every proxy in the workload chartWorkload picks, that workload's
+// latency distribution (median over rounds of each percentile), and every
+// workload's figures relative to its best peer.
 func writeChart(path string, r *Results) error {
 	wl := chartWorkload(r)
 	if wl == nil {
 		return fmt.Errorf("chart: no workload with figures")
 	}
 	var names []string
-	var rates plotter.Values
-	for _, t := range wl.Targets {
-		if t.ok() {
-			names = append(names, t.Name)
-			rates = append(rates, t.rate())
-		}
-	}
-	colour := func(name string) color.Color {
-		return palette[indexOfString(names, name)%len(palette)]
-	}
-
-	bars := plot.New()
-	bars.Title.Text = wl.Title
-	bars.Y.Label.Text = wl.Unit
-	bars.Y.Min = 0
-	for i, n := range names {
-		// One bar chart per target, so each keeps its colour.
-		v := make(plotter.Values, len(names))
-		v[i] = rates[i]
-		bc, err := plotter.NewBarChart(v, vg.Points(28))
-		if err != nil {
-			return fmt.Errorf("chart: %w", err)
-		}
-		bc.Color = colour(n)
-		bc.LineStyle.Width = 0
-		bars.Add(bc)
-	}
-	bars.NominalX(names...)
-
-	lat := plot.New()
-	lat.Title.Text = "latency distribution, " + wl.Title
-	lat.X.Label.Text = "percentile"
-	lat.Y.Label.Text = "ms"
-	lat.Y.Min = 0
-	lat.Legend.Top, lat.Legend.Left = true, true
-	// Percentiles on a "nines" scale: 90, 99, 99.9 equally spaced.
-	nines := func(q float64) float64 { return -math.Log10(1 - q/100) }
-	var ticks []plot.Tick
-	for _, q := range latencyQuantiles {
-		ticks = append(ticks, plot.Tick{Value: nines(q), Label: fmt.Sprintf("p%g", q)})
-	}
-	lat.X.Tick.Marker = plot.ConstantTicks(ticks)
-	if wl.Latency {
+	for _, wl := range r.Workloads {
 		for _, t := range wl.Targets {
-			if !t.ok() {
-				continue
+			if t.ok() && indexOfString(names, t.Name) < 0 {
+				names = append(names, t.Name)
 			}
-			pts := make(plotter.XYs, len(latencyQuantiles))
-			for i, q := range latencyQuantiles {
-				pts[i] = plotter.XY{X: nines(q), Y: t.latency(i)}
-			}
-			l, p, err := plotter.NewLinePoints(pts)
-			if err != nil {
-				return fmt.Errorf("chart: %w", err)
-			}
-			l.Color, p.Color = colour(t.Name), colour(t.Name)
-			l.Width = vg.Points(1.5)
-			lat.Add(l, p)
-			lat.Legend.Add(t.Name, l, p)
 		}
 	}
+	colour := func(name string) color.Color { return palette[max(0, indexOfString(names, name))%len(palette)] }
 
-	const w, h = 12 * vg.Inch, 4.5 * vg.Inch
+	bars, err := throughputPlot(wl, colour)
+	if err != nil {
+		return err
+	}
+	lat, err := latencyPlot(wl, colour)
+	if err != nil {
+		return err
+	}
+	rel, err := relativePlot(r, colour)
+	if err != nil {
+		return err
+	}
+	const w, h = 18 * vg.Inch, 5 * vg.Inch
 	img := vgimg.New(w, h)
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 2,
+	tiles := draw.Tiles{Rows: 1, Cols: 3, PadX: vg.Millimeter * 6, PadY: vg.Millimeter * 2,
 		PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2}
-	canvases := plot.Align([][]*plot.Plot{{bars, lat}}, tiles, dc)
-	bars.Draw(canvases[0][0])
-	lat.Draw(canvases[0][1])
+	ps := [][]*plot.Plot{{bars, lat, rel}}
+	canvases := plot.Align(ps, tiles, dc)
+	for i, p := range ps[0] {
+		p.Draw(canvases[0][i])
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("chart: %w", err)
@@ -109,6 +71,149 @@ func writeChart(path string, r *Results) error {
 		return fmt.Errorf("chart: write %s: %w", path, err)
 	}
 	return f.Close()
+}
+
+// throughputPlot: one bar per proxy (the direct path is in the title: its
+// bar would dwarf the others).
+func throughputPlot(wl *Workload, colour func(string) color.Color) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = wl.Title
+	if d := wl.first(kindDirect); d != nil && d.ok() {
+		p.Title.Text += fmt.Sprintf(" (direct: %s %s)", num(d.rate()), wl.Unit)
+	}
+	p.Y.Label.Text = wl.Unit
+	p.Y.Min = 0
+	p.Y.Tick.Marker = plainTicks{}
+	var names []string
+	for _, t := range wl.Targets {
+		if t.ok() && t.Kind != kindDirect {
+			names = append(names, t.Name)
+		}
+	}
+	for i, n := range names {
+		// One bar chart per target, so that each keeps its colour.
+		v := make(plotter.Values, len(names))
+		v[i] = wl.target(n, "").rate()
+		bc, err := plotter.NewBarChart(v, vg.Points(28))
+		if err != nil {
+			return nil, fmt.Errorf("chart: %w", err)
+		}
+		bc.Color = colour(n)
+		bc.LineStyle.Width = 0
+		p.Add(bc)
+	}
+	if len(names) > 0 { // NominalX panics on none
+		p.NominalX(names...)
+	}
+	return p, nil
+}
+
+// latencyPlot: percentiles on a "nines" scale (p90, p99, p99.9 equally
+// spaced), one line per target.
+func latencyPlot(wl *Workload, colour func(string) color.Color) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = "latency distribution, " + wl.Title
+	p.X.Label.Text = "percentile"
+	p.Y.Label.Text = "ms"
+	p.Y.Min = 0
+	p.Legend.Top, p.Legend.Left = true, true
+	nines := func(q float64) float64 { return -math.Log10(1 - q/100) }
+	var ticks []plot.Tick
+	for _, q := range latencyQuantiles {
+		ticks = append(ticks, plot.Tick{Value: nines(q), Label: fmt.Sprintf("p%g", q)})
+	}
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	if !wl.Latency {
+		return p, nil
+	}
+	for _, t := range wl.Targets {
+		if !t.ok() {
+			continue
+		}
+		pts := make(plotter.XYs, len(latencyQuantiles))
+		for i, q := range latencyQuantiles {
+			pts[i] = plotter.XY{X: nines(q), Y: t.latency(i)}
+		}
+		l, s, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return nil, fmt.Errorf("chart: %w", err)
+		}
+		l.Color, s.Color = colour(t.Name), colour(t.Name)
+		l.Width = vg.Points(1.5)
+		p.Add(l, s)
+		p.Legend.Add(t.Name, l, s)
+	}
+	return p, nil
+}
+
+// relativePlot: for every workload with a best peer, each target's figure
+// divided by that peer's (above 1 is better, whatever the unit), grouped
+// by workload.
+func relativePlot(r *Results, colour func(string) color.Color) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = "relative to the best peer (> 1: better)"
+	p.Y.Min = 0
+	p.Legend.Top = true
+	var wls []*Workload
+	for _, wl := range r.Workloads {
+		if wl.bestPeer() != nil {
+			wls = append(wls, wl)
+		}
+	}
+	var names []string
+	for _, wl := range wls {
+		for _, t := range wl.Targets {
+			if t.ok() && t.Kind != kindDirect && indexOfString(names, t.Name) < 0 {
+				names = append(names, t.Name)
+			}
+		}
+	}
+	width := vg.Points(60) / vg.Length(max(1, len(names)))
+	for i, n := range names {
+		v := make(plotter.Values, len(wls))
+		for j, wl := range wls {
+			for _, t := range wl.Targets {
+				if t.Name == n && t.ok() {
+					best := wl.bestPeer().rate()
+					if wl.LowerIsBetter {
+						v[j] = best / t.rate()
+					} else {
+						v[j] = t.rate() / best
+					}
+				}
+			}
+		}
+		bc, err := plotter.NewBarChart(v, width)
+		if err != nil {
+			return nil, fmt.Errorf("chart: %w", err)
+		}
+		bc.Color = colour(n)
+		bc.LineStyle.Width = 0
+		bc.Offset = width * vg.Length(float64(i)-float64(len(names)-1)/2)
+		p.Add(bc)
+		p.Legend.Add(n, bc)
+	}
+	var ids []string
+	for _, wl := range wls {
+		ids = append(ids, wl.ID)
+	}
+	if len(ids) > 0 {
+		p.NominalX(ids...)
+	}
+	return p, nil
+}
+
+// plainTicks labels an axis without decimals or exponents.
+type plainTicks struct{}
+
+func (plainTicks) Ticks(min, max float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(min, max)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = num(ts[i].Value)
+		}
+	}
+	return ts
 }
 
 // chartWorkload is the pinned keep-alive GET workload if it has figures,
@@ -141,5 +246,5 @@ func indexOfString(xs []string, x string) int {
 			return i
 		}
 	}
-	return 0
+	return -1
 }

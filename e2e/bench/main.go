@@ -71,22 +71,14 @@ func main() {
 	flag.BoolVar(&o.quick, "quick", false, "smoke run: 1 s loads, one round, small transfers; the report says it measures nothing")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write; the chart (.png) and raw results (.json) go beside it; empty: none")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs and logs of every proxy)")
-	relay := flag.String("serve-relay", "", "internal: run the bare HTTP relay on this address")
-	relayDNS := flag.String("relay-dns", "", "internal: DNS server of the bare HTTP relay")
-	pgRelay := flag.String("serve-pgrelay", "", "internal: run the bare Postgres relay on this address")
-	pgUpstream := flag.String("relay-upstream", "", "internal: upstream of the bare Postgres relay")
+	relayFlags(flag.CommandLine)
 	flag.Parse()
-	switch {
-	case *relay != "":
-		fmt.Fprintln(os.Stderr, serveRelay(*relay, *relayDNS))
-		os.Exit(1)
-	case *pgRelay != "":
-		fmt.Fprintln(os.Stderr, servePgRelay(*pgRelay, *pgUpstream))
+	if serve := relayCommand(); serve != nil {
+		fmt.Fprintln(os.Stderr, "bench:", serve())
 		os.Exit(1)
 	}
 	if o.quick {
-		o.duration, o.rounds, o.pgRounds, o.pgSeconds = time.Second, 1, 1, 1
-		o.bulk, o.tunnels, o.conns = 64<<20, 200, 8
+		o = quickOptions(o)
 	}
 	cleanupOnSignal()
 	err := run(o, os.Args[1:])
@@ -97,6 +89,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// quickOptions is o shortened to a smoke run: every workload once, briefly.
+func quickOptions(o options) options {
+	o.quick = true
+	o.duration, o.rounds, o.pgRounds, o.pgSeconds, o.pgClients, o.pgScale = time.Second, 1, 1, 1, 2, 1
+	o.bulk, o.tunnels, o.conns, o.maxReqs = 64<<20, 200, 8, 100_000
+	return o
 }
 
 // bench is one run: its options, work directory, origin and results.

@@ -52,8 +52,8 @@ func (b *bench) pgWorkloads() []*Workload {
 	var wls []*Workload
 	for _, m := range pgModes {
 		wls = append(wls, &Workload{ID: m.id, Title: m.title, Unit: "tps", CPUUnit: "µs per transaction",
-			Note: fmt.Sprintf("`pgbench -n -c %d -j 2 -T %d %s`, scale %d; CPU of the proxy's processes per transaction.",
-				b.o.pgClients, b.o.pgSeconds, strings.Join(m.args, " "), b.o.pgScale)})
+			Note: fmt.Sprintf("`%s`, scale %d; CPU of the proxy's processes per transaction.",
+				strings.Join(append([]string{"pgbench", "-n", "-c", strconv.Itoa(b.o.pgClients), "-j", "2", "-T", strconv.Itoa(b.o.pgSeconds)}, m.args...), " "), b.o.pgScale)})
 	}
 	fail := func(err error) []*Workload {
 		for _, wl := range wls {
@@ -116,9 +116,11 @@ func (b *bench) pgRound(wt *Target, pg *pgtest.Server, m pgMode, t *pgTarget) {
 	if m.identity == "agent-rw" {
 		// What pgbench does before a TPC-B run unless -n; the gate would
 		// deny VACUUM, so it is done here, directly.
-		if err := pg.Exec(ctx, "bench", "VACUUM pgbench_branches, pgbench_tellers; TRUNCATE pgbench_history"); err != nil {
-			wt.fail("error: " + err.Error())
-			return
+		for _, sql := range []string{"VACUUM pgbench_branches, pgbench_tellers", "TRUNCATE pgbench_history"} {
+			if err := pg.Exec(ctx, "bench", sql); err != nil {
+				wt.fail("error: " + err.Error())
+				return
+			}
 		}
 	}
 	port, user, pass := pg.Port, pgtest.SuperUser, pgtest.SuperPassword

@@ -36,10 +36,16 @@ const (
 var procSeq atomic.Int64
 
 // runMarker is this run's tag, set in this process's own environment so
-// that every child inherits it.
-var runMarker = fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano())
+// that every child inherits it. A tag already in the environment is kept:
+// the test that interrupts a run looks for the tag it gave.
+var runMarker = os.Getenv(markerEnv)
 
-func init() { os.Setenv(markerEnv, runMarker) }
+func init() {
+	if runMarker == "" {
+		runMarker = fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano())
+		os.Setenv(markerEnv, runMarker)
+	}
+}
 
 // proc is a process group the bench started: a proxy, a server, a helper.
 type proc struct {
@@ -233,38 +239,39 @@ func leftovers(marker string) []int {
 	return out
 }
 
-var cleanupOnce sync.Once
+// cleanupMu makes cleanup run once at a time (the signal handler and the
+// end of run may race).
+var cleanupMu sync.Mutex
 
-// cleanup stops every registered process group, runs the cleanup
-// functions, then kills any process still carrying this run's marker and
-// says so: a benchmark must leave nothing behind.
+// cleanup stops every registered process, runs the cleanup functions, then
+// kills any process still carrying this run's marker and says so: a
+// benchmark must leave nothing behind.
 func cleanup() error {
-	var err error
-	cleanupOnce.Do(func() {
-		registry.Lock()
-		ps := make([]*proc, 0, len(registry.procs))
-		for p := range registry.procs {
-			ps = append(ps, p)
+	cleanupMu.Lock()
+	defer cleanupMu.Unlock()
+	registry.Lock()
+	ps := make([]*proc, 0, len(registry.procs))
+	for p := range registry.procs {
+		ps = append(ps, p)
+	}
+	fs := registry.cleanups
+	registry.cleanups = nil
+	registry.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Go(p.stop)
+	}
+	wg.Wait()
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
+	}
+	if left := leftovers(runMarker); len(left) > 0 {
+		for _, pid := range left {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		fs := registry.cleanups
-		registry.cleanups = nil
-		registry.Unlock()
-		var wg sync.WaitGroup
-		for _, p := range ps {
-			wg.Go(p.stop)
-		}
-		wg.Wait()
-		for i := len(fs) - 1; i >= 0; i-- {
-			fs[i]()
-		}
-		if left := leftovers(runMarker); len(left) > 0 {
-			for _, pid := range left {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-			err = fmt.Errorf("processes left behind (killed now): %v", left)
-		}
-	})
-	return err
+		return fmt.Errorf("processes left behind (killed now): %v", left)
+	}
+	return nil
 }
 
 // cleanupOnSignal runs cleanup when the run is interrupted, then exits.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,27 @@ import (
 // so they can be pinned like the proxies. A CONNECT tunnel and the
 // Postgres relay are two io.Copy calls (splice(2) on Linux); a plain
 // request is one http.Transport round trip.
+
+// The relays' flags: internal, set by startRelay and startPgRelay.
+var relayArgs struct{ relay, dns, pgRelay, upstream string }
+
+func relayFlags(fs *flag.FlagSet) {
+	fs.StringVar(&relayArgs.relay, "serve-relay", "", "internal: run the bare HTTP relay on this address")
+	fs.StringVar(&relayArgs.dns, "relay-dns", "", "internal: DNS server of the bare HTTP relay")
+	fs.StringVar(&relayArgs.pgRelay, "serve-pgrelay", "", "internal: run the bare Postgres relay on this address")
+	fs.StringVar(&relayArgs.upstream, "relay-upstream", "", "internal: upstream of the bare Postgres relay")
+}
+
+// relayCommand is the relay the parsed flags ask for, or nil.
+func relayCommand() func() error {
+	switch {
+	case relayArgs.relay != "":
+		return func() error { return serveRelay(relayArgs.relay, relayArgs.dns) }
+	case relayArgs.pgRelay != "":
+		return func() error { return servePgRelay(relayArgs.pgRelay, relayArgs.upstream) }
+	}
+	return nil
+}
 
 // serveRelay runs the HTTP relay on addr; names resolve through dnsAddr.
 func serveRelay(addr, dnsAddr string) error {

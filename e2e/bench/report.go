@@ -156,12 +156,16 @@ func detail(b *strings.Builder, wl *Workload) {
 		fmt.Fprintf(b, " %d |\n", len(t.Rounds))
 	}
 	b.WriteString("\n")
+	notes := false
 	for _, t := range wl.Targets {
 		if t.Note != "" {
 			fmt.Fprintf(b, "- %s: %s\n", t.Name, t.Note)
+			notes = true
 		}
 	}
-	b.WriteString("\n")
+	if notes {
+		b.WriteString("\n")
+	}
 }
 
 // ratio formats a ÷ b; for lower-is-better figures, a ratio above 1 is
