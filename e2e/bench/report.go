@@ -80,7 +80,10 @@ func summaryRows(b *strings.Builder, wl *Workload) {
 			} else {
 				b.WriteString("–")
 			}
-			b.WriteString(" | ")
+			b.WriteString(" |")
+			if t == relay {
+				b.WriteString(" ")
+			}
 		}
 		b.WriteString("\n")
 	}
