@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Keep-alive GETs over TLS (issue 14's benchmark): direct TLS, through an
@@ -78,7 +79,13 @@ func (b *bench) httpsWorkload() *Workload {
 func (b *bench) startInspecting() (*running, *x509.CertPool, error) {
 	e, err := b.startEgressd("egressd-inspect", b.o.proxyCPU, egressdOpts{inspect: true})
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w (egressd refused the inspect config or rule: %s)", errUnsupported, firstLine(err.Error()))
+		// launch's error ends with the last lines egressd wrote; a refusal
+		// names the inspect key, any other failure is an error.
+		last := lastLines(err.Error(), 1)
+		if !strings.Contains(last, "inspect") {
+			return nil, nil, err
+		}
+		return nil, nil, fmt.Errorf("%w (egressd refused the inspect config or rule: %s)", errUnsupported, last)
 	}
 	pemBytes, err := b.exportCA(e, inspectIdentity)
 	if err == nil {

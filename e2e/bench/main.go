@@ -48,7 +48,7 @@ type options struct {
 }
 
 // workloadIDs are the parts -only selects from, in run order.
-var workloadIDs = []string{"get", "connect", "connect-tls", "https", "pgbench", "idle", "get-unpinned"}
+var workloadIDs = []string{"get", "connect", "connect-tls", "https", "leaf", "pgbench", "idle", "get-unpinned"}
 
 func main() {
 	var o options
@@ -150,6 +150,9 @@ func run(o options, args []string) error {
 	}
 	if b.want("https") {
 		b.res.Workloads = append(b.res.Workloads, b.httpsWorkload())
+	}
+	if b.want("leaf") {
+		b.res.Workloads = append(b.res.Workloads, b.leafWorkloads()...)
 	}
 	if b.want("pgbench") {
 		b.res.Workloads = append(b.res.Workloads, b.pgWorkloads()...)
@@ -289,5 +292,6 @@ func (b *bench) prepare() error {
 }
 
 func (b *bench) needsEgressd() bool {
-	return b.wantPeer("egressd") || b.want("https") || b.want("pgbench")
+	proxied := b.want("get") || b.want("connect") || b.want("connect-tls") || b.want("idle") || b.want("get-unpinned")
+	return proxied && b.wantPeer("egressd") || b.want("https") || b.want("pgbench")
 }

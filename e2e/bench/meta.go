@@ -122,15 +122,17 @@ func (b *bench) write() error {
 	if err := b.res.writeJSON(base + ".json"); err != nil {
 		return err
 	}
-	chart := base + ".png"
-	if err := writeChart(chart, b.res); err != nil {
-		return err
+	chart, rel := base+".png", ""
+	if chartWorkload(b.res) != nil { // a run of micro-benchmarks only has no chart
+		if err := writeChart(chart, b.res); err != nil {
+			return err
+		}
+		rel, _ = filepath.Rel(filepath.Dir(b.o.out), chart)
 	}
 	f, err := os.Create(b.o.out)
 	if err != nil {
 		return err
 	}
-	rel, _ := filepath.Rel(filepath.Dir(b.o.out), chart)
 	if err := renderMarkdown(f, b.res, rel); err != nil {
 		f.Close()
 		return err
@@ -138,7 +140,7 @@ func (b *bench) write() error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	b.progress("wrote %s, %s and %s", b.o.out, chart, base+".json")
+	b.progress("wrote %s (chart: %q) and %s", b.o.out, rel, base+".json")
 	return nil
 }
 

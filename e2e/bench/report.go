@@ -74,18 +74,17 @@ func summaryRows(b *strings.Builder, wl *Workload) {
 		} else {
 			b.WriteString("– | – | ")
 		}
-		for _, t := range []*Target{relay, direct} {
+		for i, t := range []*Target{relay, direct} {
+			if i > 0 {
+				b.WriteString(" | ")
+			}
 			if t != nil && t.ok() && f(t) > 0 {
 				b.WriteString(ratio(ev, f(t), lowerBetter))
 			} else {
 				b.WriteString("–")
 			}
-			b.WriteString(" |")
-			if t == relay {
-				b.WriteString(" ")
-			}
 		}
-		b.WriteString("\n")
+		b.WriteString(" |\n")
 	}
 	unit := func(v float64) string { return num(v) + " " + wl.Unit }
 	row(wl.Title, (*Target).rate, unit, wl.LowerIsBetter)
