@@ -41,7 +41,7 @@ func sample() *Results {
 	lat := func(p99 float64) []float64 { return []float64{1, 1.5, 2, 3, p99, p99 * 2} }
 	return &Results{
 		Smoke: true, Commit: "abc123", Date: time.Date(2026, 12, 1, 18, 0, 0, 0, time.UTC),
-		Command:  "go run ./e2e/bench -quick",
+		Command: "go run ./e2e/bench -quick", Elapsed: 11*time.Minute + 30*time.Second,
 		Machine:  Machine{NProc: 2, CPU: "Test CPU", Kernel: "6.1", LoadAvg: "1.0 1.0 1.0"},
 		Versions: map[string]string{"squid": "Squid Cache: Version 5.7", "go": "go1.26"},
 		Settings: []string{"each proxy pinned to CPU 1"},
@@ -56,6 +56,12 @@ func sample() *Results {
 						Note: "wrk: Socket errors: read 5 (the proxy closes connections: wrk reconnects)"},
 					{Name: "smokescreen", Kind: kindPeer, Status: "error: wrk: Non-2xx or 3xx responses: 3"},
 					{Name: "relay", Kind: kindCeiling, Rounds: []Round{{Rate: 20000, CPU: 30, LatencyMS: lat(5)}}},
+				}},
+			{ID: "connect", Title: "CONNECT bulk, plain inside", Unit: "MiB/s", CPUUnit: "ms per GiB",
+				Targets: []*Target{
+					{Name: "egressd", Kind: kindEgressd, Rounds: []Round{{Rate: 1509, CPU: 300}}},
+					{Name: "squid", Kind: kindPeer, Rounds: []Round{{Rate: 1166, CPU: 500}}},
+					{Name: "relay", Kind: kindCeiling, Rounds: []Round{{Rate: 1600, CPU: 250}}},
 				}},
 			{ID: "https", Title: "keep-alive GET 1 KiB over TLS", Unit: "req/s", CPUUnit: "ms per 1,000 requests", Latency: true,
 				Targets: []*Target{
@@ -88,6 +94,7 @@ func TestRenderMarkdown(t *testing.T) {
 		{"never by hand", "never edit it by hand"},
 		{"commit", "measuring commit `abc123`"},
 		{"machine", "2 CPUs (`nproc`), Test CPU, Linux 6.1"},
+		{"run length", "The run took 11m30s after the installs and the build."},
 		{"chart", "![throughput per proxy and latency distribution](BENCHMARKS.png)"},
 		{"summary rate: median, best peer, ratios", "| keep-alive GET 1 KiB | 12,459 req/s | squid: 10,365 req/s | 1.20× | **0.62×** | **0.31×** |"},
 		{"summary CPU: lower is better", "| keep-alive GET 1 KiB: proxy CPU, ms per 1,000 requests | 55.7 | squid: 87.8 | 0.63× |"},
@@ -98,6 +105,12 @@ func TestRenderMarkdown(t *testing.T) {
 		{"detail failed peer", "| smokescreen | error: wrk: Non-2xx or 3xx responses: 3 |"},
 		{"detail ceiling", "| relay (ceiling) | 20,000 |"},
 		{"detail note", "- tinyproxy: wrk: Socket errors: read 5"},
+		{"target on CPU", "| 16 | keep-alive GET 1 KiB: proxy CPU, ms per 1,000 requests ≤ 0.45× squid's | 0.63× (55.7 vs 87.8) | **missed** |"},
+		{"target met", "| 16 | CONNECT bulk, plain inside ≥ 1.25× the best peer | 1.29× (1,509 vs 1,166) | met |"},
+		{"target against the ceiling", "| 16 | CONNECT bulk, plain inside ≥ 0.95× the bare relay | 0.94× (1,509 vs 1,600) | **missed** |"},
+		{"target ratio", "| 16 | keep-alive GET 1 KiB ≥ 1.5× squid's | 1.20× (12,459 vs 10,365) | **missed** |"},
+		{"target absolute", "| 16 | 5000 idle tunnels, peak RSS ≤ 100 MiB | 154 MiB | **missed** |"},
+		{"target without figure", "| 14 | keep-alive GET 1 KiB over TLS ≥ 1.2× squid (ssl_bump)'s | not supported by this build (no inspect key) | not measured |"},
 		{"versions", "| squid | Squid Cache: Version 5.7 |"},
 		{"settings", "- each proxy pinned to CPU 1"},
 	} {

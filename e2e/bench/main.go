@@ -131,6 +131,7 @@ func run(o options, args []string) error {
 	}
 	b.res.Commit = commit()
 	b.res.Versions = b.versions()
+	measured := time.Now()
 	if o.loadCPU != "" {
 		// This program (origins, Go load generator) and every child not
 		// pinned otherwise (wrk, pgbench, PostgreSQL) share the load core.
@@ -167,6 +168,7 @@ func run(o options, args []string) error {
 		b.res.Workloads = append(b.res.Workloads, b.proxyWorkloads("", "", "unpinned")...)
 	}
 	b.res.Machine.LoadAvg = loadAvg()
+	b.res.Elapsed = time.Since(measured)
 	b.progress("done")
 	return b.write()
 }

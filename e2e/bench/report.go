@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 )
 
 // renderMarkdown writes BENCHMARKS.md from r; chart is the PNG's path
@@ -20,8 +21,8 @@ func renderMarkdown(w io.Writer, r *Results, chart string) error {
 	}
 	fmt.Fprintf(&b, "Written by `%s` on %s, measuring commit `%s`. This file is generated; never edit it by hand.\n\n",
 		r.Command, r.Date.UTC().Format("2006-01-02 15:04 UTC"), r.Commit)
-	fmt.Fprintf(&b, "Machine: %d CPUs (`nproc`), %s, Linux %s; load average at the end: %s.\n\n",
-		r.Machine.NProc, r.Machine.CPU, r.Machine.Kernel, strings.TrimSpace(r.Machine.LoadAvg))
+	fmt.Fprintf(&b, "Machine: %d CPUs (`nproc`), %s, Linux %s; load average at the end: %s. The run took %v after the installs and the build.\n\n",
+		r.Machine.NProc, r.Machine.CPU, r.Machine.Kernel, strings.TrimSpace(r.Machine.LoadAvg), r.Elapsed.Round(time.Second))
 	if chart != "" {
 		fmt.Fprintf(&b, "![throughput per proxy and latency distribution](%s)\n\n", filepath.ToSlash(chart))
 	}
@@ -34,6 +35,7 @@ func renderMarkdown(w io.Writer, r *Results, chart string) error {
 	}
 	b.WriteString("\n")
 
+	goalsTable(&b, r)
 	for _, wl := range r.Workloads {
 		detail(&b, wl)
 	}

@@ -12,10 +12,12 @@ import (
 // and the chart are rendered from it, and it is saved as JSON beside them.
 type Results struct {
 	// Smoke marks a quick run (-quick): its figures measure nothing.
-	Smoke     bool              `json:"smoke"`
-	Commit    string            `json:"commit"`
-	Date      time.Time         `json:"date"`
-	Command   string            `json:"command"`
+	Smoke   bool      `json:"smoke"`
+	Commit  string    `json:"commit"`
+	Date    time.Time `json:"date"`
+	Command string    `json:"command"`
+	// Elapsed is the run's length after the installs and the build.
+	Elapsed   time.Duration     `json:"elapsed_ns"`
 	Machine   Machine           `json:"machine"`
 	Versions  map[string]string `json:"versions"`
 	Settings  []string          `json:"settings"`
