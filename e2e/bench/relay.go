@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -110,6 +111,18 @@ func servePgRelay(addr, upstream string) error {
 func splice(a, b net.Conn) {
 	var wg sync.WaitGroup
 	half := func(dst, src net.Conn) {
+		// io.Copy between TCP connections splices through a pipe pair
+		// held while it waits: an idle tunnel would cost six descriptors
+		// instead of two. Wait until src is readable first.
+		if sc, ok := src.(syscall.Conn); ok {
+			if rc, err := sc.SyscallConn(); err == nil {
+				waited := false
+				rc.Read(func(uintptr) bool {
+					defer func() { waited = true }()
+					return waited
+				})
+			}
+		}
 		io.Copy(dst, src)
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 			cw.CloseWrite()
