@@ -154,6 +154,23 @@ func TestWriteChart(t *testing.T) {
 	}
 }
 
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name, only, peers, want string
+	}{
+		{"defaults", strings.Join(workloadIDs, ","), "egressd,squid,tinyproxy,smokescreen,relay", ""},
+		{"unknown workload", "get,conect", "relay", `-only: unknown "conect"`},
+		{"unknown peer", "get", "relay,haproxy", `-peers: unknown "haproxy"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := validate(options{only: tc.only, peers: tc.peers})
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("validate(%q, %q) = %v; want %q", tc.only, tc.peers, err, tc.want)
+			}
+		})
+	}
+}
+
 // TestRelayRunLeavesNoProcess runs the bench in quick mode with the bare
 // relay only and checks that it measured through a relay process and that
 // no process of the run is left once it returns.

@@ -120,7 +120,30 @@ func (b *bench) wantPeer(name string) bool { return listHas(b.o.peers, name) }
 
 func listHas(list, x string) bool { return strings.Contains(","+list+",", ","+x+",") }
 
+// validate refuses a workload or peer name the bench does not know: a
+// typo would otherwise measure nothing and say nothing.
+func validate(o options) error {
+	var peers []string
+	for _, pp := range proxyPeers() {
+		peers = append(peers, pp.name)
+	}
+	for _, c := range []struct {
+		flag, list string
+		known      []string
+	}{{"-only", o.only, workloadIDs}, {"-peers", o.peers, peers}} {
+		for _, x := range strings.Split(c.list, ",") {
+			if x != "" && indexOfString(c.known, x) < 0 {
+				return fmt.Errorf("%s: unknown %q; choose from %s", c.flag, x, strings.Join(c.known, ","))
+			}
+		}
+	}
+	return nil
+}
+
 func run(o options, args []string) error {
+	if err := validate(o); err != nil {
+		return err
+	}
 	b := &bench{o: o, started: time.Now(), res: &Results{
 		Smoke: o.quick, Date: time.Now().UTC(), Versions: map[string]string{},
 		Command: strings.TrimSpace("go run ./e2e/bench " + strings.Join(args, " ")),
