@@ -248,3 +248,70 @@ func TestInterruptedRunLeavesNoProcess(t *testing.T) {
 		t.Errorf("processes left after the interrupted run: %v", left)
 	}
 }
+
+func TestHistQuantile(t *testing.T) {
+	var h hist
+	for i := 1; i <= 1000; i++ {
+		h.add(time.Duration(i) * 100 * time.Microsecond) // 0.1 … 100 ms
+	}
+	for _, tc := range []struct {
+		name string
+		q    float64
+		want time.Duration
+	}{
+		{"p50", 0.50, 50 * time.Millisecond},
+		{"p99", 0.99, 99 * time.Millisecond},
+		{"p99.9", 0.999, 99900 * time.Microsecond},
+		{"max", 1, 100 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Buckets grow by 2^(1/16): the upper edge is at most 4.5% above.
+			if got := h.quantile(tc.q); got < tc.want || float64(got) > 1.045*float64(tc.want) {
+				t.Errorf("quantile(%v) = %v; want %v to +4.5%%", tc.q, got, tc.want)
+			}
+		})
+	}
+	if n := h.count(); n != 1000 {
+		t.Errorf("count = %d; want 1000", n)
+	}
+}
+
+// wrkOutput is wrk 4.1's output with the bench's Lua done() lines.
+const wrkOutput = `Running 5s test @ http://127.0.0.1:3128/
+  1 threads and 32 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     2.59ms    3.10ms  40.12ms   89.91%
+    Req/Sec    12.46k     1.01k   14.01k    74.00%
+  Latency Distribution
+     50%    1.50ms
+     75%    2.74ms
+     90%    5.86ms
+     99%   17.60ms
+  62295 requests in 5.00s, 70.35MB read
+  Socket errors: connect 0, read 12, write 0, timeout 0
+Requests/sec:  12459.00
+Transfer/sec:     14.07MB
+egressd-bench-latency 50 1500
+egressd-bench-latency 75 2740
+egressd-bench-latency 90 5860
+egressd-bench-latency 95 8000
+egressd-bench-latency 99 17600
+egressd-bench-latency 99.9 30100
+`
+
+func TestParseWrk(t *testing.T) {
+	r, n, err := parseWrk(wrkOutput)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 62295 || r.Rate != 62295/5.0 {
+		t.Errorf("parseWrk = %v requests at %v/s; want 62295 at 12459/s", n, r.Rate)
+	}
+	want := []float64{1.5, 2.74, 5.86, 8, 17.6, 30.1}
+	if fmt.Sprint(r.LatencyMS) != fmt.Sprint(want) {
+		t.Errorf("latencies = %v; want %v", r.LatencyMS, want)
+	}
+	if _, _, err := parseWrk(strings.Replace(wrkOutput, "egressd-bench-latency 99.9 30100\n", "", 1)); err == nil {
+		t.Errorf("parseWrk without every percentile = nil error; want one")
+	}
+}
