@@ -70,7 +70,7 @@ func sample() *Results {
 					{Name: "egressd (inspected)", Kind: kindEgressd, Subject: true, Status: "not supported by this build (no inspect key)"},
 					{Name: "squid (ssl_bump)", Kind: kindPeer, Rounds: []Round{{Rate: 1300, CPU: 230, LatencyMS: lat(20)}}},
 				}},
-			{ID: "idle", Title: "5000 idle tunnels, peak RSS", Unit: "MiB", LowerIsBetter: true,
+			{ID: "idle", Title: "5000 idle tunnels, peak RSS", Unit: "MiB", LowerIsBetter: true, Scale: 5000,
 				Targets: []*Target{
 					{Name: "egressd", Kind: kindEgressd, Rounds: []Round{{Rate: 154}}},
 					{Name: "squid", Kind: kindPeer, Rounds: []Round{{Rate: 120}}},
@@ -109,6 +109,7 @@ func TestRenderMarkdown(t *testing.T) {
 		{"target met", "| 16 | CONNECT bulk, plain inside ≥ 1.25× the best peer | 1.29× (1,509 vs 1,166) | met |"},
 		{"target against the ceiling", "| 16 | CONNECT bulk, plain inside ≥ 0.95× the bare relay | 0.94× (1,509 vs 1,600) | **missed** |"},
 		{"target ratio", "| 16 | keep-alive GET 1 KiB ≥ 1.5× squid's | 1.20× (12,459 vs 10,365) | **missed** |"},
+		{"smoke verdicts", "A smoke run's verdicts mean nothing."},
 		{"target absolute", "| 16 | 5000 idle tunnels, peak RSS ≤ 100 MiB | 154 MiB | **missed** |"},
 		{"target without figure", "| 14 | keep-alive GET 1 KiB over TLS ≥ 1.2× squid (ssl_bump)'s | not supported by this build (no inspect key) | not measured |"},
 		{"versions", "| squid | Squid Cache: Version 5.7 |"},
@@ -122,12 +123,20 @@ func TestRenderMarkdown(t *testing.T) {
 	}
 	r := sample()
 	r.Smoke = false
+	for _, wl := range r.Workloads {
+		if wl.ID == "idle" {
+			wl.Scale = 200
+		}
+	}
 	b.Reset()
 	if err := renderMarkdown(&b, r, ""); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(b.String(), "Smoke run") {
+	if strings.Contains(b.String(), "Smoke run") || strings.Contains(b.String(), "smoke run's") {
 		t.Errorf("a full run's report says it is a smoke run")
+	}
+	if want := "| measured at 200, not 5000 | not measured |"; !strings.Contains(b.String(), want) {
+		t.Errorf("a bound for 5,000 tunnels judged at 200: report lacks %q", want)
 	}
 }
 

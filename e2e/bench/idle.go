@@ -19,8 +19,8 @@ var held atomic.Int64
 
 func (b *bench) idleWorkload() *Workload {
 	wl := &Workload{ID: "idle", Title: fmt.Sprintf("%d idle tunnels, peak RSS", b.o.tunnels), Unit: "MiB",
-		LowerIsBetter: true,
-		Note:          "A fresh instance of each proxy; peak RSS (VmHWM) summed over the proxy's processes once every tunnel has reached the origin. tinyproxy is left out: it runs a thread per connection."}
+		LowerIsBetter: true, Scale: b.o.tunnels,
+		Note: "A fresh instance of each proxy; peak RSS (VmHWM) summed over the proxy's processes once every tunnel has reached the origin. tinyproxy is left out: it runs a thread per connection."}
 	for _, pp := range proxyPeers() {
 		if pp.name == "tinyproxy" || !b.wantPeer(pp.name) {
 			continue

@@ -39,10 +39,13 @@ type Workload struct {
 	Unit    string `json:"unit"`     // of Round.Rate
 	CPUUnit string `json:"cpu_unit"` // of Round.CPU; empty when not measured
 	// LowerIsBetter holds for Rate figures like peak RSS.
-	LowerIsBetter bool      `json:"lower_is_better,omitempty"`
-	Latency       bool      `json:"latency,omitempty"`
-	Note          string    `json:"note,omitempty"`
-	Targets       []*Target `json:"targets"`
+	LowerIsBetter bool `json:"lower_is_better,omitempty"`
+	Latency       bool `json:"latency,omitempty"`
+	// Scale is the workload's size where a target depends on it (idle
+	// tunnels).
+	Scale   int       `json:"scale,omitempty"`
+	Note    string    `json:"note,omitempty"`
+	Targets []*Target `json:"targets"`
 }
 
 // Target kinds.
