@@ -45,6 +45,7 @@ func sample() *Results {
 		Machine:  Machine{NProc: 2, CPU: "Test CPU", Kernel: "6.1", LoadAvg: "1.0 1.0 1.0"},
 		Versions: map[string]string{"squid": "Squid Cache: Version 5.7", "go": "go1.26"},
 		Settings: []string{"each proxy pinned to CPU 1"},
+		Commands: map[string]string{"squid": "taskset -c 1 squid -N -f $DIR/squid.conf"},
 		Workloads: []*Workload{
 			{ID: "get", Title: "keep-alive GET 1 KiB", Unit: "req/s", CPUUnit: "ms per 1,000 requests", Latency: true,
 				Targets: []*Target{
@@ -114,6 +115,7 @@ func TestRenderMarkdown(t *testing.T) {
 		{"target without figure", "| 14 | keep-alive GET 1 KiB over TLS ≥ 1.2× squid (ssl_bump)'s | not supported by this build (no inspect key) | not measured |"},
 		{"versions", "| squid | Squid Cache: Version 5.7 |"},
 		{"settings", "- each proxy pinned to CPU 1"},
+		{"commands", "- squid: `taskset -c 1 squid -N -f $DIR/squid.conf`"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !strings.Contains(md, tc.want) {

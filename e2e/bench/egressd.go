@@ -80,7 +80,7 @@ internal:
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	r, err := launch(name, cpus, d, addr, true, b.egressd, "serve", "--config", cfgPath)
+	r, err := b.launch(name, cpus, d, addr, true, b.egressd, "serve", "--config", cfgPath)
 	if err != nil {
 		return nil, err
 	}

@@ -103,7 +103,7 @@ func (b *bench) settings() []string {
 		fmt.Sprintf("%d rounds of the proxy workloads, %d of pgbench; targets interleaved within each round; medians", o.rounds, o.pgRounds),
 		fmt.Sprintf("HTTP loads: %d keep-alive connections, %v per run; CONNECT bulk: %d MiB per transfer; %d idle tunnels", o.conns, o.duration, o.bulk>>20, o.tunnels),
 		fmt.Sprintf("pgbench: -c %d -j 2 -T %d, scale %d", o.pgClients, o.pgSeconds, o.pgScale),
-		"egressd: default bundle's modules, rules for the bench origin, audit on (sync: interval), log level warn",
+		"egressd: default bundle's modules, rules for the bench origin, audit on (sync: interval), log level warn, connection and rate limits raised past the load",
 		"Squid: access log on (daemon:, as Debian ships it), caching off (`cache deny all`, `cache_mem 0`); ssl_bump with its own CA and security_file_certgen",
 		"tinyproxy: LogLevel Warning (at Info it writes a line per request)",
 		"smokescreen: enforcing egress ACL allowing the origin, loopback allowed with --allow-range",

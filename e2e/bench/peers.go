@@ -83,8 +83,10 @@ func chownR(path, owner string) error {
 
 func loopback() string { return fmt.Sprintf("127.0.0.1:%d", freePort()) }
 
-// launch starts argv and waits until it listens on addr.
-func launch(name, cpus, dir, addr string, names bool, argv ...string) (*running, error) {
+// launch starts argv and waits until it listens on addr; the report lists
+// the command.
+func (b *bench) launch(name, cpus, dir, addr string, names bool, argv ...string) (*running, error) {
+	b.command(name, dir, cpus, argv)
 	p, err := startProc(name, cpus, filepath.Join(dir, "output.log"), argv...)
 	if err != nil {
 		return nil, err
@@ -95,6 +97,28 @@ func launch(name, cpus, dir, addr string, names bool, argv ...string) (*running,
 		return nil, fmt.Errorf("%w\n%s", err, lastLines(string(out), 15))
 	}
 	return &running{proc: p, addr: addr, names: names, dir: dir}, nil
+}
+
+// command records how name was started, paths in its directory as $DIR
+// and this program as bench.
+func (b *bench) command(name, dir, cpus string, argv []string) {
+	self, _ := os.Executable()
+	var parts []string
+	if cpus != "" {
+		parts = append(parts, "taskset", "-c", cpus)
+	}
+	for _, a := range argv {
+		a = strings.ReplaceAll(a, dir, "$DIR")
+		a = strings.ReplaceAll(a, b.work, "$WORK")
+		if a == self {
+			a = "bench"
+		}
+		parts = append(parts, a)
+	}
+	if b.res.Commands == nil {
+		b.res.Commands = map[string]string{}
+	}
+	b.res.Commands[name] = strings.Join(parts, " ")
 }
 
 func lastLines(s string, n int) string {
@@ -153,7 +177,7 @@ http_access deny all
 	if err := chownR(d, "proxy"); err != nil {
 		return nil, err
 	}
-	return launch(name, cpus, d, addr, true, "squid", "-N", "-f", filepath.Join(d, "squid.conf"))
+	return b.launch(name, cpus, d, addr, true, "squid", "-N", "-f", filepath.Join(d, "squid.conf"))
 }
 
 // startTinyproxy runs tinyproxy at LogLevel Warning: at Info it writes
@@ -179,7 +203,7 @@ Allow 127.0.0.1
 	if err := os.WriteFile(filepath.Join(d, "tinyproxy.conf"), []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
-	return launch("tinyproxy", cpus, d, addr, false, "tinyproxy", "-d", "-c", filepath.Join(d, "tinyproxy.conf"))
+	return b.launch("tinyproxy", cpus, d, addr, false, "tinyproxy", "-d", "-c", filepath.Join(d, "tinyproxy.conf"))
 }
 
 // startSmokescreen runs smokescreen with an enforcing egress ACL that
@@ -212,7 +236,7 @@ default:
 	}
 	addr := loopback()
 	_, port, _ := net.SplitHostPort(addr)
-	return launch("smokescreen", cpus, d, addr, true, b.smokescreen,
+	return b.launch("smokescreen", cpus, d, addr, true, b.smokescreen,
 		"--config-file", filepath.Join(d, "smokescreen.yaml"), "--listen-ip", "127.0.0.1", "--listen-port", port)
 }
 
@@ -227,5 +251,5 @@ func (b *bench) startRelay(cpus string) (*running, error) {
 		return nil, err
 	}
 	addr := loopback()
-	return launch("relay", cpus, d, addr, true, self, "-serve-relay", addr, "-relay-dns", b.org.dns)
+	return b.launch("relay", cpus, d, addr, true, self, "-serve-relay", addr, "-relay-dns", b.org.dns)
 }

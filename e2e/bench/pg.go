@@ -238,7 +238,7 @@ pidfile = %s/pgbouncer.pid
 	if err := chownR(d, "postgres"); err != nil {
 		return nil, err
 	}
-	return launch("pgbouncer", b.o.proxyCPU, d, addr, false,
+	return b.launch("pgbouncer", b.o.proxyCPU, d, addr, false,
 		"runuser", "-u", "postgres", "--", "pgbouncer", filepath.Join(d, "pgbouncer.ini"))
 }
 
@@ -253,5 +253,5 @@ func (b *bench) startPgRelay(pg *pgtest.Server) (*running, error) {
 		return nil, err
 	}
 	addr := loopback()
-	return launch("pg relay", b.o.proxyCPU, d, addr, false, self, "-serve-pgrelay", addr, "-relay-upstream", pg.Addr())
+	return b.launch("pg relay", b.o.proxyCPU, d, addr, false, self, "-serve-pgrelay", addr, "-relay-upstream", pg.Addr())
 }

@@ -53,6 +53,17 @@ func renderMarkdown(w io.Writer, r *Results, chart string) error {
 	for _, s := range r.Settings {
 		fmt.Fprintf(&b, "- %s\n", s)
 	}
+	if len(r.Commands) > 0 {
+		b.WriteString("\n## Commands\n\nHow each proxy was started (`$DIR`: its own directory; the configs are written by `e2e/bench`).\n\n")
+		names := make([]string, 0, len(r.Commands))
+		for n := range r.Commands {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			fmt.Fprintf(&b, "- %s: `%s`\n", n, r.Commands[n])
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -17,10 +17,12 @@ type Results struct {
 	Date    time.Time `json:"date"`
 	Command string    `json:"command"`
 	// Elapsed is the run's length after the installs and the build.
-	Elapsed   time.Duration     `json:"elapsed_ns"`
-	Machine   Machine           `json:"machine"`
-	Versions  map[string]string `json:"versions"`
-	Settings  []string          `json:"settings"`
+	Elapsed  time.Duration     `json:"elapsed_ns"`
+	Machine  Machine           `json:"machine"`
+	Versions map[string]string `json:"versions"`
+	Settings []string          `json:"settings"`
+	// Commands are how each proxy was started ($DIR: its directory).
+	Commands  map[string]string `json:"commands"`
 	Workloads []*Workload       `json:"workloads"`
 }
 
