@@ -326,3 +326,35 @@ func TestParseWrk(t *testing.T) {
 		t.Errorf("parseWrk without every percentile = nil error; want one")
 	}
 }
+
+// TestStopReachesOtherSessions: a helper that leaves the process group
+// (setsid, as Squid's helpers do) is still counted and stopped, through
+// the tag in its environment.
+func TestStopReachesOtherSessions(t *testing.T) {
+	p, err := startProc("setsid-helper", "", "", "sh", "-c", "setsid sleep 300 & wait")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(p.pids()) < 2 {
+		if time.Now().After(deadline) {
+			p.stop()
+			t.Fatalf("the helper never started: pids %v", p.pids())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	helpers := p.pids()
+	t.Cleanup(func() {
+		for _, pid := range helpers {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	p.stop()
+	for _, pid := range helpers {
+		if err := syscall.Kill(pid, 0); err == nil {
+			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); !strings.Contains(string(b), ") Z ") {
+				t.Errorf("process %d of the stopped group is alive: %s", pid, b)
+			}
+		}
+	}
+}
