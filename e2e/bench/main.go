@@ -45,6 +45,7 @@ type options struct {
 	quick     bool
 	out       string
 	keep      bool
+	timeout   time.Duration
 }
 
 // workloadIDs are the parts -only selects from, in run order.
@@ -71,6 +72,7 @@ func main() {
 	flag.BoolVar(&o.quick, "quick", false, "smoke run: 1 s loads, one round, small transfers; the report says it measures nothing")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write; the chart (.png) and raw results (.json) go beside it; empty: none")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs and logs of every proxy)")
+	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "end the run (stopping every process) if it takes longer")
 	relayFlags(flag.CommandLine)
 	flag.Parse()
 	if serve := relayCommand(); serve != nil {
@@ -81,6 +83,13 @@ func main() {
 		o = quickOptions(o)
 	}
 	cleanupOnSignal()
+	time.AfterFunc(o.timeout, func() {
+		fmt.Fprintf(os.Stderr, "bench: the run took longer than -timeout %v: stopping every process of this run\n", o.timeout)
+		if err := cleanup(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+		}
+		os.Exit(1)
+	})
 	err := run(o, os.Args[1:])
 	if cerr := cleanup(); err == nil {
 		err = cerr
