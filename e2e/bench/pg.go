@@ -200,6 +200,10 @@ identities:
 	if err != nil {
 		return nil, err
 	}
+	if err := waitTCP(r.proc, listen, 30*time.Second); err != nil {
+		r.stop()
+		return nil, err
+	}
 	r.addr = listen
 	return r, nil
 }
