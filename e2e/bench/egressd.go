@@ -8,6 +8,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io/fs"
 	"math/big"
 	"net/http"
 	"os"
@@ -18,7 +19,6 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/proxy/pggate/pgtest"
-	"github.com/egressd/egressd/rego"
 )
 
 // egressdOpts selects the optional parts of an egressd instance.
@@ -40,7 +40,7 @@ func (b *bench) startEgressd(name, cpus string, eo egressdOpts) (*running, error
 		return nil, err
 	}
 	pol := filepath.Join(d, "policy")
-	if err := rego.Write(pol, false); err != nil {
+	if err := b.policyInit(pol); err != nil {
 		return nil, err
 	}
 	og := b.org
@@ -100,6 +100,22 @@ internal:
 	}
 	r.config = cfgPath
 	return r, nil
+}
+
+// policyInit writes the bundle embedded in the egressd under test (not
+// the one this program was built with: the binary may come from another
+// tree, -egressd) without its tests, which assert the default rules the
+// bench replaces.
+func (b *bench) policyInit(dir string) error {
+	if out, err := exec.Command(b.egressd, "policy", "init", dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("egressd policy init: %w: %s", err, out)
+	}
+	return filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && !e.IsDir() && strings.HasSuffix(p, "_test.rego") {
+			err = os.Remove(p)
+		}
+		return err
+	})
 }
 
 // exportCA asks egressd for the PEM root of identity's CA.
