@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -99,6 +101,7 @@ func servePgRelay(addr, upstream string) error {
 		go func() {
 			up, err := net.DialTimeout("tcp", upstream, 10*time.Second)
 			if err != nil {
+				fmt.Fprintln(os.Stderr, "pg relay:", err)
 				c.Close()
 				return
 			}
@@ -114,15 +117,7 @@ func splice(a, b net.Conn) {
 		// io.Copy between TCP connections splices through a pipe pair
 		// held while it waits: an idle tunnel would cost six descriptors
 		// instead of two. Wait until src is readable first.
-		if sc, ok := src.(syscall.Conn); ok {
-			if rc, err := sc.SyscallConn(); err == nil {
-				waited := false
-				rc.Read(func(uintptr) bool {
-					defer func() { waited = true }()
-					return waited
-				})
-			}
-		}
+		awaitReadable(src)
 		io.Copy(dst, src)
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 			cw.CloseWrite()
@@ -135,4 +130,24 @@ func splice(a, b net.Conn) {
 	wg.Wait()
 	a.Close()
 	b.Close()
+}
+
+// awaitReadable returns when c has bytes (or EOF, or an error) to read,
+// without reading them. The check peeks: the poller's readiness may have
+// been spent before the wait began, and an edge-triggered poller would not
+// report it again.
+func awaitReadable(c net.Conn) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	var b [1]byte
+	rc.Read(func(fd uintptr) bool {
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return err != syscall.EAGAIN && err != syscall.EINTR
+	})
 }
