@@ -358,3 +358,30 @@ func TestStopReachesOtherSessions(t *testing.T) {
 		}
 	}
 }
+
+// TestRerender: a saved run renders to the same report as the run did.
+func TestRerender(t *testing.T) {
+	dir := t.TempDir()
+	r := sample()
+	if err := r.writeJSON(filepath.Join(dir, "run.json")); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "B.md")
+	if err := rerender(filepath.Join(dir, "run.json"), out); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	if err := renderMarkdown(&want, r, "B.png"); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want.String() {
+		t.Errorf("rerendered report differs from the run's:\n%s\nwant:\n%s", got, want.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "B.png")); err != nil {
+		t.Errorf("no chart beside the rerendered report: %v", err)
+	}
+}

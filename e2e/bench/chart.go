@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"math"
 	"os"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -13,12 +14,48 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// palette gives every target the same colour in every panel.
-var palette = []color.Color{
-	color.RGBA{0x1f, 0x77, 0xb4, 0xff}, color.RGBA{0xff, 0x7f, 0x0e, 0xff},
-	color.RGBA{0x2c, 0xa0, 0x2c, 0xff}, color.RGBA{0xd6, 0x27, 0x28, 0xff},
-	color.RGBA{0x94, 0x67, 0xbd, 0xff}, color.RGBA{0x8c, 0x56, 0x4b, 0xff},
-	color.RGBA{0xe3, 0x77, 0xc2, 0xff}, color.RGBA{0x7f, 0x7f, 0x7f, 0xff},
+// series groups targets across workloads for colours and the relative
+// panel's legend: every egressd mode is egressd, every Squid mode Squid,
+// both bare relays the relay.
+func series(t *Target) string {
+	switch {
+	case t.Kind == kindCeiling:
+		return "bare relay"
+	case t.Kind == kindDirect:
+		return "direct"
+	case strings.HasPrefix(t.Name, "egressd"):
+		return "egressd"
+	case strings.HasPrefix(t.Name, "squid"):
+		return "squid"
+	case strings.HasPrefix(t.Name, "pgbouncer"):
+		return "pgbouncer"
+	}
+	return t.Name
+}
+
+// colours are fixed per series, so a proxy keeps its colour in every panel
+// and every report.
+var colours = map[string]color.Color{
+	"egressd":     color.RGBA{0xff, 0x7f, 0x0e, 0xff},
+	"squid":       color.RGBA{0x2c, 0xa0, 0x2c, 0xff},
+	"tinyproxy":   color.RGBA{0xd6, 0x27, 0x28, 0xff},
+	"smokescreen": color.RGBA{0x94, 0x67, 0xbd, 0xff},
+	"pgbouncer":   color.RGBA{0x17, 0xbe, 0xcf, 0xff},
+	"bare relay":  color.RGBA{0x8c, 0x56, 0x4b, 0xff},
+	"direct":      color.RGBA{0x1f, 0x77, 0xb4, 0xff},
+}
+
+func colour(t *Target) color.Color {
+	if c, ok := colours[series(t)]; ok {
+		return c
+	}
+	return color.Gray{0x7f}
+}
+
+// shortIDs label the relative panel's groups.
+var shortIDs = map[string]string{
+	"connect-tls": "conn TLS", "pgbench-S": "pg -S", "pgbench-S-extended": "pg ext", "pgbench-tpcb": "pg TPC-B",
+	"get-unpinned": "get unpin", "leaf-hit": "leaf hit", "leaf-mint": "leaf mint",
 }
 
 // writeChart draws three panels and saves them as one PNG: the throughput
@@ -30,25 +67,15 @@ func writeChart(path string, r *Results) error {
 	if wl == nil {
 		return fmt.Errorf("chart: no workload with figures")
 	}
-	var names []string
-	for _, wl := range r.Workloads {
-		for _, t := range wl.Targets {
-			if t.ok() && indexOfString(names, t.Name) < 0 {
-				names = append(names, t.Name)
-			}
-		}
-	}
-	colour := func(name string) color.Color { return palette[max(0, indexOfString(names, name))%len(palette)] }
-
-	bars, err := throughputPlot(wl, colour)
+	bars, err := throughputPlot(wl)
 	if err != nil {
 		return err
 	}
-	lat, err := latencyPlot(wl, colour)
+	lat, err := latencyPlot(wl)
 	if err != nil {
 		return err
 	}
-	rel, err := relativePlot(r, colour)
+	rel, err := relativePlot(r)
 	if err != nil {
 		return err
 	}
@@ -75,7 +102,7 @@ func writeChart(path string, r *Results) error {
 
 // throughputPlot: one bar per proxy (the direct path is in the title: its
 // bar would dwarf the others).
-func throughputPlot(wl *Workload, colour func(string) color.Color) (*plot.Plot, error) {
+func throughputPlot(wl *Workload) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = wl.Title
 	if d := wl.first(kindDirect); d != nil && d.ok() {
@@ -98,7 +125,7 @@ func throughputPlot(wl *Workload, colour func(string) color.Color) (*plot.Plot, 
 		if err != nil {
 			return nil, fmt.Errorf("chart: %w", err)
 		}
-		bc.Color = colour(n)
+		bc.Color = colour(wl.target(n, ""))
 		bc.LineStyle.Width = 0
 		p.Add(bc)
 	}
@@ -110,7 +137,7 @@ func throughputPlot(wl *Workload, colour func(string) color.Color) (*plot.Plot, 
 
 // latencyPlot: percentiles on a "nines" scale (p90, p99, p99.9 equally
 // spaced), one line per target.
-func latencyPlot(wl *Workload, colour func(string) color.Color) (*plot.Plot, error) {
+func latencyPlot(wl *Workload) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "latency distribution, " + wl.Title
 	p.X.Label.Text = "percentile"
@@ -138,7 +165,7 @@ func latencyPlot(wl *Workload, colour func(string) color.Color) (*plot.Plot, err
 		if err != nil {
 			return nil, fmt.Errorf("chart: %w", err)
 		}
-		l.Color, s.Color = colour(t.Name), colour(t.Name)
+		l.Color, s.Color = colour(t), colour(t)
 		l.Width = vg.Points(1.5)
 		p.Add(l, s)
 		p.Legend.Add(t.Name, l, s)
@@ -146,10 +173,11 @@ func latencyPlot(wl *Workload, colour func(string) color.Color) (*plot.Plot, err
 	return p, nil
 }
 
-// relativePlot: for every workload with a best peer, each target's figure
-// divided by that peer's (above 1 is better, whatever the unit), grouped
-// by workload.
-func relativePlot(r *Results, colour func(string) color.Color) (*plot.Plot, error) {
+// relativePlot: for every workload with a best peer, the figures of
+// egressd (the workload's subject), each peer and the bare relay divided by
+// the best peer's (above 1 is better, whatever the unit), grouped by
+// workload.
+func relativePlot(r *Results) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "relative to the best peer (> 1: better)"
 	p.Y.Min = 0
@@ -160,42 +188,61 @@ func relativePlot(r *Results, colour func(string) color.Color) (*plot.Plot, erro
 			wls = append(wls, wl)
 		}
 	}
+	// Per series, its target in each workload.
 	var names []string
-	for _, wl := range wls {
+	byName := map[string][]*Target{}
+	var sample = map[string]*Target{}
+	for j, wl := range wls {
+		e := wl.first(kindEgressd)
 		for _, t := range wl.Targets {
-			if t.ok() && t.Kind != kindDirect && indexOfString(names, t.Name) < 0 {
-				names = append(names, t.Name)
+			if !t.ok() || t.Kind == kindDirect || t.Kind == kindEgressd && t != e {
+				continue
 			}
+			n := series(t)
+			if byName[n] == nil {
+				names = append(names, n)
+				byName[n] = make([]*Target, len(wls))
+				sample[n] = t
+			}
+			byName[n][j] = t
 		}
 	}
-	width := vg.Points(60) / vg.Length(max(1, len(names)))
+	// The groups share the panel: bars of one group must not reach the
+	// next, and the legend needs room above the tallest.
+	width := vg.Points(36) / vg.Length(max(1, len(names)))
+	top := 1.0
 	for i, n := range names {
 		v := make(plotter.Values, len(wls))
 		for j, wl := range wls {
-			for _, t := range wl.Targets {
-				if t.Name == n && t.ok() {
-					best := wl.bestPeer().rate()
-					if wl.LowerIsBetter {
-						v[j] = best / t.rate()
-					} else {
-						v[j] = t.rate() / best
-					}
+			if t := byName[n][j]; t != nil {
+				if best := wl.bestPeer().rate(); wl.LowerIsBetter {
+					v[j] = best / t.rate()
+				} else {
+					v[j] = t.rate() / best
 				}
 			}
+		}
+		for _, x := range v {
+			top = max(top, x)
 		}
 		bc, err := plotter.NewBarChart(v, width)
 		if err != nil {
 			return nil, fmt.Errorf("chart: %w", err)
 		}
-		bc.Color = colour(n)
+		bc.Color = colour(sample[n])
 		bc.LineStyle.Width = 0
 		bc.Offset = width * vg.Length(float64(i)-float64(len(names)-1)/2)
 		p.Add(bc)
 		p.Legend.Add(n, bc)
 	}
+	p.Y.Max = top * 1.4
 	var ids []string
 	for _, wl := range wls {
-		ids = append(ids, wl.ID)
+		id := wl.ID
+		if s, ok := shortIDs[id]; ok {
+			id = s
+		}
+		ids = append(ids, id)
 	}
 	if len(ids) > 0 {
 		p.NominalX(ids...)

@@ -73,11 +73,19 @@ func main() {
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write; the chart (.png) and raw results (.json) go beside it; empty: none")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs and logs of every proxy)")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "end the run (stopping every process) if it takes longer")
+	render := flag.String("render", "", "write the report (-out) and chart from a saved results JSON instead of measuring")
 	relayFlags(flag.CommandLine)
 	flag.Parse()
 	if serve := relayCommand(); serve != nil {
 		fmt.Fprintln(os.Stderr, "bench:", serve())
 		os.Exit(1)
+	}
+	if *render != "" {
+		if err := rerender(*render, o.out); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if o.quick {
 		o = quickOptions(o)

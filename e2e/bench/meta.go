@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -122,26 +124,52 @@ func (b *bench) write() error {
 	if err := b.res.writeJSON(base + ".json"); err != nil {
 		return err
 	}
-	chart, rel := base+".png", ""
-	if chartWorkload(b.res) != nil { // a run of micro-benchmarks only has no chart
-		if err := writeChart(chart, b.res); err != nil {
-			return err
-		}
-		rel, _ = filepath.Rel(filepath.Dir(b.o.out), chart)
-	}
-	f, err := os.Create(b.o.out)
+	rel, err := writeReport(b.res, b.o.out)
 	if err != nil {
-		return err
-	}
-	if err := renderMarkdown(f, b.res, rel); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
 		return err
 	}
 	b.progress("wrote %s (chart: %q) and %s", b.o.out, rel, base+".json")
 	return nil
+}
+
+// writeReport writes the chart beside out and the markdown report at out;
+// it returns the chart's path relative to the report ("" when the run has
+// no figures to draw).
+func writeReport(r *Results, out string) (string, error) {
+	chart, rel := strings.TrimSuffix(out, filepath.Ext(out))+".png", ""
+	if chartWorkload(r) != nil { // a run of micro-benchmarks only has no chart
+		if err := writeChart(chart, r); err != nil {
+			return "", err
+		}
+		rel, _ = filepath.Rel(filepath.Dir(out), chart)
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return "", err
+	}
+	if err := renderMarkdown(f, r, rel); err != nil {
+		f.Close()
+		return "", err
+	}
+	return rel, f.Close()
+}
+
+// rerender writes the report and chart of a saved run again: the report is
+// always a function of the results, never edited by hand.
+func rerender(results, out string) error {
+	b, err := os.ReadFile(results)
+	if err != nil {
+		return err
+	}
+	var r Results
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("%s: %w", results, err)
+	}
+	if out == "" {
+		return errors.New("-render needs -out")
+	}
+	_, err = writeReport(&r, out)
+	return err
 }
 
 func firstLine(s string) string {
