@@ -98,7 +98,7 @@ internal:
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	r.config = cfgPath
+	r.config, r.admin = cfgPath, admin
 	return r, nil
 }
 

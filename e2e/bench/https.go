@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Keep-alive GETs over TLS (issue 14's benchmark): direct TLS, through an
@@ -58,11 +59,13 @@ func (b *bench) httpsWorkload() *Workload {
 	}
 
 	https := fmt.Sprintf("%s:%d", originName, b.org.https)
-	for range b.o.rounds {
+	for round := range b.o.rounds {
 		b.loadRound(direct, nil, loadSpec{target: fmt.Sprintf("127.0.0.1:%d", b.org.https), serverName: originName, roots: b.org.roots})
 		if e != nil {
 			b.loadRound(tunnel, e, loadSpec{proxy: e.addr, target: https, roots: b.org.roots})
-			b.loadRound(inspected, e, loadSpec{proxy: e.addr, target: fmt.Sprintf("%s:%d", originName, b.org.inspected), roots: roots})
+			b.withProfile(e, "https-inspected", round, b.o.duration-time.Second, func() {
+				b.loadRound(inspected, e, loadSpec{proxy: e.addr, target: fmt.Sprintf("%s:%d", originName, b.org.inspected), roots: roots})
+			})
 		}
 		if sq != nil {
 			b.loadRound(squid, sq, loadSpec{proxy: sq.addr, target: https, roots: squidRoots})

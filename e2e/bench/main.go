@@ -46,6 +46,7 @@ type options struct {
 	out       string
 	keep      bool
 	timeout   time.Duration
+	profile   string
 }
 
 // workloadIDs are the parts -only selects from, in run order.
@@ -72,6 +73,7 @@ func main() {
 	flag.BoolVar(&o.quick, "quick", false, "smoke run: 1 s loads, one round, small transfers; the report says it measures nothing")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write; the chart (.png) and raw results (.json) go beside it; empty: none")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs and logs of every proxy)")
+	flag.StringVar(&o.profile, "profile", "", "save egressd's CPU profile during its first round of each workload as PREFIX-WORKLOAD.pprof")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "end the run (stopping every process) if it takes longer")
 	render := flag.String("render", "", "write the report (-out) and chart from a saved results JSON instead of measuring")
 	relayFlags(flag.CommandLine)
@@ -267,7 +269,7 @@ func (b *bench) proxyWorkloads(proxyCPUs, loadCPUs, tag string) []*Workload {
 		}
 		procs = append(procs, p)
 	}
-	for range b.o.rounds {
+	for round := range b.o.rounds {
 		for _, wl := range wls {
 			for i, pp := range append([]proxyPeer{{name: "direct", kind: kindDirect}}, proxyPeers()...) {
 				var p *running
@@ -278,13 +280,17 @@ func (b *bench) proxyWorkloads(proxyCPUs, loadCPUs, tag string) []*Workload {
 					}
 				}
 				t := wl.target(pp.name, pp.kind)
+				var prof *running
+				if pp.kind == kindEgressd {
+					prof = p
+				}
 				switch wl {
 				case get:
-					b.getRound(t, p, loadCPUs)
+					b.withProfile(prof, wl.ID, round, b.o.duration-time.Second, func() { b.getRound(t, p, loadCPUs) })
 				case connect:
-					b.bulkRound(t, p, false)
+					b.withProfile(prof, wl.ID, round, time.Second, func() { b.bulkRound(t, p, false) })
 				case connectTLS:
-					b.bulkRound(t, p, true)
+					b.withProfile(prof, wl.ID, round, time.Second, func() { b.bulkRound(t, p, true) })
 				}
 			}
 		}

@@ -28,6 +28,8 @@ type running struct {
 	dir string
 	// config is egressd's config file, for its CLI (ca export).
 	config string
+	// admin is egressd's admin listener (pprof).
+	admin string
 }
 
 // proxyPeer is one proxy the HTTP workloads run through.

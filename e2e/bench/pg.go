@@ -96,10 +96,16 @@ func (b *bench) pgWorkloads() []*Workload {
 		}
 	}
 
-	for range b.o.pgRounds {
+	for round := range b.o.pgRounds {
 		for i, m := range pgModes {
 			for _, t := range targets {
-				b.pgRound(wls[i].target(t.name, t.kind), pg, m, t)
+				var prof *running
+				if t.kind == kindEgressd {
+					prof = t.p
+				}
+				b.withProfile(prof, m.id, round, time.Duration(b.o.pgSeconds-1)*time.Second, func() {
+					b.pgRound(wls[i].target(t.name, t.kind), pg, m, t)
+				})
 			}
 		}
 	}
