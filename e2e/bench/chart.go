@@ -19,6 +19,8 @@ import (
 // both bare relays the relay.
 func series(t *Target) string {
 	switch {
+	case t.Name == "goproxy":
+		return "goproxy"
 	case t.Kind == kindCeiling:
 		return "bare relay"
 	case t.Kind == kindDirect:
@@ -43,6 +45,7 @@ var colours = map[string]color.Color{
 	"pgbouncer":   color.RGBA{0x17, 0xbe, 0xcf, 0xff},
 	"bare relay":  color.RGBA{0x8c, 0x56, 0x4b, 0xff},
 	"direct":      color.RGBA{0x1f, 0x77, 0xb4, 0xff},
+	"goproxy":     color.RGBA{0xe3, 0x77, 0xc2, 0xff},
 }
 
 func colour(t *Target) color.Color {

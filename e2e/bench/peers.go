@@ -47,6 +47,8 @@ func proxyPeers() []proxyPeer {
 		{"tinyproxy", kindPeer, (*bench).startTinyproxy},
 		{"smokescreen", kindPeer, (*bench).startSmokescreen},
 		{"relay", kindCeiling, (*bench).startRelay},
+		// Not in the default -peers: the library egressd builds on, bare.
+		{"goproxy", kindCeiling, (*bench).startGoproxy},
 	}
 }
 
@@ -254,4 +256,18 @@ func (b *bench) startRelay(cpus string) (*running, error) {
 	}
 	addr := loopback()
 	return b.launch("relay", cpus, d, addr, true, self, "-serve-relay", addr, "-relay-dns", b.org.dns)
+}
+
+// startGoproxy runs this program's bare goproxy (-serve-goproxy).
+func (b *bench) startGoproxy(cpus string) (*running, error) {
+	d, err := b.dir("goproxy", "")
+	if err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	addr := loopback()
+	return b.launch("goproxy", cpus, d, addr, true, self, "-serve-goproxy", addr, "-relay-dns", b.org.dns)
 }

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/elazarl/goproxy"
 )
 
 // The ceilings: bare Go relays with no identity, policy, address checks or
@@ -20,13 +22,14 @@ import (
 // request is one http.Transport round trip.
 
 // The relays' flags: internal, set by startRelay and startPgRelay.
-var relayArgs struct{ relay, dns, pgRelay, upstream string }
+var relayArgs struct{ relay, dns, pgRelay, upstream, goproxy string }
 
 func relayFlags(fs *flag.FlagSet) {
 	fs.StringVar(&relayArgs.relay, "serve-relay", "", "internal: run the bare HTTP relay on this address")
 	fs.StringVar(&relayArgs.dns, "relay-dns", "", "internal: DNS server of the bare HTTP relay")
 	fs.StringVar(&relayArgs.pgRelay, "serve-pgrelay", "", "internal: run the bare Postgres relay on this address")
 	fs.StringVar(&relayArgs.upstream, "relay-upstream", "", "internal: upstream of the bare Postgres relay")
+	fs.StringVar(&relayArgs.goproxy, "serve-goproxy", "", "internal: run a bare goproxy on this address")
 }
 
 // relayCommand is the relay the parsed flags ask for, or nil.
@@ -36,19 +39,37 @@ func relayCommand() func() error {
 		return func() error { return serveRelay(relayArgs.relay, relayArgs.dns) }
 	case relayArgs.pgRelay != "":
 		return func() error { return servePgRelay(relayArgs.pgRelay, relayArgs.upstream) }
+	case relayArgs.goproxy != "":
+		return func() error { return serveGoproxy(relayArgs.goproxy, relayArgs.dns) }
 	}
 	return nil
 }
 
-// serveRelay runs the HTTP relay on addr; names resolve through dnsAddr.
-func serveRelay(addr, dnsAddr string) error {
-	dialer := &net.Dialer{Timeout: 10 * time.Second, Resolver: &net.Resolver{
+// relayDialer dials with names resolved through dnsAddr.
+func relayDialer(dnsAddr string) *net.Dialer {
+	return &net.Dialer{Timeout: 10 * time.Second, Resolver: &net.Resolver{
 		PreferGo: true,
 		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, network, dnsAddr)
 		},
 	}}
+}
+
+// serveGoproxy runs the library egressd's proxy is built on, bare: no
+// identity, policy, address checks or audit. What egressd adds to it is
+// egressd's own cost.
+func serveGoproxy(addr, dnsAddr string) error {
+	gp := goproxy.NewProxyHttpServer()
+	gp.Tr = &http.Transport{DialContext: relayDialer(dnsAddr).DialContext, MaxIdleConnsPerHost: 64}
+	gp.ConnectDial = relayDialer(dnsAddr).Dial
+	srv := &http.Server{Addr: addr, Handler: gp, ReadHeaderTimeout: 10 * time.Second}
+	return srv.ListenAndServe()
+}
+
+// serveRelay runs the HTTP relay on addr; names resolve through dnsAddr.
+func serveRelay(addr, dnsAddr string) error {
+	dialer := relayDialer(dnsAddr)
 	tr := &http.Transport{DialContext: dialer.DialContext, MaxIdleConnsPerHost: 64, MaxIdleConns: 512}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodConnect {
