@@ -3,23 +3,58 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// Idle tunnels and the RSS they cost.
+// Idle tunnels and the memory they cost: a fresh instance of each proxy,
+// b.o.tunnels CONNECT tunnels to the holder opened and left silent, then
+// the peak RSS of the proxy's processes.
 
-// startHolder accepts connections and keeps them open without a byte.
-func startHolder() (int, error) {
-	return serveTCP(func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+// held counts the connections the holder has accepted, so the bench waits
+// until every tunnel reached it instead of sleeping.
+var held atomic.Int64
+
+func (b *bench) idleWorkload() *Workload {
+	wl := &Workload{ID: "idle", Title: fmt.Sprintf("%d idle tunnels, peak RSS", b.o.tunnels), Unit: "MiB",
+		LowerIsBetter: true, Scale: b.o.tunnels,
+		Note: "A fresh instance of each proxy; peak RSS (VmHWM) summed over the proxy's processes once every tunnel has reached the origin. tinyproxy is left out: it runs a thread per connection."}
+	for _, pp := range proxyPeers() {
+		if pp.name == "tinyproxy" || !b.wantPeer(pp.name) {
+			continue
+		}
+		t := wl.target(pp.name, pp.kind)
+		p, err := pp.start(b, b.o.proxyCPU)
+		if err != nil {
+			t.fail("error: " + err.Error())
+			continue
+		}
+		if err := b.openIdle(p); err != nil {
+			t.fail("error: " + err.Error())
+		} else {
+			t.Rounds = append(t.Rounds, Round{Rate: float64(p.rss("VmHWM")) / 1024})
+			b.progress("%s: %d idle tunnels, peak RSS %.0f MiB", t.Name, b.o.tunnels, t.Rounds[0].Rate)
+		}
+		p.stop()
+	}
+	return wl
 }
 
-func benchIdle(o options, e *egressd, port int) error {
-	before, _ := e.status("VmRSS")
-	target := fmt.Sprintf("127.0.0.1:%d", port)
-	conns := make([]net.Conn, o.tunnels)
+// openIdle opens the tunnels through p, waits until the holder has them
+// all, and closes them when it returns.
+func (b *bench) openIdle(p *running) error {
+	target := fmt.Sprintf("127.0.0.1:%d", b.org.holder)
+	start := held.Load()
+	conns := make([]net.Conn, b.o.tunnels)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
 	var mu sync.Mutex
 	var firstErr error
 	ctx, cancel := context.WithCancel(context.Background())
@@ -33,7 +68,7 @@ func benchIdle(o options, e *egressd, port int) error {
 			if ctx.Err() != nil {
 				return
 			}
-			c, err := dialTunnel(e.proxy, target)
+			c, err := dialTunnel(p.addr, target)
 			if err != nil {
 				mu.Lock()
 				if firstErr == nil {
@@ -47,26 +82,15 @@ func benchIdle(o options, e *egressd, port int) error {
 		})
 	}
 	wg.Wait()
-	defer func() {
-		for _, c := range conns {
-			if c != nil {
-				c.Close()
-			}
-		}
-	}()
 	if firstErr != nil {
 		return fmt.Errorf("open tunnels: %w", firstErr)
 	}
-	time.Sleep(2 * time.Second)
-	rss, err := e.status("VmRSS")
-	if err != nil {
-		return err
+	deadline := time.Now().Add(30 * time.Second)
+	for held.Load()-start < int64(b.o.tunnels) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d tunnels reached the origin", held.Load()-start, b.o.tunnels)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	hwm, err := e.status("VmHWM")
-	if err != nil {
-		return err
-	}
-	fmt.Printf("idle tunnels: %d open; egressd RSS %d MiB (before %d MiB), peak RSS %d MiB (target <= 200) %s\n",
-		o.tunnels, rss>>10, before>>10, hwm>>10, verdict(hwm>>10 <= 200))
 	return nil
 }

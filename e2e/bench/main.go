@@ -1,339 +1,345 @@
-// Command bench measures egressd against a direct connection on loopback, in
-// the same run: keep-alive GETs of 1 KiB (wrk), CONNECT bulk throughput, and
-// peak RSS with thousands of idle tunnels. egressd runs pinned to one core
-// (-proxy-cpu), the load generator and upstreams to another (-load-cpu),
-// with policy and audit on.
+// Command bench measures egressd against the proxies users would run
+// instead, in the same run, and writes BENCHMARKS.md (with a chart and the
+// raw results as JSON) from what it measured:
 //
-//	go run ./e2e/bench                  # builds egressd, prints the figures
-//	go run ./e2e/bench -profile cpu     # also writes cpu-http.pprof, cpu-connect.pprof
+//	go run ./e2e/bench -install   # installs the peers when missing, then the full run (< 15 min)
+//	go run ./e2e/bench -quick     # smoke run: every workload once, briefly; measures nothing
+//
+// Peers: Squid (squid-openssl, also for ssl_bump), tinyproxy, smokescreen
+// (Go module, pinned version), PgBouncer in session mode, and bare Go
+// relays as ceilings. Each proxy is pinned to -proxy-cpu, the load
+// generators, origins and PostgreSQL to -load-cpu; targets are interleaved
+// within each round and medians reported. Every process the run starts is
+// stopped on every exit path, signals included, and the run fails if one
+// is left.
 package main
 
 import (
-	"bytes"
-	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/elazarl/goproxy"
-
-	"github.com/egressd/egressd/proxy/pggate/pgtest"
-	"github.com/egressd/egressd/rego"
 )
 
 type options struct {
-	egressd  string
-	proxyCPU string
-	loadCPU  string
-	duration time.Duration
-	conns    int
-	rounds   int
-	bulk     int64
-	tunnels  int
-	profile  string
-	keep     bool
-	only     string
-	baseline bool
+	egressd   string
+	proxyCPU  string
+	loadCPU   string
+	duration  time.Duration
+	conns     int
+	rounds    int
+	maxReqs   int64
+	bulk      int64
+	tunnels   int
+	pgRounds  int
+	pgSeconds int
+	pgClients int
+	pgScale   int
+	only      string
+	peers     string
+	install   bool
+	quick     bool
+	out       string
+	keep      bool
+	timeout   time.Duration
+	profile   string
 }
+
+// workloadIDs are the parts -only selects from, in run order.
+var workloadIDs = []string{"get", "connect", "connect-tls", "https", "leaf", "pgbench", "idle", "get-unpinned"}
 
 func main() {
 	var o options
 	flag.StringVar(&o.egressd, "egressd", "", "egressd binary (default: build ./cmd/egressd)")
-	flag.StringVar(&o.proxyCPU, "proxy-cpu", "1", "CPU list egressd is pinned to (taskset -c)")
-	flag.StringVar(&o.loadCPU, "load-cpu", "0", "CPU list wrk, the upstreams and this program are pinned to")
-	flag.DurationVar(&o.duration, "duration", 5*time.Second, "length of each wrk run")
-	flag.IntVar(&o.conns, "conns", 32, "wrk connections for the throughput runs")
-	flag.IntVar(&o.rounds, "rounds", 3, "alternating direct/proxied rounds; medians are reported")
-	flag.Int64Var(&o.bulk, "bulk", 2<<30, "bytes per CONNECT bulk transfer")
+	flag.StringVar(&o.proxyCPU, "proxy-cpu", "1", "CPU list every proxy is pinned to (taskset -c)")
+	flag.StringVar(&o.loadCPU, "load-cpu", "0", "CPU list the load generators, origins, PostgreSQL and this program are pinned to")
+	flag.DurationVar(&o.duration, "duration", 5*time.Second, "length of each HTTP load run")
+	flag.IntVar(&o.conns, "conns", 32, "keep-alive connections of the HTTP loads")
+	flag.IntVar(&o.rounds, "rounds", 3, "rounds of the proxy workloads (every target once per round); medians are reported")
+	flag.Int64Var(&o.maxReqs, "max-requests", 10_000_000, "bound on requests per connection of the Go load generator")
+	flag.Int64Var(&o.bulk, "bulk", 1<<30, "bytes per CONNECT bulk transfer")
 	flag.IntVar(&o.tunnels, "tunnels", 5000, "idle tunnels for the RSS measurement")
-	flag.StringVar(&o.profile, "profile", "", "write CPU profiles of egressd, PREFIX-http.pprof and PREFIX-connect.pprof, during the first proxied round")
-	flag.BoolVar(&o.keep, "keep", false, "keep the work directory")
-	flag.StringVar(&o.only, "only", "http,connect,idle", "comma-separated parts to run")
-	flag.BoolVar(&o.baseline, "baseline", true, "also measure a bare goproxy (no policy, audit, identity) on the same core")
-	serveGoproxy := flag.String("serve-goproxy", "", "internal: run a bare goproxy on this address")
+	flag.IntVar(&o.pgRounds, "pg-rounds", 5, "rounds of the pgbench workloads")
+	flag.IntVar(&o.pgSeconds, "pg-seconds", 5, "length of each pgbench run (-T)")
+	flag.IntVar(&o.pgClients, "pg-clients", 4, "pgbench clients (-c)")
+	flag.IntVar(&o.pgScale, "pg-scale", 1, "pgbench scale (-i -s)")
+	flag.StringVar(&o.only, "only", strings.Join(workloadIDs, ","), "comma-separated workloads to run")
+	flag.StringVar(&o.peers, "peers", "egressd,squid,tinyproxy,smokescreen,relay", "comma-separated proxies for the get, connect and idle workloads")
+	flag.BoolVar(&o.install, "install", false, "install missing Debian packages (apt-get) and smokescreen (go install) first")
+	flag.BoolVar(&o.quick, "quick", false, "smoke run: 1 s loads, one round, small transfers; the report says it measures nothing")
+	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write; the chart (.png) and raw results (.json) go beside it; empty: none")
+	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs and logs of every proxy)")
+	flag.StringVar(&o.profile, "profile", "", "save egressd's CPU profile during its first round of each workload as PREFIX-WORKLOAD.pprof")
+	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "end the run (stopping every process) if it takes longer")
+	render := flag.String("render", "", "write the report (-out) and chart from a saved results JSON instead of measuring")
+	relayFlags(flag.CommandLine)
 	flag.Parse()
-	if *serveGoproxy != "" {
-		gp := goproxy.NewProxyHttpServer()
-		gp.Tr = &http.Transport{MaxIdleConnsPerHost: 64}
-		fmt.Fprintln(os.Stderr, http.ListenAndServe(*serveGoproxy, gp))
+	if serve := relayCommand(); serve != nil {
+		fmt.Fprintln(os.Stderr, "bench:", serve())
 		os.Exit(1)
 	}
-	if err := run(o); err != nil {
+	if *render != "" {
+		if err := rerender(*render, o.out); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if o.quick {
+		o = quickOptions(o)
+	}
+	cleanupOnSignal()
+	time.AfterFunc(o.timeout, func() {
+		fmt.Fprintf(os.Stderr, "bench: the run took longer than -timeout %v: stopping every process of this run\n", o.timeout)
+		if err := cleanup(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+		}
+		os.Exit(1)
+	})
+	err := run(o, os.Args[1:])
+	if cerr := cleanup(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(o options) error {
-	if _, err := exec.LookPath("wrk"); err != nil {
-		return errors.New("wrk not found (apt-get install wrk)")
-	}
-	// Pin this process (upstreams, CONNECT clients) next to wrk.
-	if err := exec.Command("taskset", "-a", "-p", "-c", o.loadCPU, strconv.Itoa(os.Getpid())).Run(); err != nil {
-		return fmt.Errorf("taskset self: %w", err)
-	}
-	work, err := os.MkdirTemp("", "egressd-bench-")
-	if err != nil {
-		return err
-	}
-	if !o.keep {
-		defer os.RemoveAll(work) //nolint:errcheck // a temporary directory; a leftover is harmless
-	}
-	if o.egressd == "" {
-		o.egressd = filepath.Join(work, "egressd")
-		cmd := exec.Command("go", "build", "-o", o.egressd, "./cmd/egressd")
-		cmd.Stderr = os.Stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("build egressd: %w", err)
-		}
-	}
+// quickOptions is o shortened to a smoke run: every workload once, briefly.
+func quickOptions(o options) options {
+	o.quick = true
+	o.duration, o.rounds, o.pgRounds, o.pgSeconds, o.pgClients, o.pgScale = time.Second, 1, 1, 1, 2, 1
+	o.bulk, o.tunnels, o.conns, o.maxReqs = 64<<20, 200, 8, 100_000
+	return o
+}
 
-	httpUp, err := startHTTPUpstream()
-	if err != nil {
-		return err
-	}
-	sink, err := startSink()
-	if err != nil {
-		return err
-	}
-	holder, err := startHolder()
-	if err != nil {
-		return err
-	}
-	e, err := startEgressd(o, work, []int{httpUp, sink, holder})
-	if err != nil {
-		return err
-	}
-	defer e.stop()
+// bench is one run: its options, work directory, origin and results.
+type bench struct {
+	o           options
+	work        string
+	org         *origin
+	egressd     string
+	smokescreen string
+	res         *Results
+	started     time.Time
+}
 
-	fmt.Printf("egressd pinned to CPU %s; wrk, upstreams and clients to CPU %s; GOMAXPROCS(bench)=%d\n",
-		o.proxyCPU, o.loadCPU, runtime.GOMAXPROCS(0))
-	parts := []struct {
-		name string
-		run  func() error
-	}{
-		{"http", func() error { return benchHTTP(o, e, httpUp) }},
-		{"connect", func() error { return benchConnect(o, e, sink) }},
-		{"idle", func() error { return benchIdle(o, e, holder) }},
+func (b *bench) progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[%5.0fs] %s\n", time.Since(b.started).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (b *bench) want(id string) bool { return listHas(b.o.only, id) }
+
+func (b *bench) wantPeer(name string) bool { return listHas(b.o.peers, name) }
+
+func listHas(list, x string) bool { return strings.Contains(","+list+",", ","+x+",") }
+
+// validate refuses a workload or peer name the bench does not know: a
+// typo would otherwise measure nothing and say nothing.
+func validate(o options) error {
+	var peers []string
+	for _, pp := range proxyPeers() {
+		peers = append(peers, pp.name)
 	}
-	for _, p := range parts {
-		if !strings.Contains(","+o.only+",", ","+p.name+",") {
-			continue
-		}
-		if err := p.run(); err != nil {
-			return fmt.Errorf("%s: %w", p.name, err)
+	for _, c := range []struct {
+		flag, list string
+		known      []string
+	}{{"-only", o.only, workloadIDs}, {"-peers", o.peers, peers}} {
+		for _, x := range strings.Split(c.list, ",") {
+			if x != "" && indexOfString(c.known, x) < 0 {
+				return fmt.Errorf("%s: unknown %q; choose from %s", c.flag, x, strings.Join(c.known, ","))
+			}
 		}
 	}
-	load, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("load average during the run: %s", load)
 	return nil
 }
 
-// egressd is the process under test.
-type egressd struct {
-	cmd   *exec.Cmd
-	proxy string
-	admin string
-	audit string
-}
-
-// serveTCP accepts loopback connections until the program ends, running
-// handle on each and closing the connection after it; it returns the port.
-func serveTCP(handle func(net.Conn)) (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+func run(o options, args []string) error {
+	if err := validate(o); err != nil {
+		return err
 	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				handle(c)
-			}()
+	b := &bench{o: o, started: time.Now(), res: &Results{
+		Smoke: o.quick, Date: time.Now().UTC(), Versions: map[string]string{},
+		Command: strings.TrimSpace("go run ./e2e/bench " + strings.Join(args, " ")),
+	}}
+	b.res.Machine = machine()
+	if err := b.prepare(); err != nil {
+		return err
+	}
+	b.res.Commit = commit()
+	b.res.Versions = b.versions()
+	measured := time.Now()
+	if o.loadCPU != "" {
+		// This program (origins, Go load generator) and every child not
+		// pinned otherwise (wrk, pgbench, PostgreSQL) share the load core.
+		if err := exec.Command("taskset", "-a", "-p", "-c", o.loadCPU, strconv.Itoa(os.Getpid())).Run(); err != nil {
+			return fmt.Errorf("taskset self: %w", err)
 		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-func freePort() int {
-	port, err := pgtest.FreePort()
+	}
+	org, err := startOrigin(b.work)
 	if err != nil {
-		panic(err)
+		return fmt.Errorf("origin: %w", err)
 	}
-	return port
-}
+	b.org = org
+	b.res.Settings = b.settings()
 
-func startEgressd(o options, work string, ports []int) (*egressd, error) {
-	pol := filepath.Join(work, "policy")
-	if err := rego.Write(pol, false); err != nil {
-		return nil, err
+	if b.want("get") || b.want("connect") || b.want("connect-tls") {
+		b.res.Workloads = append(b.res.Workloads, b.proxyWorkloads(o.proxyCPU, o.loadCPU, "")...)
 	}
-	var ps []string
-	for _, p := range ports {
-		ps = append(ps, strconv.Itoa(p))
+	if b.want("https") {
+		b.res.Workloads = append(b.res.Workloads, b.httpsWorkload())
 	}
-	data := fmt.Sprintf(`{"rules":[{"id":"bench","hosts":["127.0.0.1"],"ports":[%s],"tls":false}]}`, strings.Join(ps, ","))
-	if err := os.WriteFile(filepath.Join(pol, "data.json"), []byte(data), 0o644); err != nil {
-		return nil, err
+	if b.want("leaf") {
+		b.res.Workloads = append(b.res.Workloads, b.leafWorkloads()...)
 	}
-	e := &egressd{
-		proxy: fmt.Sprintf("127.0.0.1:%d", freePort()),
-		admin: fmt.Sprintf("127.0.0.1:%d", freePort()),
-		audit: filepath.Join(work, "audit"),
+	if b.want("pgbench") {
+		b.res.Workloads = append(b.res.Workloads, b.pgWorkloads()...)
 	}
-	cfg := fmt.Sprintf(`log: {level: warn}
-proxy:
-  listen: %s
-  max_conns: 20000
-  per_identity_max_conns: 20000
-  per_identity_rate: 1000000
-  per_identity_burst: 1000000
-admin: {listen: %s}
-audit: {dir: %s}
-dns: {upstreams: ["127.0.0.1:1"]}
-policy: {dir: %s}
-internal:
-  - cidr: 127.0.0.1
-    ports: [%s]
-    action: allow
-`, e.proxy, e.admin, e.audit, pol, strings.Join(ps, ", "))
-	cfgPath := filepath.Join(work, "egressd.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		return nil, err
+	if b.want("idle") {
+		b.res.Workloads = append(b.res.Workloads, b.idleWorkload())
 	}
-	e.cmd = exec.Command("taskset", "-c", o.proxyCPU, o.egressd, "serve", "--config", cfgPath)
-	e.cmd.Stderr = os.Stderr
-	if err := e.cmd.Start(); err != nil {
-		return nil, err
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + e.admin + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			return e, nil
+	if b.want("get-unpinned") {
+		if err := b.unpin(); err != nil {
+			return err
 		}
-		time.Sleep(50 * time.Millisecond)
+		b.res.Workloads = append(b.res.Workloads, b.proxyWorkloads("", "", "unpinned")...)
 	}
-	e.stop()
-	return nil, errors.New("egressd did not come up")
+	b.res.Machine.LoadAvg = loadAvg()
+	b.res.Elapsed = time.Since(measured)
+	b.progress("done")
+	return b.write()
 }
 
-func (e *egressd) stop() {
-	e.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { e.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		e.cmd.Process.Kill()
-		<-done
+// unpin lets this program and its children use every CPU again.
+func (b *bench) unpin() error {
+	all := fmt.Sprintf("0-%d", b.res.Machine.NProc-1)
+	if err := exec.Command("taskset", "-a", "-p", "-c", all, strconv.Itoa(os.Getpid())).Run(); err != nil {
+		return fmt.Errorf("taskset self: %w", err)
 	}
+	return nil
 }
 
-// status reads a field (kB) of /proc/PID/status.
-func (e *egressd) status(field string) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", e.cmd.Process.Pid))
-	if err != nil {
-		return 0, err
+// proxyWorkloads runs the keep-alive GET and CONNECT workloads through
+// every selected proxy, started once and kept for all rounds; with an
+// unpinned tag, only keep-alive GET, nothing pinned.
+func (b *bench) proxyWorkloads(proxyCPUs, loadCPUs, tag string) []*Workload {
+	get := &Workload{ID: "get", Title: "keep-alive GET 1 KiB", Unit: "req/s", CPUUnit: "ms per 1,000 requests", Latency: true,
+		Note: fmt.Sprintf("wrk, %d connections, %v per run, policy and audit on in egressd; Squid with its access log on and caching off; tinyproxy at LogLevel Warning.", b.o.conns, b.o.duration)}
+	connect := &Workload{ID: "connect", Title: "CONNECT bulk, plain inside", Unit: "MiB/s", CPUUnit: "ms per GiB",
+		Note: fmt.Sprintf("One tunnel, %d MiB per transfer.", b.o.bulk>>20)}
+	connectTLS := &Workload{ID: "connect-tls", Title: "CONNECT bulk, TLS inside", Unit: "MiB/s", CPUUnit: "ms per GiB",
+		Note: fmt.Sprintf("One tunnel, %d MiB per transfer inside TLS (egressd checks the SNI against the CONNECT host).", b.o.bulk>>20)}
+	wls := []*Workload{get, connect, connectTLS}
+	if tag != "" {
+		get.ID, get.Title = "get-unpinned", get.Title+", unpinned"
+		get.Note += " Nothing pinned: proxies, wrk and origin share every CPU."
+		wls = []*Workload{get}
+	} else {
+		if !b.want("get") {
+			wls = removeWorkload(wls, get)
+		}
+		if !b.want("connect") {
+			wls = removeWorkload(wls, connect)
+		}
+		if !b.want("connect-tls") {
+			wls = removeWorkload(wls, connectTLS)
+		}
 	}
-	m := regexp.MustCompile(field + `:\s+(\d+) kB`).FindSubmatch(b)
-	if m == nil {
-		return 0, fmt.Errorf("no %s in status", field)
+	for _, wl := range wls {
+		wl.target("direct", kindDirect)
 	}
-	return strconv.ParseInt(string(m[1]), 10, 64)
-}
-
-// cpuTime is the process's user+system CPU time so far.
-func (e *egressd) cpuTime() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", e.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name (which may contain spaces).
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
-}
-
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[len(s)/2]
-}
-
-// cpuTimes is busy and total jiffies per CPU, from /proc/stat.
-type cpuTimes struct{ busy, total []int64 }
-
-func readCPUTimes() cpuTimes {
-	var t cpuTimes
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return t
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 8 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+	var procs []*running
+	for _, pp := range proxyPeers() {
+		if !b.wantPeer(pp.name) {
+			procs = append(procs, nil)
 			continue
 		}
-		var all, idle int64
-		for i, x := range f[1:] {
-			v, _ := strconv.ParseInt(x, 10, 64)
-			all += v
-			if i == 3 || i == 4 { // idle, iowait
-				idle += v
+		p, err := pp.start(b, proxyCPUs)
+		if err != nil {
+			for _, wl := range wls {
+				wl.target(pp.name, pp.kind).fail("error: " + err.Error())
+			}
+		} else {
+			defer p.stop()
+		}
+		procs = append(procs, p)
+	}
+	for round := range b.o.rounds {
+		for _, wl := range wls {
+			for i, pp := range append([]proxyPeer{{name: "direct", kind: kindDirect}}, proxyPeers()...) {
+				var p *running
+				if i > 0 {
+					p = procs[i-1]
+					if p == nil {
+						continue
+					}
+				}
+				t := wl.target(pp.name, pp.kind)
+				var prof *running
+				if pp.kind == kindEgressd {
+					prof = p
+				}
+				switch wl {
+				case get:
+					b.withProfile(prof, wl.ID, round, b.o.duration-time.Second, func() { b.getRound(t, p, loadCPUs) })
+				case connect:
+					b.withProfile(prof, wl.ID, round, time.Second, func() { b.bulkRound(t, p, false) })
+				case connectTLS:
+					b.withProfile(prof, wl.ID, round, time.Second, func() { b.bulkRound(t, p, true) })
+				}
 			}
 		}
-		t.busy, t.total = append(t.busy, all-idle), append(t.total, all)
 	}
-	return t
+	return wls
 }
 
-// busySince is each CPU's busy fraction between before and t.
-func (t cpuTimes) busySince(before cpuTimes) []float64 {
-	var out []float64
-	for i := range min(len(t.total), len(before.total)) {
-		if d := t.total[i] - before.total[i]; d > 0 {
-			out = append(out, float64(t.busy[i]-before.busy[i])/float64(d))
-		} else {
-			out = append(out, 0)
+func removeWorkload(wls []*Workload, w *Workload) []*Workload {
+	var out []*Workload
+	for _, x := range wls {
+		if x != w {
+			out = append(out, x)
 		}
 	}
 	return out
 }
 
-// medianBusy formats the per-CPU median of several busySince results.
-func medianBusy(runs [][]float64) string {
-	if len(runs) == 0 {
-		return "n/a"
+// prepare checks (or installs) what the selected workloads need, makes the
+// work directory and builds egressd.
+func (b *bench) prepare() error {
+	if err := b.requirements(); err != nil {
+		return err
 	}
-	var parts []string
-	for cpu := range runs[0] {
-		var xs []float64
-		for _, r := range runs {
-			if cpu < len(r) {
-				xs = append(xs, r[cpu])
-			}
+	work, err := os.MkdirTemp("", "egressd-bench-")
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(work, 0o755); err != nil {
+		return err
+	}
+	b.work = work
+	if b.o.keep {
+		fmt.Fprintln(os.Stderr, "bench: work directory", work)
+	} else {
+		atExit(func() { os.RemoveAll(work) })
+	}
+	b.egressd = b.o.egressd
+	if b.egressd == "" && b.needsEgressd() {
+		b.egressd = filepath.Join(work, "egressd")
+		cmd := exec.Command("go", "build", "-o", b.egressd, "./cmd/egressd")
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("build egressd (run from the repository root): %w", err)
 		}
-		parts = append(parts, fmt.Sprintf("cpu%d %.0f%%", cpu, 100*median(xs)))
 	}
-	return strings.Join(parts, ", ")
+	return nil
+}
+
+func (b *bench) needsEgressd() bool {
+	proxied := b.want("get") || b.want("connect") || b.want("connect-tls") || b.want("idle") || b.want("get-unpinned")
+	return proxied && b.wantPeer("egressd") || b.want("https") || b.want("pgbench")
 }
