@@ -108,7 +108,8 @@ func selectors(expr string) []selector {
 		s := selector{name: name, labels: map[string]string{}}
 		if m[1] != "" {
 			var i int
-			fmt.Sscanf(strings.TrimSpace(m[1]), "{%d}", &i)
+			// m[1] is a placeholder this function wrote itself ({0}, {1}, …).
+			fmt.Sscanf(strings.TrimSpace(m[1]), "{%d}", &i) //nolint:errcheck // see above
 			for _, eq := range promEqual.FindAllStringSubmatch(matchers[i], -1) {
 				s.labels[eq[1]] = eq[2]
 			}
@@ -227,7 +228,7 @@ func scrapeRunningEgressd(t *testing.T) (string, map[string][]map[string]string)
 			t.Fatalf("egressd exited before serving: %v", sc.Err())
 		}
 		serving.Msg = ""
-		json.Unmarshal(sc.Bytes(), &serving)
+		json.Unmarshal(sc.Bytes(), &serving) //nolint:errcheck // non-JSON lines (a build's output) are skipped
 	}
 	go io.Copy(io.Discard, stderr)
 	if serving.Metrics == "" {

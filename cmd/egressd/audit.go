@@ -182,7 +182,7 @@ func runAuditKeygen(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("audit keygen: %w", err)
 	}
 	if err := writeNew(*out, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: privDER}), 0o600); err != nil {
-		os.Remove(pubPath)
+		os.Remove(pubPath) //nolint:errcheck // undoing a half-made key pair; the write error is the one reported
 		return fmt.Errorf("audit keygen: %w", err)
 	}
 	_, err = stdout.Write(pubPEM)
@@ -196,12 +196,12 @@ func writeNew(path string, b []byte, mode os.FileMode) error {
 		return err
 	}
 	if _, err := f.Write(b); err != nil {
-		f.Close()
-		os.Remove(path)
+		f.Close()       //nolint:errcheck // the write already failed; that error is reported
+		os.Remove(path) //nolint:errcheck // removing the partial file; the write error is reported
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {
-		os.Remove(path)
+		os.Remove(path) //nolint:errcheck // removing the partial file; the close error is reported
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil

@@ -227,7 +227,9 @@ func TestAuditSignedCLI(t *testing.T) {
 		t.Errorf("audit keygen over an existing key = %d; want 2", code)
 	}
 	other := filepath.Join(dir, "other.key")
-	os.WriteFile(other+".pub", []byte("kept"), 0o644)
+	if err := os.WriteFile(other+".pub", []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if code, _, _ := runCLI("audit", "keygen", "--out", other); code != 2 {
 		t.Errorf("audit keygen with FILE.pub left over = %d; want 2 (it must not replace a public key others check against)", code)
 	}

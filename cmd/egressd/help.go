@@ -79,7 +79,7 @@ func (h helpText) write(w io.Writer, fs *flag.FlagSet) {
 		}
 	}
 	fmt.Fprintf(&b, "\nexit status: %s\n", h.exit)
-	io.WriteString(w, b.String())
+	fmt.Fprint(w, b.String())
 }
 
 // writeColumns prints rows as two aligned columns indented by two spaces.

@@ -17,9 +17,9 @@ func TestServeRunsWithTwoProcsOnOneCore(t *testing.T) {
 	env, hadEnv := os.LookupEnv("GOMAXPROCS")
 	t.Cleanup(func() {
 		if hadEnv {
-			os.Setenv("GOMAXPROCS", env)
+			os.Setenv("GOMAXPROCS", env) //nolint:errcheck // restoring a valid name and value cannot fail
 		} else {
-			os.Unsetenv("GOMAXPROCS")
+			os.Unsetenv("GOMAXPROCS") //nolint:errcheck // unsetting a valid name cannot fail
 		}
 	})
 	tests := []struct {
@@ -36,9 +36,13 @@ func TestServeRunsWithTwoProcsOnOneCore(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.env == "" {
-				os.Unsetenv("GOMAXPROCS")
+				if err := os.Unsetenv("GOMAXPROCS"); err != nil {
+					t.Fatal(err)
+				}
 			} else {
-				os.Setenv("GOMAXPROCS", tt.env)
+				if err := os.Setenv("GOMAXPROCS", tt.env); err != nil {
+					t.Fatal(err)
+				}
 			}
 			runtime.GOMAXPROCS(tt.procs)
 			// The config does not exist: serve stops right after startup.

@@ -106,7 +106,7 @@ func startupFailed(log *zap.Logger, err error) error {
 		return &exitError{code: 2, err: err}
 	}
 	log.Error("egressd cannot run", zap.Error(err))
-	log.Sync()
+	log.Sync() //nolint:errcheck // flushing stderr at exit: nowhere left to report a failure
 	return &exitError{code: 2, err: err, logged: true}
 }
 

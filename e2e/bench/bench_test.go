@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && strings.HasPrefix(os.Args[1], "-serve-") {
 		fs := flag.NewFlagSet("relay", flag.ExitOnError)
 		relayFlags(fs)
-		fs.Parse(os.Args[1:])
+		fs.Parse(os.Args[1:]) //nolint:errcheck // ContinueOnError is not set: a bad flag exits
 		fmt.Fprintln(os.Stderr, relayCommand()())
 		os.Exit(1)
 	}
@@ -236,7 +236,7 @@ func TestInterruptedRunLeavesNoProcess(t *testing.T) {
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		for _, pid := range leftovers(marker) {
-			syscall.Kill(pid, syscall.SIGKILL)
+			syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // cleanup of a process that may be gone
 		}
 	})
 	// The bench itself and its relay.
@@ -346,7 +346,7 @@ func TestStopReachesOtherSessions(t *testing.T) {
 	helpers := p.pids()
 	t.Cleanup(func() {
 		for _, pid := range helpers {
-			syscall.Kill(pid, syscall.SIGKILL)
+			syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // cleanup of a process that may be gone
 		}
 	})
 	p.stop()

@@ -97,7 +97,7 @@ func writeChart(path string, r *Results) error {
 		return fmt.Errorf("chart: %w", err)
 	}
 	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
+		f.Close() //nolint:errcheck // the write already failed; that error is returned
 		return fmt.Errorf("chart: write %s: %w", path, err)
 	}
 	return f.Close()

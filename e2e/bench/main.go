@@ -325,7 +325,7 @@ func (b *bench) prepare() error {
 	if b.o.keep {
 		fmt.Fprintln(os.Stderr, "bench: work directory", work)
 	} else {
-		atExit(func() { os.RemoveAll(work) })
+		atExit(func() { os.RemoveAll(work) }) //nolint:errcheck // a temporary directory; a leftover is harmless
 	}
 	b.egressd = b.o.egressd
 	if b.egressd == "" && b.needsEgressd() {

@@ -148,7 +148,7 @@ func writeReport(r *Results, out string) (string, error) {
 		return "", err
 	}
 	if err := renderMarkdown(f, r, rel); err != nil {
-		f.Close()
+		f.Close() //nolint:errcheck // the write already failed; that error is returned
 		return "", err
 	}
 	return rel, f.Close()

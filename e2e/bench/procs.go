@@ -43,7 +43,7 @@ var runMarker = os.Getenv(markerEnv)
 func init() {
 	if runMarker == "" {
 		runMarker = fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano())
-		os.Setenv(markerEnv, runMarker)
+		os.Setenv(markerEnv, runMarker) //nolint:errcheck // a valid name and value cannot fail
 	}
 }
 
@@ -85,7 +85,7 @@ func startProc(name, cpus, log string, argv ...string) (*proc, error) {
 		if err != nil {
 			return nil, fmt.Errorf("start %s: %w", name, err)
 		}
-		defer f.Close()
+		defer f.Close() //nolint:errcheck // opened read-only
 		cmd.Stdout, cmd.Stderr = f, f
 	}
 	registry.Lock()

@@ -44,7 +44,7 @@ func fetchProfile(admin, file string, secs int) error {
 		return err
 	}
 	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
+		f.Close() //nolint:errcheck // the write already failed; that error is returned
 		return err
 	}
 	return f.Close()

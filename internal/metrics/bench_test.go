@@ -15,6 +15,8 @@ func BenchmarkCounting(b *testing.B) {
 	r := audit.Decided(audit.KindSQL, "a", "c", audit.Verdict{Allow: true, Reason: reasonAllowed})
 	b.ReportAllocs()
 	for b.Loop() {
-		app.Append(r)
+		if err := app.Append(r); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -117,14 +117,14 @@ func lockDir(dir string) (*dirLock, error) {
 		return nil, fmt.Errorf("lock CA directory: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
+		f.Close() //nolint:errcheck // the lock failed; that error is returned
 		return nil, fmt.Errorf("lock CA directory: %w", err)
 	}
 	return &dirLock{f: f}, nil
 }
 
 // unlock releases the lock (closing the file drops the flock).
-func (l *dirLock) unlock() { l.f.Close() }
+func (l *dirLock) unlock() { l.f.Close() } //nolint:errcheck // closing releases the flock; nothing was written
 
 // writeData writes b to a temporary file; a test replaces it to fail
 // half-way, as a crash or a full disk would.
@@ -143,8 +143,8 @@ func writeAtomic(dir, name string, data []byte, mode os.FileMode) (err error) {
 	}
 	defer func() {
 		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
+			f.Close()           //nolint:errcheck // the write already failed; that error is returned
+			os.Remove(f.Name()) //nolint:errcheck // a leftover temp file is removed by the next Open
 		}
 	}()
 	if err := f.Chmod(mode); err != nil {
@@ -170,7 +170,7 @@ func syncDir(dir string) error {
 	if err != nil {
 		return fmt.Errorf("sync CA directory: %w", err)
 	}
-	defer d.Close()
+	defer d.Close() //nolint:errcheck // a directory opened to fsync; Sync's error is the one that counts
 	if err := d.Sync(); err != nil {
 		return fmt.Errorf("sync CA directory: %w", err)
 	}

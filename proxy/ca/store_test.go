@@ -226,7 +226,9 @@ func TestOpenRefusesMismatchedPair(t *testing.T) {
 	if err := os.Rename(filepath.Join(dir, "b.key"), filepath.Join(dir, "a.key")); err != nil {
 		t.Fatal(err)
 	}
-	os.Remove(filepath.Join(dir, "b.crt"))
+	if err := os.Remove(filepath.Join(dir, "b.crt")); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := Open(dir, Options{}); err == nil || !strings.Contains(err.Error(), "does not belong") {
 		t.Errorf("Open with a.key from another root = %v; want a mismatch refusal", err)
 	}
@@ -252,14 +254,14 @@ func TestCrashMidWriteLeavesNoPartialKey(t *testing.T) {
 	if dir := os.Getenv(crashDirEnv); dir != "" {
 		writeData = func(f *os.File, b []byte) error {
 			f.Write(b[:len(b)/2])
-			f.Sync()
+			f.Sync() //nolint:errcheck // the child is killed next; the parent checks what is on disk
 			os.Stdout.WriteString("half written\n")
 			io.ReadAll(os.Stdin) // until killed
 			return errors.New("not killed")
 		}
 		a, err := Open(dir, Options{})
 		if err == nil {
-			a.Root("sandbox-a")
+			a.Root("sandbox-a") //nolint:errcheck // the child is killed inside this call
 		}
 		return
 	}

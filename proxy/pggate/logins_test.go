@@ -37,11 +37,13 @@ func TestLoginsCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go g.Serve(ln)
+	go g.Serve(ln) //nolint:errcheck // ends with Shutdown below
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		g.Shutdown(ctx)
+		if err := g.Shutdown(ctx); err != nil {
+			t.Errorf("gate shutdown: %v", err)
+		}
 	})
 	f := &fixture{addr: ln.Addr().String()}
 	logins := []struct {

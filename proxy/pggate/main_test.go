@@ -110,7 +110,7 @@ func newTestEngine(cacheSize int) (*policy.Engine, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir) //nolint:errcheck // a temporary directory; a leftover is harmless
-	for _, f := range []string{"base.rego", "sql.rego", "sql_test.rego", "sql/data.json"} {
+	for _, f := range []string{"base.rego", "sql.rego", "sql_test.rego", "sql_fixtures_test.rego", "sql/data.json"} {
 		b, err := os.ReadFile(filepath.Join("../../rego", f))
 		if err == nil {
 			err = os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755)
