@@ -85,6 +85,14 @@ func (d *PreDial) DecideInspected(ctx context.Context, id Identity, method, auth
 	if f.Scheme != "https" {
 		f.HostMismatch = true
 	}
+	if f.HostMismatch {
+		// Refused here, whatever the bundle does with the flag: the
+		// upstream is dialled for the request's host, which must be the
+		// one the CONNECT was decided (and a leaf minted) for.
+		o := refusedOutcome(f, false, &DenyError{Reason: ReasonHostMismatch, Detail: "request names another host than its inspected tunnel"})
+		o.Inspected = true
+		return o
+	}
 	o := d.decide(ctx, id, f, f.IP, f.Port)
 	o.Inspected = true
 	return o

@@ -50,9 +50,19 @@ type tunnel struct {
 // CONNECT host is refused (sni_mismatch), and so are non-TLS bytes when the
 // rule is TLS-only, and a first HTTP request for another host in a
 // plaintext tunnel (checkPlainFlight). What was read is then written
-// upstream unchanged. It
-// reports whether the client-to-upstream direction may proceed.
+// upstream unchanged. It reports whether the client-to-upstream direction
+// may proceed.
 func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
+	return t.firstFlight(tlsOnly, func(flight []byte, early *bytes.Reader, _ helloInfo) bool {
+		return t.forwardFlight(flight, early)
+	})
+}
+
+// firstFlight waits for the client's first bytes and reads them up to a
+// whole ClientHello, refusing what checkFirstFlight refuses; onHello gets
+// the bytes read (flight, then what is left of early) and the hello once
+// its server name matched. It reports what onHello reports, or false.
+func (t *tunnel) firstFlight(tlsOnly bool, onHello func(flight []byte, early *bytes.Reader, h helloInfo) bool) bool {
 	wait := t.s.cfg.TunnelIdleTimeout
 	if tlsOnly {
 		wait = t.s.cfg.PeekTimeout
@@ -105,14 +115,14 @@ func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
 	if ferr != nil {
 		return t.refuseFlight(reasonMalformedTLS, ferr.Error())
 	}
-	sni, err := helloSNI(hello)
+	h, err := parseHello(hello)
 	if err != nil {
 		return t.refuseFlight(reasonMalformedTLS, err.Error())
 	}
-	if sni != "" && !sniMatches(sni, t.f.target.Host) {
-		return t.refuseFlight(reasonSNIMismatch, "sni "+sni)
+	if h.sni != "" && !sniMatches(h.sni, t.f.target.Host) {
+		return t.refuseFlight(reasonSNIMismatch, "sni "+h.sni)
 	}
-	return t.forwardFlight(flight, early)
+	return onHello(flight, early, h)
 }
 
 var errFlightTooLarge = errors.New("first flight larger than 64 KiB")
@@ -291,6 +301,10 @@ func (t *tunnel) recheck(ctx context.Context, st *state) string {
 	}
 	if out := st.decider.DecideConnect(ctx, id, t.authority); !out.Decision.Allow {
 		return outcomeRefusal(&out).reason
+	}
+	if !t.addr.IsValid() {
+		// An inspected tunnel dials per request, and each dial is vetted.
+		return ""
 	}
 	if err := st.decider.Floor.Check(t.addr.Addr(), t.addr.Port()); err != nil {
 		return refusalFor(stageDial, policy.Decision{}, err).reason

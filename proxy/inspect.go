@@ -1,0 +1,232 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/net/http2"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// LeafSource mints the certificate an inspected tunnel is terminated with:
+// a leaf for host signed by identity's own CA (*ca.Authority). Leaf is
+// called only for a host a CONNECT decision allowed with inspection.
+type LeafSource interface {
+	Leaf(identity, host string) (*tls.Certificate, error)
+}
+
+// innerALPN is what an inspected tunnel offers its client: only protocols
+// whose requests egressd can read and decide one by one.
+var innerALPN = []string{"h2", "http/1.1"}
+
+// serveInspected terminates an allowed CONNECT whose rule asks for
+// inspection: it reads the ClientHello (its server name must be the
+// CONNECT host; an Encrypted Client Hello or an unreadable one is refused),
+// completes the TLS handshake with a leaf for the CONNECT host from the
+// identity's CA, and serves the requests inside over HTTP/1.1 or h2. Each
+// request goes through the plain proxy's own path (goproxy's handler,
+// Server.onRequest, httpFlow.RoundTrip), decided by policy.PreDial.
+// DecideInspected with the tunnel's identity, and its upstream is dialled
+// per request with TLS verified against the upstream roots.
+func (t *tunnel) serveInspected() {
+	var replay []byte
+	var hello helloInfo
+	ok := t.firstFlight(true, func(flight []byte, early *bytes.Reader, h helloInfo) bool {
+		replay = bytes.Clone(flight)
+		if early != nil && early.Len() > 0 {
+			replay = append(replay, t.early[len(t.early)-early.Len():]...)
+		}
+		hello = h
+		return true
+	})
+	if !ok {
+		t.close()
+		t.finish()
+		return
+	}
+	if hello.ech {
+		t.refuseFlight(string(policy.ReasonECH), "")
+		t.close()
+		t.finish()
+		return
+	}
+	// Only now, with the server name checked, is a leaf minted: for the
+	// CONNECT host the decision allowed, never for a name the client chose.
+	cert, err := t.s.leaves.Leaf(t.identity.ID, t.f.target.Host)
+	if err != nil {
+		t.refuseFlight(string(policy.ReasonInspectUnavailable), "mint leaf: "+err.Error())
+		t.close()
+		t.finish()
+		return
+	}
+	tc := tls.Server(&replayConn{Conn: t.client, pending: replay}, &tls.Config{
+		Certificates: []tls.Certificate{*cert},
+		NextProtos:   innerALPN,
+		MinVersion:   tls.VersionTLS12,
+	})
+	tc.SetDeadline(time.Now().Add(t.s.cfg.PeekTimeout))
+	if err := tc.Handshake(); err != nil {
+		t.close()
+		t.done(0, "", "client TLS handshake: "+err.Error())
+		return
+	}
+	tc.SetDeadline(time.Time{})
+	t.serveInner(tc)
+	t.close()
+	t.finish()
+}
+
+// finish appends the tunnel's completion record.
+func (t *tunnel) finish() {
+	if r := t.revoked.Load(); r != nil {
+		t.done(0, *r, "closed by a reload")
+		return
+	}
+	if t.refused != "" {
+		t.done(statusForReason(http.StatusForbidden, t.refused), t.refused, t.refusedDetail)
+		return
+	}
+	t.done(0, "", "")
+}
+
+// innerKey carries the inspected tunnel in its requests' contexts.
+type innerKey struct{}
+
+// innerTunnel is the inspected tunnel r came through, or nil for a plain
+// proxy request.
+func innerTunnel(r *http.Request) *tunnel {
+	t, _ := r.Context().Value(innerKey{}).(*tunnel)
+	return t
+}
+
+// serveInner serves the requests of one terminated tunnel until the client
+// or a limit closes it: an http.Server of its own, with the proxy
+// listener's header limits and timeouts, h2 configured when the client
+// chose it in ALPN. Every request is handed to goproxy as an absolute
+// https:// request for the CONNECT authority.
+func (t *tunnel) serveInner(tc *tls.Conn) {
+	cfg := t.s.cfg
+	l := &oneConnListener{conn: tc, closed: make(chan struct{})}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			t.serveInnerRequest(w, r)
+			if l.hijacked.Load() {
+				// A WebSocket relay ran on the hijacked connection and
+				// has ended: so has the tunnel. net/http no longer
+				// tracks the connection, so nothing else closes it.
+				t.close()
+				l.close()
+			}
+		}),
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		ErrorLog:          zap.NewStdLog(t.s.log.Named("inspect")),
+		BaseContext:       func(net.Listener) context.Context { return context.WithValue(context.Background(), innerKey{}, t) },
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			switch st {
+			case http.StateHijacked:
+				l.hijacked.Store(true)
+			case http.StateClosed:
+				l.close()
+			}
+		},
+		DisableGeneralOptionsHandler: true,
+	}
+	// h2 bounds request heads by srv.MaxHeaderBytes too.
+	h2 := &http2.Server{IdleTimeout: cfg.IdleTimeout, MaxConcurrentStreams: 100}
+	if err := http2.ConfigureServer(srv, h2); err != nil {
+		t.s.log.Error("configure h2", zap.Error(err))
+		return
+	}
+	// The listener has one connection; Serve returns once it is closed.
+	srv.Serve(l)
+}
+
+// serveInnerRequest hands one request of an inspected tunnel to goproxy,
+// which runs onRequest and RoundTrip as for a plain request. A CONNECT
+// inside the tunnel is refused: goproxy would open a tunnel of its own.
+func (t *tunnel) serveInnerRequest(w http.ResponseWriter, r *http.Request) {
+	t.lastActive.Store(time.Now().UnixNano())
+	if r.Method == http.MethodConnect {
+		t.s.refuseInnerConnect(w, r, t)
+		return
+	}
+	u := *r.URL
+	u.Scheme, u.Host = "https", t.authority
+	r.URL = &u
+	t.s.gp.ServeHTTP(w, r)
+}
+
+// refuseInnerConnect audits and answers a CONNECT sent inside an
+// inspected tunnel.
+func (s *Server) refuseInnerConnect(w http.ResponseWriter, r *http.Request, t *tunnel) {
+	f := &httpFlow{s: s, flowInfo: flowInfo{id: s.newRequestID(), kind: policy.KindHTTP,
+		method: r.Method, identity: t.identity.ID, inspected: true}}
+	f.setClient(t.client.RemoteAddr().String())
+	f.target = claimTarget("https", r.Host, "", "")
+	rf := refusalOf(string(policy.ReasonMalformedRequest))
+	if err := s.decided(&f.flowInfo, false, rf.reason, "", "", "CONNECT inside an inspected tunnel"); err != nil {
+		rf = refusalOf(reasonAuditUnavailable)
+	}
+	rf.header(w.Header(), f.id)
+	w.WriteHeader(rf.status)
+	w.Write([]byte(rf.body(f.id)))
+}
+
+// replayConn reads pending (the ClientHello bytes the proxy read to check
+// them) before the connection's own bytes.
+type replayConn struct {
+	net.Conn
+	pending []byte
+}
+
+func (c *replayConn) Read(p []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// oneConnListener hands its one connection to http.Server.Serve, then
+// blocks until the connection is closed, so Serve returns when the tunnel
+// ends.
+type oneConnListener struct {
+	conn     net.Conn
+	mu       sync.Mutex
+	taken    bool
+	closed   chan struct{}
+	once     sync.Once
+	hijacked atomic.Bool
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	if !l.taken {
+		l.taken = true
+		l.mu.Unlock()
+		return l.conn, nil
+	}
+	l.mu.Unlock()
+	<-l.closed
+	return nil, net.ErrClosed
+}
+
+func (l *oneConnListener) close() { l.once.Do(func() { close(l.closed) }) }
+
+func (l *oneConnListener) Close() error {
+	l.close()
+	return nil
+}
+
+func (l *oneConnListener) Addr() net.Addr { return l.conn.LocalAddr() }

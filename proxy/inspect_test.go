@@ -1,0 +1,377 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/policy"
+)
+
+// echoPath answers with the method and path it received, and the protocol.
+func echoPath(hits *atomic.Int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.WriteString(w, r.Method+" "+r.Host+" "+r.URL.EscapedPath()+" "+r.Proto)
+	})
+}
+
+// TestInspectAllowsOverHTTP1AndH2: an allowed path inside an inspected
+// tunnel reaches the upstream over TLS, on keep-alive HTTP/1.1 and on h2;
+// every request has its own audit record marked inspected, and one
+// CONNECT carries them all.
+func TestInspectAllowsOverHTTP1AndH2(t *testing.T) {
+	for _, h2 := range []bool{false, true} {
+		name := map[bool]string{false: "http1.1", true: "h2"}[h2]
+		t.Run(name, func(t *testing.T) {
+			var hits atomic.Int64
+			f := startInspect(t, echoPath(&hits), inspectOptions{})
+			c := f.client(t, h2)
+			const n = 3
+			for i := range n {
+				resp, err := c.Get(f.url("/ok/a"))
+				if err != nil {
+					t.Fatalf("GET %d: %v", i, err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(body), "GET example.com:"+f.port+" /ok/a HTTP/2.0") {
+					t.Fatalf("GET %d = %d %q; want 200 from the upstream over h2", i, resp.StatusCode, body)
+				}
+				if want := map[bool]int{false: 1, true: 2}[h2]; resp.ProtoMajor != want {
+					t.Errorf("client spoke HTTP/%d; want %d", resp.ProtoMajor, want)
+				}
+			}
+			recs := f.audit.Wait(t, func(recs []audit.Record) bool { return count(recs, audit.KindHTTPDone) == n })
+			if got := count(recs, audit.KindConnect); got != 1 {
+				t.Errorf("%d CONNECT records; want 1 for %d keep-alive requests", got, n)
+			}
+			for _, r := range recs {
+				if r.Kind != audit.KindHTTP {
+					continue
+				}
+				if !r.Inspected || r.Decision != audit.DecisionAllow || r.Scheme != "https" || r.Host != "example.com" || r.Path != "/ok/a" || r.Rule != "insp" || r.Identity != "anonymous" {
+					t.Errorf("record %+v; want an inspected allow of https example.com /ok/a by rule insp", r)
+				}
+			}
+			if f.ca.calls.Load() != 1 {
+				t.Errorf("%d leaves minted; want 1 for one tunnel", f.ca.calls.Load())
+			}
+		})
+	}
+}
+
+func count(recs []audit.Record, k audit.Kind) int {
+	n := 0
+	for _, r := range recs {
+		if r.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+// TestInspectDeniesInsideTLS: a path or method the rule does not allow, and
+// a %2F path, are refused with 403 and the reason inside the TLS session;
+// nothing reaches the upstream.
+func TestInspectDeniesInsideTLS(t *testing.T) {
+	var hits atomic.Int64
+	f := startInspect(t, echoPath(&hits), inspectOptions{})
+	tests := []struct {
+		name, method, path, want string
+	}{
+		{"path outside the rule", "GET", "/admin", "no_matching_rule"},
+		{"method outside the rule", "DELETE", "/ok/a", "no_matching_rule"},
+		{"encoded separator", "GET", "/ok%2F..%2Fadmin", "encoded_separator"},
+		{"dot segment", "GET", "/ok/../admin", "dot_segment"},
+	}
+	for _, h2 := range []bool{false, true} {
+		c := f.client(t, h2)
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				req, _ := http.NewRequest(tt.method, f.url(""), nil)
+				req.URL.Opaque = "//example.com:" + f.port + tt.path
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusForbidden || decisionReason(resp.Header) != tt.want {
+					t.Errorf("%s %s (h2 %v) = %d %q; want 403 %s", tt.method, tt.path, h2, resp.StatusCode, resp.Header.Get("X-Egressd-Decision"), tt.want)
+				}
+			})
+		}
+	}
+	if hits.Load() != 0 {
+		t.Errorf("upstream got %d requests; want none", hits.Load())
+	}
+}
+
+// TestInspectHostMismatch: an inner request whose Host (h2 :authority)
+// names another host than the CONNECT is refused host_mismatch (domain
+// fronting), whatever the rules allow.
+func TestInspectHostMismatch(t *testing.T) {
+	var hits atomic.Int64
+	f := startInspect(t, echoPath(&hits), inspectOptions{})
+	for _, h2 := range []bool{false, true} {
+		for _, host := range []string{"other.example", "example.com:1"} {
+			req, _ := http.NewRequest("GET", f.url("/ok/a"), nil)
+			req.Host = host
+			resp, err := f.client(t, h2).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden || decisionReason(resp.Header) != string(policy.ReasonHostMismatch) {
+				t.Errorf("GET with Host %q (h2 %v) = %d %q; want 403 host_mismatch", host, h2, resp.StatusCode, resp.Header.Get("X-Egressd-Decision"))
+			}
+		}
+	}
+	if hits.Load() != 0 {
+		t.Errorf("upstream got %d requests; want none", hits.Load())
+	}
+}
+
+// TestInspectRefusesAbsoluteFormForAnotherHost: an HTTP/1.1 request line
+// in absolute form inside the tunnel names the host a server routes by;
+// another host than the CONNECT's is refused.
+func TestInspectRefusesAbsoluteFormForAnotherHost(t *testing.T) {
+	var hits atomic.Int64
+	f := startInspect(t, echoPath(&hits), inspectOptions{})
+	tc := f.dialInner(t, "example.com:"+f.port, "example.com", "http/1.1")
+	io.WriteString(tc, "GET https://other.example:"+f.port+"/ok/a HTTP/1.1\r\nHost: example.com:"+f.port+"\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusForbidden || decisionReason(resp.Header) != string(policy.ReasonHostMismatch) {
+		t.Errorf("absolute-form for another host = %d %q; want 403 host_mismatch", resp.StatusCode, resp.Header.Get("X-Egressd-Decision"))
+	}
+	if hits.Load() != 0 {
+		t.Errorf("upstream got %d requests; want none", hits.Load())
+	}
+}
+
+// dialInner opens an inspected tunnel to target and completes TLS with
+// server name sni, trusting the anonymous identity's CA.
+func (f *inspectFixture) dialInner(t *testing.T, target, sni string, alpn ...string) *tls.Conn {
+	t.Helper()
+	c, br := openTunnel(t, f.proxy, target, "")
+	if br.Buffered() > 0 {
+		t.Fatalf("bytes after the CONNECT response")
+	}
+	tc := tls.Client(c, &tls.Config{ServerName: sni, RootCAs: f.ca.pool(t, "anonymous"), NextProtos: alpn})
+	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("handshake through the inspected tunnel: %v", err)
+	}
+	return tc
+}
+
+// TestInspectRefusesBadHellos: on an inspected host, a ClientHello naming
+// another server, one with Encrypted Client Hello, bytes that are not a
+// ClientHello and plaintext are refused before any leaf is minted.
+func TestInspectRefusesBadHellos(t *testing.T) {
+	var hits atomic.Int64
+	f := startInspect(t, echoPath(&hits), inspectOptions{})
+	target := "example.com:" + f.port
+	tests := []struct {
+		name, send, want string
+	}{
+		{"sni of another host", string(clientHello(t, "evil.example")), reasonSNIMismatch},
+		{"encrypted client hello", string(withExtension(t, clientHello(t, "example.com"), tlsExtECH)), string(policy.ReasonECH)},
+		{"draft esni", string(withExtension(t, clientHello(t, "example.com"), tlsExtESNI)), string(policy.ReasonECH)},
+		{"garbage record", "\x16\x03\x01\x00\x05hello", reasonMalformedTLS},
+		{"plaintext", "GET /ok/a HTTP/1.1\r\nHost: example.com\r\n\r\n", reasonNotTLS},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := f.audit.Len()
+			c, _ := openTunnel(t, f.proxy, target, "")
+			io.WriteString(c, tt.send)
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if b, _ := io.ReadAll(c); len(b) != 0 {
+				t.Errorf("client got %q; want the connection closed", b)
+			}
+			f.audit.Wait(t, func(all []audit.Record) bool {
+				return len(all) > n && all[len(all)-1].Kind == audit.KindConnectDone
+			})
+			recs := f.audit.Since(n)
+			var refused bool
+			for _, r := range recs {
+				refused = refused || (r.Kind == audit.KindConnect && r.Decision == audit.DecisionDeny && r.Reason == tt.want)
+			}
+			if !refused {
+				t.Errorf("records %s; want a connect deny %s", summary(recs), tt.want)
+			}
+		})
+	}
+	if f.ca.calls.Load() != 0 {
+		t.Errorf("%d leaves minted (%v); want none for refused hellos", f.ca.calls.Load(), f.ca.hosts)
+	}
+}
+
+func summary(recs []audit.Record) string {
+	var b strings.Builder
+	for _, r := range recs {
+		b.WriteString(string(r.Kind) + ":" + string(r.Decision) + ":" + r.Reason + " ")
+	}
+	return b.String()
+}
+
+// TestInspectUntrustedUpstream: an upstream whose certificate does not
+// verify against the upstream roots is 502 upstream_tls, inside the TLS
+// session; nothing is sent without TLS.
+func TestInspectUntrustedUpstream(t *testing.T) {
+	var hits atomic.Int64
+	f := startInspect(t, echoPath(&hits), inspectOptions{untrustedRoot: true})
+	resp, err := f.client(t, false).Get(f.url("/ok/a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway || decisionReason(resp.Header) != string(policy.ReasonUpstreamTLS) {
+		t.Errorf("GET = %d %q; want 502 upstream_tls", resp.StatusCode, resp.Header.Get("X-Egressd-Decision"))
+	}
+	f.audit.WaitRecord(t, func(r audit.Record) bool {
+		return r.Kind == audit.KindHTTPDone && r.Reason == string(policy.ReasonUpstreamTLS) && r.Inspected
+	})
+	if hits.Load() != 0 {
+		t.Errorf("upstream handler ran %d times; want none", hits.Load())
+	}
+}
+
+// TestUninspectedTunnelUntouched: a host whose rule does not ask for
+// inspection is the opaque tunnel it always was: the client sees the
+// upstream's own certificate, and no leaf is minted; nor for a host no
+// rule matches.
+func TestUninspectedTunnelUntouched(t *testing.T) {
+	var hits atomic.Int64
+	f := startInspect(t, echoPath(&hits), inspectOptions{})
+	c, _ := openTunnel(t, f.proxy, "127.0.0.1:"+f.port, "")
+	roots := x509.NewCertPool()
+	roots.AddCert(f.up.Certificate())
+	tc := tls.Client(c, &tls.Config{ServerName: "127.0.0.1", RootCAs: roots})
+	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("handshake with the upstream through an opaque tunnel: %v", err)
+	}
+	if got := tc.ConnectionState().PeerCertificates[0]; !bytes.Equal(got.Raw, f.up.Certificate().Raw) {
+		t.Errorf("client saw certificate %q; want the upstream's own", got.Subject)
+	}
+	tc.Close()
+
+	nc, err := net.Dial("tcp", f.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	io.WriteString(nc, "CONNECT nowhere.example:443 HTTP/1.1\r\nHost: nowhere.example:443\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(nc), &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("CONNECT nowhere.example = %v, %v; want 403", resp, err)
+	}
+	if f.ca.calls.Load() != 0 {
+		t.Errorf("%d leaves minted (%v); want none", f.ca.calls.Load(), f.ca.hosts)
+	}
+}
+
+// TestInspectWithoutCARefuses: a CONNECT a rule asks to inspect is refused
+// inspect_unavailable when the proxy has no CA, never opened opaque.
+func TestInspectWithoutCARefuses(t *testing.T) {
+	var hits atomic.Int64
+	f := startInspect(t, echoPath(&hits), inspectOptions{noCA: true})
+	nc, err := net.Dial("tcp", f.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	io.WriteString(nc, "CONNECT example.com:"+f.port+" HTTP/1.1\r\nHost: example.com\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(nc), &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable || decisionReason(resp.Header) != string(policy.ReasonInspectUnavailable) {
+		t.Errorf("CONNECT = %v, %v; want 503 inspect_unavailable", resp, err)
+	}
+}
+
+// TestInspectWebSocket: a WebSocket handshake is decided as a GET, and the
+// upgraded connection is relayed both ways.
+func TestInspectWebSocket(t *testing.T) {
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "websocket" {
+			http.Error(w, "want an upgrade", http.StatusBadRequest)
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		brw.Flush()
+		line, _ := brw.ReadString('\n')
+		brw.WriteString("echo " + line)
+		brw.Flush()
+	})
+	f := startInspect(t, up, inspectOptions{})
+	tc := f.dialInner(t, "example.com:"+f.port, "example.com", "http/1.1")
+	io.WriteString(tc, "GET /ws HTTP/1.1\r\nHost: example.com:"+f.port+"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+	br := bufio.NewReader(tc)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("handshake = %v, %v; want 101", resp, err)
+	}
+	io.WriteString(tc, "hello\n")
+	got, err := br.ReadString('\n')
+	if got != "echo hello\n" {
+		t.Errorf("relayed %q, %v; want %q", got, err, "echo hello\n")
+	}
+	f.audit.WaitRecord(t, func(r audit.Record) bool {
+		return r.Kind == audit.KindHTTP && r.Decision == audit.DecisionAllow && r.Path == "/ws" && r.Inspected
+	})
+
+	// A WebSocket to a path the rule does not allow is refused before the
+	// upstream sees it.
+	tc2 := f.dialInner(t, "example.com:"+f.port, "example.com", "http/1.1")
+	io.WriteString(tc2, "GET /chat HTTP/1.1\r\nHost: example.com\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+	resp, err = http.ReadResponse(bufio.NewReader(tc2), nil)
+	if err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("upgrade to /chat = %v, %v; want 403", resp, err)
+	}
+}
+
+// TestInspectTrailersOverH2: an h2 request with trailers, gRPC's shape,
+// keeps them end to end: "te: trailers" reaches the upstream and the
+// upstream's trailers reach the client.
+func TestInspectTrailersOverH2(t *testing.T) {
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "Grpc-Status")
+		w.Header().Set("Content-Type", "application/grpc")
+		io.WriteString(w, "te="+r.Header.Get("Te")+" proto="+r.Proto)
+		w.Header().Set("Grpc-Status", "0")
+	})
+	f := startInspect(t, up, inspectOptions{})
+	req, _ := http.NewRequest("POST", f.url("/ok/pkg.Svc/Call"), strings.NewReader("\x00\x00\x00\x00\x00"))
+	req.Header.Set("Te", "trailers")
+	req.Header.Set("Content-Type", "application/grpc")
+	resp, err := f.client(t, true).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || string(body) != "te=trailers proto=HTTP/2.0" {
+		t.Errorf("response HTTP/%d %q; want h2 end to end with te: trailers", resp.ProtoMajor, body)
+	}
+	if got := resp.Trailer.Get("Grpc-Status"); got != "0" {
+		t.Errorf("trailer Grpc-Status = %q; want 0", got)
+	}
+}
