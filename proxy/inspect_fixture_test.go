@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/identity"
@@ -144,6 +145,8 @@ type inspectOptions struct {
 	noCA          bool
 	untrustedRoot bool
 	cfg           *Config
+	// discardAudit drops the records (benchmarks).
+	discardAudit bool
 }
 
 func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixture {
@@ -168,8 +171,12 @@ func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixtu
 		cfg = *o.cfg
 	}
 	ids, _ := identity.New(nil)
+	var a audit.Appender = f.audit
+	if o.discardAudit {
+		a = discardAudit{}
+	}
 	opts := Options{Config: cfg, Decider: e, Floor: openFloor{}, Identities: ids, Dialer: &loopbackDialer{},
-		Audit: f.audit, Metrics: NewMetrics(prometheus.NewRegistry()), Log: zap.NewNop(), UpstreamRoots: roots}
+		Audit: a, Metrics: NewMetrics(prometheus.NewRegistry()), Log: zap.NewNop(), UpstreamRoots: roots}
 	if !o.noCA {
 		opts.Leaves = f.ca
 	}
