@@ -160,6 +160,12 @@ func (t *tunnel) serveInnerRequest(w http.ResponseWriter, r *http.Request) {
 		t.s.refuseInnerConnect(w, r, t)
 		return
 	}
+	if r.ProtoMajor == 1 {
+		// A request body streams while the response does (h2 always
+		// allows it): net/http's HTTP/1 server would otherwise end the
+		// body once the response starts.
+		http.NewResponseController(w).EnableFullDuplex()
+	}
 	u := *r.URL
 	u.Scheme, u.Host = "https", t.authority
 	r.URL = &u
