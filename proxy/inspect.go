@@ -79,7 +79,13 @@ func (t *tunnel) serveInspected() {
 		return
 	}
 	tc.SetDeadline(time.Time{})
-	t.serveInner(tc)
+	var c net.Conn = tc
+	if tc.ConnectionState().NegotiatedProtocol != "h2" {
+		// Not a *tls.Conn, so net/http serves it as HTTP/1.1 without
+		// looking for h2, and its refusals are seen (innerConn).
+		c = &innerConn{Conn: tc}
+	}
+	t.serveInner(c)
 	t.close()
 	t.finish()
 }
@@ -112,11 +118,15 @@ func innerTunnel(r *http.Request) *tunnel {
 // listener's header limits and timeouts, h2 configured when the client
 // chose it in ALPN. Every request is handed to goproxy as an absolute
 // https:// request for the CONNECT authority.
-func (t *tunnel) serveInner(tc *tls.Conn) {
+func (t *tunnel) serveInner(c net.Conn) {
 	cfg := t.s.cfg
-	l := &oneConnListener{conn: tc, closed: make(chan struct{})}
+	l := &oneConnListener{conn: c, closed: make(chan struct{})}
+	ic, _ := c.(*innerConn)
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if ic != nil {
+				ic.unhandled.Store(false)
+			}
 			t.serveInnerRequest(w, r)
 			if l.hijacked.Load() {
 				// A WebSocket relay ran on the hijacked connection and
@@ -133,9 +143,17 @@ func (t *tunnel) serveInner(tc *tls.Conn) {
 		BaseContext:       func(net.Listener) context.Context { return context.WithValue(context.Background(), innerKey{}, t) },
 		ConnState: func(_ net.Conn, st http.ConnState) {
 			switch st {
+			case http.StateActive:
+				if ic != nil {
+					ic.status.Store(0)
+					ic.unhandled.Store(true)
+				}
 			case http.StateHijacked:
 				l.hijacked.Store(true)
 			case http.StateClosed:
+				if ic != nil && ic.unhandled.Load() {
+					t.s.recordRefusedByHTTP(t.client.RemoteAddr().String(), int(ic.status.Load()), t)
+				}
 				l.close()
 			}
 		},
@@ -186,6 +204,24 @@ func (s *Server) refuseInnerConnect(w http.ResponseWriter, r *http.Request, t *t
 	rf.header(w.Header(), f.id)
 	w.WriteHeader(rf.status)
 	w.Write([]byte(rf.body(f.id)))
+}
+
+// innerConn is an inspected tunnel's HTTP/1.1 connection, watched as the
+// proxy listener's clientConn is: net/http answers a malformed request,
+// an oversized head or a slow one itself, without a handler, so the
+// ConnState hook marks a request unhandled until the handler clears the
+// mark, and the status written in between says why it was refused.
+type innerConn struct {
+	net.Conn
+	unhandled atomic.Bool
+	status    atomic.Int32
+}
+
+func (c *innerConn) Write(b []byte) (int, error) {
+	if c.unhandled.Load() && c.status.Load() == 0 {
+		c.status.Store(int32(statusOf(b)))
+	}
+	return c.Conn.Write(b)
 }
 
 // replayConn reads pending (the ClientHello bytes the proxy read to check

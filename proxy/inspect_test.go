@@ -456,3 +456,32 @@ func TestInspectStreamsBodies(t *testing.T) {
 		resp.Body.Close()
 	}
 }
+
+// TestInspectRefusedByHTTPIsAudited: requests inside an inspected tunnel
+// that net/http refuses itself (a garbage request line, a head over
+// max_header_bytes) are audited as the proxy listener's are, with the
+// tunnel's identity and marked inspected.
+func TestInspectRefusedByHTTPIsAudited(t *testing.T) {
+	tests := []struct {
+		name, send, status, reason string
+	}{
+		{"garbage request line", "NOT A REQUEST\r\n\r\n", "HTTP/1.1 400", reasonMalformedRequest},
+		{"head over the limit", "GET /ok/a HTTP/1.1\r\nHost: example.com\r\nX-Big: " + strings.Repeat("a", 40<<10) + "\r\n\r\n", "HTTP/1.1 431", reasonHeadersTooLarge},
+	}
+	var hits atomic.Int64
+	f := startInspect(t, echoPath(&hits), inspectOptions{})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tc := f.dialInner(t, "example.com:"+f.port, "example.com", "http/1.1")
+			io.WriteString(tc, tt.send)
+			got, _ := io.ReadAll(tc)
+			if !strings.HasPrefix(string(got), tt.status) {
+				t.Errorf("response %q; want %s", got, tt.status)
+			}
+			f.audit.WaitRecord(t, func(r audit.Record) bool {
+				return r.Kind == audit.KindHTTP && r.Decision == audit.DecisionDeny && r.Reason == tt.reason &&
+					r.Inspected && r.Identity == "anonymous" && r.Host == "example.com"
+			})
+		})
+	}
+}
