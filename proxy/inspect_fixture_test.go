@@ -157,7 +157,7 @@ func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixtu
 	tb.Cleanup(up.Close)
 	_, port, _ := net.SplitHostPort(up.Listener.Addr().String())
 	rules := `{"rules": [
-		{"id": "insp", "hosts": ["example.com"], "ports": [` + port + `], "methods": ["GET", "POST"], "paths": ["/ok/**", "/ws"], "inspect": true},
+		{"id": "insp", "hosts": ["example.com"], "ports": [` + port + `], "methods": ["GET", "POST"], "paths": ["/ok/**", "/ws", "/grpc.health.v1.Health/Check"], "inspect": true},
 		{"id": "opaque", "hosts": ["127.0.0.1"], "ports": [` + port + `]}
 	]}`
 	e := inspectEngine(tb, rules)
