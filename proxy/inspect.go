@@ -67,7 +67,7 @@ func (t *tunnel) serveInspected() {
 		t.finish()
 		return
 	}
-	tc := tls.Server(&replayConn{Conn: t.client, pending: replay}, &tls.Config{
+	tc := tls.Server(&replayConn{Conn: t.client, pending: replay, in: &t.down2up, out: &t.up2down}, &tls.Config{
 		Certificates: []tls.Certificate{*cert},
 		NextProtos:   innerALPN,
 		MinVersion:   tls.VersionTLS12,
@@ -79,6 +79,10 @@ func (t *tunnel) serveInspected() {
 		return
 	}
 	tc.SetDeadline(time.Time{})
+	// Keep-alive and h2 idle timeouts end a quiet tunnel; this ends a busy
+	// one at tunnel_max_lifetime, as for an opaque tunnel.
+	life := time.AfterFunc(time.Until(t.f.start.Add(t.s.cfg.TunnelMaxLifetime)), t.close)
+	defer life.Stop()
 	var c net.Conn = tc
 	if tc.ConnectionState().NegotiatedProtocol != "h2" {
 		// Not a *tls.Conn, so net/http serves it as HTTP/1.1 without
@@ -225,19 +229,30 @@ func (c *innerConn) Write(b []byte) (int, error) {
 }
 
 // replayConn reads pending (the ClientHello bytes the proxy read to check
-// them) before the connection's own bytes.
+// them) before the connection's own bytes, and counts the bytes each way
+// for the tunnel's completion record.
 type replayConn struct {
 	net.Conn
 	pending []byte
+	in, out *atomic.Int64
 }
 
 func (c *replayConn) Read(p []byte) (int, error) {
 	if len(c.pending) > 0 {
 		n := copy(p, c.pending)
 		c.pending = c.pending[n:]
+		c.in.Add(int64(n))
 		return n, nil
 	}
-	return c.Conn.Read(p)
+	n, err := c.Conn.Read(p)
+	c.in.Add(int64(n))
+	return n, err
+}
+
+func (c *replayConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.out.Add(int64(n))
+	return n, err
 }
 
 // oneConnListener hands its one connection to http.Server.Serve, then

@@ -482,6 +482,10 @@ func TestInspectRefusedByHTTPIsAudited(t *testing.T) {
 				return r.Kind == audit.KindHTTP && r.Decision == audit.DecisionDeny && r.Reason == tt.reason &&
 					r.Inspected && r.Identity == "anonymous" && r.Host == "example.com"
 			})
+			// The tunnel's completion counts the TLS bytes each way.
+			f.audit.WaitRecord(t, func(r audit.Record) bool {
+				return r.Kind == audit.KindConnectDone && r.Inspected && r.BytesOut > int64(len(tt.send)) && r.BytesIn > 0
+			})
 		})
 	}
 }
