@@ -2,12 +2,17 @@ package e2e
 
 import (
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
@@ -109,6 +114,32 @@ print(op.open(sys.argv[3], timeout=20).read().decode().splitlines()[0])`
 		}
 	})
 
+	t.Run("go net/http h2", func(t *testing.T) {
+		pem, err := os.ReadFile(w.CAFiles["sbx-a"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(pem)
+		pu, _ := url.Parse(w.proxy("sbx-a"))
+		tr := &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}
+		defer tr.CloseIdleConnections()
+		c := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+		for _, tt := range []struct {
+			path   string
+			status int
+		}{{"/ok/go", 200}, {"/admin", 403}} {
+			resp, err := c.Get(w.url(tt.path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tt.status || resp.ProtoMajor != 2 {
+				t.Errorf("GET %s = HTTP/%d %d; want HTTP/2 %d", tt.path, resp.ProtoMajor, resp.StatusCode, tt.status)
+			}
+		}
+	})
+
 	t.Run("identity B does not trust A's CA", func(t *testing.T) {
 		out, err := curl("sbx-b", w.CAFiles["sbx-a"], w.url("/ok/a"))
 		if err == nil || strings.Contains(out, "code=200") {
@@ -119,15 +150,15 @@ print(op.open(sys.argv[3], timeout=20).read().decode().splitlines()[0])`
 		}
 	})
 
-	// Two curl requests, python's and sbx-b's.
-	waitFor(t, "4 inspected completions with status 200", func() bool {
+	// Two curl requests, python's, Go's and sbx-b's.
+	waitFor(t, "5 inspected completions with status 200", func() bool {
 		n := 0
 		for _, r := range w.E.Records(t) {
 			if r.Kind == audit.KindHTTPDone && r.Inspected && r.Status == 200 {
 				n++
 			}
 		}
-		return n >= 4
+		return n >= 5
 	})
 	for _, r := range w.E.Records(t) {
 		if r.Kind == audit.KindHTTP && (!r.Inspected || r.Scheme != "https" || r.Host != "example.com") {
