@@ -107,8 +107,12 @@ const (
 	// when no leaf can be minted for it (no CA configured, or minting
 	// failed): it is not opened as an opaque tunnel instead.
 	ReasonInspectUnavailable Reason = "inspect_unavailable"
-	ReasonRateLimited        Reason = "rate_limited"
-	ReasonConnLimit          Reason = "identity_conn_limit"
+	// ReasonInspectRequired closes an opaque tunnel when a reload made a
+	// rule inspect its host: its requests must now be decided one by one,
+	// so the client reconnects into an inspected tunnel.
+	ReasonInspectRequired Reason = "inspection_required"
+	ReasonRateLimited     Reason = "rate_limited"
+	ReasonConnLimit       Reason = "identity_conn_limit"
 	// ReasonSourceLimited refuses a client address that was refused before
 	// authentication more than proxy.per_source_refusal_rate allows.
 	ReasonSourceLimited   Reason = "source_rate_limited"
@@ -231,6 +235,7 @@ var reasonTable = map[Reason]reasonEntry{
 	ReasonTunnelHostDiffs:    {class: ClassPolicy},
 	ReasonECH:                {class: ClassPolicy},
 	ReasonHostMismatch:       {class: ClassPolicy},
+	ReasonInspectRequired:    {class: ClassPolicy},
 	ReasonUpstreamTLS:        {class: ClassUpstream},
 	ReasonInspectUnavailable: {class: ClassUnavailable},
 	ReasonRateLimited:        {class: ClassLimit},

@@ -147,6 +147,9 @@ type inspectOptions struct {
 	cfg           *Config
 	// discardAudit drops the records (benchmarks).
 	discardAudit bool
+	// rules, if set, replace the fixture's data.json ("PORT" is the
+	// upstream's port).
+	rules string
 }
 
 func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixture {
@@ -160,6 +163,9 @@ func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixtu
 		{"id": "insp", "hosts": ["example.com"], "ports": [` + port + `], "methods": ["GET", "POST"], "paths": ["/ok/**", "/ws", "/grpc.health.v1.Health/Check"], "inspect": true},
 		{"id": "opaque", "hosts": ["127.0.0.1"], "ports": [` + port + `]}
 	]}`
+	if o.rules != "" {
+		rules = strings.ReplaceAll(o.rules, "PORT", port)
+	}
 	e := inspectEngine(tb, rules)
 	f := &inspectFixture{ca: newTestCA(), audit: &audittest.Recorder{}, up: up, port: port}
 	roots := x509.NewCertPool()

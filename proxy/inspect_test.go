@@ -15,6 +15,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy/identity"
 )
 
 // echoPath answers with the method and path it received, and the protocol.
@@ -487,5 +488,33 @@ func TestInspectRefusedByHTTPIsAudited(t *testing.T) {
 				return r.Kind == audit.KindConnectDone && r.Inspected && r.BytesOut > int64(len(tt.send)) && r.BytesIn > 0
 			})
 		})
+	}
+}
+
+// TestReloadToInspectClosesOpaqueTunnel: an opaque tunnel whose host a
+// reload hands to an inspecting rule (its host-wide rule gone) is closed
+// inspection_required; a new CONNECT is inspected.
+func TestReloadToInspectClosesOpaqueTunnel(t *testing.T) {
+	var hits atomic.Int64
+	f := startInspect(t, echoPath(&hits), inspectOptions{
+		rules: `{"rules": [{"id": "wide", "hosts": ["example.com"], "ports": [PORT]}]}`,
+	})
+	c, _ := openTunnel(t, f.proxy, "example.com:"+f.port, "")
+	roots := x509.NewCertPool()
+	roots.AddCert(f.up.Certificate())
+	tc := tls.Client(c, &tls.Config{ServerName: "example.com", RootCAs: roots})
+	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("opaque tunnel handshake: %v", err)
+	}
+	ids, _ := identity.New(nil)
+	f.srv.Reload(inspectEngine(t, `{"rules": [{"id": "insp", "hosts": ["example.com"], "ports": [`+f.port+`], "paths": ["/ok/**"], "inspect": true}]}`), ids)
+	f.audit.WaitRecord(t, func(r audit.Record) bool {
+		return r.Kind == audit.KindConnectDone && r.Reason == string(policy.ReasonInspectRequired)
+	})
+	io.ReadAll(tc)
+	f.dialInner(t, "example.com:"+f.port, "example.com", "http/1.1").Close()
+	if f.ca.calls.Load() != 1 {
+		t.Errorf("%d leaves minted; want 1, for the new CONNECT", f.ca.calls.Load())
 	}
 }

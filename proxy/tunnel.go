@@ -299,8 +299,14 @@ func (t *tunnel) recheck(ctx context.Context, st *state) string {
 	if reason != "" {
 		return reason
 	}
-	if out := st.decider.DecideConnect(ctx, id, t.authority); !out.Decision.Allow {
+	out := st.decider.DecideConnect(ctx, id, t.authority)
+	if !out.Decision.Allow {
 		return outcomeRefusal(&out).reason
+	}
+	if out.Decision.Inspect && !t.f.inspected {
+		// The host-wide rule that opened it may be gone: an inspecting
+		// rule allows requests, not an opaque tunnel.
+		return string(policy.ReasonInspectRequired)
 	}
 	if !t.addr.IsValid() {
 		// An inspected tunnel dials per request, and each dial is vetted.
