@@ -94,19 +94,6 @@ func (t *tunnel) serveInspected() {
 	t.finish()
 }
 
-// finish appends the tunnel's completion record.
-func (t *tunnel) finish() {
-	if r := t.revoked.Load(); r != nil {
-		t.done(0, *r, "closed by a reload")
-		return
-	}
-	if t.refused != "" {
-		t.done(statusForReason(http.StatusForbidden, t.refused), t.refused, t.refusedDetail)
-		return
-	}
-	t.done(0, "", "")
-}
-
 // innerKey carries the inspected tunnel in its requests' contexts.
 type innerKey struct{}
 
@@ -143,7 +130,7 @@ func (t *tunnel) serveInner(c net.Conn) {
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
-		ErrorLog:          zap.NewStdLog(t.s.log.Named("inspect")),
+		ErrorLog:          t.s.innerLog,
 		BaseContext:       func(net.Listener) context.Context { return context.WithValue(context.Background(), innerKey{}, t) },
 		ConnState: func(_ net.Conn, st http.ConnState) {
 			switch st {

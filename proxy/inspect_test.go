@@ -518,3 +518,29 @@ func TestReloadToInspectClosesOpaqueTunnel(t *testing.T) {
 		t.Errorf("%d leaves minted; want 1, for the new CONNECT", f.ca.calls.Load())
 	}
 }
+
+// TestInspectRefusesOddTargets: a CONNECT or an "OPTIONS *" inside an
+// inspected tunnel names no path of the tunnel's host; both are refused
+// and audited, and the upstream sees nothing.
+func TestInspectRefusesOddTargets(t *testing.T) {
+	var hits atomic.Int64
+	f := startInspect(t, echoPath(&hits), inspectOptions{})
+	for _, line := range []string{"CONNECT other.example:443 HTTP/1.1", "OPTIONS * HTTP/1.1"} {
+		tc := f.dialInner(t, "example.com:"+f.port, "example.com", "http/1.1")
+		io.WriteString(tc, line+"\r\nHost: example.com\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || decisionReason(resp.Header) == "" {
+			t.Errorf("%s = %d %q; want 400 with a reason", line, resp.StatusCode, resp.Header.Get("X-Egressd-Decision"))
+		}
+		f.audit.WaitRecord(t, func(r audit.Record) bool {
+			return r.Kind == audit.KindHTTP && r.Decision == audit.DecisionDeny && r.Inspected && r.Reason == decisionReason(resp.Header)
+		})
+	}
+	if hits.Load() != 0 {
+		t.Errorf("upstream got %d requests; want none", hits.Load())
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"net/netip"
@@ -82,9 +83,11 @@ type Server struct {
 	limits  *limiter
 	sources *sourceLimiter
 	failLog *audit.FailLog
-	state   atomic.Pointer[state]
-	srv     *http.Server
-	gp      *goproxy.ProxyHttpServer
+	// innerLog is the error log of inspected tunnels' HTTP servers.
+	innerLog *log.Logger
+	state    atomic.Pointer[state]
+	srv      *http.Server
+	gp       *goproxy.ProxyHttpServer
 
 	conns    atomic.Int64
 	reqID    atomic.Uint64
@@ -122,6 +125,7 @@ func New(o Options) (*Server, error) {
 		limits:   newLimiter(o.Config),
 		sources:  newSourceLimiter(o.Config),
 		failLog:  audit.NewFailLog(o.Log.Named("proxy"), 0),
+		innerLog: zap.NewStdLog(o.Log.Named("proxy").Named("inspect")),
 		idPrefix: hex.EncodeToString(pfx[:]) + "-",
 		tunnels:  make(map[*tunnel]struct{}),
 	}

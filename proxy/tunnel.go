@@ -207,6 +207,12 @@ func (t *tunnel) run(tlsOnly bool) {
 	<-done
 	t.s.metrics.tunnelBytes.WithLabelValues("up").Add(float64(t.down2up.Load()))
 	t.s.metrics.tunnelBytes.WithLabelValues("down").Add(float64(t.up2down.Load()))
+	t.finish()
+}
+
+// finish appends the completion record of a tunnel that ran: closed by a
+// reload, refused on its first flight, or ended.
+func (t *tunnel) finish() {
 	if r := t.revoked.Load(); r != nil {
 		t.done(0, *r, "closed by a reload")
 		return
