@@ -150,6 +150,8 @@ type inspectOptions struct {
 	// rules, if set, replace the fixture's data.json ("PORT" is the
 	// upstream's port).
 	rules string
+	// ids are the identities; nil: none (everyone is anonymous).
+	ids identity.Config
 }
 
 func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixture {
@@ -176,7 +178,10 @@ func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixtu
 	if o.cfg != nil {
 		cfg = *o.cfg
 	}
-	ids, _ := identity.New(nil)
+	ids, err := identity.New(o.ids)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	var a audit.Appender = f.audit
 	if o.discardAudit {
 		a = discardAudit{}
@@ -220,9 +225,15 @@ func inspectEngine(tb testing.TB, data string) *policy.Engine {
 // client is a Go client through the proxy trusting identity anonymous's
 // CA; h2 says whether it offers h2 in ALPN.
 func (f *inspectFixture) client(tb testing.TB, h2 bool) *http.Client {
+	return f.clientAs(tb, h2, "anonymous", nil)
+}
+
+// clientAs is client for identity id, which authenticates with user
+// (nil: no credentials).
+func (f *inspectFixture) clientAs(tb testing.TB, h2 bool, id string, user *url.Userinfo) *http.Client {
 	tr := &http.Transport{
-		Proxy:             http.ProxyURL(&url.URL{Scheme: "http", Host: f.proxy}),
-		TLSClientConfig:   &tls.Config{RootCAs: f.ca.pool(tb, "anonymous")},
+		Proxy:             http.ProxyURL(&url.URL{Scheme: "http", Host: f.proxy, User: user}),
+		TLSClientConfig:   &tls.Config{RootCAs: f.ca.pool(tb, id)},
 		ForceAttemptHTTP2: h2,
 	}
 	if !h2 {

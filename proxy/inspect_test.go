@@ -3,12 +3,16 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -543,4 +547,60 @@ func TestInspectRefusesOddTargets(t *testing.T) {
 	if hits.Load() != 0 {
 		t.Errorf("upstream got %d requests; want none", hits.Load())
 	}
+}
+
+// TestInspectUpstreamConnectionsPerIdentity: inspected requests of two
+// identities to the same upstream never share a connection, while each
+// identity's keep-alive requests reuse its own; each identity's client
+// trusts only its own CA.
+func TestInspectUpstreamConnectionsPerIdentity(t *testing.T) {
+	var mu sync.Mutex
+	conns := map[string]map[string]bool{} // identity (from the path) → upstream-side client addresses
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		id := strings.TrimPrefix(r.URL.Path, "/ok/")
+		if conns[id] == nil {
+			conns[id] = map[string]bool{}
+		}
+		conns[id][r.RemoteAddr] = true
+		mu.Unlock()
+	})
+	ids := identity.Config{
+		{ID: "sbx-a", TokenSHA256: hashHex("tok-a")},
+		{ID: "sbx-b", TokenSHA256: hashHex("tok-b")},
+	}
+	f := startInspect(t, up, inspectOptions{ids: ids})
+	for _, id := range []string{"sbx-a", "sbx-b"} {
+		c := f.clientAs(t, false, id, url.UserPassword(id, "tok-"+id[len(id)-1:]))
+		for range 3 {
+			resp, err := c.Get(f.url("/ok/" + id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET as %s = %d", id, resp.StatusCode)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(conns["sbx-a"]) != 1 || len(conns["sbx-b"]) != 1 {
+		t.Errorf("upstream connections per identity = %v; want one each, reused", conns)
+	}
+	for a := range conns["sbx-a"] {
+		if conns["sbx-b"][a] {
+			t.Errorf("connection %s served both identities", a)
+		}
+	}
+	// sbx-b's client trusting sbx-a's CA cannot complete the handshake.
+	bad := f.clientAs(t, false, "sbx-a", url.UserPassword("sbx-b", "tok-b"))
+	if _, err := bad.Get(f.url("/ok/x")); err == nil {
+		t.Errorf("sbx-b trusting sbx-a's CA: GET succeeded; want a certificate error")
+	}
+}
+
+func hashHex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }
