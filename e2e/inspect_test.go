@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -45,7 +49,7 @@ func newInspectWorld(t *testing.T) *inspectWorld {
 		}
 	}
 	policy := WritePolicy(t, []Rule{
-		{ID: "inspected", Hosts: []string{"example.com"}, Ports: []int{w.HTTPS.Port}, Methods: []string{"GET"}, Paths: []string{"/ok/**"}, Inspect: true},
+		{ID: "inspected", Hosts: []string{"example.com"}, Ports: []int{w.HTTPS.Port}, Methods: []string{"GET"}, Paths: []string{"/ok/**", "/ws"}, Inspect: true},
 	})
 	var ids strings.Builder
 	ids.WriteString("identities:\n")
@@ -137,6 +141,40 @@ print(op.open(sys.argv[3], timeout=20).read().decode().splitlines()[0])`
 			if resp.StatusCode != tt.status || resp.ProtoMajor != 2 {
 				t.Errorf("GET %s = HTTP/%d %d; want HTTP/2 %d", tt.path, resp.ProtoMajor, resp.StatusCode, tt.status)
 			}
+		}
+	})
+
+	t.Run("websocket", func(t *testing.T) {
+		pem, err := os.ReadFile(w.CAFiles["sbx-a"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(pem)
+		c, err := net.DialTimeout("tcp", w.E.ProxyAddr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		target := fmt.Sprintf("example.com:%d", w.HTTPS.Port)
+		auth := base64.StdEncoding.EncodeToString([]byte("sbx-a:tok-sbx-a"))
+		io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\nProxy-Authorization: Basic "+auth+"\r\n\r\n")
+		br := bufio.NewReader(c)
+		if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("CONNECT = %v, %v; want 200", resp, err)
+		}
+		tc := tls.Client(c, &tls.Config{ServerName: "example.com", RootCAs: roots, NextProtos: []string{"http/1.1"}})
+		io.WriteString(tc, "GET /ws HTTP/1.1\r\nHost: "+target+"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
+			"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+		tbr := bufio.NewReader(tc)
+		resp, err := http.ReadResponse(tbr, nil)
+		if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+			t.Fatalf("WebSocket handshake = %v, %v; want 101", resp, err)
+		}
+		io.WriteString(tc, "ping\n")
+		if got, err := tbr.ReadString('\n'); got != "echo ping\n" {
+			t.Errorf("relayed %q, %v; want %q", got, err, "echo ping\n")
 		}
 	})
 
