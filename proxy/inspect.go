@@ -75,7 +75,8 @@ func (t *tunnel) serveInspected() {
 	tc.SetDeadline(time.Now().Add(t.s.cfg.PeekTimeout))
 	if err := tc.Handshake(); err != nil {
 		t.close()
-		t.done(0, "", "client TLS handshake: "+err.Error())
+		t.refusedDetail = "client TLS handshake: " + err.Error()
+		t.finish()
 		return
 	}
 	tc.SetDeadline(time.Time{})

@@ -604,3 +604,21 @@ func hashHex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
+
+// TestInspectClientHandshakeFailureRecorded: a client that rejects the
+// leaf (it trusts another CA) ends the tunnel, whose completion record says
+// the handshake failed.
+func TestInspectClientHandshakeFailureRecorded(t *testing.T) {
+	var hits atomic.Int64
+	f := startInspect(t, echoPath(&hits), inspectOptions{})
+	c, _ := openTunnel(t, f.proxy, "example.com:"+f.port, "")
+	tc := tls.Client(c, &tls.Config{ServerName: "example.com", RootCAs: f.ca.pool(t, "someone-else")})
+	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := tc.Handshake(); err == nil {
+		t.Fatalf("handshake trusting another identity's CA succeeded")
+	}
+	tc.Close()
+	f.audit.WaitRecord(t, func(r audit.Record) bool {
+		return r.Kind == audit.KindConnectDone && r.Inspected && strings.HasPrefix(r.Error, "client TLS handshake: ")
+	})
+}

@@ -39,7 +39,8 @@ type tunnel struct {
 	up2down, down2up atomic.Int64
 	lastActive       atomic.Int64 // unix nanos
 	closeOnce        sync.Once
-	// refused is the first-flight refusal reason, if any.
+	// refused is the first-flight refusal reason, if any; refusedDetail
+	// says more, or alone says why an inspected tunnel ended early.
 	refused, refusedDetail string
 	// revoked is the reason a reload closed the tunnel, if it did.
 	revoked atomic.Pointer[string]
@@ -205,14 +206,14 @@ func (t *tunnel) run(tlsOnly bool) {
 		t.close()
 	}
 	<-done
-	t.s.metrics.tunnelBytes.WithLabelValues("up").Add(float64(t.down2up.Load()))
-	t.s.metrics.tunnelBytes.WithLabelValues("down").Add(float64(t.up2down.Load()))
 	t.finish()
 }
 
-// finish appends the completion record of a tunnel that ran: closed by a
-// reload, refused on its first flight, or ended.
+// finish counts the bytes of a tunnel that ran and appends its completion
+// record: closed by a reload, refused on its first flight, or ended.
 func (t *tunnel) finish() {
+	t.s.metrics.tunnelBytes.WithLabelValues("up").Add(float64(t.down2up.Load()))
+	t.s.metrics.tunnelBytes.WithLabelValues("down").Add(float64(t.up2down.Load()))
 	if r := t.revoked.Load(); r != nil {
 		t.done(0, *r, "closed by a reload")
 		return
@@ -221,7 +222,9 @@ func (t *tunnel) finish() {
 		t.done(statusForReason(http.StatusForbidden, t.refused), t.refused, t.refusedDetail)
 		return
 	}
-	t.done(0, "", "")
+	// An error that refused nothing (an inspected client's failed
+	// handshake) is detail alone.
+	t.done(0, "", t.refusedDetail)
 }
 
 // pipe copies src to dst with io.Copy on the raw connections, so Linux can
