@@ -112,7 +112,7 @@ func innerTunnel(r *http.Request) *tunnel {
 // https:// request for the CONNECT authority.
 func (t *tunnel) serveInner(c net.Conn) {
 	cfg := t.s.cfg
-	l := &oneConnListener{conn: c, closed: make(chan struct{})}
+	l := &oneConnListener{conn: c, stop: make(chan struct{}), done: make(chan struct{})}
 	ic, _ := c.(*innerConn)
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -125,7 +125,7 @@ func (t *tunnel) serveInner(c net.Conn) {
 				// has ended: so has the tunnel. net/http no longer
 				// tracks the connection, so nothing else closes it.
 				t.close()
-				l.close()
+				l.ended()
 			}
 		}),
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
@@ -146,7 +146,7 @@ func (t *tunnel) serveInner(c net.Conn) {
 				if ic != nil && ic.unhandled.Load() {
 					t.s.recordRefusedByHTTP(t.client.RemoteAddr().String(), int(ic.status.Load()), t)
 				}
-				l.close()
+				l.ended()
 			}
 		},
 		DisableGeneralOptionsHandler: true,
@@ -157,8 +157,19 @@ func (t *tunnel) serveInner(c net.Conn) {
 		t.s.log.Error("configure h2", zap.Error(err))
 		return
 	}
-	// The listener has one connection; Serve returns once it is closed.
+	// A drain lets the request in flight finish, then closes the
+	// connection (h2: GOAWAY) rather than waiting for the client to leave
+	// a keep-alive connection. Set before draining is read, as Shutdown
+	// sets draining before reading it: one of the two sees the other.
+	t.inner.Store(srv)
+	if t.s.draining.Load() {
+		go srv.Shutdown(context.Background())
+	}
+	// The listener has one connection: Serve returns once the listener is
+	// closed (a drain) or the connection ended, and the connection may
+	// still be finishing a request in the first case.
 	srv.Serve(l)
+	<-l.done
 }
 
 // serveInnerRequest hands one request of an inspected tunnel to goproxy,
@@ -244,15 +255,17 @@ func (c *replayConn) Write(p []byte) (int, error) {
 }
 
 // oneConnListener hands its one connection to http.Server.Serve, then
-// blocks until the connection is closed, so Serve returns when the tunnel
-// ends.
+// blocks until the connection ended or the listener is closed, so Serve
+// returns when the tunnel ends or drains.
 type oneConnListener struct {
-	conn     net.Conn
-	mu       sync.Mutex
-	taken    bool
-	closed   chan struct{}
-	once     sync.Once
-	hijacked atomic.Bool
+	conn  net.Conn
+	mu    sync.Mutex
+	taken bool
+	// stop is closed by Close (http.Server.Shutdown), done when the
+	// connection ended (closed, or its hijacked relay over).
+	stop, done         chan struct{}
+	stopOnce, doneOnce sync.Once
+	hijacked           atomic.Bool
 }
 
 func (l *oneConnListener) Accept() (net.Conn, error) {
@@ -263,14 +276,17 @@ func (l *oneConnListener) Accept() (net.Conn, error) {
 		return l.conn, nil
 	}
 	l.mu.Unlock()
-	<-l.closed
+	select {
+	case <-l.stop:
+	case <-l.done:
+	}
 	return nil, net.ErrClosed
 }
 
-func (l *oneConnListener) close() { l.once.Do(func() { close(l.closed) }) }
+func (l *oneConnListener) ended() { l.doneOnce.Do(func() { close(l.done) }) }
 
 func (l *oneConnListener) Close() error {
-	l.close()
+	l.stopOnce.Do(func() { close(l.stop) })
 	return nil
 }
 

@@ -213,6 +213,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// Set under the tunnel lock so no tunnel is tracked after Wait starts.
 	s.tunnelsMu.Lock()
 	s.draining.Store(true)
+	for t := range s.tunnels {
+		if inner := t.inner.Load(); inner != nil {
+			// Finishes the request in flight and closes the
+			// connection; ends when it is closed, at the latest when
+			// the tunnel is closed below.
+			go inner.Shutdown(context.Background())
+		}
+	}
 	s.tunnelsMu.Unlock()
 	err := s.srv.Shutdown(ctx)
 	done := make(chan struct{})

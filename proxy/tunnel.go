@@ -44,6 +44,8 @@ type tunnel struct {
 	refused, refusedDetail string
 	// revoked is the reason a reload closed the tunnel, if it did.
 	revoked atomic.Pointer[string]
+	// inner serves an inspected tunnel's requests; nil until then.
+	inner atomic.Pointer[http.Server]
 }
 
 // checkFirstFlight reads the client's first bytes before anything of the
