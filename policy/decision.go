@@ -78,6 +78,11 @@ type Decision struct {
 	// must close a tunnel whose first client bytes are not a TLS handshake
 	// record. False on every other decision.
 	TLS bool `json:"tls,omitempty"`
+	// Inspect is set on an allowed CONNECT whose rule asks for inspection
+	// (a rule's "inspect"): the proxy terminates the tunnel's TLS with a
+	// leaf of the identity's own CA and decides every request inside with
+	// the http entry point. False on every other decision.
+	Inspect bool `json:"inspect,omitempty"`
 }
 
 // DenyError is the one typed error for a refusal found outside Rego (a

@@ -28,6 +28,9 @@ type flowInfo struct {
 	// user is the name a client claimed in credentials that did not
 	// authenticate it; only refusals for that carry it.
 	user string
+	// inspected marks a request inside an inspected tunnel, and that
+	// tunnel.
+	inspected bool
 }
 
 // record is a record of the flow with no decision: a completion.
@@ -45,6 +48,7 @@ func (f *flowInfo) withTarget(r *audit.Record) *audit.Record {
 	r.Port = f.target.Port
 	r.Path = f.target.Path
 	r.Query = f.target.Query
+	r.Inspected = f.inspected
 	return r
 }
 

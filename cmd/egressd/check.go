@@ -52,6 +52,12 @@ type checkOutput struct {
 	Policy   string `json:"policy"`
 	// TLS is set on an allowed CONNECT whose tunnel must carry TLS.
 	TLS bool `json:"tls,omitempty"`
+	// Inspect is set on an allowed CONNECT that the proxy would terminate
+	// (its rule asks for inspection).
+	Inspect bool `json:"inspect,omitempty"`
+	// Inspected says an https:// request was decided as the proxy would
+	// decide it inside an inspected tunnel.
+	Inspected bool `json:"inspected,omitempty"`
 	// Detail explains a refusal found before Rego (a malformed URL).
 	Detail string `json:"detail,omitempty"`
 	// Assumes states what the answer takes for granted that the gate
@@ -68,7 +74,7 @@ type checkOutput struct {
 func decided(kind policy.Kind, env *decideEnv, facts any, d policy.Decision) checkOutput {
 	return checkOutput{
 		Kind: kind.String(), Identity: env.identity.ID,
-		Allow: d.Allow, Reason: d.Reason, Rule: d.Rule, Policy: d.Policy, TLS: d.TLS,
+		Allow: d.Allow, Reason: d.Reason, Rule: d.Rule, Policy: d.Policy, TLS: d.TLS, Inspect: d.Inspect,
 		Facts: facts,
 	}
 }

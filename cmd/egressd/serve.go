@@ -243,6 +243,11 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		Metrics:    d.metrics,
 		Log:        log,
 		FDs:        d.fds,
+		// Inspected CONNECTs are terminated with the identity's own CA
+		// and their upstreams verified against inspect.upstream_ca_file
+		// (or the system roots).
+		Leaves:        d.inspectCA,
+		UpstreamRoots: d.inspectRoots,
 	})
 	if err != nil {
 		return fail(err)
