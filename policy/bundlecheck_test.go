@@ -119,7 +119,7 @@ func TestLoadChecksInspect(t *testing.T) {
 		{"deny rule", `{"id": "d", "hosts": ["a.test"], "ports": [443], "action": "deny", "inspect": true}`, `rules[0].inspect must not be set on a deny rule`},
 		{"tls false", `{"id": "p", "hosts": ["a.test"], "ports": [443], "tls": false, "inspect": true}`, `rules[0].inspect needs TLS in the tunnel, but tls is false`},
 		{"cidr", `{"id": "c", "hosts": ["192.0.2.0/24"], "ports": [443], "inspect": true}`, `rules[0].hosts[0] "192.0.2.0/24": inspect needs names or IPs, not a CIDR`},
-		{"not a bool", `{"id": "b", "hosts": ["a.test"], "ports": [443], "inspect": "yes"}`, `rules: json: cannot unmarshal string`},
+		{"not a bool", `{"id": "b", "hosts": ["a.test"], "ports": [443], "inspect": "yes"}`, `rules[0].inspect: want true or false, got a string`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
