@@ -32,6 +32,7 @@ const (
 	fReason
 	fRule
 	fPolicy
+	fCredentials
 	fStatus
 	fBytesIn
 	fBytesOut
@@ -50,7 +51,7 @@ var fieldIndex = map[string]int{
 	"scheme": fScheme, "host": fHost, "port": fPort, "path": fPath, "query": fQuery,
 	"name": fName, "qtype": fQType, "database": fDatabase, "sql": fSQL,
 	"fingerprint": fFingerprint, "ip": fIP, "decision": fDecision,
-	"reason": fReason, "rule": fRule, "policy": fPolicy, "status": fStatus,
+	"reason": fReason, "rule": fRule, "policy": fPolicy, "credentials": fCredentials, "status": fStatus,
 	"bytes_in": fBytesIn, "bytes_out": fBytesOut, "duration_us": fDurationUS,
 	"error": fError, "count": fCount, "truncated": fTruncated, "detail": fDetail, "prev": fPrev, "hash": fHash,
 }
@@ -194,6 +195,8 @@ func (d *decoder) value(r *Record, idx int) error {
 		r.Count, err = d.int()
 	case fDetail:
 		r.Detail, err = d.object()
+	case fCredentials:
+		r.Credentials, err = d.object()
 	case fTS:
 		var b []byte
 		if b, err = d.raw(); err == nil {

@@ -26,6 +26,8 @@ type ruleSpec struct {
 	Identities []string `json:"identities,omitempty"`
 	TLS        *bool    `json:"tls,omitempty"`
 	Action     string   `json:"action,omitempty"`
+	// Credentials are checked by parseCredentials.
+	Credentials []json.RawMessage `json:"credentials,omitempty"`
 	// Comment is free text for the operator.
 	Comment string `json:"comment,omitempty"`
 }

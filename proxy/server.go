@@ -19,6 +19,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy/broker"
 	"github.com/egressd/egressd/proxy/fdlimit"
 	"github.com/egressd/egressd/proxy/identity"
 )
@@ -44,6 +45,11 @@ type Options struct {
 	// FDs refuses new clients while file descriptors are short. If nil,
 	// only max_conns limits them.
 	FDs *fdlimit.Budget
+	// Secrets are the values credential actions add; a reload keeps the
+	// store, which serve updates in place. If nil, no secret is loaded and
+	// every request a credential rule allows is refused
+	// credential_unresolved.
+	Secrets *broker.Store
 }
 
 // state is what a reload replaces as a whole; requests read it once. The
@@ -66,6 +72,7 @@ type Server struct {
 	dialer  Dialer
 	floor   policy.Floor
 	fds     *fdlimit.Budget
+	secrets *broker.Store
 	limits  *limiter
 	sources *sourceLimiter
 	failLog *audit.FailLog
@@ -104,6 +111,7 @@ func New(o Options) (*Server, error) {
 		dialer:   o.Dialer,
 		floor:    o.Floor,
 		fds:      o.FDs,
+		secrets:  o.Secrets,
 		limits:   newLimiter(o.Config),
 		sources:  newSourceLimiter(o.Config),
 		failLog:  audit.NewFailLog(o.Log.Named("proxy"), 0),

@@ -27,6 +27,7 @@ import (
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/proxy/admin"
+	"github.com/egressd/egressd/proxy/broker"
 	"github.com/egressd/egressd/proxy/fdlimit"
 	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/proxy/pggate"
@@ -86,6 +87,9 @@ type daemon struct {
 	dns      *dnsguard.Server // nil unless dns.listen is set
 	gate     *pggate.Gate     // nil unless postgres.listen is set
 	fds      *fdlimit.Budget  // nil if the limit could not be read
+	// secrets are the brokered secrets' values; a reload re-reads them and
+	// swaps them in place.
+	secrets  *broker.Store
 	reloadMu sync.Mutex
 }
 
@@ -109,6 +113,13 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	if err := checkIdentities(cfgPath, cfg.Identities, engine); err != nil {
 		return nil, err
 	}
+	if err := checkCredentials(cfgPath, cfg, engine, floor); err != nil {
+		return nil, err
+	}
+	secrets, err := cfg.LoadSecrets()
+	if err != nil {
+		return nil, err
+	}
 	ac := cfg.Audit
 	ac.Started = startedDetail(cfgPath, engine.Digest())
 	aw, err := audit.Open(ac, log)
@@ -130,7 +141,10 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 			Help: "Allows refused with audit_budget_exceeded because their identity spent its audit budget.",
 		}, func() float64 { return float64(meter.Stats().OverBudget) }))
 	d := &daemon{cfg: cfg, cfgPath: cfgPath, log: log, floor: floor, res: res, audit: aw, meter: meter,
-		registry: reg, metrics: proxy.NewMetrics(reg), fds: descriptorBudget(log)}
+		registry: reg, metrics: proxy.NewMetrics(reg), fds: descriptorBudget(log), secrets: broker.NewStore(secrets)}
+	if secrets.Len() > 0 {
+		log.Info("secrets loaded", zap.Int("secrets", secrets.Len()))
+	}
 	fail := func(err error) (*daemon, error) {
 		meter.Close()
 		aw.Close()
@@ -148,6 +162,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		Metrics:    d.metrics,
 		Log:        log,
 		FDs:        d.fds,
+		Secrets:    d.secrets,
 	})
 	if err != nil {
 		return fail(err)
@@ -273,7 +288,7 @@ loop:
 		select {
 		case <-hup:
 			if err := d.reload(ctx); err != nil {
-				d.log.Warn("reload refused; previous configuration stays", zap.Error(err))
+				d.log.Warn("reload refused; previous configuration stays", zap.Error(d.secrets.Load().Redact(err)))
 			}
 		case err := <-errc:
 			serveErr = err
@@ -301,8 +316,9 @@ loop:
 	return nil
 }
 
-// reload re-reads the config file and the policy bundle. Identities,
-// `internal:` and the policy take effect for new requests and dials;
+// reload re-reads the config file, the secrets' files and variables and
+// the policy bundle. Identities, `internal:`, secrets and the policy take
+// effect for new requests and dials;
 // changes to any other section need a restart and are named in a warning.
 // A config or bundle that fails to load is refused and the running state
 // stays.
@@ -337,6 +353,21 @@ func (d *daemon) reloadLocked(ctx context.Context) error {
 	if err := checkIdentities(d.cfgPath, cfg.Identities, engine); err != nil {
 		return err
 	}
+	// The credential rules are checked against the internal: entries being
+	// loaded, before the running floor takes them.
+	nextFloor, err := dnsguard.NewFloor(cfg.Internal)
+	if err != nil {
+		return fmt.Errorf("internal: %w", err)
+	}
+	if err := checkCredentials(d.cfgPath, cfg, engine, nextFloor); err != nil {
+		return err
+	}
+	// Re-read on every reload, changed or not: a rotated file or
+	// variable is a new value under the same config.
+	secrets, err := cfg.LoadSecrets()
+	if err != nil {
+		return err
+	}
 	if !reflect.DeepEqual(cfg.Internal, d.cfg.Internal) {
 		// Validated by config.Load, so this does not fail half-way.
 		if err := d.floor.Update(cfg.Internal); err != nil {
@@ -344,18 +375,19 @@ func (d *daemon) reloadLocked(ctx context.Context) error {
 		}
 		d.res.Flush()
 	}
+	d.secrets.Set(secrets)
 	for _, l := range d.listeners() {
 		l.Reload(engine, ids)
 	}
 	d.engine.Store(engine)
 	if pending := restartNeeded(d.cfg, cfg); len(pending) > 0 {
-		d.log.Warn("reload applied identities, internal and policy; the changed sections need a restart",
+		d.log.Warn("reload applied identities, internal, secrets and policy; the changed sections need a restart",
 			zap.Strings("sections", pending))
 	}
 	next := *d.cfg
-	next.Identities, next.Internal, next.Policy = cfg.Identities, cfg.Internal, cfg.Policy
+	next.Identities, next.Internal, next.Policy, next.Secrets = cfg.Identities, cfg.Internal, cfg.Policy, cfg.Secrets
 	d.cfg = &next
-	d.log.Info("reloaded", zap.String("policy", engine.Digest()), zap.Int("identities", ids.Len()))
+	d.log.Info("reloaded", zap.String("policy", engine.Digest()), zap.Int("identities", ids.Len()), zap.Int("secrets", secrets.Len()))
 	return nil
 }
 
