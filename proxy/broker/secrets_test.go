@@ -232,25 +232,26 @@ func TestScrubResponse(t *testing.T) {
 	}
 }
 
-// TestScrubResponseOverCap: a compressed body that inflates past
-// MaxDecompressedBytes ends with an error rather than inflating on.
+// TestScrubResponseOverCap: a compressed body that inflates past its cap
+// ends with an error rather than inflating on; Scrub caps at
+// MaxDecompressedBytes.
 func TestScrubResponseOverCap(t *testing.T) {
 	secrets := testSecrets(t, map[string]string{"github": ghValue})
 	plan, _ := Prepare([]policy.Credential{{Secret: "github", Header: "Authorization"}}, secrets, http.Header{}, "/", "")
-	var b bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&b, gzip.BestSpeed)
-	zero := make([]byte, 1<<20)
-	for i := 0; i <= MaxDecompressedBytes>>20; i++ {
-		zw.Write(zero)
-	}
-	zw.Close()
 	resp := &http.Response{Header: http.Header{"Content-Type": {"text/plain"}, "Content-Encoding": {"gzip"}},
-		Body: io.NopCloser(&b)}
+		Body: io.NopCloser(bytes.NewReader(gzipped(t, "x")))}
 	if err := plan.Scrub(resp); err != nil {
 		t.Fatal(err)
 	}
-	n, err := io.Copy(io.Discard, resp.Body)
-	if !errors.Is(err, errOverCap) || n > MaxDecompressedBytes {
-		t.Errorf("read %d bytes, error %v; want at most %d and errOverCap", n, err, MaxDecompressedBytes)
+	sr := resp.Body.(readCloser).Reader.(*scrubReader)
+	if c, ok := sr.src.(*capReader); !ok || c.left != MaxDecompressedBytes {
+		t.Fatalf("Scrub's body source = %T; want a capReader of MaxDecompressedBytes", sr.src)
+	}
+	const limit = 1 << 16
+	bomb := gzipped(t, strings.Repeat("a", 4*limit))
+	c := &capReader{r: &decoder{src: bytes.NewReader(bomb), enc: "gzip"}, left: limit}
+	n, err := io.Copy(io.Discard, c)
+	if !errors.Is(err, errOverCap) || n != limit {
+		t.Errorf("read %d bytes, error %v; want %d and errOverCap", n, err, limit)
 	}
 }
