@@ -100,6 +100,9 @@ type Options struct {
 	// Wrap is a command egressd runs under, e.g. {"prlimit",
 	// "--nofile=128:128"}; if empty, none.
 	Wrap []string
+	// Env are extra "KEY=value" environment variables of the process
+	// (secrets read from the environment).
+	Env []string
 }
 
 // Egressd is one running `egressd serve`.
@@ -150,7 +153,7 @@ func Start(t testing.TB, o Options) *Egressd {
 	argv := append(append(append([]string{}, o.Wrap...), binary, "serve", "--config", e.ConfigPath), o.Args...)
 	e.cmd = exec.Command(argv[0], argv[1:]...)
 	e.cmd.Stdout, e.cmd.Stderr = logf, logf
-	e.cmd.Env = cleanEnv()
+	e.cmd.Env = append(cleanEnv(), o.Env...)
 	if err := e.cmd.Start(); err != nil {
 		t.Fatalf("start egressd: %v", err)
 	}
@@ -436,6 +439,9 @@ type Rule struct {
 	Identities []string `json:"identities,omitempty"`
 	TLS        *bool    `json:"tls,omitempty"`
 	Action     string   `json:"action,omitempty"`
+	// Credentials are the rule's credential actions, as data.json spells
+	// them.
+	Credentials []map[string]any `json:"credentials,omitempty"`
 }
 
 // WritePolicy writes the default bundle (package rego) into a temporary
