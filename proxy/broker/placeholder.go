@@ -96,6 +96,11 @@ type Plan struct {
 //     a place no action names, in another spelling than Marker, or of a
 //     secret not loaded.
 func Prepare(actions []policy.Credential, secrets *Secrets, h http.Header, rawPath, rawQuery string) (*Plan, policy.Reason) {
+	if len(actions) == 0 && !mayHoldMarker(h, rawPath, rawQuery) {
+		// Every request pays this scan; a request with nothing to do
+		// leaves without allocating.
+		return nil, ""
+	}
 	c := checker{actions: actions, secrets: secrets, found: make([]bool, len(actions))}
 	c.scan(rawPath, "", "")
 	if p, err := url.PathUnescape(rawPath); err == nil && p != rawPath {
@@ -148,6 +153,27 @@ func Prepare(actions []policy.Credential, secrets *Secrets, h http.Header, rawPa
 		p.Applied[a.Secret] = where
 	}
 	return p, ""
+}
+
+// mayHoldMarker reports whether a placeholder could be in the request:
+// one is written plainly, or percent-encoding in the path or query could
+// spell one after decoding.
+func mayHoldMarker(h http.Header, rawPath, rawQuery string) bool {
+	if markerAt(rawPath, 0) >= 0 || markerAt(rawQuery, 0) >= 0 ||
+		strings.IndexByte(rawPath, '%') >= 0 || strings.IndexByte(rawQuery, '%') >= 0 {
+		return true
+	}
+	for k, vs := range h {
+		if markerAt(k, 0) >= 0 {
+			return true
+		}
+		for _, v := range vs {
+			if markerAt(v, 0) >= 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // checker classifies the placeholders of one request.

@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"bytes"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -182,4 +184,34 @@ func FuzzPrepare(f *testing.F) {
 			t.Fatalf("a secret left through a place no action names: query %q path %q other %q", q, path, h.Get("X-Other"))
 		}
 	})
+}
+
+// BenchmarkPrepareNoCredentials is the cost every allowed request pays:
+// a scan of a typical request for placeholders when its rule binds none.
+func BenchmarkPrepareNoCredentials(b *testing.B) {
+	h := http.Header{
+		"Accept":          {"application/vnd.github+json"},
+		"User-Agent":      {"python-requests/2.32"},
+		"Accept-Encoding": {"gzip, deflate"},
+		"Authorization":   {"Bearer sandbox-own-token-0123456789"},
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, reason := Prepare(nil, nil, h, "/repos/egressd/egressd/pulls", "state=open&per_page=100"); reason != "" {
+			b.Fatal(reason)
+		}
+	}
+}
+
+// BenchmarkScrubStream is the scrubber's cost per byte of a textual body.
+func BenchmarkScrubStream(b *testing.B) {
+	s := testSecrets(b, map[string]string{"github": ghValue, "openai": oaValue}).scrub
+	body := []byte(strings.Repeat(`{"id":12345,"name":"egressd","full_name":"egressd/egressd","private":false},`, 1000))
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := io.Copy(io.Discard, s.Reader(bytes.NewReader(body), nil)); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
