@@ -197,6 +197,11 @@ func (c *checker) scan(s, kind, name string) {
 			c.found[a] = true
 			continue
 		}
+		if kind == policy.PlaceHeader && c.sets(name) && c.binds(secret) {
+			// The header is set whole by an action: the sandbox's value,
+			// placeholder and all, is dropped, so nothing of it remains.
+			continue
+		}
 		c.fail(secret)
 	}
 }
@@ -237,15 +242,33 @@ func (c *checker) placeholderFor(kind, name, secret string) int {
 // unresolved, of any other it is headed for the wrong destination, which
 // outranks every other reason.
 func (c *checker) fail(secret string) {
+	if !c.binds(secret) {
+		c.reason = policy.ReasonCredentialWrongDest
+		return
+	}
+	if c.reason == "" {
+		c.reason = policy.ReasonCredentialUnresolved
+	}
+}
+
+// binds reports whether an action of the rule names secret.
+func (c *checker) binds(secret string) bool {
 	for i := range c.actions {
 		if c.actions[i].Secret == secret {
-			if c.reason == "" {
-				c.reason = policy.ReasonCredentialUnresolved
-			}
-			return
+			return true
 		}
 	}
-	c.reason = policy.ReasonCredentialWrongDest
+	return false
+}
+
+// sets reports whether an action sets header name whole.
+func (c *checker) sets(name string) bool {
+	for i := range c.actions {
+		if k, n := c.actions[i].Place(); c.actions[i].Sets() && k == policy.PlaceHeader && n == name {
+			return true
+		}
+	}
+	return false
 }
 
 // param is one '&'-separated piece of a raw query.

@@ -55,6 +55,12 @@ func TestPrepare(t *testing.T) {
 			header:     http.Header{"Authorization": {"Bearer sandbox-own-token"}},
 			wantHeader: http.Header{"Authorization": {"Bearer " + ghValue}},
 			applied:    map[string]string{"github": "header:Authorization"}},
+		{name: "placeholder in the header a template sets is replaced whole", actions: bearer,
+			header:     http.Header{"Authorization": {"Bearer egressd:secret:github"}},
+			wantHeader: http.Header{"Authorization": {"Bearer " + ghValue}},
+			applied:    map[string]string{"github": "header:Authorization"}},
+		{name: "placeholder of another secret in the header a template sets", actions: bearer,
+			header: http.Header{"Authorization": {"Bearer egressd:secret:openai"}}, reason: policy.ReasonCredentialWrongDest},
 		{name: "basic", actions: basic,
 			wantHeader: http.Header{"Authorization": {"Basic " + basicToken("x-access-token", ghValue)}},
 			applied:    map[string]string{"github": "header:Authorization"}},
@@ -164,18 +170,22 @@ func FuzzPrepare(f *testing.F) {
 	actions := []policy.Credential{
 		{Secret: "openai", Placeholder: "header:X-Api-Key"},
 		{Secret: "openai", Placeholder: "query:api_key"},
+		{Secret: "github", Header: "Authorization", Format: "token {}"},
 	}
 	f.Fuzz(func(t *testing.T, hv, query, path, other string) {
 		if all := hv + query + path + other; strings.Contains(all, ghValue) || strings.Contains(all, oaValue) {
 			return // the sandbox's own bytes, not egressd's doing
 		}
-		h := http.Header{"X-Api-Key": {hv}, "X-Other": {other}}
+		h := http.Header{"X-Api-Key": {hv}, "X-Other": {other}, "Authorization": {other}}
 		plan, reason := Prepare(actions, secrets, h, path, query)
 		if reason != "" {
 			return
 		}
 		q := plan.Apply(h, query)
-		for _, s := range append([]string{q, path}, h.Get("X-Other"), h.Get("X-Api-Key")) {
+		if h.Get("Authorization") != "token "+ghValue {
+			t.Fatalf("Authorization = %q; want the template's", h.Get("Authorization"))
+		}
+		for _, s := range append([]string{q, path}, h.Get("X-Other"), h.Get("X-Api-Key"), h.Get("Authorization")) {
 			if i := markerAt(s, 0); i >= 0 {
 				t.Fatalf("allowed request still carries a placeholder in %q", s)
 			}
