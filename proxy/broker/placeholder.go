@@ -303,4 +303,3 @@ func eachParam(rawQuery string, fn func(p *param)) {
 		rawQuery = rest
 	}
 }
-
