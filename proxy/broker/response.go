@@ -52,13 +52,19 @@ func (p *Plan) scrubber() *Scrubber {
 // is decompressed (gzip, deflate; at most MaxDecompressedBytes) and passed
 // on uncompressed; in any other encoding ErrUnscrubbable is returned and
 // resp must not reach the client. Other bodies (images, archives,
-// protobuf) pass untouched: the scrubber reads text only.
+// protobuf) and the connection behind a 101 (WebSocket) pass untouched:
+// the scrubber reads text only.
 func (p *Plan) Scrub(resp *http.Response) error {
 	sc := p.scrubber()
 	if sc == nil {
 		return nil
 	}
 	scrubHeader(sc, resp.Header)
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// The body is the upgraded connection (WebSocket frames): out of
+		// scope, passed as it is.
+		return nil
+	}
 	if resp.Body == nil || resp.Body == http.NoBody || !Textual(resp.Header.Get("Content-Type")) {
 		return nil
 	}

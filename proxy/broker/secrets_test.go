@@ -180,6 +180,7 @@ func TestScrubResponse(t *testing.T) {
 		wantErr  bool
 		// scrubbed says the body comes out scrubbed and uncompressed.
 		scrubbed bool
+		status   int
 	}{
 		{name: "json", ctype: "application/json", body: []byte(echo), scrubbed: true},
 		{name: "no type", body: []byte(echo), scrubbed: true},
@@ -187,11 +188,15 @@ func TestScrubResponse(t *testing.T) {
 		{name: "gzip json", ctype: "application/json; charset=utf-8", encoding: "gzip", body: gzipped(t, echo), scrubbed: true},
 		{name: "br refused", ctype: "text/plain", encoding: "br", body: []byte("?"), wantErr: true},
 		{name: "binary untouched", ctype: "image/png", body: []byte(echo)},
+		{name: "upgraded connection untouched", status: http.StatusSwitchingProtocols, body: []byte(echo)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			resp := &http.Response{Header: http.Header{"X-Echo": {"Bearer " + ghValue}, "Content-Length": {"99"}},
-				Body: io.NopCloser(bytes.NewReader(tt.body)), ContentLength: 99}
+				Body: io.NopCloser(bytes.NewReader(tt.body)), ContentLength: 99, StatusCode: tt.status}
+			if resp.StatusCode == 0 {
+				resp.StatusCode = http.StatusOK
+			}
 			if tt.ctype != "" {
 				resp.Header.Set("Content-Type", tt.ctype)
 			}
