@@ -196,7 +196,10 @@ func (d *decoder) value(r *Record, idx int) error {
 	case fDetail:
 		r.Detail, err = d.object()
 	case fCredentials:
-		r.Credentials, err = d.object()
+		// The writer omits an empty map: "{}" is not a line it wrote.
+		if r.Credentials, err = d.object(); err == nil && len(r.Credentials) == 0 {
+			err = errors.New("empty object")
+		}
 	case fTS:
 		var b []byte
 		if b, err = d.raw(); err == nil {
