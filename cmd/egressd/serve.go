@@ -288,7 +288,7 @@ loop:
 		select {
 		case <-hup:
 			if err := d.reload(ctx); err != nil {
-				d.log.Warn("reload refused; previous configuration stays", zap.Error(d.secrets.Load().Redact(err)))
+				d.log.Warn("reload refused; previous configuration stays", zap.Error(err))
 			}
 		case err := <-errc:
 			serveErr = err
@@ -325,7 +325,9 @@ loop:
 func (d *daemon) reload(ctx context.Context) error {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
-	err := d.reloadLocked(ctx)
+	// No code quotes a secret's value; redacting what a reload reports
+	// (the log, POST /-/reload's answer) is the last guard.
+	err := d.secrets.Load().Redact(d.reloadLocked(ctx))
 	result := "ok"
 	if err != nil {
 		result = "failed"
