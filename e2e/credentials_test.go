@@ -272,4 +272,12 @@ func TestCredentialCleartextRuleRefused(t *testing.T) {
 			t.Errorf("egressd %s = exit %d, stderr %q; want 2 naming the rule", args[0], code, stderr)
 		}
 	}
+	// A secret name the config does not list is refused the same way.
+	if err := os.WriteFile(cfg, []byte(strings.Replace(yaml, "name: k", "name: other", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want = `rules[0].credentials[0].secret "k" is not in the config's secrets: (rule "cleartext")`
+	if _, stderr, code := RunCLI(t, "check", "http", "GET", "http://api.example.com/", "--config", cfg); code != 2 || !strings.Contains(stderr, want) {
+		t.Errorf("egressd check = exit %d, stderr %q; want 2 naming the secret and rule", code, stderr)
+	}
 }
