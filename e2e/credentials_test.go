@@ -213,6 +213,7 @@ func TestCredentialBrokering(t *testing.T) {
 	if len(recs) == 0 {
 		t.Errorf("no decision record names github at header:Authorization")
 	}
+	bodies = append(bodies, e.Metrics(t))
 	if err := e.Stop(10 * time.Second); err != nil {
 		t.Logf("stop: %v", err)
 	}
