@@ -6,7 +6,12 @@ import (
 )
 
 // pattern is one text the scrubber replaces, and what replaces it.
-type pattern struct{ text, repl []byte }
+type pattern struct {
+	text, repl []byte
+	// border[i] is the length of the longest proper prefix of text[:i+1]
+	// that is also its suffix (Knuth-Morris-Pratt), set by newScrubber.
+	border []int
+}
 
 // Scrubber replaces secret values in response headers and bodies. Matching
 // is leftmost, then longest, exactly as if the whole text were seen at
@@ -17,8 +22,22 @@ type pattern struct{ text, repl []byte }
 type Scrubber struct {
 	pats   []pattern
 	maxLen int
-	// first marks the bytes a pattern starts with.
-	first [256]bool
+}
+
+// borders is the Knuth-Morris-Pratt failure table of t.
+func borders(t []byte) []int {
+	b := make([]int, len(t))
+	k := 0
+	for i := 1; i < len(t); i++ {
+		for k > 0 && t[i] != t[k] {
+			k = b[k-1]
+		}
+		if t[i] == t[k] {
+			k++
+		}
+		b[i] = k
+	}
+	return b
 }
 
 // newScrubber returns a scrubber of pats, or nil when there is none.
@@ -26,10 +45,11 @@ func newScrubber(pats []pattern) *Scrubber {
 	if len(pats) == 0 {
 		return nil
 	}
-	s := &Scrubber{pats: pats}
-	for _, p := range pats {
+	s := &Scrubber{pats: make([]pattern, len(pats))}
+	for i, p := range pats {
+		p.border = borders(p.text)
+		s.pats[i] = p
 		s.maxLen = max(s.maxLen, len(p.text))
-		s.first[p.text[0]] = true
 	}
 	return s
 }
@@ -91,27 +111,40 @@ func (s *Scrubber) process(buf []byte, eof bool, out []byte) ([]byte, int) {
 	}
 }
 
-// emitLimit is the first position at or after from where a pattern could
-// begin but is not yet decided: every pattern starting before
-// len(buf)-maxLen+1 is wholly in buf; one starting after must agree with
-// the bytes seen so far. With eof every position is decided.
+// emitLimit is the first position at or after from where a pattern
+// begins that buf ends before it is complete: the bytes from there on may
+// yet be a secret and are held back; every pattern starting earlier is
+// wholly in buf (or not there), so the text before is decided. With eof
+// every position is decided. Each pattern's longest unfinished start is
+// found by running its Knuth-Morris-Pratt automaton over the last
+// len(pattern)-1 bytes: the work is linear in the patterns' length, not
+// quadratic, whatever the text.
 func (s *Scrubber) emitLimit(buf []byte, from int, eof bool) int {
+	limit := len(buf)
 	if eof {
-		return len(buf)
+		return limit
 	}
-	for j := max(from, len(buf)-s.maxLen+1); j < len(buf); j++ {
-		if !s.first[buf[j]] {
-			continue
-		}
-		rest := buf[j:]
-		for _, p := range s.pats {
-			if len(rest) < len(p.text) && bytes.HasPrefix(p.text, rest) ||
-				len(rest) >= len(p.text) && bytes.HasPrefix(rest, p.text) {
-				return j
+	for k := range s.pats {
+		p := &s.pats[k]
+		q := 0
+		for i := max(from, len(buf)-len(p.text)+1); i < len(buf); i++ {
+			for q > 0 && buf[i] != p.text[q] {
+				q = p.border[q-1]
+			}
+			if buf[i] == p.text[q] {
+				q++
+			}
+			if q == len(p.text) {
+				// A whole match is found by process; what may still grow
+				// is its longest proper border.
+				q = p.border[q-1]
 			}
 		}
+		if q > 0 {
+			limit = min(limit, len(buf)-q)
+		}
 	}
-	return len(buf)
+	return limit
 }
 
 // readSize is how much a scrubbing Reader asks of its source at once.
