@@ -68,8 +68,8 @@ func (s *Scrubber) String(v string) string {
 // again with more input after it. With eof the whole of buf is decided.
 //
 // Work per call is linear in len(buf) for the searches (each pattern's
-// next occurrence is found once and kept until passed) plus at most
-// maxLen positions of look-back, each compared against each pattern.
+// next occurrence is found once and kept until passed) plus the
+// patterns' total length for the hold-back point (emitLimit).
 func (s *Scrubber) process(buf []byte, eof bool, out []byte) ([]byte, int) {
 	var stack [8]int
 	next := stack[:0]
