@@ -108,8 +108,9 @@ func Prepare(actions []policy.Credential, secrets *Secrets, h http.Header, rawPa
 	eachParam(rawQuery, func(q *param) {
 		if !q.ok {
 			// Undecodable: a server may read it some other way, so no
-			// placeholder in it is swapped.
+			// placeholder in it is swapped, and nothing in it is one.
 			c.scan(q.raw, "", "")
+			c.require(policy.PlaceQuery, q.key, "")
 			return
 		}
 		c.scan(q.key, "", "")
