@@ -277,7 +277,8 @@ type param struct {
 	rawKey     string
 	eq         bool // the piece has '='
 	key, value string
-	// ok says key and value decoded; when false they are raw.
+	// ok says key and value decoded; when false the value is raw, and so
+	// is the key if it does not decode.
 	ok bool
 }
 
@@ -294,8 +295,13 @@ func eachParam(rawQuery string, fn func(p *param)) {
 		p := param{raw: piece, rawKey: rk, eq: eq, key: rk, value: rv}
 		k, err1 := url.QueryUnescape(rk)
 		v, err2 := url.QueryUnescape(rv)
+		if err1 == nil {
+			// Decoded even when the value is not, so that a require
+			// action still knows its place.
+			p.key = k
+		}
 		if err1 == nil && err2 == nil {
-			p.key, p.value, p.ok = k, v, true
+			p.value, p.ok = v, true
 		}
 		fn(&p)
 		if !more {

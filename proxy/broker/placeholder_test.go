@@ -102,7 +102,7 @@ func TestPrepare(t *testing.T) {
 			wantHeader: http.Header{"X-Api-Key": {oaValue}},
 			applied:    map[string]string{"openai": "header:X-Api-Key"}},
 		{name: "require: undecodable value in the query place refused", actions: []policy.Credential{{Secret: "openai", Placeholder: "query:key", Require: true}},
-			query: "key=sk-pasted%zz", reason: policy.ReasonCredentialLiteral},
+			query: "k%65y=sk-pasted%zz", reason: policy.ReasonCredentialLiteral},
 		{name: "wrong destination outranks literal", actions: required,
 			header: http.Header{"X-Api-Key": {"literal"}, "X-Other": {"egressd:secret:github"}}, reason: policy.ReasonCredentialWrongDest},
 		{name: "secret not loaded", actions: []policy.Credential{{Secret: "gone", Header: "X-Key"}}, reason: policy.ReasonCredentialUnresolved},
