@@ -272,3 +272,37 @@ func TestCredentialUnscrubbableRefused(t *testing.T) {
 	}
 	assertNoSecret(t, lines, logs, string(body))
 }
+
+// TestCredentialScrubStreamsEvents: a server-sent event of a credential
+// rule's response reaches the client while the upstream still holds the
+// stream open; the scrubber does not wait for more.
+func TestCredentialScrubStreamsEvents(t *testing.T) {
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: one\n\n")
+		w.(http.Flusher).Flush()
+		<-release
+		io.WriteString(w, "data: "+r.Header.Get("Authorization")+"\n\n")
+	}))
+	t.Cleanup(up.Close)
+	defer close(release)
+	d := credDecider{"127.0.0.1": allowWith("gh", policy.Credential{Secret: "github", Header: "Authorization"})}
+	addr, lines, logs := credProxy(t, d, nil)
+	resp, err := proxyClient(addr).Get(up.URL + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	first := make([]byte, len("data: one\n\n"))
+	if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != "data: one\n\n" {
+		t.Fatalf("first event = %q, %v; want it before the upstream sends more", first, err)
+	}
+	release <- struct{}{}
+	rest, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(rest), "«egressd:redacted:github»") {
+		t.Errorf("second event = %q; want the secret redacted", rest)
+	}
+	resp.Body.Close()
+	assertNoSecret(t, lines, logs, string(rest))
+}
