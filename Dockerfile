@@ -5,6 +5,7 @@
 #
 #   docker build -t egressd .
 #   docker run --read-only -v egressd-audit:/var/lib/egressd/audit \
+#     -v egressd-ca:/var/lib/egressd/ca \
 #     -v $PWD/deploy/compose/egressd.yaml:/etc/egressd/egressd.yaml:ro egressd
 
 # golang:*-bookworm ships gcc and libc6-dev, which cgo needs.
@@ -14,18 +15,21 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 RUN deploy/build.sh /out/egressd \
- && mkdir -p /out/audit
+ && mkdir -p /out/audit \
+ && mkdir -m 0700 /out/ca
 
 # distroless/cc: glibc and libgcc for the cgo binary, no shell, no package
 # manager. The :nonroot tag runs as uid/gid 65532.
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/egressd /usr/local/bin/egressd
-# The audit volume is the only place egressd writes; the root filesystem can
-# be mounted read-only. An empty directory owned by the runtime user makes a
-# fresh named volume writable too (docker copies ownership into it).
+# The audit and CA volumes are the only places egressd writes; the root
+# filesystem can be mounted read-only. An empty directory owned by the
+# runtime user makes a fresh named volume writable too (docker copies
+# ownership and mode into it: the CA directory must stay 0700).
 COPY --from=build --chown=65532:65532 /out/audit /var/lib/egressd/audit
+COPY --from=build --chown=65532:65532 /out/ca /var/lib/egressd/ca
 USER 65532:65532
-VOLUME ["/var/lib/egressd/audit"]
+VOLUME ["/var/lib/egressd/audit", "/var/lib/egressd/ca"]
 
 # proxy, DNS, Postgres gate, admin. DNS listens on 5353: a non-root process
 # cannot bind 53 without CAP_NET_BIND_SERVICE, so Kubernetes maps Service

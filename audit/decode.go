@@ -22,6 +22,7 @@ const (
 	fPort
 	fPath
 	fQuery
+	fInspected
 	fName
 	fQType
 	fDatabase
@@ -48,7 +49,7 @@ const (
 var fieldIndex = map[string]int{
 	"seq": fSeq, "ts": fTS, "kind": fKind, "request": fRequest,
 	"identity": fIdentity, "user": fUser, "client": fClient, "method": fMethod,
-	"scheme": fScheme, "host": fHost, "port": fPort, "path": fPath, "query": fQuery,
+	"scheme": fScheme, "host": fHost, "port": fPort, "path": fPath, "query": fQuery, "inspected": fInspected,
 	"name": fName, "qtype": fQType, "database": fDatabase, "sql": fSQL,
 	"fingerprint": fFingerprint, "ip": fIP, "decision": fDecision,
 	"reason": fReason, "rule": fRule, "policy": fPolicy, "credentials": fCredentials, "status": fStatus,
@@ -114,6 +115,15 @@ type decoder struct {
 }
 
 var errEnd = errors.New("unexpected end of line")
+
+// literal consumes lit if the line continues with it.
+func (d *decoder) literal(lit string) bool {
+	if len(d.b)-d.i < len(lit) || string(d.b[d.i:d.i+len(lit)]) != lit {
+		return false
+	}
+	d.i += len(lit)
+	return true
+}
 
 func (d *decoder) expect(c byte) error {
 	if d.i >= len(d.b) {
@@ -200,6 +210,13 @@ func (d *decoder) value(r *Record, idx int) error {
 		if r.Credentials, err = d.object(); err == nil && len(r.Credentials) == 0 {
 			err = errors.New("empty object")
 		}
+	case fInspected:
+		// Written only when true (omitempty), so "false" is not a layout
+		// the writer produces.
+		if !d.literal("true") {
+			err = errors.New("want true")
+		}
+		r.Inspected = err == nil
 	case fTS:
 		var b []byte
 		if b, err = d.raw(); err == nil {

@@ -71,6 +71,9 @@ func (e *encoder) appendLine(b []byte, r *Record, seq uint64, prev *[sha256.Size
 	}
 	b = appendOpt(b, `,"path":`, r.Path)
 	b = appendOpt(b, `,"query":`, r.Query)
+	if r.Inspected {
+		b = append(b, `,"inspected":true`...)
+	}
 	b = appendOpt(b, `,"name":`, r.Name)
 	b = appendOpt(b, `,"qtype":`, r.QType)
 	b = appendOpt(b, `,"database":`, r.Database)

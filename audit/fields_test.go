@@ -218,3 +218,26 @@ func TestCredentialsRoundTrip(t *testing.T) {
 		t.Errorf("ParseRecord(credentials:{}) = nil; want an error")
 	}
 }
+
+// TestInspectedRoundTrip: "inspected" is written after the target fields
+// only when true, read back, and any other value is refused.
+func TestInspectedRoundTrip(t *testing.T) {
+	enc := newEncoder()
+	for _, in := range []bool{true, false} {
+		r := &Record{TS: time.Unix(1, 0), Kind: KindHTTP, Scheme: "https", Host: "a.test", Port: 443, Path: "/x", Inspected: in, Decision: DecisionAllow}
+		line, _ := enc.appendLine(nil, r, 1, &zeroHash)
+		line = bytes.TrimSuffix(line, []byte("\n"))
+		if got := bytes.Contains(line, []byte(`"path":"/x","inspected":true,"decision"`)); got != in {
+			t.Errorf("line %s: has inspected = %v; want %v", line, got, in)
+		}
+		var back Record
+		if err := ParseRecord(line, &back); err != nil || back.Inspected != in {
+			t.Errorf("ParseRecord(%s) = %v, inspected %v; want nil, %v", line, err, back.Inspected, in)
+		}
+	}
+	bad := []byte(`{"seq":1,"ts":"1970-01-01T00:00:01.000000Z","kind":"http","inspected":false,"prev":"` + strings.Repeat("0", 64) + `","hash":"` + strings.Repeat("0", 64) + `"}`)
+	var r Record
+	if err := ParseRecord(bad, &r); err == nil {
+		t.Errorf("ParseRecord(inspected:false) = nil; want an error")
+	}
+}

@@ -28,7 +28,10 @@ type Record struct {
 	Path   string `json:"path,omitempty"`
 	// Query is the raw query string with the values of sensitive
 	// parameters (Config.RedactQueryParams) replaced by [redacted:N].
-	Query       string `json:"query,omitempty"`
+	Query string `json:"query,omitempty"`
+	// Inspected marks a request decided inside a terminated (inspected)
+	// CONNECT tunnel, and that tunnel's own records.
+	Inspected   bool   `json:"inspected,omitempty"`
 	Name        string `json:"name,omitempty"`
 	QType       string `json:"qtype,omitempty"`
 	Database    string `json:"database,omitempty"`

@@ -167,6 +167,9 @@ func TestComposeConfig(t *testing.T) {
 	if m := mounts[cfg.Audit.Dir]; m == "" || strings.HasPrefix(m, ".") || strings.HasPrefix(m, "/") {
 		t.Errorf("audit.dir %q mount = %q; want a named volume", cfg.Audit.Dir, m)
 	}
+	if m := mounts[cfg.Inspect.CADir]; m == "" || strings.HasPrefix(m, ".") || strings.HasPrefix(m, "/") {
+		t.Errorf("inspect.ca_dir %q mount = %q; want a named volume (the root filesystem is read-only)", cfg.Inspect.CADir, m)
+	}
 	ip := e.Networks["sandbox"].IPv4Address
 	for key, listen := range map[string]string{"proxy.listen": cfg.Proxy.Listen, "dns.listen": cfg.DNS.Listen} {
 		ap, err := netip.ParseAddrPort(listen)

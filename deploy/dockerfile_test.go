@@ -99,7 +99,7 @@ func TestDockerfile(t *testing.T) {
 	if want := []string{"3128/tcp", "5353/udp", "5353/tcp", "5432/tcp", "9090/tcp"}; !sameSet(expose, want) {
 		t.Errorf("EXPOSE = %q; want %q", expose, want)
 	}
-	if v := rt.has("VOLUME "); !strings.Contains(v, "/var/lib/egressd/audit") {
-		t.Errorf("VOLUME = %q; want the audit directory", v)
+	if v := rt.has("VOLUME "); !strings.Contains(v, "/var/lib/egressd/audit") || !strings.Contains(v, "/var/lib/egressd/ca") {
+		t.Errorf("VOLUME = %q; want the audit and CA directories", v)
 	}
 }

@@ -160,8 +160,8 @@ func TestEgressdStatefulSet(t *testing.T) {
 		if vm.SubPath != "" {
 			t.Errorf("mount %s uses subPath; subPath mounts never see ConfigMap updates", vm.Name)
 		}
-		if vm.Name != "audit" && !vm.ReadOnly {
-			t.Errorf("mount %s is writable; only the audit volume may be", vm.Name)
+		if vm.Name != "audit" && vm.Name != "ca" && !vm.ReadOnly {
+			t.Errorf("mount %s is writable; only the audit and CA volumes may be", vm.Name)
 		}
 	}
 }
@@ -289,6 +289,7 @@ func TestConfigMapConfig(t *testing.T) {
 		{"config mount", mounts["config"] + "/egressd.yaml", argAfter(c.Args, "--config")},
 		{"policy.dir", cfg.Policy.Dir, mounts["policy"]},
 		{"audit.dir", cfg.Audit.Dir, mounts["audit"]},
+		{"inspect.ca_dir", cfg.Inspect.CADir, mounts["ca"]},
 		{"proxy.listen port", port(cfg.Proxy.Listen), itoa(ports["proxy"])},
 		{"dns.listen port", port(cfg.DNS.Listen), itoa(ports["dns-udp"])},
 		{"postgres.listen port", port(cfg.Postgres.Listen), itoa(ports["postgres"])},

@@ -438,6 +438,7 @@ type Rule struct {
 	Paths      []string `json:"paths,omitempty"`
 	Identities []string `json:"identities,omitempty"`
 	TLS        *bool    `json:"tls,omitempty"`
+	Inspect    bool     `json:"inspect,omitempty"`
 	Action     string   `json:"action,omitempty"`
 	// Credentials are the rule's credential actions, as data.json spells
 	// them.

@@ -23,6 +23,8 @@ import (
 //	/close            answers with Connection: close (no reuse upstream)
 //	/redirect?to=URL  302 to URL
 //	/hold?c=ID        blocks until Release(ID), then 200
+//	/ws               a WebSocket handshake (Upgrade: websocket) switches
+//	                  protocols, then echoes each line as "echo <line>"
 type Upstream struct {
 	*httptest.Server
 	// Addr is "127.0.0.1:port"; Port the port.
@@ -60,6 +62,27 @@ func upstreamHandler(u *Upstream) http.Handler {
 	})
 	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
+	})
+	mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
+		if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+			http.Error(w, "want Upgrade: websocket", http.StatusBadRequest)
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		brw.Flush()
+		for {
+			line, err := brw.ReadString('\n')
+			if err != nil {
+				return
+			}
+			brw.WriteString("echo " + line)
+			brw.Flush()
+		}
 	})
 	mux.HandleFunc("/hold", func(w http.ResponseWriter, r *http.Request) {
 		<-u.hold(r.URL.Query().Get("c"))

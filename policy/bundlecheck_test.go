@@ -106,3 +106,34 @@ func TestDataJSONErrorsNamePosition(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadChecksInspect: "inspect" loads on an allow rule of names, and is
+// refused where it cannot mean anything (a deny rule), contradicts the rule
+// ("tls": false), or would let a client have a leaf minted for any address
+// of a range (a CIDR).
+func TestLoadChecksInspect(t *testing.T) {
+	tests := []struct {
+		name, rule, want string
+	}{
+		{"allow rule", `{"id": "gh", "hosts": ["api.github.com", "*.example.com", "192.0.2.1"], "ports": [443], "paths": ["/repos/**"], "inspect": true}`, ""},
+		{"deny rule", `{"id": "d", "hosts": ["a.test"], "ports": [443], "action": "deny", "inspect": true}`, `rules[0].inspect must not be set on a deny rule`},
+		{"tls false", `{"id": "p", "hosts": ["a.test"], "ports": [443], "tls": false, "inspect": true}`, `rules[0].inspect needs TLS in the tunnel, but tls is false`},
+		{"cidr", `{"id": "c", "hosts": ["192.0.2.0/24"], "ports": [443], "inspect": true}`, `rules[0].hosts[0] "192.0.2.0/24": inspect needs names or IPs, not a CIDR`},
+		{"not a bool", `{"id": "b", "hosts": ["a.test"], "ports": [443], "inspect": "yes"}`, `rules: json: cannot unmarshal string`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := writeBundle(t, "", map[string]string{"http.rego": miniHTTP, "data.json": `{"rules": [` + tt.rule + `]}`})
+			_, err := Check(context.Background(), os.DirFS(dir))
+			if tt.want == "" {
+				if err != nil {
+					t.Errorf("Check(%s) = %v; want nil", tt.rule, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Check(%s) error = %v; want it to contain %q", tt.rule, err, tt.want)
+			}
+		})
+	}
+}

@@ -83,6 +83,11 @@ type Decision struct {
 	// never values. Nil on denies, on other kinds and for rules without.
 	// Shared by every decision of the rule: read only.
 	Credentials []Credential `json:"credentials,omitempty"`
+	// Inspect is set on an allowed CONNECT whose rule asks for inspection
+	// (a rule's "inspect"): the proxy terminates the tunnel's TLS with a
+	// leaf of the identity's own CA and decides every request inside with
+	// the http entry point. False on every other decision.
+	Inspect bool `json:"inspect,omitempty"`
 }
 
 // DenyError is the one typed error for a refusal found outside Rego (a

@@ -192,7 +192,8 @@ var (
 )
 
 // decodeDecision reads {"allow": bool, "reason": string, "rule": string,
-// "tls"?: bool}. A deny without a reason is malformed: every deny says why.
+// "tls"?: bool, "inspect"?: bool}. A deny without a reason is malformed:
+// every deny says why.
 func decodeDecision(v any) (Decision, bool) {
 	t, ok := v.(*ast.Term)
 	if !ok {
@@ -214,14 +215,20 @@ func decodeDecision(v any) (Decision, bool) {
 			return Decision{}, false
 		}
 	}
+	if ti := obj.Get(termInspect); ti != nil {
+		if d.Inspect, ok = termBool(ti); !ok {
+			return Decision{}, false
+		}
+	}
 	return d, true
 }
 
 var (
-	termAllow  = ast.StringTerm("allow")
-	termReason = ast.StringTerm("reason")
-	termRule   = ast.StringTerm("rule")
-	termTLS    = ast.StringTerm("tls")
+	termAllow   = ast.StringTerm("allow")
+	termReason  = ast.StringTerm("reason")
+	termRule    = ast.StringTerm("rule")
+	termTLS     = ast.StringTerm("tls")
+	termInspect = ast.StringTerm("inspect")
 )
 
 func termBool(t *ast.Term) (bool, bool) {

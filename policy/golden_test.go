@@ -114,7 +114,7 @@ func decideCase(d *policy.PreDial, e *policy.Engine, c goldenCase) map[string]an
 		kind = policy.KindRedirect
 		fallthrough
 	default:
-		o = d.DecideHTTP(context.Background(), id, kind, c.Method, c.Target, c.HostHeader)
+		o = d.DecideRequest(context.Background(), id, kind, c.Method, c.Target, c.HostHeader)
 	}
 	out := map[string]any{
 		"kind": kind.String(), "identity": id.ID,
@@ -122,6 +122,12 @@ func decideCase(d *policy.PreDial, e *policy.Engine, c goldenCase) map[string]an
 	}
 	if o.Decision.TLS {
 		out["tls"] = true
+	}
+	if o.Decision.Inspect {
+		out["inspect"] = true
+	}
+	if o.Inspected {
+		out["inspected"] = true
 	}
 	var de *policy.DenyError
 	if errors.As(o.Err, &de) && de.Detail != "" {

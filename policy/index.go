@@ -25,7 +25,10 @@ type ruleSpec struct {
 	Paths      []string `json:"paths,omitempty"`
 	Identities []string `json:"identities,omitempty"`
 	TLS        *bool    `json:"tls,omitempty"`
-	Action     string   `json:"action,omitempty"`
+	// Inspect asks for the CONNECT to be terminated so that methods and
+	// paths apply to the requests inside (see rego/README.md).
+	Inspect bool   `json:"inspect,omitempty"`
+	Action  string `json:"action,omitempty"`
 	// Credentials are checked by parseCredentials.
 	Credentials []json.RawMessage `json:"credentials,omitempty"`
 	// Comment is free text for the operator.
@@ -173,7 +176,9 @@ func (x *hostIndex) cidrTerm() *ast.Term {
 //
 //	id, deny, host_wide        as written / derived
 //	index                      the rule's position in data.rules
-//	tunnel                     deny or host_wide: the view decides a CONNECT
+//	tunnel                     deny, host_wide or inspect: the view decides
+//	                           a CONNECT
+//	inspect                    the rule asks for the CONNECT to be terminated
 //	ports                      a set
 //	methods, identities        {name: true}; empty with any_method /
 //	                           any_identity true when absent
@@ -212,7 +217,8 @@ func (r *ruleSpec) view(index int) *ast.Term {
 		ast.Item(ast.StringTerm("index"), ast.IntNumberTerm(index)),
 		ast.Item(ast.StringTerm("deny"), ast.BooleanTerm(deny)),
 		ast.Item(ast.StringTerm("host_wide"), ast.BooleanTerm(hostWide)),
-		ast.Item(ast.StringTerm("tunnel"), ast.BooleanTerm(deny || hostWide)),
+		ast.Item(ast.StringTerm("tunnel"), ast.BooleanTerm(deny || hostWide || r.Inspect)),
+		ast.Item(ast.StringTerm("inspect"), ast.BooleanTerm(r.Inspect)),
 		ast.Item(ast.StringTerm("ports"), ast.SetTerm(ports...)),
 		ast.Item(ast.StringTerm("methods"), set(r.Methods)),
 		ast.Item(ast.StringTerm("any_method"), ast.BooleanTerm(len(r.Methods) == 0)),
@@ -277,6 +283,19 @@ func (r *ruleSpec) validate() error {
 	}
 	if r.Action != "" && r.Action != "allow" && r.Action != "deny" {
 		return fmt.Errorf("action must be \"allow\" or \"deny\", got %q (rule %q)", r.Action, r.ID)
+	}
+	if r.Inspect && r.Action == "deny" {
+		return fmt.Errorf("inspect must not be set on a deny rule, which closes the tunnel anyway: remove it (rule %q)", r.ID)
+	}
+	if r.Inspect && r.TLS != nil && !*r.TLS {
+		return fmt.Errorf("inspect needs TLS in the tunnel, but tls is false: remove one of them (rule %q)", r.ID)
+	}
+	for j, h := range r.Hosts {
+		if r.Inspect && strings.Contains(h, "/") {
+			// A leaf is minted for the CONNECT host; a CIDR would let a
+			// client have one minted for any address in it.
+			return fmt.Errorf("hosts[%d] %q: inspect needs names or IPs, not a CIDR: list the addresses (rule %q)", j, h, r.ID)
+		}
 	}
 	return nil
 }

@@ -3,7 +3,10 @@ package policy
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
+	"strconv"
+	"strings"
 )
 
 // Floor is the address check no policy can override (*dnsguard.Floor). It
@@ -34,6 +37,9 @@ type Outcome struct {
 	// ParseRefused says the request itself was refused while it was read
 	// (the proxy answers 400), not its destination (403).
 	ParseRefused bool
+	// Inspected says the request was decided as one inside a terminated
+	// (inspected) CONNECT tunnel.
+	Inspected bool
 }
 
 // DecideHTTP decides an absolute-form request (kind KindHTTP) or a
@@ -51,6 +57,73 @@ func (d *PreDial) DecideHTTP(ctx context.Context, id Identity, kind Kind, method
 		return refusedOutcome(f, true, &DenyError{Reason: ReasonAbsoluteHTTPS})
 	}
 	return d.decide(ctx, id, f, f.IP, f.Port)
+}
+
+// DecideInspected decides a request inside a terminated CONNECT tunnel to
+// authority (the CONNECT's "host:port", already allowed with inspection):
+// the request-target (origin-form "/path?q", or absolute-form) becomes an
+// https:// URL of that authority, decided by the same rules as a plain
+// request. A Host header (HTTP/2 :authority) or absolute-form target
+// naming another host or port carries the host_mismatch flag, which the
+// bundle refuses: domain fronting would reach another tenant of the
+// upstream than the one the tunnel was decided for.
+func (d *PreDial) DecideInspected(ctx context.Context, id Identity, method, authority, requestTarget, hostHeader string) Outcome {
+	target := requestTarget
+	if strings.HasPrefix(requestTarget, "/") {
+		target = "https://" + authority + requestTarget
+	} else {
+		// Absolute-form: its authority is what a server routes by, so it
+		// is checked against the tunnel's.
+		hostHeader = authority
+	}
+	f, err := ParseHTTP(KindHTTP, method, target, hostHeader)
+	if err != nil {
+		o := refusedOutcome(nil, true, err)
+		o.Inspected = true
+		return o
+	}
+	if f.Scheme != "https" {
+		f.HostMismatch = true
+	}
+	if f.HostMismatch {
+		// Refused here, whatever the bundle does with the flag: the
+		// upstream is dialled for the request's host, which must be the
+		// one the CONNECT was decided (and a leaf minted) for.
+		o := refusedOutcome(f, false, &DenyError{Reason: ReasonHostMismatch, Detail: "request names another host than its inspected tunnel"})
+		o.Inspected = true
+		return o
+	}
+	o := d.decide(ctx, id, f, f.IP, f.Port)
+	o.Inspected = true
+	return o
+}
+
+// DecideRequest answers what the proxy would do with a request as a client
+// sends it, for `egressd check http`: an http:// URL is DecideHTTP's; an
+// https:// URL goes through a CONNECT to its authority, so when that
+// CONNECT would be inspected the request is decided as an inner request
+// (DecideInspected), and otherwise it is refused as DecideHTTP refuses it.
+func (d *PreDial) DecideRequest(ctx context.Context, id Identity, kind Kind, method, target, hostHeader string) Outcome {
+	if kind == KindHTTP && len(target) > len("https://") && strings.EqualFold(target[:len("https://")], "https://") {
+		if f, err := ParseHTTP(kind, method, target, ""); err == nil {
+			authority := net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port)))
+			if c := d.DecideConnect(ctx, id, authority); c.Decision.Allow && c.Decision.Inspect {
+				rest := target[len("https://"):]
+				path := "/"
+				if i := strings.IndexAny(rest, "/?"); i >= 0 {
+					path = rest[i:]
+					if path[0] == '?' {
+						path = "/" + path
+					}
+				}
+				if hostHeader == "" {
+					hostHeader = authority
+				}
+				return d.DecideInspected(ctx, id, method, authority, path, hostHeader)
+			}
+		}
+	}
+	return d.DecideHTTP(ctx, id, kind, method, target, hostHeader)
 }
 
 // DecideConnect decides a CONNECT authority ("host:port") for id.

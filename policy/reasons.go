@@ -90,6 +90,27 @@ const (
 	ReasonTLSRequired     Reason = "tls_required"
 	ReasonMalformedHello  Reason = "malformed_client_hello"
 	ReasonTunnelHostDiffs Reason = "tunnel_host_mismatch"
+	// ReasonHostMismatch: a request's Host names another host or port
+	// than its target, or than its inspected tunnel (domain fronting).
+	// The bundle refuses the flag of the same name for plain requests;
+	// inside an inspected tunnel Go refuses it before the bundle.
+	ReasonHostMismatch Reason = "host_mismatch"
+	// ReasonECH refuses an inspected tunnel whose ClientHello carries
+	// Encrypted Client Hello: the name the client means is hidden, so the
+	// proxy cannot check it against the CONNECT host.
+	ReasonECH Reason = "encrypted_client_hello"
+	// ReasonUpstreamTLS: the TLS handshake with the upstream of an
+	// inspected tunnel failed (certificate not valid for the host, not
+	// signed by a trusted root); never downgraded to plaintext.
+	ReasonUpstreamTLS Reason = "upstream_tls"
+	// ReasonInspectUnavailable refuses a CONNECT a rule asks to inspect
+	// when no leaf can be minted for it (no CA configured, or minting
+	// failed): it is not opened as an opaque tunnel instead.
+	ReasonInspectUnavailable Reason = "inspect_unavailable"
+	// ReasonInspectRequired closes an opaque tunnel when a reload made a
+	// rule inspect its host: its requests must now be decided one by one,
+	// so the client reconnects into an inspected tunnel.
+	ReasonInspectRequired Reason = "inspection_required"
 	ReasonRateLimited     Reason = "rate_limited"
 	ReasonConnLimit       Reason = "identity_conn_limit"
 	// ReasonSourceLimited refuses a client address that was refused before
@@ -222,25 +243,30 @@ var reasonTable = map[Reason]reasonEntry{
 	ReasonNotProxyRequest:  {class: ClassMalformed},
 	ReasonMalformedRequest: {class: ClassMalformed},
 	// net/http answers these itself, with its own statuses.
-	ReasonHeadersTooLarge:  {class: ClassMalformed, http: http.StatusRequestHeaderFieldsTooLarge},
-	ReasonHTTPVersion:      {class: ClassMalformed, http: http.StatusHTTPVersionNotSupported},
-	ReasonTransferEncoding: {class: ClassMalformed, http: http.StatusNotImplemented},
-	ReasonExpectation:      {class: ClassMalformed, http: http.StatusExpectationFailed},
-	ReasonIncomplete:       {class: ClassMalformed},
-	ReasonBodyNotAllowed:   {class: ClassMalformed},
-	ReasonRedirectDenied:   {class: ClassPolicy},
-	ReasonSNIMismatch:      {class: ClassPolicy},
-	ReasonTLSRequired:      {class: ClassPolicy},
-	ReasonMalformedHello:   {class: ClassMalformed},
-	ReasonTunnelHostDiffs:  {class: ClassPolicy},
-	ReasonRateLimited:      {class: ClassLimit},
-	ReasonConnLimit:        {class: ClassLimit},
-	ReasonSourceLimited:    {class: ClassLimit},
-	ReasonFDExhausted:      {class: ClassLimit},
-	ReasonUpstreamTimeout:  {class: ClassUpstream, http: http.StatusGatewayTimeout},
-	ReasonUpstreamFailed:   {class: ClassUpstream},
-	ReasonShuttingDown:     {class: ClassUnavailable},
-	ReasonClientClosed:     {class: ClassClient},
+	ReasonHeadersTooLarge:    {class: ClassMalformed, http: http.StatusRequestHeaderFieldsTooLarge},
+	ReasonHTTPVersion:        {class: ClassMalformed, http: http.StatusHTTPVersionNotSupported},
+	ReasonTransferEncoding:   {class: ClassMalformed, http: http.StatusNotImplemented},
+	ReasonExpectation:        {class: ClassMalformed, http: http.StatusExpectationFailed},
+	ReasonIncomplete:         {class: ClassMalformed},
+	ReasonBodyNotAllowed:     {class: ClassMalformed},
+	ReasonRedirectDenied:     {class: ClassPolicy},
+	ReasonSNIMismatch:        {class: ClassPolicy},
+	ReasonTLSRequired:        {class: ClassPolicy},
+	ReasonMalformedHello:     {class: ClassMalformed},
+	ReasonTunnelHostDiffs:    {class: ClassPolicy},
+	ReasonECH:                {class: ClassPolicy},
+	ReasonHostMismatch:       {class: ClassPolicy},
+	ReasonInspectRequired:    {class: ClassPolicy},
+	ReasonUpstreamTLS:        {class: ClassUpstream},
+	ReasonInspectUnavailable: {class: ClassUnavailable},
+	ReasonRateLimited:        {class: ClassLimit},
+	ReasonConnLimit:          {class: ClassLimit},
+	ReasonSourceLimited:      {class: ClassLimit},
+	ReasonFDExhausted:        {class: ClassLimit},
+	ReasonUpstreamTimeout:    {class: ClassUpstream, http: http.StatusGatewayTimeout},
+	ReasonUpstreamFailed:     {class: ClassUpstream},
+	ReasonShuttingDown:       {class: ClassUnavailable},
+	ReasonClientClosed:       {class: ClassClient},
 
 	ReasonCredentialUnresolved:   {class: ClassPolicy},
 	ReasonCredentialWrongDest:    {class: ClassPolicy},

@@ -109,10 +109,20 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 
 // refusedByHTTP audits a request net/http refused (see clientConn).
 func (s *Server) refusedByHTTP(c *clientConn) {
-	status := int(c.status.Load())
+	s.recordRefusedByHTTP(c.RemoteAddr().String(), int(c.status.Load()), nil)
+}
+
+// recordRefusedByHTTP audits a request net/http refused with status, on
+// the proxy listener (t nil) or inside inspected tunnel t.
+func (s *Server) recordRefusedByHTTP(remote string, status int, t *tunnel) {
 	f := &flowInfo{id: s.newRequestID(), kind: policy.KindHTTP}
-	f.setClient(c.RemoteAddr().String())
-	s.sources.refused(f.client)
+	f.setClient(remote)
+	if t != nil {
+		f.identity, f.inspected = t.identity.ID, true
+		f.target = Target{Scheme: "https", Host: t.f.target.Host, Port: t.f.target.Port}
+	} else {
+		s.sources.refused(f.client)
+	}
 	r := f.decisionRecord(audit.Verdict{Reason: refusedReason(status)})
 	r.Status = max(status, 0)
 	if err := s.audit.Append(r); err != nil {

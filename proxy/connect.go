@@ -62,8 +62,20 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 		s.refuseConn(f, client, outcomeRefusal(&out))
 		return
 	}
+	f.inspected = out.Decision.Inspect
+	if f.inspected && s.leaves == nil {
+		rf := refusalOf(string(policy.ReasonInspectUnavailable))
+		rf.rule, rf.policy, rf.detail = out.Decision.Rule, out.Decision.Policy, "no certificate authority configured"
+		s.refuseConn(f, client, rf)
+		return
+	}
 	if err := s.decided(f, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
 		s.denyConn(f, client, auditRefusal(err))
+		return
+	}
+	if f.inspected {
+		t := &tunnel{s: s, f: f, client: client, early: early, identity: id, cred: cred, authority: r.RequestURI}
+		s.runTunnel(r.Context(), st, t, t.serveInspected)
 		return
 	}
 
@@ -84,11 +96,18 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 		t.addr = netip.AddrPortFrom(ap.AddrPort().Addr().Unmap(), ap.AddrPort().Port())
 		t.ip = t.addr.Addr().String()
 	}
-	if _, err := client.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+	tlsOnly := out.Decision.TLS
+	s.runTunnel(r.Context(), st, t, func() { t.run(tlsOnly) })
+}
+
+// runTunnel answers an allowed CONNECT with 200, tracks the tunnel for
+// drains and reloads, and runs it (copies it, or serves it inspected).
+func (s *Server) runTunnel(ctx context.Context, st *state, t *tunnel, run func()) {
+	if _, err := t.client.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
 		t.done(0, "", "client gone: "+err.Error())
 		return
 	}
-	client.SetDeadline(time.Time{})
+	t.client.SetDeadline(time.Time{})
 	if !s.track(t) {
 		t.done(0, reasonShuttingDown, "")
 		return
@@ -98,11 +117,11 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 	// revalidate's snapshot; it swapped the state before taking that
 	// snapshot, so the change shows here.
 	if cur := s.state.Load(); cur != st {
-		if reason := t.recheck(r.Context(), cur); reason != "" {
+		if reason := t.recheck(ctx, cur); reason != "" {
 			t.revoke(reason)
 		}
 	}
-	t.run(out.Decision.TLS)
+	run()
 }
 
 // refuseConn audits a CONNECT refusal and writes it on the raw connection.

@@ -25,6 +25,15 @@
 //	           dnsguard.Floor.Check; policy.Engine.Decide) → proxy.Server.decided
 //	         → dnsguard.Dialer.DialContext → proxy.tunnel.run
 //	         → proxy.tunnel.done ("connect_done")
+//	inspected CONNECT (the decision says inspect): … → proxy.Server.decided
+//	         → proxy.Server.runTunnel → proxy.tunnel.serveInspected
+//	           (proxy.tunnel.firstFlight: ClientHello, SNI, ECH;
+//	           proxy.LeafSource.Leaf; the TLS handshake)
+//	         → proxy.tunnel.serveInner (HTTP/1.1 or h2) → per request
+//	           proxy.tunnel.serveInnerRequest → the HTTP path from
+//	           proxy.Server.onRequest, deciding with
+//	           policy.PreDial.DecideInspected and sending upstream over TLS
+//	           (proxy.tlsTransports.get) → proxy.tunnel.finish ("connect_done")
 //	DNS      dnsguard.Server.ServeDNS → dnsguard.Server.handle
 //	         → dnsguard.Server.decide (identity by source address)
 //	         → dnsguard.Decide (dnsguard.NewFacts; policy.Engine.Decide)
@@ -37,7 +46,8 @@
 //	         → audit.Appender.Append per statement → upstream, or 42501
 //	           (the upstream was dialled at login by dnsguard.Dialer.DialContext)
 //
-// `egressd check` calls policy.PreDial, dnsguard.Decide and
+// `egressd check` calls policy.PreDial (policy.PreDial.DecideRequest for an
+// https:// URL of an inspected host), dnsguard.Decide and
 // pggate.DecideQuery, the same functions, so a check answers what the
 // listeners would do.
 package proxy

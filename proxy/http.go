@@ -35,19 +35,23 @@ type httpFlow struct {
 	fast     bool // sent through the upstream pool, not the Transport
 	// cred is the credential work of a request whose rule binds secrets.
 	cred *broker.Plan
+	// upgrade marks an inspected WebSocket handshake sent upstream.
+	upgrade bool
 
 	// clientCtx is the client's request context: it ends when the client
 	// hangs up, while the upstream request's also ends on idle timeouts.
 	clientCtx context.Context
 }
 
-// onRequest identifies, limits, decides and audits a plain-HTTP request, then
+// onRequest identifies, limits, decides and audits a plain-HTTP request, or
+// a request inside an inspected tunnel (identified by its CONNECT), then
 // rewrites it for the upstream. A non-nil response refuses the request.
 func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
 	start := time.Now()
 	st := s.state.Load()
+	inner := innerTunnel(r)
 	f := &httpFlow{s: s, st: st, flowInfo: flowInfo{
-		id: s.newRequestID(), kind: policy.KindHTTP, method: r.Method, start: start,
+		id: s.newRequestID(), kind: policy.KindHTTP, method: r.Method, start: start, inspected: inner != nil,
 	}}
 	f.setClient(r.RemoteAddr)
 	f.target = claimTarget(r.URL.Scheme, r.URL.Host, r.URL.EscapedPath(), r.URL.RawQuery)
@@ -55,14 +59,22 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	if s.draining.Load() {
 		return r, s.refuse(f, r, refusalOf(reasonShuttingDown))
 	}
-	if s.sources.exhausted(f.client) {
-		return r, s.refuse(f, r, refusalOf(reasonSourceLimited))
-	}
-	id, cred, reason := authenticate(st.ids, r, f.client)
-	if reason != "" {
-		f.user = cred.user
-		s.sources.refused(f.client)
-		return r, s.refuse(f, r, refusalFor(stagePolicy, policy.Deny(reason, ""), nil))
+	var id policy.Identity
+	if inner != nil {
+		// The tunnel's CONNECT authenticated the identity.
+		id = inner.identity
+	} else {
+		if s.sources.exhausted(f.client) {
+			return r, s.refuse(f, r, refusalOf(reasonSourceLimited))
+		}
+		var cred credential
+		var reason string
+		id, cred, reason = authenticate(st.ids, r, f.client)
+		if reason != "" {
+			f.user = cred.user
+			s.sources.refused(f.client)
+			return r, s.refuse(f, r, refusalFor(stagePolicy, policy.Deny(reason, ""), nil))
+		}
 	}
 	f.identity, f.flowInfo.identity = id, id.ID
 	release, reason := s.limits.acquire(id.ID)
@@ -71,7 +83,12 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	}
 	f.release = release
 
-	out := st.decider.DecideHTTP(r.Context(), id, policy.KindHTTP, r.Method, r.RequestURI, r.Host)
+	var out policy.Outcome
+	if inner != nil {
+		out = st.decider.DecideInspected(r.Context(), id, r.Method, inner.authority, r.RequestURI, r.Host)
+	} else {
+		out = st.decider.DecideHTTP(r.Context(), id, policy.KindHTTP, r.Method, r.RequestURI, r.Host)
+	}
 	if out.Facts != nil {
 		f.target = targetOf(out.Facts)
 	}
@@ -133,7 +150,9 @@ func (f *httpFlow) upstreamRequest(r *http.Request) *http.Request {
 	ctx, cancel := context.WithCancel(f.clientCtx)
 	f.cancel = cancel
 	f.idle = time.AfterFunc(f.s.cfg.BodyIdleTimeout, cancel)
-	f.fast = fastPathOK(r)
+	// The pool speaks plain HTTP/1.1; inspected requests go over TLS
+	// through their identity's transport.
+	f.fast = !f.inspected && fastPathOK(r)
 	if !f.fast {
 		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(ci httptrace.GotConnInfo) {
 			if ap, ok := ci.Conn.RemoteAddr().(*net.TCPAddr); ok {
@@ -154,8 +173,21 @@ func (f *httpFlow) upstreamRequest(r *http.Request) *http.Request {
 	out.URL = &u
 	out.Host = hostHeader(f.target.Scheme, f.target.Host, f.target.Port)
 	// The client's header map is not used again: strip it in place.
+	f.upgrade = f.inspected && isWebSocketUpgrade(r)
+	teTrailers := f.inspected && headerHasToken(r.Header, "Te", "trailers")
 	stripHopByHop(out.Header)
 	stripRequestOnly(out.Header)
+	if f.upgrade {
+		// Decided as a GET like any other; the upstream may switch it to
+		// a WebSocket relayed both ways (RoundTrip).
+		out.Header.Set("Connection", "Upgrade")
+		out.Header.Set("Upgrade", "websocket")
+	}
+	if teTrailers {
+		// gRPC servers want to know the trailers (grpc-status) reach the
+		// client; the proxy forwards them.
+		out.Header.Set("Te", "trailers")
+	}
 	if r.Body != nil && r.Body != http.NoBody {
 		f.sent.ReadCloser, f.sent.idle, f.sent.timeout = r.Body, f.idle, f.s.cfg.BodyIdleTimeout
 		// Declared trailers are sent after the body: strip the names
@@ -182,6 +214,8 @@ func (f *httpFlow) RoundTrip(req *http.Request, _ *goproxy.ProxyCtx) (*http.Resp
 		resp, f.ip, err = f.sendInternal(req)
 	case f.fast:
 		resp, f.ip, err = f.st.up.roundTrip(req, req.URL.Host)
+	case f.inspected:
+		resp, err = f.st.tlsUp.get(f.flowInfo.identity).RoundTrip(req)
 	default:
 		resp, err = f.st.tr.RoundTrip(req)
 	}
@@ -218,6 +252,9 @@ func (f *httpFlow) RoundTrip(req *http.Request, _ *goproxy.ProxyCtx) (*http.Resp
 		return rf.response(req, f.id), nil
 	}
 	f.recv = &responseBody{countingBody: countingBody{ReadCloser: resp.Body, idle: f.idle, timeout: s.cfg.BodyIdleTimeout}, f: f, status: resp.StatusCode}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return f.switched(req, resp)
+	}
 	resp.Body = f.recv
 	return resp, nil
 }

@@ -31,6 +31,9 @@ type flowInfo struct {
 	// credentials are the secrets the proxy adds to the request and where
 	// (names and places, never values), for its decision record.
 	credentials map[string]string
+	// inspected marks a request inside an inspected tunnel, and that
+	// tunnel.
+	inspected bool
 }
 
 // record is a record of the flow with no decision: a completion.
@@ -48,6 +51,7 @@ func (f *flowInfo) withTarget(r *audit.Record) *audit.Record {
 	r.Port = f.target.Port
 	r.Path = f.target.Path
 	r.Query = f.target.Query
+	r.Inspected = f.inspected
 	return r
 }
 

@@ -90,6 +90,8 @@ func refusalFor(st stage, d policy.Decision, err error) refusal {
 		rf = refusalOf(reasonUpstreamTimeout)
 	case errors.As(err, &dnsErr):
 		rf = refusalOf(reasonDNSFailed)
+	case isUpstreamTLS(err):
+		rf = refusalOf(string(policy.ReasonUpstreamTLS))
 	}
 	rf.detail = err.Error()
 	return rf

@@ -3,9 +3,11 @@ package proxy
 import (
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"net/netip"
@@ -50,6 +52,13 @@ type Options struct {
 	// every request a credential rule allows is refused
 	// credential_unresolved.
 	Secrets *broker.Store
+	// Leaves mints the certificates inspected tunnels are terminated with
+	// (*ca.Authority). If nil, a CONNECT a rule asks to inspect is refused
+	// inspect_unavailable, never opened as an opaque tunnel.
+	Leaves LeafSource
+	// UpstreamRoots verify the upstream certificates of inspected
+	// tunnels (inspect.upstream_ca_file). If nil, the system roots do.
+	UpstreamRoots *x509.CertPool
 }
 
 // state is what a reload replaces as a whole; requests read it once. The
@@ -61,6 +70,9 @@ type state struct {
 	ids     *identity.Store
 	tr      *http.Transport
 	up      *upstreamPool
+	// tlsUp sends the requests of inspected tunnels, one transport per
+	// identity.
+	tlsUp *tlsTransports
 }
 
 // Server is the proxy listener.
@@ -73,12 +85,16 @@ type Server struct {
 	floor   policy.Floor
 	fds     *fdlimit.Budget
 	secrets *broker.Store
+	leaves  LeafSource
+	roots   *x509.CertPool
 	limits  *limiter
 	sources *sourceLimiter
 	failLog *audit.FailLog
-	state   atomic.Pointer[state]
-	srv     *http.Server
-	gp      *goproxy.ProxyHttpServer
+	// innerLog is the error log of inspected tunnels' HTTP servers.
+	innerLog *log.Logger
+	state    atomic.Pointer[state]
+	srv      *http.Server
+	gp       *goproxy.ProxyHttpServer
 
 	conns    atomic.Int64
 	reqID    atomic.Uint64
@@ -112,9 +128,12 @@ func New(o Options) (*Server, error) {
 		floor:    o.Floor,
 		fds:      o.FDs,
 		secrets:  o.Secrets,
+		leaves:   o.Leaves,
+		roots:    o.UpstreamRoots,
 		limits:   newLimiter(o.Config),
 		sources:  newSourceLimiter(o.Config),
 		failLog:  audit.NewFailLog(o.Log.Named("proxy"), 0),
+		innerLog: zap.NewStdLog(o.Log.Named("proxy").Named("inspect")),
 		idPrefix: hex.EncodeToString(pfx[:]) + "-",
 		tunnels:  make(map[*tunnel]struct{}),
 	}
@@ -149,7 +168,8 @@ func New(o Options) (*Server, error) {
 }
 
 func (s *Server) newState(d policy.Decider, ids *identity.Store) *state {
-	return &state{decider: &policy.PreDial{Engine: d, Floor: s.floor}, ids: ids, tr: newTransport(s.cfg, s.dialer), up: newUpstreamPool(s.cfg, s.dialer)}
+	return &state{decider: &policy.PreDial{Engine: d, Floor: s.floor}, ids: ids, tr: newTransport(s.cfg, s.dialer),
+		up: newUpstreamPool(s.cfg, s.dialer), tlsUp: newTLSTransports(s.cfg, s.dialer, s.roots)}
 }
 
 // Reload swaps the policy, identity table and upstream connections.
@@ -167,6 +187,7 @@ func (s *Server) Reload(d policy.Decider, ids *identity.Store) {
 func (st *state) closeIdle() {
 	st.tr.CloseIdleConnections()
 	st.up.closeIdle()
+	st.tlsUp.closeIdle()
 }
 
 // Serve accepts on ln until Shutdown. It returns http.ErrServerClosed after
@@ -200,6 +221,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// Set under the tunnel lock so no tunnel is tracked after Wait starts.
 	s.tunnelsMu.Lock()
 	s.draining.Store(true)
+	for t := range s.tunnels {
+		if inner := t.inner.Load(); inner != nil {
+			// Finishes the request in flight and closes the
+			// connection; ends when it is closed, at the latest when
+			// the tunnel is closed below.
+			go inner.Shutdown(context.Background())
+		}
+	}
 	s.tunnelsMu.Unlock()
 	err := s.srv.Shutdown(ctx)
 	done := make(chan struct{})

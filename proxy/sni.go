@@ -13,6 +13,11 @@ const (
 	tlsMaxRecordLen      = 16384
 	tlsExtServerName     = 0
 	tlsServerNameTypeDNS = 0
+	// tlsExtECH is encrypted_client_hello (RFC 9849), tlsExtESNI the
+	// draft encrypted_server_name some clients still send: either hides
+	// the name the client means behind the one in server_name.
+	tlsExtECH  = 0xfe0d
+	tlsExtESNI = 0xffce
 )
 
 var errMalformedHello = errors.New("malformed TLS ClientHello")
@@ -52,55 +57,72 @@ func parseClientHelloSNI(flight []byte) (string, error) {
 // helloSNI returns the server name of one whole ClientHello handshake
 // message.
 func helloSNI(msg []byte) (string, error) {
+	h, err := parseHello(msg)
+	return h.sni, err
+}
+
+// helloInfo is what the proxy checks in a ClientHello.
+type helloInfo struct {
+	sni string
+	// ech marks an Encrypted Client Hello (or draft ESNI) extension.
+	ech bool
+}
+
+// parseHello reads one whole ClientHello handshake message, each byte
+// once.
+func parseHello(msg []byte) (helloInfo, error) {
 	if len(msg) < 4 || msg[0] != tlsHandshakeClient {
-		return "", errMalformedHello
+		return helloInfo{}, errMalformedHello
 	}
 	p := msg[4:]
 	// client_version, random
 	if len(p) < 34 {
-		return "", errMalformedHello
+		return helloInfo{}, errMalformedHello
 	}
 	p = p[34:]
 	var ok bool
 	if _, p, ok = cut8(p); !ok { // session_id
-		return "", errMalformedHello
+		return helloInfo{}, errMalformedHello
 	}
 	if _, p, ok = cut16(p); !ok { // cipher_suites
-		return "", errMalformedHello
+		return helloInfo{}, errMalformedHello
 	}
 	if _, p, ok = cut8(p); !ok { // compression_methods
-		return "", errMalformedHello
+		return helloInfo{}, errMalformedHello
 	}
 	if len(p) == 0 {
-		return "", nil
+		return helloInfo{}, nil
 	}
 	exts, rest, ok := cut16(p)
 	if !ok || len(rest) != 0 {
-		return "", errMalformedHello
+		return helloInfo{}, errMalformedHello
 	}
-	sni, found := "", false
+	sni, found, ech := "", false, false
 	for len(exts) > 0 {
 		if len(exts) < 2 {
-			return "", errMalformedHello
+			return helloInfo{}, errMalformedHello
 		}
 		typ := binary.BigEndian.Uint16(exts)
 		var data []byte
 		if data, exts, ok = cut16(exts[2:]); !ok {
-			return "", errMalformedHello
+			return helloInfo{}, errMalformedHello
+		}
+		if typ == tlsExtECH || typ == tlsExtESNI {
+			ech = true
 		}
 		if typ != tlsExtServerName {
 			continue
 		}
 		if found {
-			return "", errMalformedHello
+			return helloInfo{}, errMalformedHello
 		}
 		found = true
 		var err error
 		if sni, err = parseServerNameExt(data); err != nil {
-			return "", err
+			return helloInfo{}, err
 		}
 	}
-	return sni, nil
+	return helloInfo{sni: sni, ech: ech}, nil
 }
 
 // parseServerNameExt returns the one host_name of a server_name extension.

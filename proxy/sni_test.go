@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"bytes"
 	"crypto/tls"
+	"errors"
 	"net"
+	"slices"
 	"testing"
 	"time"
 )
@@ -137,3 +140,57 @@ func BenchmarkParseClientHelloSNI(b *testing.B) {
 		}
 	}
 }
+
+// FuzzParseHello checks parseHello against crypto/tls as the witness: for
+// a ClientHello both read, the server name and whether an Encrypted Client
+// Hello (or draft ESNI) extension is present must agree, so a hello whose
+// name or ECH the proxy misses is one the fuzzer finds.
+func FuzzParseHello(f *testing.F) {
+	f.Add(clientHello(f, "example.com"))
+	f.Add(clientHello(f, ""))
+	f.Add(withExtension(f, clientHello(f, "example.com"), tlsExtECH))
+	f.Add(withExtension(f, clientHello(f, "a.example"), tlsExtESNI))
+	f.Fuzz(func(t *testing.T, rec []byte) {
+		var a helloAssembler
+		msg, err := a.feed(rec)
+		if err != nil || msg == nil {
+			return
+		}
+		got, err := parseHello(msg)
+		want, ok := stdlibHello(rec)
+		if err != nil || !ok {
+			return
+		}
+		ech := slices.Contains(want.Extensions, tlsExtECH) || slices.Contains(want.Extensions, tlsExtESNI)
+		if got.sni != want.ServerName || got.ech != ech {
+			t.Errorf("parseHello = sni %q ech %v; crypto/tls read sni %q extensions %v", got.sni, got.ech, want.ServerName, want.Extensions)
+		}
+	})
+}
+
+var errHelloSeen = errors.New("hello seen")
+
+// stdlibHello is what a crypto/tls server reads of the first flight rec,
+// if it reads a ClientHello at all.
+func stdlibHello(rec []byte) (*tls.ClientHelloInfo, bool) {
+	var info *tls.ClientHelloInfo
+	srv := tls.Server(&flightConn{r: bytes.NewReader(rec)}, &tls.Config{GetConfigForClient: func(chi *tls.ClientHelloInfo) (*tls.Config, error) {
+		info = chi
+		return nil, errHelloSeen
+	}})
+	srv.Handshake()
+	return info, info != nil
+}
+
+// flightConn is a client that sent r and reads nothing back.
+type flightConn struct {
+	net.Conn
+	r *bytes.Reader
+}
+
+func (c *flightConn) Read(p []byte) (int, error)       { return c.r.Read(p) }
+func (c *flightConn) Write(p []byte) (int, error)      { return len(p), nil }
+func (c *flightConn) Close() error                     { return nil }
+func (c *flightConn) SetDeadline(time.Time) error      { return nil }
+func (c *flightConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *flightConn) SetWriteDeadline(time.Time) error { return nil }

@@ -39,10 +39,13 @@ type tunnel struct {
 	up2down, down2up atomic.Int64
 	lastActive       atomic.Int64 // unix nanos
 	closeOnce        sync.Once
-	// refused is the first-flight refusal reason, if any.
+	// refused is the first-flight refusal reason, if any; refusedDetail
+	// says more, or alone says why an inspected tunnel ended early.
 	refused, refusedDetail string
 	// revoked is the reason a reload closed the tunnel, if it did.
 	revoked atomic.Pointer[string]
+	// inner serves an inspected tunnel's requests; nil until then.
+	inner atomic.Pointer[http.Server]
 }
 
 // checkFirstFlight reads the client's first bytes before anything of the
@@ -50,9 +53,19 @@ type tunnel struct {
 // CONNECT host is refused (sni_mismatch), and so are non-TLS bytes when the
 // rule is TLS-only, and a first HTTP request for another host in a
 // plaintext tunnel (checkPlainFlight). What was read is then written
-// upstream unchanged. It
-// reports whether the client-to-upstream direction may proceed.
+// upstream unchanged. It reports whether the client-to-upstream direction
+// may proceed.
 func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
+	return t.firstFlight(tlsOnly, func(flight []byte, early *bytes.Reader, _ helloInfo) bool {
+		return t.forwardFlight(flight, early)
+	})
+}
+
+// firstFlight waits for the client's first bytes and reads them up to a
+// whole ClientHello, refusing what checkFirstFlight refuses; onHello gets
+// the bytes read (flight, then what is left of early) and the hello once
+// its server name matched. It reports what onHello reports, or false.
+func (t *tunnel) firstFlight(tlsOnly bool, onHello func(flight []byte, early *bytes.Reader, h helloInfo) bool) bool {
 	wait := t.s.cfg.TunnelIdleTimeout
 	if tlsOnly {
 		wait = t.s.cfg.PeekTimeout
@@ -105,14 +118,14 @@ func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
 	if ferr != nil {
 		return t.refuseFlight(reasonMalformedTLS, ferr.Error())
 	}
-	sni, err := helloSNI(hello)
+	h, err := parseHello(hello)
 	if err != nil {
 		return t.refuseFlight(reasonMalformedTLS, err.Error())
 	}
-	if sni != "" && !sniMatches(sni, t.f.target.Host) {
-		return t.refuseFlight(reasonSNIMismatch, "sni "+sni)
+	if h.sni != "" && !sniMatches(h.sni, t.f.target.Host) {
+		return t.refuseFlight(reasonSNIMismatch, "sni "+h.sni)
 	}
-	return t.forwardFlight(flight, early)
+	return onHello(flight, early, h)
 }
 
 var errFlightTooLarge = errors.New("first flight larger than 64 KiB")
@@ -195,6 +208,12 @@ func (t *tunnel) run(tlsOnly bool) {
 		t.close()
 	}
 	<-done
+	t.finish()
+}
+
+// finish counts the bytes of a tunnel that ran and appends its completion
+// record: closed by a reload, refused on its first flight, or ended.
+func (t *tunnel) finish() {
 	t.s.metrics.tunnelBytes.WithLabelValues("up").Add(float64(t.down2up.Load()))
 	t.s.metrics.tunnelBytes.WithLabelValues("down").Add(float64(t.up2down.Load()))
 	if r := t.revoked.Load(); r != nil {
@@ -205,7 +224,9 @@ func (t *tunnel) run(tlsOnly bool) {
 		t.done(statusForReason(http.StatusForbidden, t.refused), t.refused, t.refusedDetail)
 		return
 	}
-	t.done(0, "", "")
+	// An error that refused nothing (an inspected client's failed
+	// handshake) is detail alone.
+	t.done(0, "", t.refusedDetail)
 }
 
 // pipe copies src to dst with io.Copy on the raw connections, so Linux can
@@ -289,8 +310,18 @@ func (t *tunnel) recheck(ctx context.Context, st *state) string {
 	if reason != "" {
 		return reason
 	}
-	if out := st.decider.DecideConnect(ctx, id, t.authority); !out.Decision.Allow {
+	out := st.decider.DecideConnect(ctx, id, t.authority)
+	if !out.Decision.Allow {
 		return outcomeRefusal(&out).reason
+	}
+	if out.Decision.Inspect && !t.f.inspected {
+		// The host-wide rule that opened it may be gone: an inspecting
+		// rule allows requests, not an opaque tunnel.
+		return string(policy.ReasonInspectRequired)
+	}
+	if !t.addr.IsValid() {
+		// An inspected tunnel dials per request, and each dial is vetted.
+		return ""
 	}
 	if err := st.decider.Floor.Check(t.addr.Addr(), t.addr.Port()); err != nil {
 		return refusalFor(stageDial, policy.Decision{}, err).reason

@@ -10,7 +10,8 @@
 # cidr [{"cidr", "rules": [i, …]}].
 # A view is a rule with its defaults filled in: sets ports, methods and
 # identities (any_method / any_identity when absent), paths (["**"] when
-# absent), host_wide, tls when set, and the http decision it yields.
+# absent), host_wide, inspect, tunnel (deny, host_wide or inspect), tls
+# when set, and the http decision it yields.
 # Go also computes the request facts (input.path_decoded, input.flags, …)
 # and, for http and connect, input.views: the views whose hosts match the
 # request's host (and, for http, whose paths match its decoded path), looked

@@ -1,6 +1,9 @@
-# The CONNECT entry point. A tunnel cannot be inspected, so only a
-# host-wide rule (no methods, no paths) opens one, and any deny rule for
-# the host and port closes it, whatever methods or paths that deny names.
+# The CONNECT entry point. A rule that asks for inspection ("inspect":
+# true) has the tunnel terminated: every request inside is then decided by
+# egress.http, so its methods and paths apply. Otherwise the tunnel is
+# opaque, so only a host-wide rule (no methods, no paths) opens one. Any
+# deny rule for the host and port closes a tunnel either way, whatever
+# methods or paths that deny names.
 # An allowed decision carries "tls": when true the proxy must refuse a
 # tunnel whose first bytes are not a TLS ClientHello (and one whose SNI
 # names another host). A rule's "tls" defaults to true on every port: a
@@ -20,6 +23,8 @@ decision := {"allow": false, "reason": reason, "rule": ""} if {
 } else := {"allow": false, "reason": "rule_deny", "rule": r.id} if {
 	r := input.views[min(tunnels)]
 	r.deny
+} else := {"allow": true, "reason": "allowed", "rule": r.id, "tls": true, "inspect": true} if {
+	r := input.views[min(inspected)]
 } else := {"allow": true, "reason": "allowed", "rule": r.id, "tls": object.get(r, "tls", true)} if {
 	r := input.views[min(tunnels)]
 } else := {"allow": false, "reason": "tunnel_needs_host_wide_rule", "rule": ""} if {
@@ -35,4 +40,13 @@ tunnels contains i if {
 	r.tunnel
 	r.ports[input.port]
 	object.get(r.identities, input.identity.id, r.any_identity)
+}
+
+# inspected are the positions of the tunnels whose rule asks for
+# inspection: when one reaches the tunnel it is terminated, even if a
+# host-wide rule also reaches it (that rule then allows every request
+# inside).
+inspected contains i if {
+	some i in tunnels
+	input.views[i].inspect
 }

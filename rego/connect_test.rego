@@ -68,3 +68,30 @@ test_obfuscated_ip_refused if {
 	not d.allow
 	d.reason == "ip_obfuscated"
 }
+
+# A rule with "inspect" terminates the tunnel though it names methods and
+# paths; the decision says so, and the tunnel must carry TLS.
+test_inspect_rule_terminates_the_tunnel if {
+	d := decide(fixtures.connect("inspect.test", 443))
+	d.allow
+	d.rule == "inspected"
+	d.inspect
+	d.tls
+}
+
+# An inspect rule wins over a host-wide rule reaching the same tunnel: the
+# requests inside are then decided one by one (and the host-wide rule
+# allows them all).
+test_inspect_beats_host_wide if {
+	d := decide(fixtures.connect("both.test", 443))
+	d.allow
+	d.rule == "both-inspect"
+	d.inspect
+}
+
+test_host_wide_tunnel_is_not_inspected if {
+	d := decide(fixtures.connect("ports.test", 8443))
+	d.allow
+	not d.inspect
+	not decide(fixtures.connect("a.wild.test", 443)).inspect
+}

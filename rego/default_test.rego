@@ -21,10 +21,15 @@ test_default_http if {
 	not http.decision.allow with input as fixtures.http("GET", "example.com", 443, "/")
 }
 
-# CONNECT: only the host-wide rules open tunnels.
+# CONNECT: the host-wide rules open opaque tunnels; the read-only GitHub
+# API rule asks for inspection, so its tunnel is terminated and its paths
+# apply to the requests inside.
 test_default_connect if {
 	connect.decision.allow with input as fixtures.connect("pypi.org", 443)
-	connect.decision.reason == "tunnel_needs_host_wide_rule" with input as fixtures.connect("api.github.com", 443)
+	not connect.decision.inspect with input as fixtures.connect("pypi.org", 443)
+	connect.decision.allow with input as fixtures.connect("api.github.com", 443)
+	connect.decision.inspect with input as fixtures.connect("api.github.com", 443)
+	connect.decision.rule == "github-api-read" with input as fixtures.connect("api.github.com", 443)
 	connect.decision.reason == "no_matching_rule" with input as fixtures.connect("example.com", 443)
 	connect.decision.reason == "no_matching_rule" with input as fixtures.connect("pypi.org", 22)
 }

@@ -18,6 +18,9 @@ rules := [
 	{"id": "wild-allow", "hosts": ["*.mixed.test"], "ports": [443]},
 	{"id": "deny-one", "hosts": ["bad.mixed.test"], "ports": [443], "action": "deny"},
 	{"id": "deny-path", "hosts": ["exact.test"], "ports": [443], "paths": ["/admin/**"], "action": "deny"},
+	{"id": "inspected", "hosts": ["inspect.test"], "ports": [443], "methods": ["GET"], "paths": ["/ok/**"], "inspect": true},
+	{"id": "both-wide", "hosts": ["both.test"], "ports": [443]},
+	{"id": "both-inspect", "hosts": ["both.test"], "ports": [443], "paths": ["/x/**"], "inspect": true},
 ]
 
 index_of(rs) := {
@@ -43,6 +46,7 @@ view_base(r, i) := {
 	"deny": is_deny(r),
 	"host_wide": host_wide(r),
 	"tunnel": tunnel(r),
+	"inspect": object.get(r, "inspect", false),
 	"ports": {p | some p in r.ports},
 	"methods": {m: true | some m in object.get(r, "methods", [])},
 	"any_method": count(object.get(r, "methods", [])) == 0,
@@ -61,6 +65,7 @@ host_wide(r) := true if {
 } else := false
 
 tunnel(r) := true if is_deny(r)
+else := true if r.inspect
 else := host_wide(r)
 
 paths(r) := r.paths if count(object.get(r, "paths", [])) > 0

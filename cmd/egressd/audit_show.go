@@ -219,8 +219,14 @@ func target(r *audit.Record) string {
 	case r.Method != "" || r.Path != "":
 		fmt.Fprintf(&b, "%s %s://%s", r.Method, r.Scheme, hostPort(r))
 		b.WriteString(r.Path)
+		if r.Inspected {
+			b.WriteString(" (inspected)")
+		}
 	case r.Host != "":
 		b.WriteString(hostPort(r))
+		if r.Inspected {
+			b.WriteString(" (inspected)")
+		}
 	case r.Name != "":
 		b.WriteString(r.Name)
 		if r.QType != "" {

@@ -47,6 +47,12 @@ type checkOutput struct {
 	// Credentials are the credential actions of the allowing rule: which
 	// secret would be added where (never a value).
 	Credentials []checkCredential `json:"credentials,omitempty"`
+	// Inspect is set on an allowed CONNECT that the proxy would terminate
+	// (its rule asks for inspection).
+	Inspect bool `json:"inspect,omitempty"`
+	// Inspected says an https:// request was decided as the proxy would
+	// decide it inside an inspected tunnel.
+	Inspected bool `json:"inspected,omitempty"`
 	// Detail explains a refusal found before Rego (a malformed URL).
 	Detail string `json:"detail,omitempty"`
 	// Assumes states what the answer takes for granted that the gate
@@ -63,7 +69,7 @@ type checkOutput struct {
 func decided(kind policy.Kind, env *decideEnv, facts any, d policy.Decision) checkOutput {
 	return checkOutput{
 		Kind: kind.String(), Identity: env.identity.ID,
-		Allow: d.Allow, Reason: d.Reason, Rule: d.Rule, Policy: d.Policy, TLS: d.TLS,
+		Allow: d.Allow, Reason: d.Reason, Rule: d.Rule, Policy: d.Policy, TLS: d.TLS, Inspect: d.Inspect,
 		Credentials: credentialsOf(d.Credentials),
 		Facts:       facts,
 	}

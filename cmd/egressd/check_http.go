@@ -10,7 +10,9 @@ import (
 
 // The http and connect checks go through policy.PreDial, the proxy's own
 // pre-dial path: facts, the address floor for IP-literal hosts, then the
-// policy. A check therefore answers what the proxy would.
+// policy. A check therefore answers what the proxy would; an https:// URL
+// whose CONNECT the proxy would inspect is decided as a request inside
+// the tunnel ("inspected": true).
 
 // checkHTTP is `egressd check http METHOD URL`.
 var checkHTTP = checkKind{
@@ -25,7 +27,7 @@ var checkHTTP = checkKind{
 				kind = policy.KindRedirect
 			}
 			d := policy.PreDial{Engine: env.engine, Floor: env.floor}
-			return outcomeOutput(kind, env, d.DecideHTTP(ctx, env.identity, kind, args[0], args[1], *hostHeader))
+			return outcomeOutput(kind, env, d.DecideRequest(ctx, env.identity, kind, args[0], args[1], *hostHeader))
 		}
 	},
 }
@@ -50,10 +52,12 @@ func outcomeOutput(kind policy.Kind, env *decideEnv, o policy.Outcome) checkOutp
 		facts = o.Facts
 	}
 	if o.Err == nil {
-		return decided(kind, env, facts, o.Decision)
+		out := decided(kind, env, facts, o.Decision)
+		out.Inspected = o.Inspected
+		return out
 	}
 	out := refusedBeforePolicy(kind, env, o.Err)
-	out.Facts = facts
+	out.Facts, out.Inspected = facts, o.Inspected
 	var de *policy.DenyError
 	if !errors.As(o.Err, &de) {
 		out.Reason = o.Decision.Reason

@@ -155,3 +155,43 @@ func TestCheckInput(t *testing.T) {
 		}
 	})
 }
+
+// TestCheckInspected: `check connect` says when the proxy would terminate
+// a tunnel ("inspect"), and `check http` decides an https:// URL as a
+// request inside that tunnel ("inspected"), with the default bundle's
+// read-only GitHub rule; other https:// URLs are refused as before.
+func TestCheckInspected(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
+	if err := os.WriteFile(cfg, []byte("policy:\n  eval_timeout: 10s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name               string
+		args               []string
+		code               int
+		reason             string
+		inspect, inspected bool
+	}{
+		{"connect inspected", []string{"connect", "api.github.com:443"}, 0, "allowed", true, false},
+		{"connect opaque", []string{"connect", "pypi.org:443"}, 0, "allowed", false, false},
+		{"inner read", []string{"http", "GET", "https://api.github.com/repos/o/r"}, 0, "allowed", false, true},
+		{"inner write", []string{"http", "POST", "https://api.github.com/repos/o/r/issues"}, 1, "no_matching_rule", false, true},
+		{"inner encoded slash", []string{"http", "GET", "https://api.github.com/repos/o%2Fr"}, 1, "encoded_separator", false, true},
+		{"inner fronted", []string{"http", "--host-header", "evil.example", "GET", "https://api.github.com/repos/o/r"}, 1, "host_mismatch", false, true},
+		{"https not inspected", []string{"http", "GET", "https://pypi.org/simple/"}, 1, "https_requires_connect", false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"check", tt.args[0], "--config", cfg}, tt.args[1:]...)
+			var stdout, stderr bytes.Buffer
+			code := exitCode(run(args, &stdout, &stderr), &stderr)
+			var out checkOutput
+			if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+				t.Fatalf("egressd %v output %q: %v", args, stdout.String(), err)
+			}
+			if code != tt.code || out.Reason != tt.reason || out.Inspect != tt.inspect || out.Inspected != tt.inspected {
+				t.Errorf("egressd %v = exit %d %s; want exit %d, reason %s, inspect %v, inspected %v", args, code, stdout.String(), tt.code, tt.reason, tt.inspect, tt.inspected)
+			}
+		})
+	}
+}

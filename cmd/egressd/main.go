@@ -28,6 +28,7 @@ var commands = map[string]command{
 	"policy":   {summary: "start (init), compile (check) or test (test) a policy bundle", run: runPolicy},
 	"audit":    {summary: "verify the audit log's hash chain, or show its records", run: runAudit},
 	"identity": {summary: "hash a sandbox secret into an identities: entry", run: runIdentity},
+	"ca":       {summary: "create a CA directory (init) or export an identity's root for its sandbox (export)", run: runCA},
 }
 
 func main() {

@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -28,6 +31,7 @@ import (
 	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/proxy/admin"
 	"github.com/egressd/egressd/proxy/broker"
+	"github.com/egressd/egressd/proxy/ca"
 	"github.com/egressd/egressd/proxy/fdlimit"
 	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/proxy/pggate"
@@ -89,8 +93,18 @@ type daemon struct {
 	fds      *fdlimit.Budget  // nil if the limit could not be read
 	// secrets are the brokered secrets' values; a reload re-reads them and
 	// swaps them in place.
-	secrets  *broker.Store
-	reloadMu sync.Mutex
+	secrets *broker.Store
+	// inspectCA holds the per-identity roots that inspected CONNECTs get
+	// their leaves from, and inspectRoots the CAs upstream certificates
+	// inside inspected tunnels must chain to (inspect.upstream_ca_file or
+	// the system roots). Both are opened at start (inspect: is not
+	// reloadable); the HTTPS-inspection proxy takes them.
+	inspectCA    *ca.Authority
+	inspectRoots *x509.CertPool
+	// inspectConfigured are the identities' configured roots inspectCA
+	// was opened with.
+	inspectConfigured map[string]ca.Files
+	reloadMu          sync.Mutex
 }
 
 func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Logger) (*daemon, error) {
@@ -120,6 +134,23 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	if err != nil {
 		return nil, err
 	}
+	// Opened before the audit log: a CA key others can read stops start-up
+	// before anything is served or recorded.
+	caOpts := cfg.InspectOptions()
+	authority, err := ca.Open(cfg.Inspect.CADir, caOpts)
+	if err != nil {
+		return nil, fmt.Errorf("inspect.ca_dir: %w", err)
+	}
+	upstreamRoots, err := ca.UpstreamRoots(cfg.Inspect.UpstreamCAFile)
+	if err != nil {
+		return nil, err
+	}
+	caDir, err := filepath.Abs(cfg.Inspect.CADir)
+	if err != nil {
+		caDir = cfg.Inspect.CADir
+	}
+	log.Info("HTTPS inspection CA directory (one root per identity; `egressd ca export --identity ID` gives a sandbox its root)",
+		zap.String("dir", caDir))
 	ac := cfg.Audit
 	ac.Started = startedDetail(cfgPath, engine.Digest())
 	aw, err := audit.Open(ac, log)
@@ -139,9 +170,26 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "egressd_audit_over_budget_total",
 			Help: "Allows refused with audit_budget_exceeded because their identity spent its audit budget.",
-		}, func() float64 { return float64(meter.Stats().OverBudget) }))
+		}, func() float64 { return float64(meter.Stats().OverBudget) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "egressd_inspect_leaves_minted_total",
+			Help: "Leaf certificates signed for inspected CONNECTs (cache misses).",
+		}, func() float64 { return float64(authority.Stats().Mints) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "egressd_inspect_leaf_cache_hits_total",
+			Help: "Inspected CONNECTs served a cached leaf (or one another CONNECT was minting).",
+		}, func() float64 { return float64(authority.Stats().Hits) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "egressd_inspect_leaf_cache_entries",
+			Help: "Leaves in the in-memory cache (inspect.leaf_cache bounds it).",
+		}, func() float64 { return float64(authority.Stats().Cached) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "egressd_inspect_roots_created_total",
+			Help: "Per-identity CA roots created in inspect.ca_dir since start.",
+		}, func() float64 { return float64(authority.Stats().Roots) }))
 	d := &daemon{cfg: cfg, cfgPath: cfgPath, log: log, floor: floor, res: res, audit: aw, meter: meter,
-		registry: reg, metrics: proxy.NewMetrics(reg), fds: descriptorBudget(log), secrets: broker.NewStore(secrets)}
+		registry: reg, metrics: proxy.NewMetrics(reg), fds: descriptorBudget(log), secrets: broker.NewStore(secrets),
+		inspectCA: authority, inspectRoots: upstreamRoots, inspectConfigured: caOpts.Configured}
 	if secrets.Len() > 0 {
 		log.Info("secrets loaded", zap.Int("secrets", secrets.Len()))
 	}
@@ -163,6 +211,11 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		Log:        log,
 		FDs:        d.fds,
 		Secrets:    d.secrets,
+		// Inspected CONNECTs are terminated with the identity's own CA
+		// and their upstreams verified against inspect.upstream_ca_file
+		// (or the system roots).
+		Leaves:        d.inspectCA,
+		UpstreamRoots: d.inspectRoots,
 	})
 	if err != nil {
 		return fail(err)
@@ -382,7 +435,7 @@ func (d *daemon) reloadLocked(ctx context.Context) error {
 		l.Reload(engine, ids)
 	}
 	d.engine.Store(engine)
-	if pending := restartNeeded(d.cfg, cfg); len(pending) > 0 {
+	if pending := restartNeeded(d.cfg, cfg, d.inspectConfigured); len(pending) > 0 {
 		d.log.Warn("reload applied identities, internal, secrets and policy; the changed sections need a restart",
 			zap.Strings("sections", pending))
 	}
@@ -394,8 +447,10 @@ func (d *daemon) reloadLocked(ctx context.Context) error {
 }
 
 // restartNeeded names the sections that differ between the running and the
-// reloaded configuration but only take effect at start.
-func restartNeeded(running, loaded *config.Config) []string {
+// reloaded configuration but only take effect at start, and the identities'
+// configured CA roots if they differ from those opened at start (a reload
+// takes identities, but not their roots).
+func restartNeeded(running, loaded *config.Config, openedRoots map[string]ca.Files) []string {
 	var out []string
 	for _, s := range []struct {
 		name string
@@ -407,10 +462,14 @@ func restartNeeded(running, loaded *config.Config) []string {
 		{"dns", running.DNS, loaded.DNS},
 		{"audit", running.Audit, loaded.Audit},
 		{"postgres", running.Postgres, loaded.Postgres},
+		{"inspect", running.Inspect, loaded.Inspect},
 	} {
 		if !reflect.DeepEqual(s.a, s.b) {
 			out = append(out, s.name)
 		}
+	}
+	if !maps.Equal(openedRoots, loaded.InspectOptions().Configured) {
+		out = append(out, "identities ca_cert/ca_key")
 	}
 	return out
 }

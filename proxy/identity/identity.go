@@ -33,6 +33,12 @@ type Entry struct {
 	Sources []string `yaml:"sources"`
 	// Attributes reach Rego as input.identity.attributes. If nil, none.
 	Attributes map[string]string `yaml:"attributes"`
+	// CACert and CAKey are the PEM files of a root the operator made for
+	// this identity's inspected tunnels: a self-signed CA and its key
+	// (mode 0600, owned by egressd's user). Both or neither; read at start.
+	// If empty, the identity's root is created in inspect.ca_dir.
+	CACert string `yaml:"ca_cert"`
+	CAKey  string `yaml:"ca_key"`
 }
 
 // Config is the `identities:` section: a list of entries.
@@ -66,6 +72,10 @@ func (c Config) Validate() error {
 		if e.TokenSHA256 == "" && e.SCRAMSHA256 == "" && len(e.Sources) == 0 {
 			return fmt.Errorf("[%d] (id %q) has no token_sha256, scram_sha256 or sources, so no client can ever be it: "+
 				"add a credential (`egressd identity hash --id %s`) or a source CIDR, or remove the entry", i, e.ID, e.ID)
+		}
+		if (e.CACert == "") != (e.CAKey == "") {
+			return fmt.Errorf("[%d] (id %q) sets only one of ca_cert and ca_key: a configured root needs both files, "+
+				"or leave both empty to have egressd create the root in inspect.ca_dir", i, e.ID)
 		}
 		for j, s := range e.Sources {
 			if _, err := netip.ParsePrefix(s); err != nil {

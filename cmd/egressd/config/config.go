@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"go.uber.org/zap/zapcore"
 	"gopkg.in/yaml.v3"
@@ -20,6 +21,7 @@ import (
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/proxy/broker"
+	"github.com/egressd/egressd/proxy/ca"
 	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/proxy/pggate"
 )
@@ -37,6 +39,9 @@ type Config struct {
 	// Postgres is the Postgres gate; it starts only when postgres.listen
 	// is set.
 	Postgres pggate.Config `yaml:"postgres"`
+	// Inspect is where the per-identity CAs of HTTPS inspection live and
+	// whom inspected tunnels trust upstream. Read at start only.
+	Inspect ca.Config `yaml:"inspect"`
 	// Identities are the sandboxes egressd knows. If empty, proxy clients
 	// are anonymous (identity id "anonymous") and the Postgres gate admits
 	// no one; once any identity is listed, the proxy requires credentials
@@ -86,6 +91,37 @@ func (c *Config) Provision() {
 	c.DNS.Provision()
 	c.Audit.Provision()
 	c.Postgres.Provision()
+	if c.Inspect.CADir == "" {
+		c.Inspect.CADir = caDirNextTo(c.Audit.Dir)
+	}
+	c.Inspect.Provision()
+}
+
+// caDirNextTo is inspect.ca_dir's default: egressd-ca beside audit.dir
+// (./egressd-ca beside the default ./egressd-audit), so that one state
+// directory holds both and a test's temporary audit directory takes its CA
+// with it.
+func caDirNextTo(auditDir string) string {
+	parent := filepath.Dir(filepath.Clean(auditDir))
+	if parent == "." {
+		return "./egressd-ca"
+	}
+	return filepath.Join(parent, "egressd-ca")
+}
+
+// InspectOptions are the options of the per-identity CAs: inspect:'s leaf
+// settings and the roots identities[] configure (ca_cert, ca_key).
+func (c *Config) InspectOptions() ca.Options {
+	o := c.Inspect.Options()
+	for _, e := range c.Identities {
+		if e.CACert != "" {
+			if o.Configured == nil {
+				o.Configured = map[string]ca.Files{}
+			}
+			o.Configured[e.ID] = ca.Files{Cert: e.CACert, Key: e.CAKey}
+		}
+	}
+	return o
 }
 
 // LoadSecrets reads the values of the secrets section (files and the
@@ -150,6 +186,7 @@ func (c *Config) Validate() error {
 		{"dns", &c.DNS},
 		{"audit", &c.Audit},
 		{"postgres", &c.Postgres},
+		{"inspect", &c.Inspect},
 	}
 	for _, s := range sections {
 		if err := s.v.Validate(); err != nil {

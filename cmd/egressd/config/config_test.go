@@ -56,6 +56,10 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"duplicate identity", "identities:\n  - id: a\n    sources: [10.0.0.0/8]\n  - id: a\n", `identities[1].id "a" is listed twice`},
 		{"bad source", "identities:\n  - id: a\n    sources: [10.0.0.1]\n", `identities[0].sources[0] must be a CIDR, got "10.0.0.1"`},
 		{"policy cache", "policy:\n  cache_size: -2\n", "policy.cache_size must be >= -1, got -2"},
+		{"leaf ttl too short", "inspect:\n  leaf_ttl: 1m\n", `inspect.leaf_ttl must be between 10m0s and 168h0m0s, got "1m0s"`},
+		{"leaf ttl too long", "inspect:\n  leaf_ttl: 720h\n", `inspect.leaf_ttl must be between`},
+		{"negative leaf cache", "inspect:\n  leaf_cache: -1\n", "inspect.leaf_cache must be > 0, got -1"},
+		{"ca_cert without ca_key", "identities:\n  - id: a\n    sources: [10.0.0.0/8]\n    ca_cert: /c.pem\n", `identities[0] (id "a") sets only one of ca_cert and ca_key`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,6 +95,7 @@ func TestParseNeverEchoesSecrets(t *testing.T) {
 		{"PEM in postgres.tls_key", "postgres:\n  listen: 127.0.0.1:6432\n  upstream: host=db\n  tls_cert: /c.pem\n  tls_key: \"-----BEGIN PRIVATE KEY-----\\n" + secret + "\"\n", "postgres.tls_key"},
 		{"secret in secrets[].env", "secrets:\n  - name: gh\n    env: " + secret + "\n", "secrets[0].env"},
 		{"secret in secrets[].file", "secrets:\n  - name: gh\n    file: \"" + secret + "\\n\"\n", "secrets[0].file"},
+		{"PEM in identities[].ca_key", "identities:\n  - id: a\n    sources: [10.0.0.0/8]\n    ca_cert: /c.pem\n    ca_key: \"-----BEGIN PRIVATE KEY-----\\n" + secret + "\"\n", "identities[0].ca_key"},
 		{"PEM in audit.signing_key", "audit:\n  signing_key: |\n    -----BEGIN PRIVATE KEY-----\n    " + secret + "\n    -----END PRIVATE KEY-----\n", "audit.signing_key"},
 	}
 	for _, tt := range tests {
@@ -155,5 +160,30 @@ func TestSecretPathsMatchSecretKeys(t *testing.T) {
 		if !secretPath.MatchString(k.key) {
 			t.Errorf("secretPath does not match secret key %s", k.key)
 		}
+	}
+}
+
+// TestCADirDefaultsNextToAuditDir: an empty inspect.ca_dir is egressd-ca
+// beside audit.dir, so a config that moves its state (a test's temporary
+// directory, a volume) moves its CA too.
+func TestCADirDefaultsNextToAuditDir(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{"embedded defaults", "", "./egressd-ca"},
+		{"relative audit dir", "audit:\n  dir: state/audit\n", "state/egressd-ca"},
+		{"absolute audit dir", "audit:\n  dir: /var/lib/egressd/audit/\n", "/var/lib/egressd/egressd-ca"},
+		{"explicit ca_dir", "audit:\n  dir: /a/audit\ninspect:\n  ca_dir: /etc/egressd-ca\n", "/etc/egressd-ca"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.in))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if c.Inspect.CADir != tt.want {
+				t.Errorf("inspect.ca_dir = %q; want %q", c.Inspect.CADir, tt.want)
+			}
+		})
 	}
 }

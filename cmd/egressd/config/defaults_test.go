@@ -188,6 +188,7 @@ var sectionFiles = map[string][]string{
 	"../../../dnsguard/config.go":     {"Config"},
 	"../../../audit/config.go":        {"Config"},
 	"../../../proxy/pggate/config.go": {"Config"},
+	"../../../proxy/ca/config.go":     {"Config"},
 }
 
 // saysZero matches a field doc that says what its zero value does.

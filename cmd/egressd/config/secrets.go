@@ -17,16 +17,17 @@ import (
 // secretKey is one secret-bearing key and its value.
 type secretKey struct{ key, value string }
 
-// secretKeys lists every secret-bearing key of c: identities[i].token_sha256
-// and .scram_sha256, postgres.upstream (a libpq string may carry a
+// secretKeys lists every secret-bearing key of c: identities[i].token_sha256,
+// .scram_sha256 and .ca_key, postgres.upstream (a libpq string may carry a
 // password), postgres.password_env, postgres.password_file,
 // postgres.tls_key and audit.signing_key.
 func (c *Config) secretKeys() []secretKey {
-	ks := make([]secretKey, 0, 2*len(c.Identities)+4)
+	ks := make([]secretKey, 0, 3*len(c.Identities)+4)
 	for i, e := range c.Identities {
 		ks = append(ks,
 			secretKey{fmt.Sprintf("identities[%d].token_sha256", i), e.TokenSHA256},
-			secretKey{fmt.Sprintf("identities[%d].scram_sha256", i), e.SCRAMSHA256})
+			secretKey{fmt.Sprintf("identities[%d].scram_sha256", i), e.SCRAMSHA256},
+			secretKey{fmt.Sprintf("identities[%d].ca_key", i), e.CAKey})
 	}
 	return append(ks,
 		secretKey{"postgres.upstream", c.Postgres.Upstream},
@@ -45,7 +46,7 @@ func (c *Config) secretKeys() []secretKey {
 // the secrets section (broker.Config.Validate), and are not redacted from
 // other messages: a file or variable name is what an operator needs to
 // read there. Loaded values are redacted by broker.Secrets.Redact.
-var secretPath = regexp.MustCompile(`^(identities\[\d+\]\.(token_sha256|scram_sha256)|secrets\[\d+\]\.(file|env)|postgres\.(upstream|password_env|password_file|tls_key)|audit\.signing_key)$`)
+var secretPath = regexp.MustCompile(`^(identities\[\d+\]\.(token_sha256|scram_sha256|ca_key)|secrets\[\d+\]\.(file|env)|postgres\.(upstream|password_env|password_file|tls_key)|audit\.signing_key)$`)
 
 // validateSecretShapes refuses values that are the secret rather than where
 // it is kept, without printing them. identities and postgres.upstream are
@@ -65,6 +66,11 @@ func (c *Config) validateSecretShapes() error {
 	}
 	if isPEM(c.Postgres.TLSKey) {
 		return fmt.Errorf("postgres.tls_key must be the path of a PEM key file, not the key itself %s", notShown)
+	}
+	for i, e := range c.Identities {
+		if isPEM(e.CAKey) {
+			return fmt.Errorf("identities[%d].ca_key must be the path of a PEM key file, not the key itself %s", i, notShown)
+		}
 	}
 	return nil
 }

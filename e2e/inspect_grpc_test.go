@@ -1,0 +1,97 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/dnsguard/dnstest"
+)
+
+// TestInspectGRPCThroughBinary: a gRPC client (grpc-go, h2 with trailers)
+// calls a gRPC server through an inspected tunnel of the binary: the
+// method its rule names succeeds, another is PermissionDenied, and the
+// call is audited as an inspected request.
+func TestInspectGRPCThroughBinary(t *testing.T) {
+	gs := grpc.NewServer()
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	up := httptest.NewUnstartedServer(gs)
+	up.EnableHTTP2 = true
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	t.Cleanup(gs.Stop)
+	_, portS, _ := net.SplitHostPort(up.Listener.Addr().String())
+	var port int
+	fmt.Sscan(portS, &port)
+	upCA := filepath.Join(t.TempDir(), "up.pem")
+	if err := os.WriteFile(upCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: up.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dns := dnstest.Start(t)
+	dns.SetRR("example.com", "example.com. 60 IN A 127.0.0.1")
+	caDir := filepath.Join(t.TempDir(), "ca")
+	rootPEM, errOut, code := RunCLI(t, "ca", "export", "--ca-dir", caDir)
+	if code != 0 {
+		t.Fatalf("ca export = %d (%s)", code, errOut)
+	}
+	policy := WritePolicy(t, []Rule{{ID: "grpc-check", Hosts: []string{"example.com"}, Ports: []int{port},
+		Methods: []string{"POST"}, Paths: []string{"/grpc.health.v1.Health/Check"}, Inspect: true}})
+	e := Start(t, Options{PolicyDir: policy, DNS: dns.Addr(),
+		YAML: InternalAllow(up.Listener.Addr().String()) + "inspect:\n  ca_dir: " + caDir + "\n  upstream_ca_file: " + upCA + "\n"})
+
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM([]byte(rootPEM))
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", e.ProxyAddr)
+		if err != nil {
+			return nil, err
+		}
+		io.WriteString(c, "CONNECT "+addr+" HTTP/1.1\r\nHost: "+addr+"\r\n\r\n")
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil || resp.StatusCode != http.StatusOK || br.Buffered() > 0 {
+			c.Close()
+			return nil, fmt.Errorf("CONNECT %s: %v, %v", addr, resp, err)
+		}
+		return c, nil
+	}
+	conn, err := grpc.NewClient(fmt.Sprintf("passthrough:///example.com:%d", port), grpc.WithContextDialer(dial),
+		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	hc := healthpb.NewHealthClient(conn)
+	resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("Health/Check = %v, %v; want SERVING", resp, err)
+	}
+	if _, err := hc.List(ctx, &healthpb.HealthListRequest{}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("Health/List = %v; want PermissionDenied", err)
+	}
+	e.WaitRecords(t, "the inspected gRPC call", func(r audit.Record) bool {
+		return r.Kind == audit.KindHTTPDone && r.Inspected && r.Path == "/grpc.health.v1.Health/Check" && r.Status == 200
+	})
+}

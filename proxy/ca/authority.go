@@ -1,0 +1,279 @@
+package ca
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Defaults of Options.
+const (
+	DefaultLeafTTL   = 6 * time.Hour
+	DefaultCacheSize = 10000
+)
+
+// Options tune an Authority. The zero Options is the defaults.
+type Options struct {
+	// LeafTTL is how long a minted leaf is valid (its NotBefore is
+	// backdated 5 minutes more, for clock skew). A cached leaf is minted
+	// again once half of it has passed. If zero, 6h is used.
+	LeafTTL time.Duration
+	// CacheSize bounds the leaves kept in memory (least recently used are
+	// dropped). If zero, 10000 is used.
+	CacheSize int
+	// Now is the clock. If nil, time.Now is used.
+	Now func() time.Time
+	// Configured are roots given by the operator (identities[].ca_cert and
+	// ca_key), by identity; such an identity's root is never created in
+	// the directory. If nil, none.
+	Configured map[string]Files
+}
+
+// Files name a configured root: its PEM certificate, which must be a
+// self-signed CA, and its PEM private key, held to the same mode and owner
+// checks as the keys of the CA directory.
+type Files struct {
+	Cert, Key string
+}
+
+// Stats count an Authority's work since Open.
+type Stats struct {
+	// Mints is the number of leaves signed; Hits the number of Leaf calls
+	// answered from the cache (or by waiting on another caller's mint).
+	Mints, Hits uint64
+	// Roots is the number of roots created (not loaded).
+	Roots uint64
+	// Cached is the number of leaves in the cache now.
+	Cached int
+}
+
+// Authority mints leaves from per-identity roots kept in one directory. It
+// is safe for concurrent use.
+type Authority struct {
+	dir string
+	ttl time.Duration
+	now func() time.Time
+
+	rootMu   sync.RWMutex
+	roots    map[string]*root // by file stem
+	createMu sync.Mutex       // serializes root creation in this process
+	mu       sync.Mutex       // guards cache, inflight and stats
+	cache    *lru
+	inflight map[leafKey]*mintCall
+	stats    Stats
+}
+
+// mintCall is a mint in progress; callers for the same key wait on done.
+type mintCall struct {
+	done chan struct{}
+	cert *tls.Certificate
+	err  error
+}
+
+// Init creates dir with mode 0700 (and its parents, if missing) and
+// nothing else: roots are created per identity on first use or by `egressd
+// ca export`. An existing directory is accepted if Open would accept it.
+func Init(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create CA directory: %w", err)
+	}
+	if err := checkDir(dir); err != nil {
+		return err
+	}
+	return checkKeys(dir)
+}
+
+// Open loads or creates the CA directory dir. It refuses a directory
+// writable by others and a private key file that group or others may read
+// or write, or that another user owns, saying how to fix it; it loads every
+// root present, so a damaged one stops start-up rather than a request.
+func Open(dir string, o Options) (*Authority, error) {
+	if o.LeafTTL == 0 {
+		o.LeafTTL = DefaultLeafTTL
+	}
+	if o.CacheSize == 0 {
+		o.CacheSize = DefaultCacheSize
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.LeafTTL < 0 || o.CacheSize < 0 {
+		return nil, fmt.Errorf("CA options: leaf TTL and cache size must be >= 0, got %v and %d", o.LeafTTL, o.CacheSize)
+	}
+	if err := Init(dir); err != nil {
+		return nil, err
+	}
+	l, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	err = removeTemps(dir)
+	l.unlock()
+	if err != nil {
+		return nil, err
+	}
+	a := &Authority{
+		dir: dir, ttl: o.LeafTTL, now: o.Now,
+		roots: map[string]*root{}, cache: newLRU(o.CacheSize), inflight: map[leafKey]*mintCall{},
+	}
+	certs, err := entries(dir, func(name string) bool { return strings.HasSuffix(name, certExt) })
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range certs {
+		stem := filepath.Base(c[:len(c)-len(certExt)])
+		r, err := loadPair(c, filepath.Join(dir, stem+keyExt))
+		if err != nil {
+			return nil, err
+		}
+		a.roots[stem] = r
+	}
+	// Configured roots replace any of the directory's for their identity.
+	for id, f := range o.Configured {
+		r, err := loadPair(f.Cert, f.Key)
+		if err == nil {
+			err = r.cert.CheckSignatureFrom(r.cert)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("configured CA of identity %q must be a self-signed root and its key: %w", id, err)
+		}
+		a.roots[fileStem(id)] = r
+	}
+	return a, nil
+}
+
+// Root returns identity's root certificate, creating the root if absent.
+func (a *Authority) Root(identity string) (*x509.Certificate, error) {
+	r, err := a.root(identity)
+	if err != nil {
+		return nil, err
+	}
+	return r.cert, nil
+}
+
+// Leaf returns a certificate for host (a DNS name, or an IP literal without
+// brackets) signed by identity's own root, which is created on first use.
+// Its only subject alternative name is host (lower-cased). Leaves are
+// cached per (identity, host) until half their validity has passed;
+// concurrent first calls for one key mint once, and no lock is held while
+// signing.
+func (a *Authority) Leaf(identity, host string) (*tls.Certificate, error) {
+	host, err := canonicalHost(host)
+	if err != nil {
+		return nil, err
+	}
+	k := leafKey{identity, host}
+	a.mu.Lock()
+	if e, ok := a.cache.get(k); ok && a.now().Before(e.refresh) {
+		a.stats.Hits++
+		a.mu.Unlock()
+		return e.cert, nil
+	}
+	if c, ok := a.inflight[k]; ok {
+		a.stats.Hits++
+		a.mu.Unlock()
+		<-c.done
+		return c.cert, c.err
+	}
+	c := &mintCall{done: make(chan struct{})}
+	a.inflight[k] = c
+	a.mu.Unlock()
+
+	now := a.now()
+	r, err := a.root(identity)
+	if err == nil {
+		c.cert, err = mintLeaf(r, host, now, a.ttl)
+	}
+	c.err = err
+
+	a.mu.Lock()
+	delete(a.inflight, k)
+	if err == nil {
+		a.stats.Mints++
+		a.cache.add(&leafEntry{key: k, cert: c.cert, refresh: now.Add(a.ttl / 2)})
+	}
+	a.mu.Unlock()
+	close(c.done)
+	return c.cert, c.err
+}
+
+// Stats returns the counts so far.
+func (a *Authority) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.stats
+	s.Cached = a.cache.len()
+	return s
+}
+
+// root returns identity's root, loading it from the directory (another
+// process may have created it) or creating it.
+func (a *Authority) root(identity string) (*root, error) {
+	stem := fileStem(identity)
+	a.rootMu.RLock()
+	r, ok := a.roots[stem]
+	a.rootMu.RUnlock()
+	if ok {
+		return r, nil
+	}
+	a.createMu.Lock()
+	defer a.createMu.Unlock()
+	a.rootMu.RLock()
+	r, ok = a.roots[stem]
+	a.rootMu.RUnlock()
+	if ok {
+		return r, nil
+	}
+	r, err := a.loadOrCreate(identity, stem)
+	if err != nil {
+		return nil, fmt.Errorf("CA for identity %q: %w", identity, err)
+	}
+	a.rootMu.Lock()
+	a.roots[stem] = r
+	a.rootMu.Unlock()
+	return r, nil
+}
+
+// loadOrCreate runs under the directory lock. The key is written before
+// the certificate, so a certificate on disk always has its key; a key
+// without a certificate (a crash between the two) was never trusted by
+// anyone and is replaced.
+func (a *Authority) loadOrCreate(identity, stem string) (*root, error) {
+	l, err := lockDir(a.dir)
+	if err != nil {
+		return nil, err
+	}
+	defer l.unlock()
+	certPath, keyPath := filepath.Join(a.dir, stem+certExt), filepath.Join(a.dir, stem+keyExt)
+	if _, err := os.Stat(certPath); err == nil {
+		return loadPair(certPath, keyPath)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("CA certificate: %w", err)
+	}
+	r, der, err := newRoot(identity, a.now())
+	if err != nil {
+		return nil, err
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(r.key)
+	if err != nil {
+		return nil, fmt.Errorf("encode CA key: %w", err)
+	}
+	if err := writeAtomic(a.dir, stem+keyExt, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return nil, err
+	}
+	if err := writeAtomic(a.dir, stem+certExt, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	a.stats.Roots++
+	a.mu.Unlock()
+	return r, nil
+}

@@ -1,0 +1,279 @@
+package proxy
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/binary"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/audit/audittest"
+	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy/identity"
+	defaultbundle "github.com/egressd/egressd/rego"
+)
+
+// testCA is a LeafSource with an independent self-signed root per
+// identity, as the real one has; it counts what it mints.
+type testCA struct {
+	mu    sync.Mutex
+	roots map[string]*testRoot
+	calls atomic.Int64
+	hosts []string
+}
+
+type testRoot struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+func newTestCA() *testCA { return &testCA{roots: map[string]*testRoot{}} }
+
+func (c *testCA) root(tb testing.TB, identity string) *testRoot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.roots[identity]; ok {
+		return r
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "egressd test CA " + identity},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	r := &testRoot{cert: cert, key: key}
+	c.roots[identity] = r
+	return r
+}
+
+// pool is identity's root, for a client that trusts it.
+func (c *testCA) pool(tb testing.TB, identity string) *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(c.root(tb, identity).cert)
+	return p
+}
+
+func (c *testCA) Leaf(identity, host string) (*tls.Certificate, error) {
+	c.calls.Add(1)
+	c.mu.Lock()
+	c.hosts = append(c.hosts, identity+"/"+host)
+	c.mu.Unlock()
+	r := c.root(nil, identity)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: host},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		tmpl.IPAddresses = []net.IP{a.AsSlice()}
+	} else {
+		tmpl.DNSNames = []string{host}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, r.cert, &key.PublicKey, r.key)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}
+
+// loopbackDialer dials every host on 127.0.0.1, so tests can CONNECT to
+// names (example.com, whose name httptest's certificate carries).
+type loopbackDialer struct{ net.Dialer }
+
+func (d *loopbackDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	_, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	return d.Dialer.DialContext(ctx, network, net.JoinHostPort("127.0.0.1", port))
+}
+
+// inspectFixture is a proxy with a real policy engine whose rules inspect
+// example.com:<upstream port> (GET and POST under /ok/, GET /ws) and open
+// an opaque tunnel to 127.0.0.1:<upstream port>, and a TLS upstream
+// (HTTP/1.1 and h2) with its own certificate.
+type inspectFixture struct {
+	proxy string
+	ca    *testCA
+	audit *audittest.Recorder
+	up    *httptest.Server
+	port  string
+	srv   *Server
+}
+
+// inspectOptions adjust the fixture's proxy.
+type inspectOptions struct {
+	noCA          bool
+	untrustedRoot bool
+	cfg           *Config
+	// discardAudit drops the records (benchmarks).
+	discardAudit bool
+	// rules, if set, replace the fixture's data.json ("PORT" is the
+	// upstream's port).
+	rules string
+	// ids are the identities; nil: none (everyone is anonymous).
+	ids identity.Config
+}
+
+func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixture {
+	tb.Helper()
+	up := httptest.NewUnstartedServer(h)
+	up.EnableHTTP2 = true
+	up.StartTLS()
+	tb.Cleanup(up.Close)
+	_, port, _ := net.SplitHostPort(up.Listener.Addr().String())
+	rules := `{"rules": [
+		{"id": "insp", "hosts": ["example.com"], "ports": [` + port + `], "methods": ["GET", "POST"], "paths": ["/ok/**", "/ws", "/grpc.health.v1.Health/Check"], "inspect": true},
+		{"id": "opaque", "hosts": ["127.0.0.1"], "ports": [` + port + `]}
+	]}`
+	if o.rules != "" {
+		rules = strings.ReplaceAll(o.rules, "PORT", port)
+	}
+	e := inspectEngine(tb, rules)
+	f := &inspectFixture{ca: newTestCA(), audit: &audittest.Recorder{}, up: up, port: port}
+	roots := x509.NewCertPool()
+	if !o.untrustedRoot {
+		roots.AddCert(up.Certificate())
+	}
+	cfg := DefaultConfig()
+	if o.cfg != nil {
+		cfg = *o.cfg
+	}
+	ids, err := identity.New(o.ids)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var a audit.Appender = f.audit
+	if o.discardAudit {
+		a = discardAudit{}
+	}
+	opts := Options{Config: cfg, Decider: e, Floor: openFloor{}, Identities: ids, Dialer: &loopbackDialer{},
+		Audit: a, Metrics: NewMetrics(prometheus.NewRegistry()), Log: zap.NewNop(), UpstreamRoots: roots}
+	if !o.noCA {
+		opts.Leaves = f.ca
+	}
+	s, err := New(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go s.Serve(ln)
+	tb.Cleanup(func() { s.Shutdown(context.Background()) })
+	f.proxy, f.srv = ln.Addr().String(), s
+	return f
+}
+
+// inspectEngine is the embedded modules with data.json's rules replaced.
+func inspectEngine(tb testing.TB, data string) *policy.Engine {
+	tb.Helper()
+	dir := tb.TempDir()
+	if err := defaultbundle.Write(dir, false); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "data.json"), []byte(data), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	e, err := policy.New(context.Background(), policy.Config{Dir: dir, EvalTimeout: 10 * time.Second}, zap.NewNop())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
+// client is a Go client through the proxy trusting identity anonymous's
+// CA; h2 says whether it offers h2 in ALPN.
+func (f *inspectFixture) client(tb testing.TB, h2 bool) *http.Client {
+	return f.clientAs(tb, h2, "anonymous", nil)
+}
+
+// clientAs is client for identity id, which authenticates with user
+// (nil: no credentials).
+func (f *inspectFixture) clientAs(tb testing.TB, h2 bool, id string, user *url.Userinfo) *http.Client {
+	tr := &http.Transport{
+		Proxy:             http.ProxyURL(&url.URL{Scheme: "http", Host: f.proxy, User: user}),
+		TLSClientConfig:   &tls.Config{RootCAs: f.ca.pool(tb, id)},
+		ForceAttemptHTTP2: h2,
+	}
+	if !h2 {
+		tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	}
+	tb.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// url is https://example.com:<port><path>.
+func (f *inspectFixture) url(path string) string {
+	return "https://example.com:" + f.port + path
+}
+
+// withExtension appends an empty extension of type typ to a ClientHello
+// record (as clientHello captures it), fixing every enclosing length.
+func withExtension(tb testing.TB, rec []byte, typ uint16) []byte {
+	tb.Helper()
+	out := append([]byte(nil), rec...)
+	p := tlsRecordHeaderLen + 4 + 34
+	p += 1 + int(out[p])                           // session_id
+	p += 2 + int(binary.BigEndian.Uint16(out[p:])) // cipher_suites
+	p += 1 + int(out[p])                           // compression_methods
+	extLen := int(binary.BigEndian.Uint16(out[p:]))
+	if p+2+extLen != len(out) {
+		tb.Fatalf("hello has bytes after its extensions")
+	}
+	out = binary.BigEndian.AppendUint16(out, typ)
+	out = binary.BigEndian.AppendUint16(out, 0)
+	binary.BigEndian.PutUint16(out[p:], uint16(extLen+4))
+	hl := int(out[tlsRecordHeaderLen+1])<<16 | int(out[tlsRecordHeaderLen+2])<<8 | int(out[tlsRecordHeaderLen+3]) + 4
+	out[tlsRecordHeaderLen+1], out[tlsRecordHeaderLen+2], out[tlsRecordHeaderLen+3] = byte(hl>>16), byte(hl>>8), byte(hl)
+	binary.BigEndian.PutUint16(out[3:], uint16(len(out)-tlsRecordHeaderLen))
+	return out
+}
+
+// decisionReason is the reason of a refusal's X-Egressd-Decision header.
+func decisionReason(h http.Header) string {
+	v := h.Get("X-Egressd-Decision")
+	_, r, _ := strings.Cut(v, "reason=")
+	r, _, _ = strings.Cut(r, ";")
+	return r
+}
