@@ -33,6 +33,7 @@ const (
 	fReason
 	fRule
 	fPolicy
+	fCredentials
 	fStatus
 	fBytesIn
 	fBytesOut
@@ -51,7 +52,7 @@ var fieldIndex = map[string]int{
 	"scheme": fScheme, "host": fHost, "port": fPort, "path": fPath, "query": fQuery, "inspected": fInspected,
 	"name": fName, "qtype": fQType, "database": fDatabase, "sql": fSQL,
 	"fingerprint": fFingerprint, "ip": fIP, "decision": fDecision,
-	"reason": fReason, "rule": fRule, "policy": fPolicy, "status": fStatus,
+	"reason": fReason, "rule": fRule, "policy": fPolicy, "credentials": fCredentials, "status": fStatus,
 	"bytes_in": fBytesIn, "bytes_out": fBytesOut, "duration_us": fDurationUS,
 	"error": fError, "count": fCount, "truncated": fTruncated, "detail": fDetail, "prev": fPrev, "hash": fHash,
 }
@@ -204,6 +205,11 @@ func (d *decoder) value(r *Record, idx int) error {
 		r.Count, err = d.int()
 	case fDetail:
 		r.Detail, err = d.object()
+	case fCredentials:
+		// The writer omits an empty map: "{}" is not a line it wrote.
+		if r.Credentials, err = d.object(); err == nil && len(r.Credentials) == 0 {
+			err = errors.New("empty object")
+		}
 	case fInspected:
 		// Written only when true (omitempty), so "false" is not a layout
 		// the writer produces.

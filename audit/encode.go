@@ -84,6 +84,9 @@ func (e *encoder) appendLine(b []byte, r *Record, seq uint64, prev *[sha256.Size
 	b = appendOpt(b, `,"reason":`, r.Reason)
 	b = appendOpt(b, `,"rule":`, r.Rule)
 	b = appendOpt(b, `,"policy":`, r.Policy)
+	if len(r.Credentials) > 0 {
+		b = appendObject(b, `,"credentials":{`, r.Credentials)
+	}
 	b = appendInt(b, `,"status":`, int64(r.Status))
 	b = appendInt(b, `,"bytes_in":`, r.BytesIn)
 	b = appendInt(b, `,"bytes_out":`, r.BytesOut)
@@ -92,7 +95,7 @@ func (e *encoder) appendLine(b []byte, r *Record, seq uint64, prev *[sha256.Size
 	b = appendInt(b, `,"count":`, r.Count)
 	b = appendOpt(b, `,"truncated":`, r.Truncated)
 	if len(r.Detail) > 0 {
-		b = appendDetail(b, r.Detail)
+		b = appendObject(b, `,"detail":{`, r.Detail)
 	}
 	b = append(b, `,"prev":"`...)
 	b = hex.AppendEncode(b, prev[:])
@@ -150,15 +153,16 @@ func appendInt(b []byte, key string, v int64) []byte {
 	return strconv.AppendInt(b, v, 10)
 }
 
-// appendDetail writes the detail map with sorted keys. Only writer records
-// carry details, so the sort's allocation is off the hot path.
-func appendDetail(b []byte, d map[string]string) []byte {
+// appendObject writes a string map with sorted keys after key (which opens
+// the object). Only writer records and requests that carried a secret
+// have one, so the sort's allocation is off the hot path.
+func appendObject(b []byte, key string, d map[string]string) []byte {
 	keys := make([]string, 0, len(d))
 	for k := range d {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	b = append(b, `,"detail":{`...)
+	b = append(b, key...)
 	for i, k := range keys {
 		if i > 0 {
 			b = append(b, ',')

@@ -198,6 +198,27 @@ func TestOpenWritesStarted(t *testing.T) {
 	}
 }
 
+// TestCredentialsRoundTrip: "credentials" is written after "policy" with
+// sorted keys, read back, and an empty object (never written) is refused.
+func TestCredentialsRoundTrip(t *testing.T) {
+	enc := newEncoder()
+	r := &Record{TS: time.Unix(1, 0), Kind: KindHTTP, Path: "/x", Decision: DecisionAllow, Policy: "sha256:00",
+		Credentials: map[string]string{"openai": "query:key", "github": "header:Authorization"}}
+	line, _ := enc.appendLine(nil, r, 1, &zeroHash)
+	line = bytes.TrimSuffix(line, []byte("\n"))
+	if want := `"policy":"sha256:00","credentials":{"github":"header:Authorization","openai":"query:key"},"prev"`; !bytes.Contains(line, []byte(want)) {
+		t.Errorf("line %s; want it to hold %s", line, want)
+	}
+	var back Record
+	if err := ParseRecord(line, &back); err != nil || back.Credentials["github"] != "header:Authorization" || len(back.Credentials) != 2 {
+		t.Errorf("ParseRecord(%s) = %v, credentials %v; want both back", line, err, back.Credentials)
+	}
+	empty := []byte(`{"seq":1,"ts":"1970-01-01T00:00:01.000000Z","kind":"http","credentials":{},"prev":"` + strings.Repeat("0", 64) + `","hash":"` + strings.Repeat("0", 64) + `"}`)
+	if err := ParseRecord(empty, &back); err == nil {
+		t.Errorf("ParseRecord(credentials:{}) = nil; want an error")
+	}
+}
+
 // TestInspectedRoundTrip: "inspected" is written after the target fields
 // only when true, read back, and any other value is refused.
 func TestInspectedRoundTrip(t *testing.T) {

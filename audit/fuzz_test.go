@@ -19,6 +19,8 @@ func FuzzParseRecord(f *testing.F) {
 		{TS: time.Unix(2, 5000), Kind: "sql", SQL: "select \"x\"\n\t\\ \u2028 \x01 é", Status: -3, BytesIn: 1 << 40},
 		{TS: time.Unix(3, 0), Kind: "http", User: "sbx\u202e", Path: "/p", Query: "q=1&token=[redacted:3]",
 			Decision: "deny", Reason: "rate_limited", Count: 41, Truncated: "path,query"},
+		{TS: time.Unix(6, 0), Kind: KindHTTP, Method: "GET", Path: "/p", Query: "k=egressd:secret:gh", Decision: "allow",
+			Credentials: map[string]string{"gh": "header:Authorization", "oa": "query:k,header:X-Key"}},
 		{TS: time.Unix(5, 0), Kind: KindHTTP, Method: "GET", Scheme: "https", Host: "api.test", Port: 443, Path: "/p", Inspected: true, Decision: "allow"},
 		{TS: time.Unix(4, 0), Kind: KindStarted, Detail: map[string]string{"version": "v1", "config": "embedded", "policy": "sha256:00"}},
 	} {

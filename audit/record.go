@@ -43,6 +43,11 @@ type Record struct {
 	Reason   string   `json:"reason,omitempty"`
 	Rule     string   `json:"rule,omitempty"`
 	Policy   string   `json:"policy,omitempty"`
+	// Credentials names each secret the proxy added to the request and
+	// where ("header:Authorization", "query:key"; several joined by ","),
+	// never a value; the target fields hold the request as the sandbox
+	// sent it, placeholders and all.
+	Credentials map[string]string `json:"credentials,omitempty"`
 
 	// Completion fields.
 	Status     int    `json:"status,omitempty"`

@@ -3,6 +3,7 @@ package dnsguard
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -248,4 +249,44 @@ func IsMetadataName(name string) bool {
 	}
 	return strings.HasPrefix(name, "instance-data.") && strings.HasSuffix(name, ".internal") ||
 		strings.HasPrefix(name, "metadata.") && strings.HasSuffix(name, ".internal")
+}
+
+// CoversInternal reports whether every address of p is non-public and may
+// be dialled on port only because an internal: allow entry names it: one
+// allow entry with that port holds all of p, and no deny entry touches p.
+// It is the load-time proof that a credential bound to p over plain HTTP
+// stays inside the network.
+func (f *Floor) CoversInternal(p netip.Prefix, port uint16) bool {
+	p = p.Masked()
+	first, last := p.Addr(), lastAddr(p)
+	if Classify(first) == Public || Classify(last) == Public || Classify(first) == Metadata {
+		return false
+	}
+	rules := f.rules.Load()
+	if rules == nil {
+		return false
+	}
+	for i := range rules.deny {
+		d := &rules.deny[i]
+		if d.prefix.Overlaps(p) && (d.ports == nil || slices.Contains(d.ports, port)) {
+			return false
+		}
+	}
+	for i := range rules.allow {
+		r := &rules.allow[i]
+		if r.prefix.Bits() <= p.Bits() && r.prefix.Contains(first) && slices.Contains(r.ports, port) {
+			return true
+		}
+	}
+	return false
+}
+
+// lastAddr is the highest address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
 }

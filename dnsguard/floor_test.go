@@ -212,3 +212,37 @@ func TestFloorUpdate(t *testing.T) {
 		t.Errorf("Check after the allowance was removed = %v; want a private_address deny", err)
 	}
 }
+
+// TestCoversInternal: a prefix is covered only when one allow entry holds
+// all of it on that port, no deny touches it, and it is not public.
+func TestCoversInternal(t *testing.T) {
+	f, err := NewFloor(InternalConfig{
+		{CIDR: "10.20.0.0/16", Ports: []uint16{8080}, Action: "allow"},
+		{CIDR: "10.20.9.0/24", Action: "deny"},
+		{CIDR: "140.82.112.0/24", Ports: []uint16{80}, Action: "allow"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		prefix string
+		port   uint16
+		want   bool
+	}{
+		{"address inside", "10.20.1.2/32", 8080, true},
+		{"prefix inside", "10.20.3.0/24", 8080, true},
+		{"other port", "10.20.1.2/32", 80, false},
+		{"wider than the entry", "10.0.0.0/8", 8080, false},
+		{"touched by a deny", "10.20.8.0/23", 8080, false},
+		{"outside", "10.30.0.1/32", 8080, false},
+		{"public address allowed by an entry", "140.82.112.5/32", 80, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := f.CoversInternal(netip.MustParsePrefix(tt.prefix), tt.port); got != tt.want {
+				t.Errorf("CoversInternal(%s, %d) = %v; want %v", tt.prefix, tt.port, got, tt.want)
+			}
+		})
+	}
+}

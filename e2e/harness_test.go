@@ -105,6 +105,9 @@ type Options struct {
 	// Wrap is a command egressd runs under, e.g. {"prlimit",
 	// "--nofile=128:128"}; if empty, none.
 	Wrap []string
+	// Env are extra "KEY=value" environment variables of the process
+	// (secrets read from the environment).
+	Env []string
 }
 
 // Egressd is one running `egressd serve`.
@@ -196,7 +199,7 @@ func start(t testing.TB, o Options) (*Egressd, error) {
 	argv := append(append(append([]string{}, o.Wrap...), binary, "serve", "--config", e.ConfigPath), o.Args...)
 	e.cmd = exec.Command(argv[0], argv[1:]...)
 	e.cmd.Stdout, e.cmd.Stderr = logf, logf
-	e.cmd.Env = cleanEnv()
+	e.cmd.Env = append(cleanEnv(), o.Env...)
 	proxyPort.Release()
 	adminPort.Release()
 	for _, r := range o.Hold {
@@ -484,6 +487,9 @@ type Rule struct {
 	TLS        *bool    `json:"tls,omitempty"`
 	Inspect    bool     `json:"inspect,omitempty"`
 	Action     string   `json:"action,omitempty"`
+	// Credentials are the rule's credential actions, as data.json spells
+	// them.
+	Credentials []map[string]any `json:"credentials,omitempty"`
 }
 
 // WritePolicy writes the default bundle (package rego) into a temporary

@@ -103,6 +103,10 @@ type parsedBundle struct {
 	views   *viewIndex             // the rule index's Go half (input.views)
 	// sqlProfiles are the names in data.sql.profiles, sorted.
 	sqlProfiles []string
+	// credentialRules are the rules binding credentials; credentials are
+	// their actions by rule id.
+	credentialRules []CredentialRule
+	credentials     map[string][]Credential
 }
 
 // parseBundle parses every module (Rego v1) and data file and builds the
@@ -152,6 +156,9 @@ func parseBundle(srcs []source) (*parsedBundle, error) {
 		return nil, fmt.Errorf("%s: %w", origin.of("rules"), err)
 	}
 	pb.views = views
+	if pb.credentialRules, pb.credentials, err = parseCredentials(root["rules"]); err != nil {
+		return nil, fmt.Errorf("%s: %w", origin.of("rules"), err)
+	}
 	if pb.sqlProfiles, err = sqlProfiles(root, origin); err != nil {
 		return nil, err
 	}
@@ -220,8 +227,12 @@ type compiled struct {
 	views   *viewIndex
 	// sqlProfiles are the names in data.sql.profiles, sorted.
 	sqlProfiles []string
-	identities  identityTerms
-	cache       *lru
+	// credentials are the credential actions of each rule that binds any,
+	// by rule id; see Decision.Credentials.
+	credentialRules []CredentialRule
+	credentials     map[string][]Credential
+	identities      identityTerms
+	cache           *lru
 }
 
 // entryPoints maps each Kind to its Rego package.
@@ -267,7 +278,8 @@ func prepare(ctx context.Context, pb *parsedBundle, cacheSize int) (*compiled, s
 		return nil, nil, comp.Errors
 	}
 	store := inmem.NewFromASTObject(pb.data)
-	c := &compiled{views: pb.views, sqlProfiles: pb.sqlProfiles, cache: newLRU(cacheSize)}
+	c := &compiled{views: pb.views, sqlProfiles: pb.sqlProfiles, cache: newLRU(cacheSize),
+		credentialRules: pb.credentialRules, credentials: pb.credentials}
 	for k, pkg := range entryPoints {
 		pq, err := rego.New(
 			rego.Query("data.egress."+pkg+".decision"),

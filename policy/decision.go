@@ -78,6 +78,11 @@ type Decision struct {
 	// must close a tunnel whose first client bytes are not a TLS handshake
 	// record. False on every other decision.
 	TLS bool `json:"tls,omitempty"`
+	// Credentials are the credential actions of the rule that allowed an
+	// http request (data.rules[i].credentials): secret names and places,
+	// never values. Nil on denies, on other kinds and for rules without.
+	// Shared by every decision of the rule: read only.
+	Credentials []Credential `json:"credentials,omitempty"`
 	// Inspect is set on an allowed CONNECT whose rule asks for inspection
 	// (a rule's "inspect"): the proxy terminates the tunnel's TLS with a
 	// leaf of the identity's own CA and decides every request inside with

@@ -175,6 +175,12 @@ func (c *compiled) eval(ctx context.Context, e *Engine, kind Kind, in Input) (d 
 		return c.deny(ReasonMalformedDecision), true
 	}
 	d.Policy = c.digest
+	if kind == KindHTTP && d.Allow {
+		// Looked up Go-side, not returned by Rego: the actions are static
+		// rule data that the load-time checks (secret names, cleartext)
+		// have vetted, which a value computed by a module would escape.
+		d.Credentials = c.credentials[d.Rule]
+	}
 	return d, true
 }
 

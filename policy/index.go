@@ -31,6 +31,8 @@ type ruleSpec struct {
 	// paths apply to the requests inside (see rego/README.md).
 	Inspect bool   `json:"inspect,omitempty"`
 	Action  string `json:"action,omitempty"`
+	// Credentials are checked by parseCredentials.
+	Credentials []json.RawMessage `json:"credentials,omitempty"`
 	// Comment is free text for the operator.
 	Comment string `json:"comment,omitempty"`
 }

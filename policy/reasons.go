@@ -123,6 +123,27 @@ const (
 	// ReasonClientClosed completes a request whose client hung up.
 	ReasonClientClosed Reason = "client_closed"
 
+	// Reasons of credential brokering: the proxy adds a secret the sandbox
+	// never holds, only where the allowing rule binds it.
+	//
+	// ReasonCredentialUnresolved: the request carries a placeholder
+	// (egressd:secret:NAME) that no action of its rule substitutes there,
+	// or the rule's secret is not loaded.
+	ReasonCredentialUnresolved Reason = "credential_unresolved"
+	// ReasonCredentialWrongDest: a placeholder names a secret the rule
+	// that allowed the request does not bind: it is not for this host.
+	ReasonCredentialWrongDest Reason = "credential_wrong_destination"
+	// ReasonCredentialLiteral: a "require" action's place carries a value
+	// of the sandbox's own instead of the placeholder (a pasted real key).
+	ReasonCredentialLiteral Reason = "credential_literal"
+	// ReasonCredentialCleartext: the rule binds a secret but the request
+	// would carry it unencrypted to an address no internal: entry allows.
+	ReasonCredentialCleartext Reason = "credential_cleartext"
+	// ReasonCredentialUnscrubbable: the response to a request that
+	// carried a secret has a textual body egressd cannot scrub (an
+	// encoding it does not decode, or a decompressed size over the cap).
+	ReasonCredentialUnscrubbable Reason = "credential_unscrubbable"
+
 	// Reasons of every entry point's audit log.
 	ReasonAuditUnavailable Reason = "audit_unavailable"
 	// ReasonAuditBudget refuses an allow the identity's audit budget
@@ -246,6 +267,12 @@ var reasonTable = map[Reason]reasonEntry{
 	ReasonUpstreamFailed:     {class: ClassUpstream},
 	ReasonShuttingDown:       {class: ClassUnavailable},
 	ReasonClientClosed:       {class: ClassClient},
+
+	ReasonCredentialUnresolved:   {class: ClassPolicy},
+	ReasonCredentialWrongDest:    {class: ClassPolicy},
+	ReasonCredentialLiteral:      {class: ClassPolicy},
+	ReasonCredentialCleartext:    {class: ClassPolicy},
+	ReasonCredentialUnscrubbable: {class: ClassUpstream},
 
 	ReasonAuditUnavailable: {class: ClassUnavailable},
 	ReasonAuditBudget:      {class: ClassLimit},

@@ -11,9 +11,14 @@
 //
 //	HTTP     proxy.Server.ServeHTTP → proxy.Server.onRequest → proxy.authenticate
 //	         → policy.PreDial.DecideHTTP (policy.ParseHTTP; dnsguard.Floor.Check
-//	           for an IP literal; policy.Engine.Decide) → proxy.Server.decided
-//	         → proxy.httpFlow.RoundTrip (dnsguard.Dialer.DialContext vets every
-//	           answer) → proxy.httpFlow.complete ("http_done")
+//	           for an IP literal; policy.Engine.Decide)
+//	         → proxy.httpFlow.prepareCredentials (broker.Prepare: the rule's
+//	           credential actions, placeholders) → proxy.Server.decided
+//	         → proxy.httpFlow.applyCredentials → proxy.httpFlow.RoundTrip
+//	           (dnsguard.Dialer.DialContext vets every answer;
+//	           proxy.httpFlow.sendInternal for a secret over plain HTTP)
+//	         → proxy.httpFlow.scrubResponse (broker.Plan.Scrub)
+//	         → proxy.httpFlow.complete ("http_done")
 //	CONNECT  proxy.Server.ServeHTTP → proxy.Server.serveConnect
 //	         → proxy.Server.connectHijack → proxy.authenticate
 //	         → policy.PreDial.DecideConnect (policy.ParseConnect;

@@ -20,10 +20,11 @@ var mapPackages = map[string]string{
 	"policy":   filepath.Join("..", "policy"),
 	"sqlfacts": filepath.Join("..", "policy", "sqlfacts"),
 	"audit":    filepath.Join("..", "audit"),
+	"broker":   "broker",
 }
 
 // mapName is a name in the map: pkg.Func, pkg.Type or pkg.Type.Method.
-var mapName = regexp.MustCompile(`\b(proxy|pggate|dnsguard|policy|sqlfacts|audit)\.([A-Za-z_]\w*)(?:\.([A-Za-z_]\w*))?`)
+var mapName = regexp.MustCompile(`\b(proxy|pggate|dnsguard|policy|sqlfacts|audit|broker)\.([A-Za-z_]\w*)(?:\.([A-Za-z_]\w*))?`)
 
 // declared is what one package declares: top-level functions and types,
 // and methods (of concrete types and interfaces) as "Type.Method".

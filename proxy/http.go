@@ -15,6 +15,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy/broker"
 )
 
 // httpFlow is one allowed plain-HTTP request on its way upstream.
@@ -32,6 +33,8 @@ type httpFlow struct {
 	recv     *responseBody
 	done     bool
 	fast     bool // sent through the upstream pool, not the Transport
+	// cred is the credential work of a request whose rule binds secrets.
+	cred *broker.Plan
 	// upgrade marks an inspected WebSocket handshake sent upstream.
 	upgrade bool
 
@@ -100,6 +103,10 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		f.finish()
 		return r, s.refuse(f, r, refusalOf(reasonBodyNotAllowed))
 	}
+	if rf, denied := f.prepareCredentials(r, &out.Decision); denied {
+		f.finish()
+		return r, s.refuse(f, r, rf)
+	}
 	if err := s.decided(&f.flowInfo, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
 		f.finish()
 		return r, s.deny(f, r, auditRefusal(err))
@@ -107,6 +114,7 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 
 	f.base = *r.URL
 	outReq := f.upstreamRequest(r)
+	f.applyCredentials(outReq)
 	pctx.UserData = f
 	pctx.RoundTripper = f
 	return outReq, nil
@@ -202,6 +210,8 @@ func (f *httpFlow) RoundTrip(req *http.Request, _ *goproxy.ProxyCtx) (*http.Resp
 	var resp *http.Response
 	var err error
 	switch {
+	case f.cleartextCredential():
+		resp, f.ip, err = f.sendInternal(req)
 	case f.fast:
 		resp, f.ip, err = f.st.up.roundTrip(req, req.URL.Host)
 	case f.inspected:
@@ -236,6 +246,11 @@ func (f *httpFlow) RoundTrip(req *http.Request, _ *goproxy.ProxyCtx) (*http.Resp
 		}
 	}
 	stripHopByHop(resp.Header)
+	if rf, refused := f.scrubResponse(resp); refused {
+		resp.Body.Close()
+		f.complete(rf.status, rf.reason, rf.detail)
+		return rf.response(req, f.id), nil
+	}
 	f.recv = &responseBody{countingBody: countingBody{ReadCloser: resp.Body, idle: f.idle, timeout: s.cfg.BodyIdleTimeout}, f: f, status: resp.StatusCode}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		return f.switched(req, resp)

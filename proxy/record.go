@@ -28,6 +28,9 @@ type flowInfo struct {
 	// user is the name a client claimed in credentials that did not
 	// authenticate it; only refusals for that carry it.
 	user string
+	// credentials are the secrets the proxy adds to the request and where
+	// (names and places, never values), for its decision record.
+	credentials map[string]string
 	// inspected marks a request inside an inspected tunnel, and that
 	// tunnel.
 	inspected bool
@@ -62,7 +65,12 @@ func (f *flowInfo) setClient(remote string) {
 
 // decisionRecord is the record appended before anything goes upstream.
 func (f *flowInfo) decisionRecord(v audit.Verdict) *audit.Record {
-	return f.withTarget(audit.Decided(recordKind(f.kind), f.identity, f.clientS, v))
+	r := f.withTarget(audit.Decided(recordKind(f.kind), f.identity, f.clientS, v))
+	if f.kind == policy.KindHTTP {
+		// Not a redirect's record, which copies the flow.
+		r.Credentials = f.credentials
+	}
+	return r
 }
 
 // recordKind is the audit kind of a decision at entry point k: the

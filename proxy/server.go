@@ -21,6 +21,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy/broker"
 	"github.com/egressd/egressd/proxy/fdlimit"
 	"github.com/egressd/egressd/proxy/identity"
 )
@@ -46,6 +47,11 @@ type Options struct {
 	// FDs refuses new clients while file descriptors are short. If nil,
 	// only max_conns limits them.
 	FDs *fdlimit.Budget
+	// Secrets are the values credential actions add; a reload keeps the
+	// store, which serve updates in place. If nil, no secret is loaded and
+	// every request a credential rule allows is refused
+	// credential_unresolved.
+	Secrets *broker.Store
 	// Leaves mints the certificates inspected tunnels are terminated with
 	// (*ca.Authority). If nil, a CONNECT a rule asks to inspect is refused
 	// inspect_unavailable, never opened as an opaque tunnel.
@@ -78,6 +84,7 @@ type Server struct {
 	dialer  Dialer
 	floor   policy.Floor
 	fds     *fdlimit.Budget
+	secrets *broker.Store
 	leaves  LeafSource
 	roots   *x509.CertPool
 	limits  *limiter
@@ -120,6 +127,7 @@ func New(o Options) (*Server, error) {
 		dialer:   o.Dialer,
 		floor:    o.Floor,
 		fds:      o.FDs,
+		secrets:  o.Secrets,
 		leaves:   o.Leaves,
 		roots:    o.UpstreamRoots,
 		limits:   newLimiter(o.Config),

@@ -261,6 +261,18 @@ func target(r *audit.Record) string {
 	if r.IP != "" {
 		b.WriteString(" [" + r.IP + "]")
 	}
+	if len(r.Credentials) > 0 {
+		// Names and places only: a record never holds a secret's value.
+		keys := make([]string, 0, len(r.Credentials))
+		for k := range r.Credentials {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		b.WriteString(" credentials:")
+		for _, k := range keys {
+			b.WriteString(" " + k + "=" + r.Credentials[k])
+		}
+	}
 	return b.String()
 }
 

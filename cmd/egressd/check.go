@@ -52,6 +52,9 @@ type checkOutput struct {
 	Policy   string `json:"policy"`
 	// TLS is set on an allowed CONNECT whose tunnel must carry TLS.
 	TLS bool `json:"tls,omitempty"`
+	// Credentials are the credential actions of the allowing rule: which
+	// secret would be added where (never a value).
+	Credentials []checkCredential `json:"credentials,omitempty"`
 	// Inspect is set on an allowed CONNECT that the proxy would terminate
 	// (its rule asks for inspection).
 	Inspect bool `json:"inspect,omitempty"`
@@ -75,8 +78,30 @@ func decided(kind policy.Kind, env *decideEnv, facts any, d policy.Decision) che
 	return checkOutput{
 		Kind: kind.String(), Identity: env.identity.ID,
 		Allow: d.Allow, Reason: d.Reason, Rule: d.Rule, Policy: d.Policy, TLS: d.TLS, Inspect: d.Inspect,
-		Facts: facts,
+		Credentials: credentialsOf(d.Credentials),
+		Facts:       facts,
 	}
+}
+
+// checkCredential is one credential action as a check prints it: the
+// secret's name and its place ("header:Authorization", "query:key").
+// Placeholder says the sandbox must send egressd:secret:NAME there;
+// Require that it may send nothing else.
+type checkCredential struct {
+	Secret      string `json:"secret"`
+	Place       string `json:"place"`
+	Placeholder bool   `json:"placeholder,omitempty"`
+	Require     bool   `json:"require,omitempty"`
+}
+
+func credentialsOf(cs []policy.Credential) []checkCredential {
+	var out []checkCredential
+	for i := range cs {
+		kind, name := cs[i].Place()
+		out = append(out, checkCredential{Secret: cs[i].Secret, Place: kind + ":" + name,
+			Placeholder: !cs[i].Sets(), Require: cs[i].Require})
+	}
+	return out
 }
 
 // refusedBeforePolicy is the output for input that never reaches Rego.

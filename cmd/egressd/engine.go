@@ -10,6 +10,7 @@ import (
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/dnsguard"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy/broker"
 	"github.com/egressd/egressd/proxy/identity"
 )
 
@@ -62,6 +63,9 @@ func (f *engineFlags) load(ctx context.Context) (*decideEnv, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkCredentials(f.config, cfg, eng, floor); err != nil {
+		return nil, err
+	}
 	return &decideEnv{cfg: cfg, engine: eng, floor: floor, identity: id}, nil
 }
 
@@ -97,6 +101,17 @@ func checkIdentities(cfgPath string, ids identity.Config, eng *policy.Engine) er
 		if err := eng.CheckIdentity(policy.Identity{ID: e.ID, Attributes: e.Attributes}); err != nil {
 			return fmt.Errorf("config %s: identities[%d].%w", cfgPath, i, err)
 		}
+	}
+	return nil
+}
+
+// checkCredentials refuses a bundle whose credential rules name a secret
+// the config lacks or would send one in cleartext to a public address
+// (broker.CheckRules); serve, reload and check run it, so a check answers
+// for a bundle the proxy would load.
+func checkCredentials(cfgPath string, cfg *config.Config, eng *policy.Engine, floor broker.InternalFloor) error {
+	if err := broker.CheckRules(eng.CredentialRules(), cfg.Secrets, floor); err != nil {
+		return fmt.Errorf("policy bundle with config %s: %w", cfgPath, err)
 	}
 	return nil
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/proxy/admin"
+	"github.com/egressd/egressd/proxy/broker"
 	"github.com/egressd/egressd/proxy/ca"
 	"github.com/egressd/egressd/proxy/fdlimit"
 	"github.com/egressd/egressd/proxy/identity"
@@ -126,6 +127,9 @@ type daemon struct {
 	dns      *dnsguard.Server // nil unless dns.listen is set
 	gate     *pggate.Gate     // nil unless postgres.listen is set
 	fds      *fdlimit.Budget  // nil if the limit could not be read
+	// secrets are the brokered secrets' values; a reload re-reads them and
+	// swaps them in place.
+	secrets *broker.Store
 	// inspectCA holds the per-identity roots that inspected CONNECTs get
 	// their leaves from, and inspectRoots the CAs upstream certificates
 	// inside inspected tunnels must chain to (inspect.upstream_ca_file or
@@ -162,6 +166,13 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		return nil, err
 	}
 	if err := checkIdentities(cfgPath, cfg.Identities, engine); err != nil {
+		return nil, err
+	}
+	if err := checkCredentials(cfgPath, cfg, engine, floor); err != nil {
+		return nil, err
+	}
+	secrets, err := cfg.LoadSecrets()
+	if err != nil {
 		return nil, err
 	}
 	// Opened before the audit log: a CA key others can read stops start-up
@@ -219,6 +230,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		}, func() float64 { return float64(authority.Stats().Roots) }))
 	d := &daemon{cfg: cfg, cfgPath: cfgPath, log: log, floor: floor, res: res, audit: aw, meter: meter,
 		registry: reg, metrics: proxy.NewMetrics(reg), policyInfo: metrics.NewPolicy(reg), fds: descriptorBudget(log),
+		secrets:   broker.NewStore(secrets),
 		inspectCA: authority, inspectRoots: upstreamRoots, inspectConfigured: caOpts.Configured}
 	metrics.RegisterBuildInfo(reg, version.Get())
 	// Registered without a gate too, so a dashboard's gate panels read 0.
@@ -227,6 +239,9 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	// DNS queries and SQL statements are counted as they are audited, in
 	// the proxy's decision counter.
 	counted := metrics.Counting(meter, d.metrics.Decisions)
+	if secrets.Len() > 0 {
+		log.Info("secrets loaded", zap.Int("secrets", secrets.Len()))
+	}
 	fail := func(err error) (*daemon, error) {
 		meter.Close()
 		return nil, errors.Join(err, aw.Close())
@@ -243,6 +258,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		Metrics:    d.metrics,
 		Log:        log,
 		FDs:        d.fds,
+		Secrets:    d.secrets,
 		// Inspected CONNECTs are terminated with the identity's own CA
 		// and their upstreams verified against inspect.upstream_ca_file
 		// (or the system roots).
@@ -449,8 +465,9 @@ loop:
 	return nil
 }
 
-// reload re-reads the config file and the policy bundle. Identities,
-// `internal:` and the policy take effect for new requests and dials;
+// reload re-reads the config file, the secrets' files and variables and
+// the policy bundle. Identities, `internal:`, secrets and the policy take
+// effect for new requests and dials;
 // changes to any other section need a restart and are named in a warning.
 // A config or bundle that fails to load is refused and the running state
 // stays.
@@ -458,7 +475,10 @@ loop:
 func (d *daemon) reload(ctx context.Context) ([]string, error) {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
+	// No code quotes a secret's value; redacting what a reload reports
+	// (the log, POST /-/reload's answer) is the last guard.
 	pending, err := d.reloadLocked(ctx)
+	err = d.secrets.Load().Redact(err)
 	result := "ok"
 	if err != nil {
 		result = "failed"
@@ -486,6 +506,21 @@ func (d *daemon) reloadLocked(ctx context.Context) ([]string, error) {
 	if err := checkIdentities(d.cfgPath, cfg.Identities, engine); err != nil {
 		return nil, err
 	}
+	// The credential rules are checked against the internal: entries being
+	// loaded, before the running floor takes them.
+	nextFloor, err := dnsguard.NewFloor(cfg.Internal)
+	if err != nil {
+		return nil, fmt.Errorf("internal: %w", err)
+	}
+	if err := checkCredentials(d.cfgPath, cfg, engine, nextFloor); err != nil {
+		return nil, err
+	}
+	// Re-read on every reload, changed or not: a rotated file or
+	// variable is a new value under the same config.
+	secrets, err := cfg.LoadSecrets()
+	if err != nil {
+		return nil, err
+	}
 	if !reflect.DeepEqual(cfg.Internal, d.cfg.Internal) {
 		// Validated by config.Load, so this does not fail half-way.
 		if err := d.floor.Update(cfg.Internal); err != nil {
@@ -493,6 +528,7 @@ func (d *daemon) reloadLocked(ctx context.Context) ([]string, error) {
 		}
 		d.res.Flush()
 	}
+	d.secrets.Set(secrets)
 	for _, l := range d.listeners() {
 		l.Reload(engine, ids)
 	}
@@ -503,9 +539,9 @@ func (d *daemon) reloadLocked(ctx context.Context) ([]string, error) {
 		d.log.Warn(admin.RestartNeeded(pending), zap.Strings("sections", pending))
 	}
 	next := *d.cfg
-	next.Identities, next.Internal, next.Policy = cfg.Identities, cfg.Internal, cfg.Policy
+	next.Identities, next.Internal, next.Policy, next.Secrets = cfg.Identities, cfg.Internal, cfg.Policy, cfg.Secrets
 	d.cfg = &next
-	d.log.Info("reloaded", zap.String("policy", engine.Digest()), zap.Int("identities", ids.Len()))
+	d.log.Info("reloaded", zap.String("policy", engine.Digest()), zap.Int("identities", ids.Len()), zap.Int("secrets", secrets.Len()))
 	return pending, nil
 }
 

@@ -99,5 +99,5 @@ func text(w http.ResponseWriter, status int, s string) {
 // RestartNeeded is what a reload that left changed sections unapplied
 // says, in the reload answer and the log alike.
 func RestartNeeded(sections []string) string {
-	return "reloaded identities, internal and policy; restart egressd to apply the changed sections: " + strings.Join(sections, ", ")
+	return "reloaded identities, internal, secrets and policy; restart egressd to apply the changed sections: " + strings.Join(sections, ", ")
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/egressd/egressd/internal/defaults"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
+	"github.com/egressd/egressd/proxy/broker"
 	"github.com/egressd/egressd/proxy/ca"
 	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/proxy/pggate"
@@ -52,6 +53,11 @@ type Config struct {
 	// ports) and addresses they never may. If empty, no loopback, private,
 	// link-local, CGNAT or ULA address is reachable; metadata never is.
 	Internal dnsguard.InternalConfig `yaml:"internal"`
+	// Secrets are the values credential actions of the policy add to
+	// requests (data.rules[i].credentials), each read from a file or an
+	// environment variable at start and on every reload, never written
+	// here. If empty, no rule may bind credentials.
+	Secrets broker.Config `yaml:"secrets"`
 }
 
 // Log is the `log:` section: egressd's operational log (not the audit log).
@@ -149,6 +155,12 @@ func LogFormatOf(path string) string {
 	return "console"
 }
 
+// LoadSecrets reads the values of the secrets section (files and the
+// environment). Errors name the secret, never a value.
+func (c *Config) LoadSecrets() (*broker.Secrets, error) {
+	return broker.Load(c.Secrets, os.LookupEnv)
+}
+
 // Load reads path, or returns the defaults when path is empty.
 func Load(path string) (*Config, error) {
 	if path == "" {
@@ -220,6 +232,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Identities.Validate(); err != nil {
 		return fmt.Errorf("identities%w", err)
+	}
+	if err := c.Secrets.Validate(); err != nil {
+		return fmt.Errorf("secrets%w", err)
 	}
 	if c.Admin.Listen == c.Proxy.Listen {
 		return fmt.Errorf("admin.listen must differ from proxy.listen, both are %q", c.Admin.Listen)

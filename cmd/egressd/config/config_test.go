@@ -95,6 +95,8 @@ func TestParseNeverEchoesSecrets(t *testing.T) {
 		{"password in postgres.password_env", "postgres:\n  listen: 127.0.0.1:6432\n  upstream: host=db\n  password_env: " + secret + "\n", "postgres.password_env"},
 		{"password in postgres.password_file", "postgres:\n  listen: 127.0.0.1:6432\n  upstream: host=db\n  password_file: \"" + secret + "\\n\"\n", "postgres.password_file"},
 		{"PEM in postgres.tls_key", "postgres:\n  listen: 127.0.0.1:6432\n  upstream: host=db\n  tls_cert: /c.pem\n  tls_key: \"-----BEGIN PRIVATE KEY-----\\n" + secret + "\"\n", "postgres.tls_key"},
+		{"secret in secrets[].env", "secrets:\n  - name: gh\n    env: " + secret + "\n", "secrets[0].env"},
+		{"secret in secrets[].file", "secrets:\n  - name: gh\n    file: \"" + secret + "\\n\"\n", "secrets[0].file"},
 		{"PEM in identities[].ca_key", "identities:\n  - id: a\n    sources: [10.0.0.0/8]\n    ca_cert: /c.pem\n    ca_key: \"-----BEGIN PRIVATE KEY-----\\n" + secret + "\"\n", "identities[0].ca_key"},
 		{"PEM in audit.signing_key", "audit:\n  signing_key: |\n    -----BEGIN PRIVATE KEY-----\n    " + secret + "\n    -----END PRIVATE KEY-----\n", "audit.signing_key"},
 	}
@@ -142,6 +144,7 @@ func TestParseNeverNamesInsideSecrets(t *testing.T) {
 		"identities:\n  - id: a\n    token_sha256:\n      " + secret + ": x\n",
 		"identities:\n  - id: a\n    scram_sha256: [" + secret + "]\n",
 		"audit:\n  signing_key:\n    " + secret + ": x\n",
+		"secrets:\n  - name: gh\n    env: {" + secret + ": x}\n",
 	} {
 		_, err := Parse([]byte(in))
 		if err == nil || strings.Contains(err.Error(), secret) {

@@ -41,8 +41,12 @@ func (c *Config) secretKeys() []secretKey {
 // messages built from the YAML tree (nameKeys), which must not descend
 // into a secret key's value: a pasted value can parse as a mapping whose
 // keys are the secret. TestSecretPathsMatchSecretKeys keeps the two in
-// step.
-var secretPath = regexp.MustCompile(`^(identities\[\d+\]\.(token_sha256|scram_sha256|ca_key)|postgres\.(upstream|password_env|password_file|tls_key)|audit\.signing_key)$`)
+// step. It also matches secrets[i].file and .env, where a brokered secret
+// is pasted by mistake; their values are checked without being printed by
+// the secrets section (broker.Config.Validate), and are not redacted from
+// other messages: a file or variable name is what an operator needs to
+// read there. Loaded values are redacted by broker.Secrets.Redact.
+var secretPath = regexp.MustCompile(`^(identities\[\d+\]\.(token_sha256|scram_sha256|ca_key)|secrets\[\d+\]\.(file|env)|postgres\.(upstream|password_env|password_file|tls_key)|audit\.signing_key)$`)
 
 // validateSecretShapes refuses values that are the secret rather than where
 // it is kept, without printing them. identities and postgres.upstream are

@@ -1,0 +1,137 @@
+package e2e
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/dnsguard/dnstest"
+)
+
+// tlsRecordingUpstream is recordingUpstream over TLS (HTTP/1.1 and h2),
+// with its certificate written to a PEM file for inspect.upstream_ca_file.
+// httptest's certificate names example.com and 127.0.0.1.
+func tlsRecordingUpstream(t *testing.T) (port int, caFile string, got chan seen, hits *atomic.Int64) {
+	t.Helper()
+	got = make(chan seen, 64)
+	hits = new(atomic.Int64)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		s := seen{Path: r.URL.Path, Query: r.URL.RawQuery, Authorization: r.Header.Get("Authorization"), APIKey: r.Header.Get("X-Api-Key")}
+		got <- s
+		echo := s.Authorization + " " + s.APIKey + " " + s.Query
+		w.Header().Set("X-Echo", echo)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: start\n\n")
+		w.(http.Flusher).Flush()
+		io.WriteString(w, "data: "+echo+"\n\n")
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	caFile = filepath.Join(t.TempDir(), "upstream-ca.pem")
+	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(caFile, pemBytes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return srv.Listener.Addr().(*net.TCPAddr).Port, caFile, got, hits
+}
+
+// TestCredentialBrokeringInspected: inside an inspected HTTPS tunnel the
+// bound host gets the secret (HTTP/1.1 and h2), a rule on a public name is
+// accepted because of inspect, the echo comes back scrubbed, a
+// placeholder for another secret is refused inside the tunnel, and no
+// log or record holds a value.
+func TestCredentialBrokeringInspected(t *testing.T) {
+	port, upCA, got, hits := tlsRecordingUpstream(t)
+	dns := dnstest.Start(t)
+	dns.SetRR("example.com", "example.com. 60 IN A 127.0.0.1")
+	dir := t.TempDir()
+	ghFile := filepath.Join(dir, "github_token")
+	if err := os.WriteFile(ghFile, []byte(githubV1+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rules := []Rule{{ID: "gh-inspected", Hosts: []string{"example.com"}, Ports: []int{port}, Inspect: true,
+		Credentials: []map[string]any{cred("secret", "github", "header", "Authorization", "format", "Bearer {}")}}}
+	caDir := filepath.Join(dir, "ca")
+	yaml := InternalAllow("127.0.0.1:"+strconv.Itoa(port)) +
+		"secrets:\n  - name: github\n    file: " + ghFile + "\n  - name: openai\n    env: E2E_OPENAI_KEY\n" +
+		"inspect:\n  ca_dir: " + caDir + "\n  upstream_ca_file: " + upCA + "\n"
+	rootPEM, stderr, code := RunCLI(t, "ca", "export", "--ca-dir", caDir, "--identity", "anonymous")
+	if code != 0 {
+		t.Fatalf("ca export = %d %s", code, stderr)
+	}
+	e := Start(t, Options{YAML: yaml, PolicyDir: WritePolicy(t, rules), DNS: dns.Addr(), Env: []string{"E2E_OPENAI_KEY=" + openaiV}})
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM([]byte(rootPEM)) {
+		t.Fatal("exported root does not parse")
+	}
+	var texts []string
+	for _, h2 := range []bool{false, true} {
+		name := "http1.1"
+		if h2 {
+			name = "h2"
+		}
+		t.Run(name, func(t *testing.T) {
+			tr := &http.Transport{Proxy: http.ProxyURL(e.ProxyURL("", "")), TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: h2}
+			if !h2 {
+				tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+			}
+			client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+			req, _ := http.NewRequest("GET", "https://example.com:"+strconv.Itoa(port)+"/repos", nil)
+			req.Header.Set("Authorization", "Bearer sandbox-own")
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			texts = append(texts, string(body), resp.Header.Get("X-Echo"))
+			if h2 != (resp.ProtoMajor == 2) {
+				t.Errorf("client spoke %s; want h2 %v", resp.Proto, h2)
+			}
+			select {
+			case s := <-got:
+				if s.Authorization != "Bearer "+githubV1 {
+					t.Errorf("upstream Authorization = %q; want the github secret", s.Authorization)
+				}
+			default:
+				t.Fatalf("upstream received nothing: %d %s", resp.StatusCode, body)
+			}
+			if resp.StatusCode != 200 || !strings.Contains(string(body), "«egressd:redacted:github»") {
+				t.Errorf("response %d %q; want the echo scrubbed", resp.StatusCode, body)
+			}
+
+			before := hits.Load()
+			req, _ = http.NewRequest("GET", "https://example.com:"+strconv.Itoa(port)+"/repos", nil)
+			req.Header.Set("X-Api-Key", "egressd:secret:openai")
+			resp, err = client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 403 || reasonOf(resp.Header) != "credential_wrong_destination" {
+				t.Errorf("placeholder of another secret: %d %q; want 403 credential_wrong_destination", resp.StatusCode, reasonOf(resp.Header))
+			}
+			if hits.Load() != before {
+				t.Errorf("the refused request reached the upstream")
+			}
+		})
+	}
+	if err := e.Stop(10 * time.Second); err != nil {
+		t.Logf("stop: %v", err)
+	}
+	VerifyAudit(t, e)
+	assertNoSecretAnywhere(t, append(texts, e.Log()), []string{e.AuditDir, filepath.Dir(e.ConfigPath)}, githubV1, openaiV)
+}

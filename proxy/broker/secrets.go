@@ -1,0 +1,255 @@
+// Package broker brokers credentials for sandboxes that must never hold
+// them: it loads the config's secrets (from files or the environment, never
+// inline), puts them into the requests a rule binds them to (a header from
+// a template, HTTP Basic, or a placeholder the sandbox sends swapped for
+// the value), refuses requests that would send a placeholder elsewhere or
+// a literal key instead, and scrubs secret values from responses as they
+// stream. Values never leave this package except in the upstream request:
+// errors, records and logs name secrets, never their values.
+package broker
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync/atomic"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// Config is the top-level `secrets:` key.
+type Config []Spec
+
+// Spec is one secret: a name the policy refers to and where the value is
+// kept. Exactly one of File and Env is set; a value is never written in
+// the config itself.
+type Spec struct {
+	Name string `yaml:"name"`
+	// File holds the value; one trailing newline is trimmed.
+	File string `yaml:"file"`
+	// Env names the environment variable holding the value.
+	Env string `yaml:"env"`
+}
+
+// Bounds of a secret value. The shortest a real key is; the longest keeps
+// the scrubber's per-read look-back small.
+const (
+	MinSecretBytes = 8
+	MaxSecretBytes = 4096
+)
+
+// Validate checks the entries without I/O. Errors name the entry's index
+// and never print File or Env, into which a secret is easily pasted.
+func (c Config) Validate() error {
+	seen := map[string]int{}
+	for i, s := range c {
+		if !policy.IsSecretName(s.Name) {
+			return fmt.Errorf("[%d].name must be 1-64 letters, digits, '_' or '-', got %q", i, s.Name)
+		}
+		if j, dup := seen[s.Name]; dup {
+			return fmt.Errorf("[%d].name %q is also secrets[%d].name", i, s.Name, j)
+		}
+		seen[s.Name] = i
+		if (s.File == "") == (s.Env == "") {
+			return fmt.Errorf("[%d] (secret %q) must set exactly one of file and env: a value is never written inline", i, s.Name)
+		}
+		if s.Env != "" && !isEnvName(s.Env) {
+			return fmt.Errorf("[%d].env (secret %q) must be the name of an environment variable (letters, digits, '_'), "+
+				"not the secret itself (value not shown)", i, s.Name)
+		}
+		if strings.ContainsAny(s.File, "\n\x00") {
+			return fmt.Errorf("[%d].file (secret %q) must be the path of a file holding the secret, not the secret itself (value not shown)", i, s.Name)
+		}
+	}
+	return nil
+}
+
+func isEnvName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '_', 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z':
+		case '0' <= c && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return s != ""
+}
+
+// Secrets is one loaded set of values, immutable; a reload loads a new
+// one. The zero value and nil hold no secret.
+type Secrets struct {
+	values map[string]string
+	// patterns are what responses are scrubbed of: each value and the
+	// escaped forms an echo may carry it in.
+	patterns []pattern
+	scrub    *Scrubber // of patterns; nil when there is no secret
+}
+
+// Load reads every secret's value. lookupEnv is os.LookupEnv outside
+// tests. Errors name the secret (and its file or variable), never a
+// value.
+func Load(c Config, lookupEnv func(string) (string, bool)) (*Secrets, error) {
+	s := &Secrets{values: make(map[string]string, len(c))}
+	for i, sp := range c {
+		var v string
+		if sp.File != "" {
+			b, err := os.ReadFile(sp.File)
+			if err != nil {
+				// The os error names the path, not the content.
+				return nil, fmt.Errorf("secrets[%d] (secret %q): %w", i, sp.Name, err)
+			}
+			v = string(b)
+			v = strings.TrimSuffix(v, "\n")
+			v = strings.TrimSuffix(v, "\r")
+		} else {
+			var ok bool
+			if v, ok = lookupEnv(sp.Env); !ok {
+				return nil, fmt.Errorf("secrets[%d] (secret %q): environment variable %s is not set", i, sp.Name, sp.Env)
+			}
+		}
+		if err := checkValue(v); err != nil {
+			return nil, fmt.Errorf("secrets[%d] (secret %q): %w (value not shown)", i, sp.Name, err)
+		}
+		s.values[sp.Name] = v
+	}
+	for name, v := range s.values {
+		for _, p := range variants(v) {
+			s.patterns = append(s.patterns, pattern{text: p, repl: redacted(name)})
+		}
+	}
+	for _, p := range s.patterns {
+		for name := range s.values {
+			if bytes.Contains(redacted(name), p.text) {
+				return nil, fmt.Errorf("secret %q: a value must not be part of the text that replaces secrets in responses (%q)", name, redacted(name))
+			}
+		}
+	}
+	s.scrub = newScrubber(s.patterns)
+	return s, nil
+}
+
+// checkValue keeps values to what a header carries and the scrubber can
+// find: visible ASCII, so that no value can span the non-ASCII bounds of a
+// replacement, and no placeholder marker, so that a substituted value is
+// never read as a placeholder again.
+func checkValue(v string) error {
+	switch {
+	case v == "":
+		return fmt.Errorf("value is empty")
+	case len(v) < MinSecretBytes:
+		return fmt.Errorf("value is shorter than %d bytes", MinSecretBytes)
+	case len(v) > MaxSecretBytes:
+		return fmt.Errorf("value is longer than %d bytes", MaxSecretBytes)
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x21 || v[i] > 0x7e {
+			return fmt.Errorf("value must be visible ASCII (no spaces or control characters); byte %d is not", i)
+		}
+	}
+	if markerAt(v, 0) >= 0 || strings.Contains(strings.ToLower(v), "egressd") {
+		return fmt.Errorf("value must not contain \"egressd\"")
+	}
+	return nil
+}
+
+// variants are the forms of v an upstream may echo: as is, query-escaped
+// and JSON-escaped (which Go and others apply to <, > and &, and some
+// encoders to /).
+func variants(v string) [][]byte {
+	out := [][]byte{[]byte(v)}
+	add := func(s string) {
+		for _, o := range out {
+			if string(o) == s {
+				return
+			}
+		}
+		out = append(out, []byte(s))
+	}
+	add(url.QueryEscape(v))
+	if j, err := json.Marshal(v); err == nil {
+		add(string(j[1 : len(j)-1]))
+	}
+	add(strings.ReplaceAll(v, "/", `\/`))
+	return out
+}
+
+// redacted is what replaces a secret in a response. Its first and last
+// bytes are not visible ASCII, so no value can overlap it.
+func redacted(name string) []byte { return []byte("«egressd:redacted:" + name + "»") }
+
+// Value returns the named secret's value.
+func (s *Secrets) Value(name string) (string, bool) {
+	if s == nil {
+		return "", false
+	}
+	v, ok := s.values[name]
+	return v, ok
+}
+
+// Len is the number of secrets.
+func (s *Secrets) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.values)
+}
+
+// Has reports whether name is loaded.
+func (s *Secrets) Has(name string) bool {
+	_, ok := s.Value(name)
+	return ok
+}
+
+// Store holds the secrets in force; a reload swaps them whole, and a
+// request reads them once.
+type Store struct{ p atomic.Pointer[Secrets] }
+
+// NewStore returns a store holding s.
+func NewStore(s *Secrets) *Store {
+	st := &Store{}
+	st.Set(s)
+	return st
+}
+
+// Load returns the secrets in force; nil (no secret) on a nil store.
+func (st *Store) Load() *Secrets {
+	if st == nil {
+		return nil
+	}
+	return st.p.Load()
+}
+
+// Set replaces the secrets for every later request.
+func (st *Store) Set(s *Secrets) { st.p.Store(s) }
+
+// Redact returns err with every loaded value its message quotes replaced
+// by the secret's name, for errors about to be logged or printed. No code
+// of egressd quotes a value; this is the last guard. errors.Is and
+// errors.As still see err.
+func (s *Secrets) Redact(err error) error {
+	if err == nil || s == nil {
+		return err
+	}
+	msg := err.Error()
+	out := msg
+	for name, v := range s.values {
+		out = strings.ReplaceAll(out, v, "<secret "+name+": not shown>")
+	}
+	if out == msg {
+		return err
+	}
+	return &redactedError{msg: out, err: err}
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
