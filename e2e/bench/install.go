@@ -32,7 +32,7 @@ var debPackages = []debPackage{
 	{"tinyproxy", func(b *bench) bool { return b.wantPeer("tinyproxy") }, "/usr/bin/tinyproxy"},
 	{"pgbouncer", func(b *bench) bool { return b.want("pgbench") }, "/usr/sbin/pgbouncer"},
 	{"postgresql", func(b *bench) bool { return b.want("pgbench") }, "/usr/bin/pgbench"},
-	{"wrk", func(b *bench) bool { return b.want("get") || b.want("get-unpinned") }, "/usr/bin/wrk"},
+	{"wrk", func(b *bench) bool { return b.want("get") || b.want("get-paced") || b.want("get-unpinned") }, "/usr/bin/wrk"},
 }
 
 // requirements finds (or with -install, installs) what the run needs.

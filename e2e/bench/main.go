@@ -50,7 +50,7 @@ type options struct {
 }
 
 // workloadIDs are the parts -only selects from, in run order.
-var workloadIDs = []string{"get", "connect", "connect-tls", "https", "leaf", "pgbench", "idle", "get-unpinned"}
+var workloadIDs = []string{"get", "get-paced", "connect", "connect-tls", "https", "leaf", "pgbench", "idle", "get-unpinned"}
 
 func main() {
 	var o options
@@ -188,7 +188,7 @@ func run(o options, args []string) error {
 	b.org = org
 	b.res.Settings = b.settings()
 
-	if b.want("get") || b.want("connect") || b.want("connect-tls") {
+	if b.want("get") || b.want("get-paced") || b.want("connect") || b.want("connect-tls") {
 		b.res.Workloads = append(b.res.Workloads, b.proxyWorkloads(o.proxyCPU, o.loadCPU, "")...)
 	}
 	if b.want("https") {
@@ -230,11 +230,13 @@ func (b *bench) unpin() error {
 func (b *bench) proxyWorkloads(proxyCPUs, loadCPUs, tag string) []*Workload {
 	get := &Workload{ID: "get", Title: "keep-alive GET 1 KiB", Unit: "req/s", CPUUnit: "ms per 1,000 requests", Latency: true,
 		Note: fmt.Sprintf("wrk, %d connections, %v per run, policy and audit on in egressd; Squid with its access log on and caching off; tinyproxy at LogLevel Warning.", b.o.conns, b.o.duration)}
+	paced := &Workload{ID: "get-paced", Title: "keep-alive GET 1 KiB, paced", Unit: "req/s", CPUUnit: "ms per 1,000 requests", Latency: true,
+		Note: fmt.Sprintf("wrk, %d connections, each waiting %d ms between requests (at most %d req/s in all, below every proxy's capacity): latency at one load for every proxy.", b.o.conns, pacedDelayMS, b.o.conns*1000/pacedDelayMS)}
 	connect := &Workload{ID: "connect", Title: "CONNECT bulk, plain inside", Unit: "MiB/s", CPUUnit: "ms per GiB",
 		Note: fmt.Sprintf("One tunnel, %d MiB per transfer.", b.o.bulk>>20)}
 	connectTLS := &Workload{ID: "connect-tls", Title: "CONNECT bulk, TLS inside", Unit: "MiB/s", CPUUnit: "ms per GiB",
 		Note: fmt.Sprintf("One tunnel, %d MiB per transfer inside TLS (egressd checks the SNI against the CONNECT host).", b.o.bulk>>20)}
-	wls := []*Workload{get, connect, connectTLS}
+	wls := []*Workload{get, paced, connect, connectTLS}
 	if tag != "" {
 		get.ID, get.Title = "get-unpinned", get.Title+", unpinned"
 		get.Note += " Nothing pinned: proxies, wrk and origin share every CPU."
@@ -242,6 +244,9 @@ func (b *bench) proxyWorkloads(proxyCPUs, loadCPUs, tag string) []*Workload {
 	} else {
 		if !b.want("get") {
 			wls = removeWorkload(wls, get)
+		}
+		if !b.want("get-paced") {
+			wls = removeWorkload(wls, paced)
 		}
 		if !b.want("connect") {
 			wls = removeWorkload(wls, connect)
@@ -286,7 +291,9 @@ func (b *bench) proxyWorkloads(proxyCPUs, loadCPUs, tag string) []*Workload {
 				}
 				switch wl {
 				case get:
-					b.withProfile(prof, wl.ID, round, b.o.duration-time.Second, func() { b.getRound(t, p, loadCPUs) })
+					b.withProfile(prof, wl.ID, round, b.o.duration-time.Second, func() { b.getRound(t, p, loadCPUs, 0) })
+				case paced:
+					b.withProfile(prof, wl.ID, round, b.o.duration-time.Second, func() { b.getRound(t, p, loadCPUs, pacedDelayMS) })
 				case connect:
 					b.withProfile(prof, wl.ID, round, time.Second, func() { b.bulkRound(t, p, false) })
 				case connectTLS:
@@ -340,6 +347,6 @@ func (b *bench) prepare() error {
 }
 
 func (b *bench) needsEgressd() bool {
-	proxied := b.want("get") || b.want("connect") || b.want("connect-tls") || b.want("idle") || b.want("get-unpinned")
+	proxied := b.want("get") || b.want("get-paced") || b.want("connect") || b.want("connect-tls") || b.want("idle") || b.want("get-unpinned")
 	return proxied && b.wantPeer("egressd") || b.want("https") || b.want("pgbench")
 }

@@ -80,7 +80,7 @@ func (b *bench) versions() map[string]string {
 		first("pgbouncer", "pgbouncer", "--version")
 		first("postgresql", "pgbench", "--version")
 	}
-	if b.want("get") || b.want("get-unpinned") {
+	if b.want("get") || b.want("get-paced") || b.want("get-unpinned") {
 		first("wrk", "wrk", "-v")
 	}
 	return v

@@ -27,6 +27,7 @@ var goals = []goal{
 	{16, "get", "rate", "squid", true, 1.5, 0},
 	{16, "get", "cpu", "squid", false, 0.45, 0},
 	{16, "get", "p99", "squid", false, 1, 0},
+	{16, "get-paced", "p99", "squid", false, 1, 0},
 	{16, "connect", "rate", "best", true, 1.25, 0},
 	{16, "connect", "rate", "ceiling", true, 0.95, 0},
 	{16, "connect-tls", "rate", "best", true, 1, 0},
