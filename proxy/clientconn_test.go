@@ -32,12 +32,12 @@ func TestRefusedByHTTPIsAudited(t *testing.T) {
 		wantStatus string // prefix of the response; empty when none is expected
 		wantRecord string
 	}{
-		{"garbage request line", "NOT A REQUEST\r\n\r\n", "HTTP/1.1 400", "http:deny:" + reasonMalformedRequest},
+		{"garbage request line", "NOT A REQUEST\r\n\r\n", "HTTP/1.1 400", "http:deny:" + string(policy.ReasonMalformedRequest)},
 		{"headers over the limit", "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nX-Big: " +
-			strings.Repeat("a", 8<<10) + "\r\n\r\n", "HTTP/1.1 431", "http:deny:" + reasonHeadersTooLarge},
-		{"unsupported version", "GET http://example.com/ HTTP/2.7\r\nHost: example.com\r\n\r\n", "HTTP/1.1 505", "http:deny:" + reasonUnsupportedVersion},
-		{"unknown expectation", "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nExpect: magic\r\n\r\n", "HTTP/1.1 417", "http:deny:" + reasonExpectation},
-		{"incomplete at timeout", "GET http://example.com/ HTTP/1.1\r\nHost: exa", "", "http:deny:" + reasonIncompleteRequest},
+			strings.Repeat("a", 8<<10) + "\r\n\r\n", "HTTP/1.1 431", "http:deny:" + string(policy.ReasonHeadersTooLarge)},
+		{"unsupported version", "GET http://example.com/ HTTP/2.7\r\nHost: example.com\r\n\r\n", "HTTP/1.1 505", "http:deny:" + string(policy.ReasonHTTPVersion)},
+		{"unknown expectation", "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nExpect: magic\r\n\r\n", "HTTP/1.1 417", "http:deny:" + string(policy.ReasonExpectation)},
+		{"incomplete at timeout", "GET http://example.com/ HTTP/1.1\r\nHost: exa", "", "http:deny:" + string(policy.ReasonIncomplete)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,12 +76,12 @@ func TestHandledRequestIsNotAuditedTwice(t *testing.T) {
 	}
 	resp.Body.Close()
 	c.Close()
-	waitRecords(t, a, "http:deny:"+reasonNotProxyRequest)
+	waitRecords(t, a, "http:deny:"+string(policy.ReasonNotProxyRequest))
 	// A quiet period to show a second record does not come: nothing
 	// signals the end of the connection's close hook, which would write
 	// it (Server.connState, StateClosed).
 	time.Sleep(100 * time.Millisecond)
-	if got := audittest.Summary(a.Records()); got != "http:deny:"+reasonNotProxyRequest {
+	if got := audittest.Summary(a.Records()); got != "http:deny:"+string(policy.ReasonNotProxyRequest) {
 		t.Errorf("audit records after close = %s; want only the handler's", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/audit/audittest"
+	"github.com/egressd/egressd/policy"
 )
 
 // tinyRecords re-frames the one-record flight rec so that its first n-1
@@ -130,7 +131,7 @@ func TestConnectHelloWorstCaseIsLinear(t *testing.T) {
 			}
 			t.Logf("checking a %d-byte flight of %d records allocated %d bytes", len(flight), tt.records, alloc)
 			if !tt.wantSent {
-				waitRecords(t, a, "connect:allow:allowed,connect:deny:"+reasonMalformedTLS+",connect_done:deny:"+reasonMalformedTLS)
+				waitRecords(t, a, "connect:allow:allowed,connect:deny:"+string(policy.ReasonMalformedHello)+",connect_done:deny:"+string(policy.ReasonMalformedHello))
 			}
 		})
 	}

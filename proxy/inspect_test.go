@@ -193,11 +193,11 @@ func TestInspectRefusesBadHellos(t *testing.T) {
 	tests := []struct {
 		name, send, want string
 	}{
-		{"sni of another host", string(clientHello(t, "evil.example")), reasonSNIMismatch},
+		{"sni of another host", string(clientHello(t, "evil.example")), string(policy.ReasonSNIMismatch)},
 		{"encrypted client hello", string(withExtension(t, clientHello(t, "example.com"), tlsExtECH)), string(policy.ReasonECH)},
 		{"draft esni", string(withExtension(t, clientHello(t, "example.com"), tlsExtESNI)), string(policy.ReasonECH)},
-		{"garbage record", "\x16\x03\x01\x00\x05hello", reasonMalformedTLS},
-		{"plaintext", "GET /ok/a HTTP/1.1\r\nHost: example.com\r\n\r\n", reasonNotTLS},
+		{"garbage record", "\x16\x03\x01\x00\x05hello", string(policy.ReasonMalformedHello)},
+		{"plaintext", "GET /ok/a HTTP/1.1\r\nHost: example.com\r\n\r\n", string(policy.ReasonTLSRequired)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -473,8 +473,8 @@ func TestInspectRefusedByHTTPIsAudited(t *testing.T) {
 	tests := []struct {
 		name, send, status, reason string
 	}{
-		{"garbage request line", "NOT A REQUEST\r\n\r\n", "HTTP/1.1 400", reasonMalformedRequest},
-		{"head over the limit", "GET /ok/a HTTP/1.1\r\nHost: example.com\r\nX-Big: " + strings.Repeat("a", 40<<10) + "\r\n\r\n", "HTTP/1.1 431", reasonHeadersTooLarge},
+		{"garbage request line", "NOT A REQUEST\r\n\r\n", "HTTP/1.1 400", string(policy.ReasonMalformedRequest)},
+		{"head over the limit", "GET /ok/a HTTP/1.1\r\nHost: example.com\r\nX-Big: " + strings.Repeat("a", 40<<10) + "\r\n\r\n", "HTTP/1.1 431", string(policy.ReasonHeadersTooLarge)},
 	}
 	var hits atomic.Int64
 	f := startInspect(t, echoPath(&hits), inspectOptions{})

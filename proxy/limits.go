@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/egressd/egressd/policy"
 	"golang.org/x/time/rate"
 )
 
@@ -58,14 +59,14 @@ func (l *limiter) get(id string) *idLimit {
 
 // acquire admits one request or tunnel of id. It returns a release func, or
 // the refusal reason.
-func (l *limiter) acquire(id string) (func(), string) {
+func (l *limiter) acquire(id string) (func(), policy.Reason) {
 	e := l.get(id)
 	if !e.bucket.Allow() {
-		return nil, reasonRateLimited
+		return nil, policy.ReasonRateLimited
 	}
 	if e.active.Add(1) > l.maxConc {
 		e.active.Add(-1)
-		return nil, reasonConnLimit
+		return nil, policy.ReasonConnLimit
 	}
 	return func() { e.active.Add(-1) }, ""
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/audit/audittest"
+	"github.com/egressd/egressd/policy"
 )
 
 // A plaintext tunnel carries a first HTTP request only for its own host and
@@ -47,7 +48,7 @@ func TestPlaintextTunnelBoundToHost(t *testing.T) {
 				t.Errorf("upstream received %q; want the flight %v and nothing else", b, tt.wantSent)
 			}
 			if !tt.wantSent {
-				waitRecords(t, a, "connect:allow:allowed,connect:deny:"+reasonTunnelHostMismatch+",connect_done:deny:"+reasonTunnelHostMismatch)
+				waitRecords(t, a, "connect:allow:allowed,connect:deny:"+string(policy.ReasonTunnelHostDiffs)+",connect_done:deny:"+string(policy.ReasonTunnelHostDiffs))
 			}
 		})
 	}

@@ -316,8 +316,8 @@ func TestAuditBudgetRefusesAllows(t *testing.T) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusTooManyRequests && reasonOf(resp.Header) != reasonAuditBudget {
-			t.Errorf("429 reason = %q; want %s", reasonOf(resp.Header), reasonAuditBudget)
+		if resp.StatusCode == http.StatusTooManyRequests && reasonOf(resp.Header) != string(policy.ReasonAuditBudget) {
+			t.Errorf("429 reason = %q; want %s", reasonOf(resp.Header), policy.ReasonAuditBudget)
 		}
 		return resp.StatusCode
 	}
@@ -336,7 +336,7 @@ func TestAuditBudgetRefusesAllows(t *testing.T) {
 	m.Close()
 	var folded int64
 	for _, r := range a.Records() {
-		if r.Reason == reasonAuditBudget {
+		if r.Reason == string(policy.ReasonAuditBudget) {
 			folded += max(1, r.Count)
 		}
 	}

@@ -112,10 +112,10 @@ func TestBodyOnBodylessMethodRefused(t *testing.T) {
 				t.Errorf("upstream saw %q; want %q", got, tt.wantSeen)
 			}
 			if tt.wantStatus == 400 {
-				if got := resp.Header.Get("X-Egressd-Decision"); got != "deny; reason="+reasonBodyNotAllowed {
-					t.Errorf("X-Egressd-Decision = %q; want reason %s", got, reasonBodyNotAllowed)
+				if got := resp.Header.Get("X-Egressd-Decision"); got != "deny; reason="+string(policy.ReasonBodyNotAllowed) {
+					t.Errorf("X-Egressd-Decision = %q; want reason %s", got, policy.ReasonBodyNotAllowed)
 				}
-				waitRecords(t, a, "http:deny:"+reasonBodyNotAllowed)
+				waitRecords(t, a, "http:deny:"+string(policy.ReasonBodyNotAllowed))
 			}
 		})
 	}
@@ -134,7 +134,7 @@ func TestOptionsStarIsDecided(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("OPTIONS * = %d; want 400", resp.StatusCode)
 	}
-	waitRecords(t, a, "http:deny:"+reasonNotProxyRequest)
+	waitRecords(t, a, "http:deny:"+string(policy.ReasonNotProxyRequest))
 }
 
 // captureUpstream records the Host, headers and trailers of every request
@@ -323,8 +323,8 @@ func TestRedirectEveryLocationChecked(t *testing.T) {
 			}
 			io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Egressd-Decision") != "deny; reason="+reasonRedirectDenied {
-				t.Errorf("GET %s = %d %q; want 403 %s", path, resp.StatusCode, resp.Header.Get("X-Egressd-Decision"), reasonRedirectDenied)
+			if resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Egressd-Decision") != "deny; reason="+string(policy.ReasonRedirectDenied) {
+				t.Errorf("GET %s = %d %q; want 403 %s", path, resp.StatusCode, resp.Header.Get("X-Egressd-Decision"), policy.ReasonRedirectDenied)
 			}
 		})
 	}
