@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/policy"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -205,7 +206,7 @@ func TestCatalogUnreadableRefusesLogin(t *testing.T) {
 	}
 	var audited bool
 	for _, r := range f.audit.Records() {
-		audited = audited || r.Reason == ReasonCatalogUnavailable && r.Database == db
+		audited = audited || r.Reason == string(policy.ReasonCatalogUnavailable) && r.Database == db
 	}
 	if !audited {
 		t.Errorf("audit records = %+v; want a catalog_unavailable deny for %s", f.audit.Records(), db)
