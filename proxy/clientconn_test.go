@@ -147,6 +147,40 @@ func received(t *testing.T, got <-chan []byte) []byte {
 	}
 }
 
+// flightTunnel is a tunnel through an allow-all proxy to a recordingUpstream,
+// for tests of the first-flight checks.
+type flightTunnel struct {
+	c     net.Conn
+	port  string // the upstream's
+	got   <-chan []byte
+	audit *audittest.Recorder
+}
+
+// openFlightTunnel opens a tunnel to host at a new recordingUpstream's port.
+func openFlightTunnel(t *testing.T, host string) *flightTunnel {
+	t.Helper()
+	ft := &flightTunnel{audit: &audittest.Recorder{}}
+	ft.port, ft.got = recordingUpstream(t)
+	ft.c, _ = openTunnel(t, startProxy(t, DefaultConfig(), allowAll{}, ft.audit), host+":"+ft.port, "")
+	return ft
+}
+
+// send writes flight, half-closes the tunnel and returns what the upstream
+// received.
+func (ft *flightTunnel) send(t *testing.T, flight []byte) []byte {
+	t.Helper()
+	ft.c.Write(flight)
+	ft.c.(*net.TCPConn).CloseWrite()
+	return received(t, ft.got)
+}
+
+// wantRefused waits for the records of a tunnel allowed, then refused on
+// its first flight with reason.
+func (ft *flightTunnel) wantRefused(t *testing.T, reason policy.Reason) {
+	t.Helper()
+	waitRecords(t, ft.audit, "connect:allow:allowed,connect:deny:"+string(reason)+",connect_done:deny:"+string(reason))
+}
+
 // A client may send its first tunnel bytes in the same write as the CONNECT
 // head; they must reach the upstream, first and once, also when they are
 // only part of the first request head the tunnel checks.
@@ -223,18 +257,14 @@ func TestConnectSplitClientHello(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			port, got := recordingUpstream(t)
-			a := &audittest.Recorder{}
-			c, _ := openTunnel(t, startProxy(t, DefaultConfig(), allowAll{}, a), "localhost:"+port, "")
+			ft := openFlightTunnel(t, "localhost")
 			flight := tt.flight(t)
-			c.Write(flight)
-			c.(*net.TCPConn).CloseWrite()
-			b := received(t, got)
+			b := ft.send(t, flight)
 			if sent := bytes.Equal(b, flight); sent != tt.wantSent {
 				t.Errorf("upstream received %d bytes (the flight: %v); want the flight %v", len(b), sent, tt.wantSent)
 			}
 			if !tt.wantSent {
-				waitRecords(t, a, "connect:allow:allowed,connect:deny:sni_mismatch,connect_done:deny:sni_mismatch")
+				ft.wantRefused(t, policy.ReasonSNIMismatch)
 			}
 		})
 	}

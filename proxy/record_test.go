@@ -111,21 +111,7 @@ func TestUnauthenticatedFloodIsBounded(t *testing.T) {
 			}
 		}
 	}()
-	c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	br := bufio.NewReader(c)
-	responses := 0
-	for {
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			break
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		responses++
-		if resp.StatusCode != http.StatusProxyAuthRequired {
-			t.Errorf("response %d = %d; want 407", responses, resp.StatusCode)
-		}
-	}
+	responses := readRefusals(t, c, http.StatusProxyAuthRequired)
 	if responses != 1 {
 		t.Errorf("pipelined unauthenticated requests got %d responses on one connection; want 1, then close", responses)
 	}
@@ -356,23 +342,30 @@ func TestBadRequestClosesConnection(t *testing.T) {
 	}
 	defer c.Close()
 	io.WriteString(c, strings.Repeat("GET /not-a-proxy-request HTTP/1.1\r\nHost: h.test\r\n\r\n", 50))
+	responses := readRefusals(t, c, http.StatusBadRequest)
+	if responses != 1 {
+		t.Errorf("50 pipelined origin-form requests got %d responses; want 1, then close", responses)
+	}
+}
+
+// readRefusals reads responses from c until it closes (or 20s pass), each
+// of which must have status want, and returns how many came.
+func readRefusals(t *testing.T, c net.Conn, want int) int {
+	t.Helper()
 	c.SetReadDeadline(time.Now().Add(20 * time.Second))
 	br := bufio.NewReader(c)
 	responses := 0
 	for {
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
-			break
+			return responses
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		responses++
-		if resp.StatusCode != http.StatusBadRequest {
-			t.Errorf("response %d = %d; want 400", responses, resp.StatusCode)
+		if resp.StatusCode != want {
+			t.Errorf("response %d = %d; want %d", responses, resp.StatusCode, want)
 		}
-	}
-	if responses != 1 {
-		t.Errorf("50 pipelined origin-form requests got %d responses; want 1, then close", responses)
 	}
 }
 

@@ -24,36 +24,16 @@ import (
 // request lines it saw.
 func headUpstream(t *testing.T) (string, func() []string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	var mu sync.Mutex
 	var seen []string
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					mu.Lock()
-					seen = append(seen, req.Method+" "+req.RequestURI)
-					mu.Unlock()
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String(), func() []string {
+	addr, _ := serveRequests(t, func(c net.Conn, _ int, req *http.Request) bool {
+		mu.Lock()
+		seen = append(seen, req.Method+" "+req.RequestURI)
+		mu.Unlock()
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		return true
+	})
+	return addr, func() []string {
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]string(nil), seen...)
