@@ -45,11 +45,7 @@ func TestRefusedByHTTPIsAudited(t *testing.T) {
 			cfg.MaxHeaderBytes = 4 << 10
 			cfg.ReadHeaderTimeout = 300 * time.Millisecond
 			a := &audittest.Recorder{}
-			c, err := net.Dial("tcp", startProxy(t, cfg, allowAll{}, a))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := dialProxy(t, startProxy(t, cfg, allowAll{}, a))
 			io.WriteString(c, tt.send)
 			c.SetReadDeadline(time.Now().Add(10 * time.Second))
 			resp, _ := io.ReadAll(c)
@@ -118,15 +114,22 @@ func recordingUpstream(t *testing.T) (port string, got <-chan []byte) {
 	return port, ch
 }
 
-// openTunnel sends CONNECT target, followed at once by early, and reads
-// the 200.
-func openTunnel(t *testing.T, proxyAddr, target, early string) (net.Conn, *bufio.Reader) {
+// dialProxy connects to addr, closed when the test ends.
+func dialProxy(t *testing.T, addr string) net.Conn {
 	t.Helper()
-	c, err := net.Dial("tcp", proxyAddr)
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// openTunnel sends CONNECT target, followed at once by early, and reads
+// the 200.
+func openTunnel(t *testing.T, proxyAddr, target, early string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c := dialProxy(t, proxyAddr)
 	io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n\r\n"+early)
 	br := bufio.NewReader(c)
 	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != http.StatusOK {

@@ -9,7 +9,6 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -276,11 +275,7 @@ func TestUninspectedTunnelUntouched(t *testing.T) {
 	}
 	tc.Close()
 
-	nc, err := net.Dial("tcp", f.proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := dialProxy(t, f.proxy)
 	io.WriteString(nc, "CONNECT nowhere.example:443 HTTP/1.1\r\nHost: nowhere.example:443\r\n\r\n")
 	resp, err := http.ReadResponse(bufio.NewReader(nc), &http.Request{Method: http.MethodConnect})
 	if err != nil || resp.StatusCode != http.StatusForbidden {
@@ -296,11 +291,7 @@ func TestUninspectedTunnelUntouched(t *testing.T) {
 func TestInspectWithoutCARefuses(t *testing.T) {
 	var hits atomic.Int64
 	f := startInspect(t, echoPath(&hits), inspectOptions{noCA: true})
-	nc, err := net.Dial("tcp", f.proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := dialProxy(t, f.proxy)
 	io.WriteString(nc, "CONNECT example.com:"+f.port+" HTTP/1.1\r\nHost: example.com\r\n\r\n")
 	resp, err := http.ReadResponse(bufio.NewReader(nc), &http.Request{Method: http.MethodConnect})
 	if err != nil || resp.StatusCode != http.StatusServiceUnavailable || decisionReason(resp.Header) != string(policy.ReasonInspectUnavailable) {

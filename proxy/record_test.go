@@ -98,11 +98,7 @@ func basicAuth(user, token string) string {
 func TestUnauthenticatedFloodIsBounded(t *testing.T) {
 	w, lines := openLog(t)
 	s := startAudited(t, DefaultConfig(), tokenIDs, w, zap.NewNop())
-	c, err := net.Dial("tcp", s.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialProxy(t, s.addr)
 	req := "GET http://h.test/" + strings.Repeat("p", 30<<10) + " HTTP/1.1\r\nHost: h.test\r\n\r\n"
 	go func() {
 		for range 400 {
@@ -195,11 +191,7 @@ func TestAuthRefusalRecordsTarget(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			w, lines := openLog(t)
 			s := startAudited(t, DefaultConfig(), tokenIDs, w, zap.NewNop())
-			c, err := net.Dial("tcp", s.addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := dialProxy(t, s.addr)
 			fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: h.test\r\nProxy-Authorization: %s\r\n\r\n",
 				tt.method, tt.url, basicAuth("sbx-1", "wr0ngpassw0rd"))
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -336,11 +328,7 @@ func TestAuditBudgetRefusesAllows(t *testing.T) {
 func TestBadRequestClosesConnection(t *testing.T) {
 	a := &audittest.Recorder{}
 	s := startAudited(t, DefaultConfig(), nil, a, zap.NewNop())
-	c, err := net.Dial("tcp", s.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialProxy(t, s.addr)
 	io.WriteString(c, strings.Repeat("GET /not-a-proxy-request HTTP/1.1\r\nHost: h.test\r\n\r\n", 50))
 	responses := readRefusals(t, c, http.StatusBadRequest)
 	if responses != 1 {

@@ -44,11 +44,7 @@ func headUpstream(t *testing.T) (string, func() []string) {
 // response.
 func rawRoundTrip(t *testing.T, proxyAddr, method, raw string) *http.Response {
 	t.Helper()
-	c, err := net.Dial("tcp", proxyAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := dialProxy(t, proxyAddr)
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	io.WriteString(c, raw)
 	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: method})
