@@ -32,7 +32,7 @@ type credential struct {
 // wrong credential is a refusal with reason proxy_auth_required or
 // proxy_auth_invalid; wrong credentials never fall back to the source
 // mapping, so a mapped address cannot mask a guessing client.
-func authenticate(ids *identity.Store, r *http.Request, client netip.Addr) (policy.Identity, credential, string) {
+func authenticate(ids *identity.Store, r *http.Request, client netip.Addr) (policy.Identity, credential, policy.Reason) {
 	cred := credential{source: client}
 	if ids == nil || ids.Len() == 0 {
 		return anonymous, cred, ""
@@ -40,12 +40,12 @@ func authenticate(ids *identity.Store, r *http.Request, client netip.Addr) (poli
 	if v := r.Header.Get("Proxy-Authorization"); v != "" {
 		user, token, ok := parseBasic(v)
 		if !ok {
-			return policy.Identity{}, cred, reasonAuthInvalid
+			return policy.Identity{}, cred, policy.ReasonAuthInvalid
 		}
 		cred.tokenSum, cred.basic, cred.user = sha256.Sum256([]byte(token)), true, user
 		id, ok := ids.AuthenticateSum(user, cred.tokenSum)
 		if !ok {
-			return policy.Identity{}, cred, reasonAuthInvalid
+			return policy.Identity{}, cred, policy.ReasonAuthInvalid
 		}
 		return id, cred, ""
 	}
@@ -55,7 +55,7 @@ func authenticate(ids *identity.Store, r *http.Request, client netip.Addr) (poli
 // reauthenticate answers authenticate again for a client that proved it was
 // id with cred, against ids (after a reload): a removed identity, a rotated
 // token or a source now mapped elsewhere is refused.
-func reauthenticate(ids *identity.Store, id string, cred credential) (policy.Identity, credential, string) {
+func reauthenticate(ids *identity.Store, id string, cred credential) (policy.Identity, credential, policy.Reason) {
 	switch {
 	case ids == nil || ids.Len() == 0:
 		return anonymous, cred, ""
@@ -63,15 +63,15 @@ func reauthenticate(ids *identity.Store, id string, cred credential) (policy.Ide
 		if nid, ok := ids.AuthenticateSum(id, cred.tokenSum); ok {
 			return nid, cred, ""
 		}
-		return policy.Identity{}, cred, reasonIdentityRevoked
+		return policy.Identity{}, cred, policy.ReasonIdentityRevoked
 	}
 	if nid, ok := ids.BySource(cred.source); ok && (id == anonymous.ID || nid.ID == id) {
 		return nid, cred, ""
 	}
 	if id == anonymous.ID {
-		return policy.Identity{}, cred, reasonAuthRequired
+		return policy.Identity{}, cred, policy.ReasonAuthRequired
 	}
-	return policy.Identity{}, cred, reasonIdentityRevoked
+	return policy.Identity{}, cred, policy.ReasonIdentityRevoked
 }
 
 // parseBasic decodes a "Basic base64(user:token)" credential.

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/identity"
 )
 
@@ -28,16 +29,16 @@ func TestAuthenticate(t *testing.T) {
 		auth       string
 		client     string
 		wantID     string
-		wantReason string
+		wantReason policy.Reason
 	}{
 		{name: "no identities is anonymous", ids: empty, client: "10.9.9.9", wantID: "anonymous"},
 		{name: "good token", ids: ids, auth: basic("sbx-1:s3cret"), client: "10.9.9.9", wantID: "sbx-1"},
-		{name: "wrong token", ids: ids, auth: basic("sbx-1:nope"), client: "10.9.9.9", wantReason: reasonAuthInvalid},
-		{name: "wrong token from mapped source", ids: ids, auth: basic("sbx-1:nope"), client: "10.1.2.3", wantReason: reasonAuthInvalid},
-		{name: "not basic", ids: ids, auth: "Bearer x", client: "10.9.9.9", wantReason: reasonAuthInvalid},
-		{name: "bad base64", ids: ids, auth: "Basic !!!", client: "10.9.9.9", wantReason: reasonAuthInvalid},
+		{name: "wrong token", ids: ids, auth: basic("sbx-1:nope"), client: "10.9.9.9", wantReason: policy.ReasonAuthInvalid},
+		{name: "wrong token from mapped source", ids: ids, auth: basic("sbx-1:nope"), client: "10.1.2.3", wantReason: policy.ReasonAuthInvalid},
+		{name: "not basic", ids: ids, auth: "Bearer x", client: "10.9.9.9", wantReason: policy.ReasonAuthInvalid},
+		{name: "bad base64", ids: ids, auth: "Basic !!!", client: "10.9.9.9", wantReason: policy.ReasonAuthInvalid},
 		{name: "source mapping", ids: ids, client: "10.1.2.3", wantID: "sbx-2"},
-		{name: "nothing", ids: ids, client: "10.9.9.9", wantReason: reasonAuthRequired},
+		{name: "nothing", ids: ids, client: "10.9.9.9", wantReason: policy.ReasonAuthRequired},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,18 +77,18 @@ func TestReauthenticate(t *testing.T) {
 		client     string
 		after      *identity.Store
 		wantID     string
-		wantReason string
+		wantReason policy.Reason
 	}{
 		{name: "token unchanged", auth: basic, client: "10.9.9.9",
 			after: store(identity.Config{{ID: "sbx-1", TokenSHA256: sum("s3cret"), Attributes: map[string]string{"tier": "b"}}}), wantID: "sbx-1"},
 		{name: "token rotated", auth: basic, client: "10.9.9.9",
-			after: store(identity.Config{{ID: "sbx-1", TokenSHA256: sum("n3w")}}), wantReason: reasonIdentityRevoked},
+			after: store(identity.Config{{ID: "sbx-1", TokenSHA256: sum("n3w")}}), wantReason: policy.ReasonIdentityRevoked},
 		{name: "identity removed", auth: basic, client: "10.9.9.9",
-			after: store(identity.Config{{ID: "other", TokenSHA256: sum("x")}}), wantReason: reasonIdentityRevoked},
+			after: store(identity.Config{{ID: "other", TokenSHA256: sum("x")}}), wantReason: policy.ReasonIdentityRevoked},
 		{name: "source still mapped", client: "10.1.2.3",
 			after: store(identity.Config{{ID: "sbx-2", Sources: []string{"10.1.2.0/24"}}}), wantID: "sbx-2"},
 		{name: "source mapped elsewhere", client: "10.1.2.3",
-			after: store(identity.Config{{ID: "sbx-3", Sources: []string{"10.1.0.0/16"}}}), wantReason: reasonIdentityRevoked},
+			after: store(identity.Config{{ID: "sbx-3", Sources: []string{"10.1.0.0/16"}}}), wantReason: policy.ReasonIdentityRevoked},
 		{name: "identities emptied", auth: basic, client: "10.9.9.9", after: store(nil), wantID: "anonymous"},
 	}
 	for _, tt := range tests {

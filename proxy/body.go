@@ -37,16 +37,12 @@ func (b *countingBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// clientClosed is the completion error of an allowed request whose client
-// hung up: before the upstream answered, or before it had the whole
-// response. It is not a reason: nothing was refused.
-const clientClosed = string(policy.ReasonClientClosed)
-
 // clientClosed completes a request the client hung up on; when says at
-// which stage, for the metric.
+// which stage, for the metric. client_closed is the completion error, not a
+// reason: nothing was refused.
 func (f *httpFlow) clientClosed(when string) {
 	f.s.metrics.clientClosed.WithLabelValues(when).Inc()
-	f.complete(0, "", clientClosed)
+	f.complete(0, "", string(policy.ReasonClientClosed))
 }
 
 // responseBody writes the completion record when goproxy closes it after
@@ -72,7 +68,7 @@ func (b *responseBody) Close() error {
 		b.f.complete(b.status, "", "")
 	case b.f.clientCtx.Err() != nil || errors.Is(b.cut, errClientWrite):
 		b.f.s.metrics.clientClosed.WithLabelValues("response").Inc()
-		b.f.complete(b.status, "", clientClosed)
+		b.f.complete(b.status, "", string(policy.ReasonClientClosed))
 	default:
 		b.f.complete(b.status, "", "response cut short: "+b.cut.Error())
 	}

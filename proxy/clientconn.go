@@ -14,16 +14,6 @@ import (
 	"github.com/egressd/egressd/policy"
 )
 
-// Reasons for requests net/http refused before any handler saw them.
-const (
-	reasonMalformedRequest   = string(policy.ReasonMalformedRequest)
-	reasonHeadersTooLarge    = string(policy.ReasonHeadersTooLarge)
-	reasonUnsupportedVersion = string(policy.ReasonHTTPVersion)
-	reasonUnsupportedEncode  = string(policy.ReasonTransferEncoding)
-	reasonExpectation        = string(policy.ReasonExpectation)
-	reasonIncompleteRequest  = string(policy.ReasonIncomplete)
-)
-
 // clientConn is an accepted proxy connection. net/http answers some requests
 // itself — a malformed request line, headers over MaxHeaderBytes, an
 // unsupported version or transfer coding — and drops a client whose request
@@ -123,26 +113,27 @@ func (s *Server) recordRefusedByHTTP(remote string, status int, t *tunnel) {
 	} else {
 		s.sources.refused(f.client)
 	}
-	r := f.decisionRecord(audit.Verdict{Reason: refusedReason(status)})
+	reason := refusedReason(status)
+	r := f.decisionRecord(audit.Verdict{Reason: string(reason)})
 	r.Status = max(status, 0)
 	if err := s.audit.Append(r); err != nil {
 		s.failLog.Failed(err, zap.String("request", f.id))
 	}
-	s.metrics.decided(r.Kind, r.Decision, r.Reason)
+	s.metrics.decided(r.Kind, r.Decision, reason)
 }
 
-func refusedReason(status int) string {
+func refusedReason(status int) policy.Reason {
 	switch status {
 	case 0:
-		return reasonIncompleteRequest
+		return policy.ReasonIncomplete
 	case http.StatusRequestHeaderFieldsTooLarge:
-		return reasonHeadersTooLarge
+		return policy.ReasonHeadersTooLarge
 	case http.StatusHTTPVersionNotSupported:
-		return reasonUnsupportedVersion
+		return policy.ReasonHTTPVersion
 	case http.StatusNotImplemented:
-		return reasonUnsupportedEncode
+		return policy.ReasonTransferEncoding
 	case http.StatusExpectationFailed:
-		return reasonExpectation
+		return policy.ReasonExpectation
 	}
-	return reasonMalformedRequest
+	return policy.ReasonMalformedRequest
 }

@@ -32,12 +32,12 @@ func TestRefusedByHTTPIsAudited(t *testing.T) {
 		wantStatus string // prefix of the response; empty when none is expected
 		wantRecord string
 	}{
-		{"garbage request line", "NOT A REQUEST\r\n\r\n", "HTTP/1.1 400", "http:deny:" + reasonMalformedRequest},
+		{"garbage request line", "NOT A REQUEST\r\n\r\n", "HTTP/1.1 400", "http:deny:" + string(policy.ReasonMalformedRequest)},
 		{"headers over the limit", "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nX-Big: " +
-			strings.Repeat("a", 8<<10) + "\r\n\r\n", "HTTP/1.1 431", "http:deny:" + reasonHeadersTooLarge},
-		{"unsupported version", "GET http://example.com/ HTTP/2.7\r\nHost: example.com\r\n\r\n", "HTTP/1.1 505", "http:deny:" + reasonUnsupportedVersion},
-		{"unknown expectation", "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nExpect: magic\r\n\r\n", "HTTP/1.1 417", "http:deny:" + reasonExpectation},
-		{"incomplete at timeout", "GET http://example.com/ HTTP/1.1\r\nHost: exa", "", "http:deny:" + reasonIncompleteRequest},
+			strings.Repeat("a", 8<<10) + "\r\n\r\n", "HTTP/1.1 431", "http:deny:" + string(policy.ReasonHeadersTooLarge)},
+		{"unsupported version", "GET http://example.com/ HTTP/2.7\r\nHost: example.com\r\n\r\n", "HTTP/1.1 505", "http:deny:" + string(policy.ReasonHTTPVersion)},
+		{"unknown expectation", "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nExpect: magic\r\n\r\n", "HTTP/1.1 417", "http:deny:" + string(policy.ReasonExpectation)},
+		{"incomplete at timeout", "GET http://example.com/ HTTP/1.1\r\nHost: exa", "", "http:deny:" + string(policy.ReasonIncomplete)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -45,11 +45,7 @@ func TestRefusedByHTTPIsAudited(t *testing.T) {
 			cfg.MaxHeaderBytes = 4 << 10
 			cfg.ReadHeaderTimeout = 300 * time.Millisecond
 			a := &audittest.Recorder{}
-			c, err := net.Dial("tcp", startProxy(t, cfg, allowAll{}, a))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := dialProxy(t, startProxy(t, cfg, allowAll{}, a))
 			io.WriteString(c, tt.send)
 			c.SetReadDeadline(time.Now().Add(10 * time.Second))
 			resp, _ := io.ReadAll(c)
@@ -76,12 +72,12 @@ func TestHandledRequestIsNotAuditedTwice(t *testing.T) {
 	}
 	resp.Body.Close()
 	c.Close()
-	waitRecords(t, a, "http:deny:"+reasonNotProxyRequest)
+	waitRecords(t, a, "http:deny:"+string(policy.ReasonNotProxyRequest))
 	// A quiet period to show a second record does not come: nothing
 	// signals the end of the connection's close hook, which would write
 	// it (Server.connState, StateClosed).
 	time.Sleep(100 * time.Millisecond)
-	if got := audittest.Summary(a.Records()); got != "http:deny:"+reasonNotProxyRequest {
+	if got := audittest.Summary(a.Records()); got != "http:deny:"+string(policy.ReasonNotProxyRequest) {
 		t.Errorf("audit records after close = %s; want only the handler's", got)
 	}
 }
@@ -118,15 +114,22 @@ func recordingUpstream(t *testing.T) (port string, got <-chan []byte) {
 	return port, ch
 }
 
-// openTunnel sends CONNECT target, followed at once by early, and reads
-// the 200.
-func openTunnel(t *testing.T, proxyAddr, target, early string) (net.Conn, *bufio.Reader) {
+// dialProxy connects to addr, closed when the test ends.
+func dialProxy(t *testing.T, addr string) net.Conn {
 	t.Helper()
-	c, err := net.Dial("tcp", proxyAddr)
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// openTunnel sends CONNECT target, followed at once by early, and reads
+// the 200.
+func openTunnel(t *testing.T, proxyAddr, target, early string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c := dialProxy(t, proxyAddr)
 	io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n\r\n"+early)
 	br := bufio.NewReader(c)
 	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != http.StatusOK {
@@ -145,6 +148,40 @@ func received(t *testing.T, got <-chan []byte) []byte {
 		t.Fatal("upstream connection did not end")
 		return nil
 	}
+}
+
+// flightTunnel is a tunnel through an allow-all proxy to a recordingUpstream,
+// for tests of the first-flight checks.
+type flightTunnel struct {
+	c     net.Conn
+	port  string // the upstream's
+	got   <-chan []byte
+	audit *audittest.Recorder
+}
+
+// openFlightTunnel opens a tunnel to host at a new recordingUpstream's port.
+func openFlightTunnel(t *testing.T, host string) *flightTunnel {
+	t.Helper()
+	ft := &flightTunnel{audit: &audittest.Recorder{}}
+	ft.port, ft.got = recordingUpstream(t)
+	ft.c, _ = openTunnel(t, startProxy(t, DefaultConfig(), allowAll{}, ft.audit), host+":"+ft.port, "")
+	return ft
+}
+
+// send writes flight, half-closes the tunnel and returns what the upstream
+// received.
+func (ft *flightTunnel) send(t *testing.T, flight []byte) []byte {
+	t.Helper()
+	ft.c.Write(flight)
+	ft.c.(*net.TCPConn).CloseWrite()
+	return received(t, ft.got)
+}
+
+// wantRefused waits for the records of a tunnel allowed, then refused on
+// its first flight with reason.
+func (ft *flightTunnel) wantRefused(t *testing.T, reason policy.Reason) {
+	t.Helper()
+	waitRecords(t, ft.audit, "connect:allow:allowed,connect:deny:"+string(reason)+",connect_done:deny:"+string(reason))
 }
 
 // A client may send its first tunnel bytes in the same write as the CONNECT
@@ -223,18 +260,14 @@ func TestConnectSplitClientHello(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			port, got := recordingUpstream(t)
-			a := &audittest.Recorder{}
-			c, _ := openTunnel(t, startProxy(t, DefaultConfig(), allowAll{}, a), "localhost:"+port, "")
+			ft := openFlightTunnel(t, "localhost")
 			flight := tt.flight(t)
-			c.Write(flight)
-			c.(*net.TCPConn).CloseWrite()
-			b := received(t, got)
+			b := ft.send(t, flight)
 			if sent := bytes.Equal(b, flight); sent != tt.wantSent {
 				t.Errorf("upstream received %d bytes (the flight: %v); want the flight %v", len(b), sent, tt.wantSent)
 			}
 			if !tt.wantSent {
-				waitRecords(t, a, "connect:allow:allowed,connect:deny:sni_mismatch,connect_done:deny:sni_mismatch")
+				ft.wantRefused(t, policy.ReasonSNIMismatch)
 			}
 		})
 	}

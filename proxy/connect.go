@@ -29,24 +29,24 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 	client.SetDeadline(start.Add(s.cfg.DialTimeout + s.cfg.ReadHeaderTimeout))
 
 	if s.draining.Load() {
-		s.refuseConn(f, client, refusalOf(reasonShuttingDown))
+		s.refuseConn(f, client, refusalOf(policy.ReasonShuttingDown))
 		return
 	}
 	if s.sources.exhausted(f.client) {
-		s.refuseConn(f, client, refusalOf(reasonSourceLimited))
+		s.refuseConn(f, client, refusalOf(policy.ReasonSourceLimited))
 		return
 	}
 	id, cred, reason := authenticate(st.ids, r, f.client)
 	if reason != "" {
 		f.user = cred.user
 		s.sources.refused(f.client)
-		s.refuseConn(f, client, refusalFor(stagePolicy, policy.Deny(reason, ""), nil))
+		s.refuseConn(f, client, deniedRefusal(reason))
 		return
 	}
 	f.identity = id.ID
 	release, reason := s.limits.acquire(id.ID)
 	if reason != "" {
-		s.refuseConn(f, client, refusalFor(stagePolicy, policy.Deny(reason, ""), nil))
+		s.refuseConn(f, client, deniedRefusal(reason))
 		return
 	}
 	defer release()
@@ -64,12 +64,12 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 	}
 	f.inspected = out.Decision.Inspect
 	if f.inspected && s.leaves == nil {
-		rf := refusalOf(string(policy.ReasonInspectUnavailable))
+		rf := refusalOf(policy.ReasonInspectUnavailable)
 		rf.rule, rf.policy, rf.detail = out.Decision.Rule, out.Decision.Policy, "no certificate authority configured"
 		s.refuseConn(f, client, rf)
 		return
 	}
-	if err := s.decided(f, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
+	if err := s.decided(f, true, policy.Reason(out.Decision.Reason), out.Decision.Rule, out.Decision.Policy, ""); err != nil {
 		s.denyConn(f, client, auditRefusal(err))
 		return
 	}
@@ -109,7 +109,7 @@ func (s *Server) runTunnel(ctx context.Context, st *state, t *tunnel, run func()
 	}
 	t.client.SetDeadline(time.Time{})
 	if !s.track(t) {
-		t.done(0, reasonShuttingDown, "")
+		t.done(0, policy.ReasonShuttingDown, "")
 		return
 	}
 	defer s.untrack(t)
@@ -127,7 +127,7 @@ func (s *Server) runTunnel(ctx context.Context, st *state, t *tunnel, run func()
 // refuseConn audits a CONNECT refusal and writes it on the raw connection.
 func (s *Server) refuseConn(f *flowInfo, c net.Conn, rf refusal) {
 	if err := s.decided(f, false, rf.reason, rf.rule, rf.policy, rf.detail); err != nil {
-		rf = refusalOf(reasonAuditUnavailable)
+		rf = refusalOf(policy.ReasonAuditUnavailable)
 	}
 	s.denyConn(f, c, rf)
 }
@@ -135,7 +135,7 @@ func (s *Server) refuseConn(f *flowInfo, c net.Conn, rf refusal) {
 func (s *Server) denyConn(f *flowInfo, c net.Conn, rf refusal) {
 	if ce := s.log.Check(zap.DebugLevel, "denied"); ce != nil {
 		ce.Write(zap.String("request", f.id), zap.String("kind", "connect"),
-			zap.String("identity", f.identity), zap.String("reason", rf.reason))
+			zap.String("identity", f.identity), zap.Stringer("reason", rf.reason))
 	}
 	_ = rf.write(c, f.id) // the connection is closed next; a client gone has nothing to be told
 }

@@ -76,7 +76,7 @@ func (f *httpFlow) scrubResponse(resp *http.Response) (refusal, bool) {
 		return refusal{}, false
 	}
 	if err := f.cred.Scrub(resp); err != nil {
-		rf := refusalOf(string(policy.ReasonCredentialUnscrubbable))
+		rf := refusalOf(policy.ReasonCredentialUnscrubbable)
 		rf.detail = err.Error()
 		return rf, true
 	}

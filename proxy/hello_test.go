@@ -3,11 +3,10 @@ package proxy
 import (
 	"bytes"
 	"errors"
-	"net"
 	"runtime"
 	"testing"
 
-	"github.com/egressd/egressd/audit/audittest"
+	"github.com/egressd/egressd/policy"
 )
 
 // tinyRecords re-frames the one-record flight rec so that its first n-1
@@ -109,14 +108,10 @@ func TestConnectHelloWorstCaseIsLinear(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			flight := tinyRecords(t, rec, tt.records)
-			port, got := recordingUpstream(t)
-			a := &audittest.Recorder{}
-			c, _ := openTunnel(t, startProxy(t, DefaultConfig(), allowAll{}, a), "localhost:"+port, "")
+			ft := openFlightTunnel(t, "localhost")
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
-			c.Write(flight)
-			c.(*net.TCPConn).CloseWrite()
-			b := received(t, got)
+			b := ft.send(t, flight)
 			runtime.ReadMemStats(&after)
 			if sent := bytes.Equal(b, flight); sent != tt.wantSent {
 				t.Errorf("upstream received %d bytes (the flight: %v); want the flight %v", len(b), sent, tt.wantSent)
@@ -130,7 +125,7 @@ func TestConnectHelloWorstCaseIsLinear(t *testing.T) {
 			}
 			t.Logf("checking a %d-byte flight of %d records allocated %d bytes", len(flight), tt.records, alloc)
 			if !tt.wantSent {
-				waitRecords(t, a, "connect:allow:allowed,connect:deny:"+reasonMalformedTLS+",connect_done:deny:"+reasonMalformedTLS)
+				ft.wantRefused(t, policy.ReasonMalformedHello)
 			}
 		})
 	}

@@ -57,7 +57,7 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	f.target = claimTarget(r.URL.Scheme, r.URL.Host, r.URL.EscapedPath(), r.URL.RawQuery)
 
 	if s.draining.Load() {
-		return r, s.refuse(f, r, refusalOf(reasonShuttingDown))
+		return r, s.refuse(f, r, refusalOf(policy.ReasonShuttingDown))
 	}
 	var id policy.Identity
 	if inner != nil {
@@ -65,21 +65,21 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		id = inner.identity
 	} else {
 		if s.sources.exhausted(f.client) {
-			return r, s.refuse(f, r, refusalOf(reasonSourceLimited))
+			return r, s.refuse(f, r, refusalOf(policy.ReasonSourceLimited))
 		}
 		var cred credential
-		var reason string
+		var reason policy.Reason
 		id, cred, reason = authenticate(st.ids, r, f.client)
 		if reason != "" {
 			f.user = cred.user
 			s.sources.refused(f.client)
-			return r, s.refuse(f, r, refusalFor(stagePolicy, policy.Deny(reason, ""), nil))
+			return r, s.refuse(f, r, deniedRefusal(reason))
 		}
 	}
 	f.identity, f.flowInfo.identity = id, id.ID
 	release, reason := s.limits.acquire(id.ID)
 	if reason != "" {
-		return r, s.refuse(f, r, refusalFor(stagePolicy, policy.Deny(reason, ""), nil))
+		return r, s.refuse(f, r, deniedRefusal(reason))
 	}
 	f.release = release
 
@@ -101,13 +101,13 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	if smuggledBody(r) {
 		// Refused after the decision so that the record names the target.
 		f.finish()
-		return r, s.refuse(f, r, refusalOf(reasonBodyNotAllowed))
+		return r, s.refuse(f, r, refusalOf(policy.ReasonBodyNotAllowed))
 	}
 	if rf, denied := f.prepareCredentials(r, &out.Decision); denied {
 		f.finish()
 		return r, s.refuse(f, r, rf)
 	}
-	if err := s.decided(&f.flowInfo, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
+	if err := s.decided(&f.flowInfo, true, policy.Reason(out.Decision.Reason), out.Decision.Rule, out.Decision.Policy, ""); err != nil {
 		f.finish()
 		return r, s.deny(f, r, auditRefusal(err))
 	}
@@ -124,7 +124,7 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 // fails the client still gets a refusal, now for audit_unavailable.
 func (s *Server) refuse(f *httpFlow, r *http.Request, rf refusal) *http.Response {
 	if err := s.decided(&f.flowInfo, false, rf.reason, rf.rule, rf.policy, rf.detail); err != nil {
-		rf = refusalOf(reasonAuditUnavailable)
+		rf = refusalOf(policy.ReasonAuditUnavailable)
 	}
 	return s.deny(f, r, rf)
 }
@@ -132,7 +132,7 @@ func (s *Server) refuse(f *httpFlow, r *http.Request, rf refusal) *http.Response
 func (s *Server) deny(f *httpFlow, r *http.Request, rf refusal) *http.Response {
 	if ce := s.log.Check(zap.DebugLevel, "denied"); ce != nil {
 		ce.Write(zap.String("request", f.id), zap.String("kind", f.kind.String()),
-			zap.String("identity", f.flowInfo.identity), zap.String("reason", rf.reason))
+			zap.String("identity", f.flowInfo.identity), zap.Stringer("reason", rf.reason))
 	}
 	return rf.response(r, f.id)
 }
@@ -225,7 +225,7 @@ func (f *httpFlow) RoundTrip(req *http.Request, _ *goproxy.ProxyCtx) (*http.Resp
 			// The client hung up first: the decision stands, nothing
 			// failed upstream.
 			f.clientClosed("waiting")
-			return refusalOf(clientClosed).response(req, f.id), nil
+			return refusalOf(policy.ReasonClientClosed).response(req, f.id), nil
 		}
 		rf := refusalFor(stageDial, policy.Decision{}, err)
 		f.complete(rf.status, rf.reason, rf.detail)
@@ -276,28 +276,28 @@ func (f *httpFlow) checkRedirect(req *http.Request, code int, loc string) (refus
 		method = http.MethodGet
 	}
 	next, err := f.base.Parse(loc)
-	rf := refusalOf(reasonRedirectDenied)
+	rf := refusalOf(policy.ReasonRedirectDenied)
 	rinfo := f.flowInfo
 	rinfo.kind = policy.KindRedirect
 	rinfo.method = method
 	if err != nil {
 		rinfo.target = Target{}
-		if err := s.decided(&rinfo, false, reasonRedirectDenied, "", "", "unparseable location"); err != nil {
-			return refusalOf(reasonAuditUnavailable), true
+		if err := s.decided(&rinfo, false, policy.ReasonRedirectDenied, "", "", "unparseable location"); err != nil {
+			return refusalOf(policy.ReasonAuditUnavailable), true
 		}
 		return rf, true
 	}
 	out := f.st.decider.DecideHTTP(req.Context(), f.identity, policy.KindRedirect, method, next.String(), "")
 	rinfo.target = targetOf(out.Facts)
 	if out.Decision.Allow {
-		if err := s.decided(&rinfo, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
+		if err := s.decided(&rinfo, true, policy.Reason(out.Decision.Reason), out.Decision.Rule, out.Decision.Policy, ""); err != nil {
 			return auditRefusal(err), true
 		}
 		return refusal{}, false
 	}
 	rf.rule = out.Decision.Rule
-	if err := s.decided(&rinfo, false, reasonRedirectDenied, out.Decision.Rule, out.Decision.Policy, "policy reason: "+out.Decision.Reason); err != nil {
-		return refusalOf(reasonAuditUnavailable), true
+	if err := s.decided(&rinfo, false, policy.ReasonRedirectDenied, out.Decision.Rule, out.Decision.Policy, "policy reason: "+out.Decision.Reason); err != nil {
+		return refusalOf(policy.ReasonAuditUnavailable), true
 	}
 	return rf, true
 }
@@ -306,7 +306,7 @@ func (f *httpFlow) checkRedirect(req *http.Request, code int, loc string) (refus
 // limits. A reason makes the completion a deny (the upstream failed);
 // detail alone (client_closed, a cut body) is an error of an allowed
 // request.
-func (f *httpFlow) complete(status int, reason, detail string) {
+func (f *httpFlow) complete(status int, reason policy.Reason, detail string) {
 	if f.done {
 		return
 	}
@@ -321,7 +321,7 @@ func (f *httpFlow) complete(status int, reason, detail string) {
 	r.DurationUS = time.Since(f.start).Microseconds()
 	r.Error = detail
 	if reason != "" {
-		r.Decision, r.Reason = audit.DecisionDeny, reason
+		r.Decision, r.Reason = audit.DecisionDeny, string(reason)
 		f.s.metrics.decided(r.Kind, r.Decision, reason)
 	}
 	if err := f.s.audit.Append(r); err != nil {
@@ -349,9 +349,9 @@ func (s *Server) serveNonProxy(w http.ResponseWriter, r *http.Request) {
 	f.setClient(r.RemoteAddr)
 	f.target = claimTarget("", r.Host, r.URL.EscapedPath(), r.URL.RawQuery)
 	s.sources.refused(f.client)
-	rf := refusalOf(reasonNotProxyRequest)
+	rf := refusalOf(policy.ReasonNotProxyRequest)
 	if err := s.decided(&f.flowInfo, false, rf.reason, "", "", ""); err != nil {
-		rf = refusalOf(reasonAuditUnavailable)
+		rf = refusalOf(policy.ReasonAuditUnavailable)
 	}
 	rf.header(w.Header(), f.id)
 	w.WriteHeader(rf.status)

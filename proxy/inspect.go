@@ -50,7 +50,7 @@ func (t *tunnel) serveInspected() {
 		return
 	}
 	if hello.ech {
-		t.refuseFlight(string(policy.ReasonECH), "")
+		t.refuseFlight(policy.ReasonECH, "")
 		t.close()
 		t.finish()
 		return
@@ -59,7 +59,7 @@ func (t *tunnel) serveInspected() {
 	// CONNECT host the decision allowed, never for a name the client chose.
 	cert, err := t.s.leaves.Leaf(t.identity.ID, t.f.target.Host)
 	if err != nil {
-		t.refuseFlight(string(policy.ReasonInspectUnavailable), "mint leaf: "+err.Error())
+		t.refuseFlight(policy.ReasonInspectUnavailable, "mint leaf: "+err.Error())
 		t.close()
 		t.finish()
 		return
@@ -198,9 +198,9 @@ func (s *Server) refuseInnerConnect(w http.ResponseWriter, r *http.Request, t *t
 		method: r.Method, identity: t.identity.ID, inspected: true}}
 	f.setClient(t.client.RemoteAddr().String())
 	f.target = claimTarget("https", r.Host, "", "")
-	rf := refusalOf(string(policy.ReasonMalformedRequest))
+	rf := refusalOf(policy.ReasonMalformedRequest)
 	if err := s.decided(&f.flowInfo, false, rf.reason, "", "", "CONNECT inside an inspected tunnel"); err != nil {
-		rf = refusalOf(reasonAuditUnavailable)
+		rf = refusalOf(policy.ReasonAuditUnavailable)
 	}
 	rf.header(w.Header(), f.id)
 	w.WriteHeader(rf.status)

@@ -1,14 +1,11 @@
 package proxy
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
-	"io"
 	"net/http"
 	"net/url"
 	"testing"
-	"time"
 )
 
 // BenchmarkInspectedKeepAlive and BenchmarkTunnelKeepAlive send the same
@@ -30,10 +27,8 @@ func BenchmarkTunnelKeepAlive(b *testing.B) {
 }
 
 func startInspectBench(b *testing.B) *inspectFixture {
-	body := bytes.Repeat([]byte("x"), 1024)
 	cfg := benchConfig()
-	return startInspect(b, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(body) }),
-		inspectOptions{cfg: &cfg, discardAudit: true})
+	return startInspect(b, kibHandler(), inspectOptions{cfg: &cfg, discardAudit: true})
 }
 
 func benchHTTPS(b *testing.B, f *inspectFixture, roots *x509.CertPool, u string) {
@@ -43,20 +38,5 @@ func benchHTTPS(b *testing.B, f *inspectFixture, roots *x509.CertPool, u string)
 		TLSNextProto:    map[string]func(string, *tls.Conn) http.RoundTripper{},
 	}
 	defer tr.CloseIdleConnections()
-	c := &http.Client{Transport: tr}
-	b.ReportAllocs()
-	cpu0, t0 := cpuTime(), time.Now()
-	for b.Loop() {
-		resp, err := c.Get(u)
-		if err != nil {
-			b.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			b.Fatalf("status %d", resp.StatusCode)
-		}
-	}
-	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
-	b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "req/s")
+	benchGets(b, &http.Client{Transport: tr}, u)
 }

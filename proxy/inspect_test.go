@@ -9,7 +9,6 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -193,11 +192,11 @@ func TestInspectRefusesBadHellos(t *testing.T) {
 	tests := []struct {
 		name, send, want string
 	}{
-		{"sni of another host", string(clientHello(t, "evil.example")), reasonSNIMismatch},
+		{"sni of another host", string(clientHello(t, "evil.example")), string(policy.ReasonSNIMismatch)},
 		{"encrypted client hello", string(withExtension(t, clientHello(t, "example.com"), tlsExtECH)), string(policy.ReasonECH)},
 		{"draft esni", string(withExtension(t, clientHello(t, "example.com"), tlsExtESNI)), string(policy.ReasonECH)},
-		{"garbage record", "\x16\x03\x01\x00\x05hello", reasonMalformedTLS},
-		{"plaintext", "GET /ok/a HTTP/1.1\r\nHost: example.com\r\n\r\n", reasonNotTLS},
+		{"garbage record", "\x16\x03\x01\x00\x05hello", string(policy.ReasonMalformedHello)},
+		{"plaintext", "GET /ok/a HTTP/1.1\r\nHost: example.com\r\n\r\n", string(policy.ReasonTLSRequired)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -276,11 +275,7 @@ func TestUninspectedTunnelUntouched(t *testing.T) {
 	}
 	tc.Close()
 
-	nc, err := net.Dial("tcp", f.proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := dialProxy(t, f.proxy)
 	io.WriteString(nc, "CONNECT nowhere.example:443 HTTP/1.1\r\nHost: nowhere.example:443\r\n\r\n")
 	resp, err := http.ReadResponse(bufio.NewReader(nc), &http.Request{Method: http.MethodConnect})
 	if err != nil || resp.StatusCode != http.StatusForbidden {
@@ -296,11 +291,7 @@ func TestUninspectedTunnelUntouched(t *testing.T) {
 func TestInspectWithoutCARefuses(t *testing.T) {
 	var hits atomic.Int64
 	f := startInspect(t, echoPath(&hits), inspectOptions{noCA: true})
-	nc, err := net.Dial("tcp", f.proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := dialProxy(t, f.proxy)
 	io.WriteString(nc, "CONNECT example.com:"+f.port+" HTTP/1.1\r\nHost: example.com\r\n\r\n")
 	resp, err := http.ReadResponse(bufio.NewReader(nc), &http.Request{Method: http.MethodConnect})
 	if err != nil || resp.StatusCode != http.StatusServiceUnavailable || decisionReason(resp.Header) != string(policy.ReasonInspectUnavailable) {
@@ -473,8 +464,8 @@ func TestInspectRefusedByHTTPIsAudited(t *testing.T) {
 	tests := []struct {
 		name, send, status, reason string
 	}{
-		{"garbage request line", "NOT A REQUEST\r\n\r\n", "HTTP/1.1 400", reasonMalformedRequest},
-		{"head over the limit", "GET /ok/a HTTP/1.1\r\nHost: example.com\r\nX-Big: " + strings.Repeat("a", 40<<10) + "\r\n\r\n", "HTTP/1.1 431", reasonHeadersTooLarge},
+		{"garbage request line", "NOT A REQUEST\r\n\r\n", "HTTP/1.1 400", string(policy.ReasonMalformedRequest)},
+		{"head over the limit", "GET /ok/a HTTP/1.1\r\nHost: example.com\r\nX-Big: " + strings.Repeat("a", 40<<10) + "\r\n\r\n", "HTTP/1.1 431", string(policy.ReasonHeadersTooLarge)},
 	}
 	var hits atomic.Int64
 	f := startInspect(t, echoPath(&hits), inspectOptions{})

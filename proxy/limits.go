@@ -1,12 +1,14 @@
 package proxy
 
 import (
+	"maps"
 	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/egressd/egressd/policy"
 	"golang.org/x/time/rate"
 )
 
@@ -41,31 +43,36 @@ func newLimiter(c Config) *limiter {
 func (l *limiter) get(id string) *idLimit {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e, ok := l.ids[id]
+	return tracked(l.ids, id,
+		func(e *idLimit) bool { return e.active.Load() == 0 },
+		func() *idLimit { return &idLimit{bucket: rate.NewLimiter(l.rate, l.burst)} })
+}
+
+// tracked returns m[k], adding fresh() when it is missing. A table at
+// maxTrackedIdentities first drops the entries idle reports unused, so
+// that unknown keys cannot grow it without bound.
+func tracked[K comparable, V any](m map[K]V, k K, idle func(V) bool, fresh func() V) V {
+	v, ok := m[k]
 	if !ok {
-		if len(l.ids) >= maxTrackedIdentities {
-			for k, v := range l.ids {
-				if v.active.Load() == 0 {
-					delete(l.ids, k)
-				}
-			}
+		if len(m) >= maxTrackedIdentities {
+			maps.DeleteFunc(m, func(_ K, v V) bool { return idle(v) })
 		}
-		e = &idLimit{bucket: rate.NewLimiter(l.rate, l.burst)}
-		l.ids[id] = e
+		v = fresh()
+		m[k] = v
 	}
-	return e
+	return v
 }
 
 // acquire admits one request or tunnel of id. It returns a release func, or
 // the refusal reason.
-func (l *limiter) acquire(id string) (func(), string) {
+func (l *limiter) acquire(id string) (func(), policy.Reason) {
 	e := l.get(id)
 	if !e.bucket.Allow() {
-		return nil, reasonRateLimited
+		return nil, policy.ReasonRateLimited
 	}
 	if e.active.Add(1) > l.maxConc {
 		e.active.Add(-1)
-		return nil, reasonConnLimit
+		return nil, policy.ReasonConnLimit
 	}
 	return func() { e.active.Add(-1) }, ""
 }
@@ -99,19 +106,9 @@ func (l *sourceLimiter) exhausted(a netip.Addr) bool {
 func (l *sourceLimiter) refused(a netip.Addr) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b, ok := l.ids[a]
-	if !ok {
-		if len(l.ids) >= maxTrackedIdentities {
-			for k, v := range l.ids {
-				if v.Tokens() >= float64(l.burst) {
-					delete(l.ids, k)
-				}
-			}
-		}
-		b = rate.NewLimiter(l.rate, l.burst)
-		l.ids[a] = b
-	}
-	b.Allow()
+	tracked(l.ids, a,
+		func(b *rate.Limiter) bool { return b.Tokens() >= float64(l.burst) },
+		func() *rate.Limiter { return rate.NewLimiter(l.rate, l.burst) }).Allow()
 }
 
 // capListener closes connections accepted past the global cap and wraps the

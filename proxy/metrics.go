@@ -5,6 +5,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/internal/metrics"
+	"github.com/egressd/egressd/policy"
 )
 
 // Metrics are the proxy's Prometheus collectors. They are registered on the
@@ -78,6 +79,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) decided(kind audit.Kind, decision audit.Decision, reason string) {
-	m.Decisions.Inc(kind, decision, reason)
+func (m *Metrics) decided(kind audit.Kind, decision audit.Decision, reason policy.Reason) {
+	m.Decisions.Inc(kind, decision, string(reason))
 }

@@ -13,12 +13,6 @@ import (
 	"github.com/egressd/egressd/policy"
 )
 
-// reasonTunnelHostMismatch: the first request in a plaintext tunnel names
-// another host (or port) than the CONNECT, or cannot be read. A server
-// answering for many hosts (a CDN) routes by the request's Host, so an
-// unchecked Host would reach whatever tenant the client names.
-const reasonTunnelHostMismatch = string(policy.ReasonTunnelHostDiffs)
-
 // plainScan classifies the first bytes of a non-TLS tunnel as they arrive,
 // looking at each byte once: after optional empty lines, a run of token
 // characters followed by a space or tab reads as an HTTP request line (a
@@ -123,7 +117,10 @@ func checkPlainHead(head []byte, host string, port uint16) string {
 // bytes read as an HTTP request, the rest of its head is read (within
 // PeekTimeout and max_header_bytes) and its host must be the CONNECT host
 // and port. Other protocols pass unchecked: a rule allowed them with
-// "tls": false. flight and err are what the first read returned.
+// "tls": false. flight and err are what the first read returned. A server
+// answering for many hosts (a CDN) routes by the request's Host, so an
+// unchecked Host would reach whatever tenant the client names: a head that
+// names another host, or cannot be read, is refused as tunnel_host_mismatch.
 func (t *tunnel) checkPlainFlight(flight []byte, err error, src io.Reader, early *bytes.Reader) bool {
 	limit := min(t.s.cfg.MaxHeaderBytes, maxHelloFlight)
 	var s plainScan
@@ -134,15 +131,15 @@ func (t *tunnel) checkPlainFlight(flight []byte, err error, src io.Reader, early
 			return t.forwardFlight(flight, early)
 		case plainDone:
 			if why := checkPlainHead(flight[s.start:s.off], t.f.target.Host, t.f.target.Port); why != "" {
-				return t.refuseFlight(reasonTunnelHostMismatch, why)
+				return t.refuseFlight(policy.ReasonTunnelHostDiffs, why)
 			}
 			return t.forwardFlight(flight, early)
 		}
 		if err != nil {
-			return t.refuseFlight(reasonTunnelHostMismatch, "incomplete first request: "+err.Error())
+			return t.refuseFlight(policy.ReasonTunnelHostDiffs, "incomplete first request: "+err.Error())
 		}
 		if len(flight) >= limit {
-			return t.refuseFlight(reasonTunnelHostMismatch, "first request head over "+strconv.Itoa(limit)+" bytes")
+			return t.refuseFlight(policy.ReasonTunnelHostDiffs, "first request head over "+strconv.Itoa(limit)+" bytes")
 		}
 		if !waiting {
 			// Bytes that may be a request head: the rest must come soon,

@@ -2,10 +2,9 @@ package proxy
 
 import (
 	"bytes"
-	"net"
 	"testing"
 
-	"github.com/egressd/egressd/audit/audittest"
+	"github.com/egressd/egressd/policy"
 )
 
 // A plaintext tunnel carries a first HTTP request only for its own host and
@@ -36,18 +35,14 @@ func TestPlaintextTunnelBoundToHost(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			port, got := recordingUpstream(t)
-			a := &audittest.Recorder{}
-			c, _ := openTunnel(t, startProxy(t, DefaultConfig(), allowAll{}, a), "127.0.0.1:"+port, "")
-			flight := tt.flight(port)
-			c.Write([]byte(flight))
-			c.(*net.TCPConn).CloseWrite()
-			b := received(t, got)
+			ft := openFlightTunnel(t, "127.0.0.1")
+			flight := tt.flight(ft.port)
+			b := ft.send(t, []byte(flight))
 			if sent := string(b) == flight; sent != tt.wantSent || (!sent && len(b) != 0) {
 				t.Errorf("upstream received %q; want the flight %v and nothing else", b, tt.wantSent)
 			}
 			if !tt.wantSent {
-				waitRecords(t, a, "connect:allow:allowed,connect:deny:"+reasonTunnelHostMismatch+",connect_done:deny:"+reasonTunnelHostMismatch)
+				ft.wantRefused(t, policy.ReasonTunnelHostDiffs)
 			}
 		})
 	}

@@ -80,22 +80,22 @@ func recordKind(k policy.Kind) audit.Kind { return audit.Kind(k.String()) }
 // decided audits and counts a decision. A failed append turns an allow into
 // a refusal (auditRefusal says which): nothing goes upstream unless its
 // decision is in the log.
-func (s *Server) decided(f *flowInfo, allow bool, reason, rule, pol, detail string) error {
+func (s *Server) decided(f *flowInfo, allow bool, reason policy.Reason, rule, pol, detail string) error {
 	kind := recordKind(f.kind)
-	r := f.decisionRecord(audit.Verdict{Allow: allow, Reason: reason, Rule: rule, Policy: pol})
+	r := f.decisionRecord(audit.Verdict{Allow: allow, Reason: string(reason), Rule: rule, Policy: pol})
 	r.Error = detail
 	if err := s.audit.Append(r); err != nil {
 		if allow && errors.Is(err, audit.ErrOverBudget) {
 			// The identity spent its audit budget: the allow becomes a
 			// refusal, which the meter counts rather than writes.
-			d := f.decisionRecord(audit.Verdict{Reason: reasonAuditBudget, Rule: rule, Policy: pol})
+			d := f.decisionRecord(audit.Verdict{Reason: string(policy.ReasonAuditBudget), Rule: rule, Policy: pol})
 			if derr := s.audit.Append(d); derr != nil {
 				s.failLog.Failed(derr, zap.String("request", f.id))
 			}
-			s.metrics.decided(kind, audit.DecisionDeny, reasonAuditBudget)
+			s.metrics.decided(kind, audit.DecisionDeny, policy.ReasonAuditBudget)
 			return err
 		}
-		s.metrics.decided(kind, audit.DecisionDeny, reasonAuditUnavailable)
+		s.metrics.decided(kind, audit.DecisionDeny, policy.ReasonAuditUnavailable)
 		s.failLog.Failed(err, zap.String("request", f.id))
 		return err
 	}
@@ -107,9 +107,9 @@ func (s *Server) decided(f *flowInfo, allow bool, reason, rule, pol, detail stri
 // take: over the identity's audit budget, or the log is unavailable.
 func auditRefusal(err error) refusal {
 	if errors.Is(err, audit.ErrOverBudget) {
-		return refusalOf(reasonAuditBudget)
+		return refusalOf(policy.ReasonAuditBudget)
 	}
-	return refusalOf(reasonAuditUnavailable)
+	return refusalOf(policy.ReasonAuditUnavailable)
 }
 
 // claimTarget is what a request names before it is parsed for a decision,

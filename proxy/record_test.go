@@ -98,11 +98,7 @@ func basicAuth(user, token string) string {
 func TestUnauthenticatedFloodIsBounded(t *testing.T) {
 	w, lines := openLog(t)
 	s := startAudited(t, DefaultConfig(), tokenIDs, w, zap.NewNop())
-	c, err := net.Dial("tcp", s.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialProxy(t, s.addr)
 	req := "GET http://h.test/" + strings.Repeat("p", 30<<10) + " HTTP/1.1\r\nHost: h.test\r\n\r\n"
 	go func() {
 		for range 400 {
@@ -111,21 +107,7 @@ func TestUnauthenticatedFloodIsBounded(t *testing.T) {
 			}
 		}
 	}()
-	c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	br := bufio.NewReader(c)
-	responses := 0
-	for {
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			break
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		responses++
-		if resp.StatusCode != http.StatusProxyAuthRequired {
-			t.Errorf("response %d = %d; want 407", responses, resp.StatusCode)
-		}
-	}
+	responses := readRefusals(t, c, http.StatusProxyAuthRequired)
 	if responses != 1 {
 		t.Errorf("pipelined unauthenticated requests got %d responses on one connection; want 1, then close", responses)
 	}
@@ -209,11 +191,7 @@ func TestAuthRefusalRecordsTarget(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			w, lines := openLog(t)
 			s := startAudited(t, DefaultConfig(), tokenIDs, w, zap.NewNop())
-			c, err := net.Dial("tcp", s.addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := dialProxy(t, s.addr)
 			fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: h.test\r\nProxy-Authorization: %s\r\n\r\n",
 				tt.method, tt.url, basicAuth("sbx-1", "wr0ngpassw0rd"))
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -316,8 +294,8 @@ func TestAuditBudgetRefusesAllows(t *testing.T) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusTooManyRequests && reasonOf(resp.Header) != reasonAuditBudget {
-			t.Errorf("429 reason = %q; want %s", reasonOf(resp.Header), reasonAuditBudget)
+		if resp.StatusCode == http.StatusTooManyRequests && reasonOf(resp.Header) != string(policy.ReasonAuditBudget) {
+			t.Errorf("429 reason = %q; want %s", reasonOf(resp.Header), policy.ReasonAuditBudget)
 		}
 		return resp.StatusCode
 	}
@@ -336,7 +314,7 @@ func TestAuditBudgetRefusesAllows(t *testing.T) {
 	m.Close()
 	var folded int64
 	for _, r := range a.Records() {
-		if r.Reason == reasonAuditBudget {
+		if r.Reason == string(policy.ReasonAuditBudget) {
 			folded += max(1, r.Count)
 		}
 	}
@@ -350,29 +328,32 @@ func TestAuditBudgetRefusesAllows(t *testing.T) {
 func TestBadRequestClosesConnection(t *testing.T) {
 	a := &audittest.Recorder{}
 	s := startAudited(t, DefaultConfig(), nil, a, zap.NewNop())
-	c, err := net.Dial("tcp", s.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialProxy(t, s.addr)
 	io.WriteString(c, strings.Repeat("GET /not-a-proxy-request HTTP/1.1\r\nHost: h.test\r\n\r\n", 50))
+	responses := readRefusals(t, c, http.StatusBadRequest)
+	if responses != 1 {
+		t.Errorf("50 pipelined origin-form requests got %d responses; want 1, then close", responses)
+	}
+}
+
+// readRefusals reads responses from c until it closes (or 20s pass), each
+// of which must have status want, and returns how many came.
+func readRefusals(t *testing.T, c net.Conn, want int) int {
+	t.Helper()
 	c.SetReadDeadline(time.Now().Add(20 * time.Second))
 	br := bufio.NewReader(c)
 	responses := 0
 	for {
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
-			break
+			return responses
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		responses++
-		if resp.StatusCode != http.StatusBadRequest {
-			t.Errorf("response %d = %d; want 400", responses, resp.StatusCode)
+		if resp.StatusCode != want {
+			t.Errorf("response %d = %d; want %d", responses, resp.StatusCode, want)
 		}
-	}
-	if responses != 1 {
-		t.Errorf("50 pipelined origin-form requests got %d responses; want 1, then close", responses)
 	}
 }
 

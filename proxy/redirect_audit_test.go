@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/audit/audittest"
+	"github.com/egressd/egressd/policy"
 )
 
 // TestRedirectUnparseableLocationAuditDown: a 3xx whose Location does not
@@ -32,7 +33,7 @@ func TestRedirectUnparseableLocationAuditDown(t *testing.T) {
 	}
 	_, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if want := "deny; reason=" + reasonAuditUnavailable; resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("X-Egressd-Decision") != want {
+	if want := "deny; reason=" + string(policy.ReasonAuditUnavailable); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("X-Egressd-Decision") != want {
 		t.Errorf("GET with an unparseable Location, audit down = %d %q; want 503 %q", resp.StatusCode, resp.Header.Get("X-Egressd-Decision"), want)
 	}
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -11,35 +12,6 @@ import (
 	"strings"
 
 	"github.com/egressd/egressd/policy"
-)
-
-// Reasons decided in this package, not by Rego: policy's declared reasons,
-// as the strings refusals and records carry. policy's table gives each its
-// class and status.
-const (
-	reasonAuthRequired     = string(policy.ReasonAuthRequired)
-	reasonAuthInvalid      = string(policy.ReasonAuthInvalid)
-	reasonAbsoluteHTTPS    = string(policy.ReasonAbsoluteHTTPS)
-	reasonNotProxyRequest  = string(policy.ReasonNotProxyRequest)
-	reasonRateLimited      = string(policy.ReasonRateLimited)
-	reasonConnLimit        = string(policy.ReasonConnLimit)
-	reasonAuditUnavailable = string(policy.ReasonAuditUnavailable)
-	reasonRedirectDenied   = string(policy.ReasonRedirectDenied)
-	reasonSNIMismatch      = string(policy.ReasonSNIMismatch)
-	reasonNotTLS           = string(policy.ReasonTLSRequired)
-	reasonMalformedTLS     = string(policy.ReasonMalformedHello)
-	reasonUpstreamTimeout  = string(policy.ReasonUpstreamTimeout)
-	reasonUpstreamFailed   = string(policy.ReasonUpstreamFailed)
-	reasonDNSFailed        = string(policy.ReasonDNSFailure)
-	reasonShuttingDown     = string(policy.ReasonShuttingDown)
-	reasonIdentityRevoked  = string(policy.ReasonIdentityRevoked)
-	// reasonAuditBudget refuses an allow the identity's audit budget
-	// (audit.identity_rate) cannot pay for.
-	reasonAuditBudget = string(policy.ReasonAuditBudget)
-	// reasonSourceLimited refuses a client address that was refused
-	// before authentication more than proxy.per_source_refusal_rate
-	// allows, before its credentials are even looked at.
-	reasonSourceLimited = string(policy.ReasonSourceLimited)
 )
 
 // stage says where a refusal came from; the same typed error means a 400
@@ -56,7 +28,7 @@ const (
 // refusal is everything a deny response and its audit record carry.
 type refusal struct {
 	status int
-	reason string
+	reason policy.Reason
 	rule   string
 	// policy is the digest of the bundle that decided, when Rego did.
 	policy string
@@ -69,11 +41,9 @@ type refusal struct {
 // status and reason.
 func refusalFor(st stage, d policy.Decision, err error) refusal {
 	if err == nil {
-		reason := d.Reason
-		if reason == "" {
-			reason = string(policy.ReasonNoMatchingRule)
-		}
-		return refusal{status: statusForReason(http.StatusForbidden, reason), reason: reason, rule: d.Rule, policy: d.Policy}
+		rf := deniedRefusal(cmp.Or(policy.Reason(d.Reason), policy.ReasonNoMatchingRule))
+		rf.rule, rf.policy = d.Rule, d.Policy
+		return rf
 	}
 	var de *policy.DenyError
 	if errors.As(err, &de) {
@@ -81,37 +51,43 @@ func refusalFor(st stage, d policy.Decision, err error) refusal {
 		if st == stageParse {
 			status = http.StatusBadRequest
 		}
-		return refusal{status: statusForReason(status, de.Reason.String()), reason: de.Reason.String(), detail: de.Error()}
+		return refusal{status: statusForReason(status, de.Reason), reason: de.Reason, detail: de.Error()}
 	}
 	var dnsErr *net.DNSError
-	rf := refusalOf(reasonUpstreamFailed)
+	rf := refusalOf(policy.ReasonUpstreamFailed)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), isTimeout(err):
-		rf = refusalOf(reasonUpstreamTimeout)
+		rf = refusalOf(policy.ReasonUpstreamTimeout)
 	case errors.As(err, &dnsErr):
-		rf = refusalOf(reasonDNSFailed)
+		rf = refusalOf(policy.ReasonDNSFailure)
 	case isUpstreamTLS(err):
-		rf = refusalOf(string(policy.ReasonUpstreamTLS))
+		rf = refusalOf(policy.ReasonUpstreamTLS)
 	}
 	rf.detail = err.Error()
 	return rf
+}
+
+// deniedRefusal is the refusal of a request a check (authentication, a
+// limit, the policy) denied after it was read.
+func deniedRefusal(reason policy.Reason) refusal {
+	return refusal{status: statusForReason(http.StatusForbidden, reason), reason: reason}
 }
 
 // statusForReason is the status policy's reason table gives reason. A
 // refusal of the request itself (class policy or malformed) is def: 400
 // while the request is parsed, 403 once it was read and a later check, such
 // as the dialer's, refused it.
-func statusForReason(def int, reason string) int {
-	switch policy.Reason(reason).Class() {
+func statusForReason(def int, reason policy.Reason) int {
+	switch reason.Class() {
 	case policy.ClassPolicy, policy.ClassMalformed:
 		return def
 	}
-	return policy.Reason(reason).Codes().HTTP
+	return reason.Codes().HTTP
 }
 
 // refusalOf is a refusal whose status is the one the reason table gives.
-func refusalOf(reason string) refusal {
-	return refusal{status: policy.Reason(reason).Codes().HTTP, reason: reason}
+func refusalOf(reason policy.Reason) refusal {
+	return refusal{status: reason.Codes().HTTP, reason: reason}
 }
 
 func isTimeout(err error) bool {
@@ -121,8 +97,8 @@ func isTimeout(err error) bool {
 
 // decisionHeader is the X-Egressd-Decision value of a refusal:
 // machine-readable, with the same fields as the body.
-func decisionHeader(reason, rule string) string {
-	h := "deny; reason=" + reason
+func decisionHeader(reason policy.Reason, rule string) string {
+	h := "deny; reason=" + string(reason)
 	if rule != "" {
 		h += "; rule=" + rule
 	}
@@ -136,7 +112,7 @@ func (r refusal) body(requestID string) string {
 	if rule == "" {
 		rule = "none"
 	}
-	return "egressd: denied: " + r.reason + " (rule " + rule + ", request " + requestID + ")\n"
+	return "egressd: denied: " + string(r.reason) + " (rule " + rule + ", request " + requestID + ")\n"
 }
 
 // header fills h for a refusal response.
@@ -159,7 +135,7 @@ func (r refusal) header(h http.Header, requestID string) {
 // one connection, each costing a decision and a record.
 func (r refusal) closes() bool {
 	return r.status == http.StatusBadRequest || r.status == http.StatusProxyAuthRequired ||
-		r.reason == reasonSourceLimited
+		r.reason == policy.ReasonSourceLimited
 }
 
 // response builds the refusal as an *http.Response for goproxy's request

@@ -5,17 +5,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-
-	"github.com/egressd/egressd/policy"
-)
-
-// Reasons for requests refused because of how they are framed or spelled.
-const (
-	// reasonBodyNotAllowed: a GET, HEAD, OPTIONS or TRACE that carries a
-	// body. Many upstreams ignore such a body and read it as the next
-	// request on the connection, which the policy never saw (CL.0
-	// smuggling), so it is refused rather than forwarded or dropped.
-	reasonBodyNotAllowed = string(policy.ReasonBodyNotAllowed)
 )
 
 // bodylessMethod reports whether requests with this method must not carry

@@ -24,36 +24,16 @@ import (
 // request lines it saw.
 func headUpstream(t *testing.T) (string, func() []string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	var mu sync.Mutex
 	var seen []string
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					mu.Lock()
-					seen = append(seen, req.Method+" "+req.RequestURI)
-					mu.Unlock()
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String(), func() []string {
+	addr, _ := serveRequests(t, func(c net.Conn, _ int, req *http.Request) bool {
+		mu.Lock()
+		seen = append(seen, req.Method+" "+req.RequestURI)
+		mu.Unlock()
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		return true
+	})
+	return addr, func() []string {
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]string(nil), seen...)
@@ -64,11 +44,7 @@ func headUpstream(t *testing.T) (string, func() []string) {
 // response.
 func rawRoundTrip(t *testing.T, proxyAddr, method, raw string) *http.Response {
 	t.Helper()
-	c, err := net.Dial("tcp", proxyAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := dialProxy(t, proxyAddr)
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	io.WriteString(c, raw)
 	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: method})
@@ -112,10 +88,10 @@ func TestBodyOnBodylessMethodRefused(t *testing.T) {
 				t.Errorf("upstream saw %q; want %q", got, tt.wantSeen)
 			}
 			if tt.wantStatus == 400 {
-				if got := resp.Header.Get("X-Egressd-Decision"); got != "deny; reason="+reasonBodyNotAllowed {
-					t.Errorf("X-Egressd-Decision = %q; want reason %s", got, reasonBodyNotAllowed)
+				if got := resp.Header.Get("X-Egressd-Decision"); got != "deny; reason="+string(policy.ReasonBodyNotAllowed) {
+					t.Errorf("X-Egressd-Decision = %q; want reason %s", got, policy.ReasonBodyNotAllowed)
 				}
-				waitRecords(t, a, "http:deny:"+reasonBodyNotAllowed)
+				waitRecords(t, a, "http:deny:"+string(policy.ReasonBodyNotAllowed))
 			}
 		})
 	}
@@ -134,7 +110,7 @@ func TestOptionsStarIsDecided(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("OPTIONS * = %d; want 400", resp.StatusCode)
 	}
-	waitRecords(t, a, "http:deny:"+reasonNotProxyRequest)
+	waitRecords(t, a, "http:deny:"+string(policy.ReasonNotProxyRequest))
 }
 
 // captureUpstream records the Host, headers and trailers of every request
@@ -323,8 +299,8 @@ func TestRedirectEveryLocationChecked(t *testing.T) {
 			}
 			io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Egressd-Decision") != "deny; reason="+reasonRedirectDenied {
-				t.Errorf("GET %s = %d %q; want 403 %s", path, resp.StatusCode, resp.Header.Get("X-Egressd-Decision"), reasonRedirectDenied)
+			if resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Egressd-Decision") != "deny; reason="+string(policy.ReasonRedirectDenied) {
+				t.Errorf("GET %s = %d %q; want 403 %s", path, resp.StatusCode, resp.Header.Get("X-Egressd-Decision"), policy.ReasonRedirectDenied)
 			}
 		})
 	}

@@ -100,9 +100,9 @@ func TestServerRefusals(t *testing.T) {
 		wantHits   int64
 	}{
 		{name: "allowed", url: up.URL + "/", requests: 1, wantStatus: 200, wantHits: 1},
-		{name: "audit unavailable", failAudit: true, url: up.URL + "/", requests: 1, wantStatus: 503, wantReason: reasonAuditUnavailable},
-		{name: "rate limited", cfg: func(c *Config) { c.PerIdentityRate, c.PerIdentityBurst = 0.001, 1 }, url: up.URL + "/", requests: 2, wantStatus: 429, wantReason: reasonRateLimited, wantHits: 1},
-		{name: "upstream down", url: deadURL, requests: 1, wantStatus: 502, wantReason: reasonUpstreamFailed},
+		{name: "audit unavailable", failAudit: true, url: up.URL + "/", requests: 1, wantStatus: 503, wantReason: string(policy.ReasonAuditUnavailable)},
+		{name: "rate limited", cfg: func(c *Config) { c.PerIdentityRate, c.PerIdentityBurst = 0.001, 1 }, url: up.URL + "/", requests: 2, wantStatus: 429, wantReason: string(policy.ReasonRateLimited), wantHits: 1},
+		{name: "upstream down", url: deadURL, requests: 1, wantStatus: 502, wantReason: string(policy.ReasonUpstreamFailed)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -41,9 +41,10 @@ type tunnel struct {
 	closeOnce        sync.Once
 	// refused is the first-flight refusal reason, if any; refusedDetail
 	// says more, or alone says why an inspected tunnel ended early.
-	refused, refusedDetail string
+	refused       policy.Reason
+	refusedDetail string
 	// revoked is the reason a reload closed the tunnel, if it did.
-	revoked atomic.Pointer[string]
+	revoked atomic.Pointer[policy.Reason]
 	// inner serves an inspected tunnel's requests; nil until then.
 	inner atomic.Pointer[http.Server]
 }
@@ -77,7 +78,7 @@ func (t *tunnel) firstFlight(tlsOnly bool, onHello func(flight []byte, early *by
 			if isTimeout(err) && !tlsOnly {
 				return false
 			}
-			return t.refuseFlight(reasonNotTLS, "no first bytes: "+err.Error())
+			return t.refuseFlight(policy.ReasonTLSRequired, "no first bytes: "+err.Error())
 		}
 	}
 	var src io.Reader = t.client
@@ -98,7 +99,7 @@ func (t *tunnel) firstFlight(tlsOnly bool, onHello func(flight []byte, early *by
 	}
 	if !isTLSRecordStart(flight) {
 		if tlsOnly {
-			return t.refuseFlight(reasonNotTLS, "")
+			return t.refuseFlight(policy.ReasonTLSRequired, "")
 		}
 		return t.checkPlainFlight(flight, err, src, early)
 	}
@@ -106,24 +107,24 @@ func (t *tunnel) firstFlight(tlsOnly bool, onHello func(flight []byte, early *by
 	hello, ferr := a.feed(flight)
 	for hello == nil && ferr == nil {
 		if err != nil {
-			return t.refuseFlight(reasonMalformedTLS, "incomplete ClientHello: "+err.Error())
+			return t.refuseFlight(policy.ReasonMalformedHello, "incomplete ClientHello: "+err.Error())
 		}
 		if len(flight) >= maxHelloFlight {
-			return t.refuseFlight(reasonMalformedTLS, errHelloTooLarge.Error())
+			return t.refuseFlight(policy.ReasonMalformedHello, errHelloTooLarge.Error())
 		}
 		n := len(flight)
 		flight, err = readSome(flight, src)
 		hello, ferr = a.feed(flight[n:])
 	}
 	if ferr != nil {
-		return t.refuseFlight(reasonMalformedTLS, ferr.Error())
+		return t.refuseFlight(policy.ReasonMalformedHello, ferr.Error())
 	}
 	h, err := parseHello(hello)
 	if err != nil {
-		return t.refuseFlight(reasonMalformedTLS, err.Error())
+		return t.refuseFlight(policy.ReasonMalformedHello, err.Error())
 	}
 	if h.sni != "" && !sniMatches(h.sni, t.f.target.Host) {
-		return t.refuseFlight(reasonSNIMismatch, "sni "+h.sni)
+		return t.refuseFlight(policy.ReasonSNIMismatch, "sni "+h.sni)
 	}
 	return onHello(flight, early, h)
 }
@@ -178,7 +179,7 @@ func (t *tunnel) forwardFlight(b []byte, early *bytes.Reader) bool {
 
 // refuseFlight audits a first-flight refusal. The client already has its
 // 200, so the refusal is the closed connection and the audit records.
-func (t *tunnel) refuseFlight(reason, detail string) bool {
+func (t *tunnel) refuseFlight(reason policy.Reason, detail string) bool {
 	if t.revoked.Load() != nil {
 		// The check failed because a reload closed the connection; the
 		// completion record carries that reason.
@@ -305,7 +306,7 @@ func minTime(a, b time.Time) time.Time {
 // credential must still name its identity (not removed, token not rotated),
 // the policy must still allow its CONNECT, and the floor its dialled
 // address. It returns the deny reason, or "".
-func (t *tunnel) recheck(ctx context.Context, st *state) string {
+func (t *tunnel) recheck(ctx context.Context, st *state) policy.Reason {
 	id, _, reason := reauthenticate(st.ids, t.identity.ID, t.cred)
 	if reason != "" {
 		return reason
@@ -317,7 +318,7 @@ func (t *tunnel) recheck(ctx context.Context, st *state) string {
 	if out.Decision.Inspect && !t.f.inspected {
 		// The host-wide rule that opened it may be gone: an inspecting
 		// rule allows requests, not an opaque tunnel.
-		return string(policy.ReasonInspectRequired)
+		return policy.ReasonInspectRequired
 	}
 	if !t.addr.IsValid() {
 		// An inspected tunnel dials per request, and each dial is vetted.
@@ -330,7 +331,7 @@ func (t *tunnel) recheck(ctx context.Context, st *state) string {
 }
 
 // revoke closes the tunnel; its completion record carries reason.
-func (t *tunnel) revoke(reason string) {
+func (t *tunnel) revoke(reason policy.Reason) {
 	t.revoked.Store(&reason)
 	t.close()
 }
@@ -346,7 +347,7 @@ func (t *tunnel) close() {
 }
 
 // done appends the tunnel's completion record.
-func (t *tunnel) done(status int, reason, detail string) {
+func (t *tunnel) done(status int, reason policy.Reason, detail string) {
 	r := t.f.record(audit.KindConnectDone)
 	r.IP = t.ip
 	r.Status = status
@@ -355,7 +356,7 @@ func (t *tunnel) done(status int, reason, detail string) {
 	r.DurationUS = time.Since(t.f.start).Microseconds()
 	r.Error = detail
 	if reason != "" {
-		r.Decision, r.Reason = audit.DecisionDeny, reason
+		r.Decision, r.Reason = audit.DecisionDeny, string(reason)
 		if status != http.StatusForbidden {
 			t.s.metrics.decided(audit.KindConnect, r.Decision, reason)
 		}

@@ -16,10 +16,13 @@ import (
 	"time"
 )
 
-// rawUpstream answers each request on a connection with resp, then closes
-// the connection after closeAfter requests (0: never). It counts accepted
-// connections.
-func rawUpstream(t testing.TB, resp string, closeAfter int) (string, *atomic.Int32) {
+// serveRequests is a loopback upstream written by hand, for what net/http
+// would not do (ignore a body, send a response too many, close mid-stream):
+// on each connection it reads requests one after another and hands each to
+// answer, with its number on the connection (from 1); answer writes the
+// response on c and returns false to close the connection. It returns the
+// address and the count of accepted connections.
+func serveRequests(t testing.TB, answer func(c net.Conn, n int, req *http.Request) bool) (string, *atomic.Int32) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -39,16 +42,7 @@ func rawUpstream(t testing.TB, resp string, closeAfter int) (string, *atomic.Int
 				br := bufio.NewReader(c)
 				for n := 1; ; n++ {
 					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, req.Body)
-					out := resp
-					if req.Method == http.MethodHead {
-						out = out[:strings.Index(out, "\r\n\r\n")+4]
-					}
-					io.WriteString(c, out)
-					if n == closeAfter {
+					if err != nil || !answer(c, n, req) {
 						return
 					}
 				}
@@ -56,6 +50,22 @@ func rawUpstream(t testing.TB, resp string, closeAfter int) (string, *atomic.Int
 		}
 	}()
 	return ln.Addr().String(), &conns
+}
+
+// rawUpstream answers each request on a connection with resp, then closes
+// the connection after closeAfter requests (0: never). It counts accepted
+// connections.
+func rawUpstream(t testing.TB, resp string, closeAfter int) (string, *atomic.Int32) {
+	t.Helper()
+	return serveRequests(t, func(c net.Conn, n int, req *http.Request) bool {
+		io.Copy(io.Discard, req.Body)
+		out := resp
+		if req.Method == http.MethodHead {
+			out = out[:strings.Index(out, "\r\n\r\n")+4]
+		}
+		io.WriteString(c, out)
+		return n != closeAfter
+	})
 }
 
 func TestUpstreamPool(t *testing.T) {
@@ -179,40 +189,20 @@ const plantedResponse = "HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nplanted"
 // connection; every other request gets a 200 whose body is its path.
 func scriptedUpstream(t *testing.T, first string, plant <-chan struct{}) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	var n atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
+	var total atomic.Int32
+	addr, _ := serveRequests(t, func(c net.Conn, _ int, req *http.Request) bool {
+		if total.Add(1) == 1 {
+			io.WriteString(c, first)
+			if plant != nil {
+				<-plant
+				io.WriteString(c, plantedResponse)
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					if n.Add(1) == 1 {
-						io.WriteString(c, first)
-						if plant != nil {
-							<-plant
-							io.WriteString(c, plantedResponse)
-						}
-						continue
-					}
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: "+strconv.Itoa(len(req.URL.Path))+"\r\n\r\n"+req.URL.Path)
-				}
-			}()
+			return true
 		}
-	}()
-	return ln.Addr().String()
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: "+strconv.Itoa(len(req.URL.Path))+"\r\n\r\n"+req.URL.Path)
+		return true
+	})
+	return addr
 }
 
 // The pool is shared by every identity: a request (identity A's) whose

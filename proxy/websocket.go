@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
+
+	"github.com/egressd/egressd/policy"
 )
 
 // A WebSocket handshake inside an inspected tunnel is decided as the GET it
@@ -44,7 +46,7 @@ func (f *httpFlow) switched(req *http.Request, resp *http.Response) (*http.Respo
 	rw, ok := resp.Body.(io.ReadWriteCloser)
 	if !f.upgrade || !ok {
 		resp.Body.Close()
-		rf := refusalOf(reasonUpstreamFailed)
+		rf := refusalOf(policy.ReasonUpstreamFailed)
 		f.complete(rf.status, rf.reason, "unexpected 101 Switching Protocols")
 		return rf.response(req, f.id), nil
 	}

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/egressd/egressd/proxy/pggate"
 	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
@@ -141,7 +140,7 @@ func TestCheckSQLResolvesAgainstUpstream(t *testing.T) {
 		{"overload without upstream", plain, "SELECT lower(42)", 0, "allowed", true},
 		{"overload with upstream", withUpstream, "SELECT lower(42)", 1, "function_not_allowed", false},
 		{"built-in with upstream", withUpstream, "SELECT upper('a') || 'b'", 0, "allowed", false},
-		{"unreadable catalog", badUpstream, "SELECT 1", 1, pggate.ReasonCatalogUnavailable, false},
+		{"unreadable catalog", badUpstream, "SELECT 1", 1, "catalog_unavailable", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

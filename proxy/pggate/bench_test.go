@@ -53,29 +53,14 @@ func BenchmarkDecide(b *testing.B) {
 		}
 		s := benchSession(b, -1)
 		s.g.cur.Store(&current{engine: e, ids: s.g.cur.Load().ids})
-		if v := s.decide(benchQuery); !v.allow {
-			b.Fatalf("benchQuery denied: %s", v.reason)
-		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		for b.Loop() {
-			s.decide(benchQuery)
-		}
+		benchDecideQuery(b, s)
 	})
 	for _, bc := range []struct {
 		name  string
 		cache int
 	}{{"uncached", -1}, {"cached", 10000}} {
 		b.Run(bc.name, func(b *testing.B) {
-			s := benchSession(b, bc.cache)
-			if v := s.decide(benchQuery); !v.allow {
-				b.Fatalf("benchQuery denied: %s", v.reason)
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				s.decide(benchQuery)
-			}
+			benchDecideQuery(b, benchSession(b, bc.cache))
 		})
 	}
 	// New literals in a known shape (pgbench's pattern): the exact-text
@@ -209,5 +194,18 @@ func BenchmarkPgbench(b *testing.B) {
 					bc.name, direct, gate, gate/direct, cpu, client, allocs)
 			}
 		})
+	}
+}
+
+// benchDecideQuery decides benchQuery on s once per iteration, after
+// checking that it is allowed.
+func benchDecideQuery(b *testing.B, s *session) {
+	if v := s.decide(benchQuery); !v.allow {
+		b.Fatalf("benchQuery denied: %s", v.reason)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		s.decide(benchQuery)
 	}
 }

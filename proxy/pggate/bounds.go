@@ -8,16 +8,6 @@ import (
 	"github.com/egressd/egressd/policy/sqlfacts"
 )
 
-// Reasons for the gate's own bounds.
-const (
-	// reasonTooManyStatements denies a Query or Parse with more than
-	// max_statements statements, with one audit record for all of them.
-	reasonTooManyStatements = string(policy.ReasonTooManyStatements)
-	// reasonSessionLimit refuses a login past max_sessions or
-	// max_sessions_per_identity.
-	reasonSessionLimit = string(policy.ReasonSessionLimit)
-)
-
 // verdictFor is the uncached decision on text: the statement cap, then
 // evaluate. The count runs before the parser so that a megabyte of `;`
 // costs one linear scan and one audit record, not a parse and a record per

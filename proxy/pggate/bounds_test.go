@@ -3,6 +3,8 @@ package pggate
 import (
 	"strings"
 	"testing"
+
+	"github.com/egressd/egressd/policy"
 )
 
 // One query of many statements is denied as a whole with one audit record
@@ -29,13 +31,13 @@ func TestTooManyStatementsDeniedWithOneRecord(t *testing.T) {
 				}
 				return
 			}
-			wantDenied(t, err, reasonTooManyStatements)
-			if len(recs) != 1 || recs[0].Reason != reasonTooManyStatements || recs[0].Decision != "deny" {
-				t.Fatalf("audit records for a denied %d-byte query = %+v; want one deny %s", len(tt.sql), recs, reasonTooManyStatements)
+			wantDenied(t, err, string(policy.ReasonTooManyStatements))
+			if len(recs) != 1 || recs[0].Reason != string(policy.ReasonTooManyStatements) || recs[0].Decision != "deny" {
+				t.Fatalf("audit records for a denied %d-byte query = %+v; want one deny %s", len(tt.sql), recs, policy.ReasonTooManyStatements)
 			}
 			// The extended protocol is bounded the same way.
 			err = c.ExecParams(ctxT(t), tt.sql, nil, nil, nil, nil).Read().Err
-			wantDenied(t, err, reasonTooManyStatements)
+			wantDenied(t, err, string(policy.ReasonTooManyStatements))
 		})
 	}
 }

@@ -11,13 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/policy/sqlfacts"
-
-	"github.com/egressd/egressd/policy"
 )
-
-// ReasonCatalogUnavailable denies a login whose database's catalog could
-// not be read: without it a call could reach a user function unseen.
-const ReasonCatalogUnavailable = string(policy.ReasonCatalogUnavailable)
 
 // catalogQuery lists what a database defines beyond the built-ins, one row
 // per item: kind, schema, name, function schema, function name, implicit.

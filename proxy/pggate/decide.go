@@ -16,22 +16,11 @@ import (
 	"github.com/egressd/egressd/policy/sqlparse"
 )
 
-// Reasons the gate itself denies with.
-const (
-	reasonAuditUnavailable   = string(policy.ReasonAuditUnavailable)
-	reasonFunctionCall       = string(policy.ReasonFunctionCall)
-	reasonStatementNotVetted = string(policy.ReasonStatementNotVet)
-	reasonIdentityRevoked    = string(policy.ReasonIdentityRevoked)
-	// reasonSibling marks an allowed statement that did not run because
-	// another statement of the same Query was denied.
-	reasonSibling = string(policy.ReasonOtherStatement)
-)
-
 // verdict is the decision on one query text: all its statements, or none.
 // Verdicts are immutable once cached.
 type verdict struct {
 	allow  bool
-	reason string
+	reason policy.Reason
 	stmts  []stmtAudit
 	// cacheable is false when a decision may differ on retry (policy
 	// timeout or error).
@@ -45,9 +34,10 @@ type verdict struct {
 // stmtAudit is one statement's audit line: normalized SQL (no literals),
 // its fingerprint and decision.
 type stmtAudit struct {
-	sql, fingerprint       string
-	allow                  bool
-	reason, rule, policyID string
+	sql, fingerprint string
+	allow            bool
+	reason           policy.Reason
+	rule, policyID   string
 }
 
 // decide returns the verdict on text for this session, audited. The
@@ -77,7 +67,7 @@ func (s *session) decide(text string) *verdict {
 	for i := range v.stmts {
 		a := &v.stmts[i]
 		if err := g.deps.Audit.Append(s.record(audit.Verdict{
-			Allow: a.allow, Reason: a.reason, Rule: a.rule, Policy: a.policyID,
+			Allow: a.allow, Reason: string(a.reason), Rule: a.rule, Policy: a.policyID,
 		}, a.sql, a.fingerprint)); err != nil {
 			return s.auditFailed(err, a)
 		}
@@ -147,12 +137,12 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 		// checked against its tree (Normalize keeps the literals of
 		// utility statements); the fingerprint is of that text, since a
 		// fingerprint of the literals would let a reader test guesses.
-		a := stmtAudit{allow: d.Allow, reason: d.Reason, rule: d.Rule, policyID: d.Policy, sql: auditSQL(st.AuditSQL)}
+		a := stmtAudit{allow: d.Allow, reason: policy.Reason(d.Reason), rule: d.Rule, policyID: d.Policy, sql: auditSQL(st.AuditSQL)}
 		if a.sql != sqlfacts.RedactionFailed && sqlparse.InProcess(st.AuditSQL) {
 			a.fingerprint, _ = sqlparse.Fingerprint(ctx, st.AuditSQL)
 		}
 		if !d.Allow {
-			a.reason = sanitizeReason(d.Reason)
+			a.reason = sanitizeReason(a.reason)
 			if v.allow {
 				v.allow, v.reason = false, a.reason
 			}
@@ -162,7 +152,7 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 	if !v.allow {
 		for i := range v.stmts {
 			if v.stmts[i].allow {
-				v.stmts[i].allow, v.stmts[i].reason = false, reasonSibling
+				v.stmts[i].allow, v.stmts[i].reason = false, policy.ReasonOtherStatement
 			}
 		}
 	}
@@ -210,19 +200,19 @@ func (g *Gate) addShape(skey cacheKey, norm string, v *verdict) {
 // parse tree to check it against), and no SQL when that check fails or the
 // text is past the length limit: a deny must not log literals either.
 func (g *Gate) refused(ctx context.Context, err error, text string) *verdict {
-	reason := policy.ReasonSQLParseError.String()
+	reason := policy.ReasonSQLParseError
 	var de *policy.DenyError
 	if errors.As(err, &de) {
-		reason = sanitizeReason(de.Reason.String())
+		reason = sanitizeReason(de.Reason)
 	}
 	if errors.Is(err, sqlparse.ErrCrashed) {
 		// The error names how the worker ended, never the text (a
 		// syntax error's message would quote it, so only crashes are
 		// logged).
-		g.log.Warn("sql parser worker failed; statement denied", zap.String("reason", reason), zap.Error(err))
+		g.log.Warn("sql parser worker failed; statement denied", zap.Stringer("reason", reason), zap.Error(err))
 	}
 	var sql string
-	if (reason == policy.ReasonSQLParseError.String() || reason == policy.ReasonSQLTooComplex.String()) && len(text) <= g.cfg.MaxQueryBytes {
+	if (reason == policy.ReasonSQLParseError || reason == policy.ReasonSQLTooComplex) && len(text) <= g.cfg.MaxQueryBytes {
 		if red, err := sqlparse.RedactScanned(ctx, text); err == nil {
 			sql = auditSQL(strings.TrimRight(strings.TrimSpace(red), ";"))
 		}
@@ -245,16 +235,16 @@ func (s *session) auditFailed(err error, a *stmtAudit) *verdict {
 		if derr := s.audit(policy.Decision{Reason: string(policy.ReasonAuditBudget), Rule: a.rule, Policy: a.policyID}, a.sql, a.fingerprint); derr != nil && !errors.Is(derr, audit.ErrOverBudget) {
 			s.g.failLog.Failed(derr)
 		}
-		return &verdict{reason: string(policy.ReasonAuditBudget)}
+		return &verdict{reason: policy.ReasonAuditBudget}
 	}
 	s.g.failLog.Failed(err)
-	return &verdict{reason: reasonAuditUnavailable}
+	return &verdict{reason: policy.ReasonAuditUnavailable}
 }
 
 // auditRefusal records a deny that has no SQL (a fast-path call, a Bind of
 // an unknown statement).
-func (s *session) auditRefusal(reason string) {
-	if err := s.audit(policy.Decision{Reason: reason, Policy: s.g.engine().Digest()}, "", ""); err != nil {
+func (s *session) auditRefusal(reason policy.Reason) {
+	if err := s.audit(policy.Decision{Reason: string(reason), Policy: s.g.engine().Digest()}, "", ""); err != nil {
 		s.g.failLog.Failed(err)
 	}
 }
@@ -275,7 +265,7 @@ func (s *session) record(v audit.Verdict, sql, fp string) *audit.Record {
 
 // sanitizeReason keeps a reason to [a-z0-9_]: it travels inside the marker
 // identifier the server echoes back, and into the client's message.
-func sanitizeReason(r string) string {
+func sanitizeReason(r policy.Reason) policy.Reason {
 	if r == "" {
 		return "denied"
 	}
@@ -290,7 +280,7 @@ func sanitizeReason(r string) string {
 	if ok && len(r) <= 40 {
 		return r
 	}
-	b := []byte(strings.ToLower(r))
+	b := []byte(strings.ToLower(string(r)))
 	for i, c := range b {
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
 			b[i] = '_'
@@ -299,7 +289,7 @@ func sanitizeReason(r string) string {
 	if len(b) > 40 {
 		b = b[:40]
 	}
-	return string(b)
+	return policy.Reason(b)
 }
 
 // cacheKeyPrefix identifies who decides: identity id, attributes in key

@@ -47,6 +47,14 @@ func wantDenied(t *testing.T, err error, reason string) {
 	}
 }
 
+// wantQueryDenied runs sql as a simple Query on c and wants it denied with
+// reason.
+func wantQueryDenied(t *testing.T, c *pgconn.PgConn, sql, reason string) {
+	t.Helper()
+	_, err := c.Exec(ctxT(t), sql).ReadAll()
+	wantDenied(t, err, reason)
+}
+
 func TestAllowedQueriesMatchDirect(t *testing.T) {
 	pg := sharedPG(t)
 	f := startGate(t, pg, nil)
@@ -152,11 +160,10 @@ func TestDangerousConstructsDenied(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := conns[tt.user]
-			_, err := c.Exec(ctxT(t), tt.sql).ReadAll()
-			wantDenied(t, err, tt.reason)
+			wantQueryDenied(t, c, tt.sql, tt.reason)
 			// Extended protocol: the denied Parse errors, the rest is
 			// skipped to Sync.
-			err = c.ExecParams(ctxT(t), tt.sql, nil, nil, nil, nil).Read().Err
+			err := c.ExecParams(ctxT(t), tt.sql, nil, nil, nil, nil).Read().Err
 			if !strings.Contains(tt.sql, ";") {
 				wantDenied(t, err, tt.reason)
 			}
@@ -263,8 +270,7 @@ func TestUpdateSwapsEngineForLiveSessions(t *testing.T) {
 	c := connect(t, f.dsn("agent-ro", passRO, "app"))
 	rows(t, c, "SELECT id FROM users")
 	f.gate.Reload(denyAll{}, testIdentities(t))
-	_, err := c.Exec(ctxT(t), "SELECT id FROM users").ReadAll()
-	wantDenied(t, err, "reloaded_deny")
+	wantQueryDenied(t, c, "SELECT id FROM users", "reloaded_deny")
 }
 
 // A reload reaches sessions already open: a removed identity loses its
@@ -291,8 +297,7 @@ func TestUpdateResolvesIdentityForLiveSessions(t *testing.T) {
 		f.gate.Reload(testEngine(t), ids(identity.Config{
 			{ID: "agent-rw", SCRAMSHA256: rw, Attributes: map[string]string{"sql_profile": "read_only"}},
 		}))
-		_, err := c.Exec(ctxT(t), "UPDATE users SET name = name WHERE id = -1").ReadAll()
-		wantDenied(t, err, "write_denied")
+		wantQueryDenied(t, c, "UPDATE users SET name = name WHERE id = -1", "write_denied")
 		rows(t, c, "SELECT id FROM users WHERE id = -1")
 	})
 
@@ -305,8 +310,7 @@ func TestUpdateResolvesIdentityForLiveSessions(t *testing.T) {
 		rows(t, c, "SELECT id FROM users WHERE id = -1")
 		fl.deny.Store(true)
 		f.gate.Reload(testEngine(t), testIdentities(t))
-		_, err := c.Exec(ctxT(t), "SELECT id FROM users WHERE id = -1").ReadAll()
-		wantDenied(t, err, "internal_denied")
+		wantQueryDenied(t, c, "SELECT id FROM users WHERE id = -1", "internal_denied")
 	})
 
 	t.Run("password rotated", func(t *testing.T) {

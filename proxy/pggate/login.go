@@ -6,18 +6,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
-
 	"github.com/egressd/egressd/policy"
-)
-
-// Reasons a login is refused with; each refusal is audited with the
-// claimed user and database (never the password).
-const (
-	reasonLoginInvalid     = string(policy.ReasonStartupInvalid)
-	reasonStartupParameter = string(policy.ReasonStartupParameter)
-	reasonUnknownIdentity  = string(policy.ReasonUnknownIdentity)
-	reasonAuthFailed       = string(policy.ReasonAuthFailed)
-	reasonUpstreamLogin    = string(policy.ReasonUpstreamLogin)
 )
 
 // maxClaimedLen caps the client-chosen user and database names in a login
@@ -27,7 +16,7 @@ const maxClaimedLen = 256
 // auditLogin records a refused login. The user is only claimed (it did not
 // authenticate), so it goes into the record's identity field as sent,
 // capped; an audit failure is logged, the login is refused either way.
-func (g *Gate) auditLogin(client string, params map[string]string, reason string) {
+func (g *Gate) auditLogin(client string, params map[string]string, reason policy.Reason) {
 	if reason == "" {
 		return
 	}
@@ -36,7 +25,7 @@ func (g *Gate) auditLogin(client string, params map[string]string, reason string
 	if db == "" {
 		db = params["user"]
 	}
-	r := audit.Decided(audit.KindSQL, user, client, audit.Verdict{Reason: reason, Policy: g.engine().Digest()})
+	r := audit.Decided(audit.KindSQL, user, client, audit.Verdict{Reason: string(reason), Policy: g.engine().Digest()})
 	r.Database = capClaimed(db)
 	if err := g.deps.Audit.Append(r); err != nil {
 		g.failLog.Failed(err, zap.String("refused", "login"))

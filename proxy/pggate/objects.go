@@ -3,6 +3,8 @@ package pggate
 import (
 	"slices"
 	"sync"
+
+	"github.com/egressd/egressd/policy"
 )
 
 // Bounds of what one session may keep prepared: past them a new prepared
@@ -28,8 +30,8 @@ type objects struct {
 	pending        []objOp
 	sent, ready    uint64 // exchanges (Query, Sync) sent, and ReadyForQuery seen
 	textBytes      int
-	revoked        int               // objects with a revoked reason
-	denied         map[string]string // text → reason, from the last re-decision
+	revoked        int                      // objects with a revoked reason
+	denied         map[string]policy.Reason // text → reason, from the last re-decision
 }
 
 // object is one prepared statement or portal.
@@ -40,7 +42,7 @@ type object struct {
 	holdable bool
 	// revoked is the deny reason when the current policy refuses one of
 	// texts; a use of the object is then denied with it.
-	revoked string
+	revoked policy.Reason
 }
 
 // objOp is one message or statement sent upstream that creates or removes
@@ -287,7 +289,7 @@ func (o *objects) allTexts() []string {
 
 // setDenied installs the outcome of a re-decision: the texts the current
 // policy refuses, with their reasons.
-func (o *objects) setDenied(denied map[string]string) {
+func (o *objects) setDenied(denied map[string]policy.Reason) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.denied = denied
@@ -299,7 +301,7 @@ func (o *objects) setDenied(denied map[string]string) {
 }
 
 // revokedReason is the deny reason of a use of the named object, or "".
-func (o *objects) revokedReason(portal bool, name string) string {
+func (o *objects) revokedReason(portal bool, name string) policy.Reason {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if obj := o.space(portal)[name]; obj != nil {

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/egressd/egressd/policy"
 )
 
 // step is one event of a session as objects sees it.
@@ -96,7 +98,7 @@ func TestObjectsRevocation(t *testing.T) {
 	o.record(objOp{confirm: '1', name: "del", create: true, texts: []string{"DELETE"}})
 	o.record(objOp{confirm: '2', portal: true, name: "p", create: true, texts: []string{"DELETE"}})
 	o.record(objOp{confirm: '1', name: "sel", create: true, texts: []string{"SELECT"}})
-	o.setDenied(map[string]string{"DELETE": "write_denied"})
+	o.setDenied(map[string]policy.Reason{"DELETE": "write_denied"})
 	if !o.anyRevoked() || o.revokedReason(false, "del") != "write_denied" || o.revokedReason(true, "p") != "write_denied" || o.revokedReason(false, "sel") != "" {
 		t.Fatalf("after a re-decision: del %q, p %q, sel %q; want del and p write_denied", o.revokedReason(false, "del"), o.revokedReason(true, "p"), o.revokedReason(false, "sel"))
 	}

@@ -334,25 +334,23 @@ func (g *sqlGen) update(depth int) string {
 		c = rel.cols[g.pick(len(rel.cols))]
 	}
 	s := "UPDATE " + rel.name + " SET " + c.name + " = " + g.expr(depth+1, c.typ, sc)
-	if g.chance(0.2) {
-		src := genRels[g.pick(len(genRels))]
-		s += " FROM " + src.name + " f"
-		sc = append(sc, scope{alias: "f", cols: src.cols})
-	}
-	if g.chance(0.85) {
-		s += " WHERE " + g.cond(depth+1, sc)
-	}
-	return s
+	return s + g.otherAndWhere(depth, "FROM", "f", sc)
 }
 
 func (g *sqlGen) delete(depth int) string {
 	rel := g.target()
 	sc := []scope{{cols: rel.cols}}
-	s := "DELETE FROM " + rel.name
+	return "DELETE FROM " + rel.name + g.otherAndWhere(depth, "USING", "u", sc)
+}
+
+// otherAndWhere is the tail of an UPDATE or DELETE: sometimes a second
+// relation (after kw, named alias), mostly a WHERE over sc and it.
+func (g *sqlGen) otherAndWhere(depth int, kw, alias string, sc []scope) string {
+	var s string
 	if g.chance(0.2) {
 		src := genRels[g.pick(len(genRels))]
-		s += " USING " + src.name + " u"
-		sc = append(sc, scope{alias: "u", cols: src.cols})
+		s += " " + kw + " " + src.name + " " + alias
+		sc = append(sc, scope{alias: alias, cols: src.cols})
 	}
 	if g.chance(0.85) {
 		s += " WHERE " + g.cond(depth+1, sc)

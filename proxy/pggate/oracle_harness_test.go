@@ -60,8 +60,9 @@ func (d discrepancy) key() string {
 type oracleStats struct {
 	decided, allowed, ran, skipped, retried, undecided int
 	// userCalls counts the statements that ran a user function.
-	userCalls      int
-	denied, errors map[string]int
+	userCalls int
+	denied    map[policy.Reason]int
+	errors    map[string]int
 }
 
 func (s *oracleStats) log(t *testing.T, corpus, generated int, took time.Duration) {
@@ -80,7 +81,7 @@ func newOracle(t *testing.T) *oracle {
 	oracleDBs++
 	o := &oracle{t: t, db: fmt.Sprintf("oracle%d", oracleDBs), role: fmt.Sprintf("oracle_r%d_%d", os.Getpid(), oracleDBs),
 		viewBase: map[string]string{"public.v_t": "public.t"}, found: map[string]discrepancy{},
-		stats: oracleStats{denied: map[string]int{}, errors: map[string]int{}}}
+		stats: oracleStats{denied: map[policy.Reason]int{}, errors: map[string]int{}}}
 	schema, err := os.ReadFile("testdata/oracle/schema.sql")
 	if err != nil {
 		t.Fatal(err)

@@ -31,6 +31,17 @@ func rawClient(t *testing.T, f *fixture) (net.Conn, *pgproto3.Frontend) {
 	return hc.Conn, pgproto3.NewFrontend(hc.Conn, hc.Conn)
 }
 
+// sendFlushed sends msgs to the gate in one write.
+func sendFlushed(t *testing.T, fe *pgproto3.Frontend, msgs ...pgproto3.FrontendMessage) {
+	t.Helper()
+	for _, m := range msgs {
+		fe.Send(m)
+	}
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // receiveUntilReady collects messages up to ReadyForQuery.
 func receiveUntilReady(t *testing.T, fe *pgproto3.Frontend) []pgproto3.BackendMessage {
 	t.Helper()
@@ -78,10 +89,7 @@ func TestFunctionCallDenied(t *testing.T) {
 	pg := sharedPG(t)
 	f := startGate(t, pg, nil)
 	_, fe := rawClient(t, f)
-	fe.Send(&pgproto3.FunctionCall{Function: 2619, ResultFormatCode: 0})
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	sendFlushed(t, fe, &pgproto3.FunctionCall{Function: 2619, ResultFormatCode: 0})
 	wantErrorThenReady(t, receiveUntilReady(t, fe), "function_call_denied")
 }
 
@@ -89,21 +97,17 @@ func TestBindOfUnvettedStatementDenied(t *testing.T) {
 	pg := sharedPG(t)
 	f := startGate(t, pg, nil)
 	_, fe := rawClient(t, f)
-	fe.Send(&pgproto3.Bind{PreparedStatement: "never_parsed"})
-	fe.Send(&pgproto3.Execute{})
-	fe.Send(&pgproto3.Sync{})
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	sendFlushed(t, fe, &pgproto3.Bind{PreparedStatement: "never_parsed"}, &pgproto3.Execute{}, &pgproto3.Sync{})
 	wantErrorThenReady(t, receiveUntilReady(t, fe), "statement_not_vetted")
 	// A named statement that was vetted runs; after Close it is gone.
-	fe.Send(&pgproto3.Parse{Name: "s1", Query: "SELECT name FROM users WHERE id = 1"})
-	fe.Send(&pgproto3.Bind{PreparedStatement: "s1"})
-	fe.Send(&pgproto3.Execute{})
-	fe.Send(&pgproto3.Close{ObjectType: 'S', Name: "s1"})
-	fe.Send(&pgproto3.Bind{PreparedStatement: "s1"})
-	fe.Send(&pgproto3.Sync{})
-	fe.Flush()
+	sendFlushed(t, fe,
+		&pgproto3.Parse{Name: "s1", Query: "SELECT name FROM users WHERE id = 1"},
+		&pgproto3.Bind{PreparedStatement: "s1"},
+		&pgproto3.Execute{},
+		&pgproto3.Close{ObjectType: 'S', Name: "s1"},
+		&pgproto3.Bind{PreparedStatement: "s1"},
+		&pgproto3.Sync{},
+	)
 	msgs := receiveUntilReady(t, fe)
 	var row string
 	var errMsg string
@@ -124,18 +128,13 @@ func TestPipelinedDenySkipsToSync(t *testing.T) {
 	pg := sharedPG(t)
 	f := startGate(t, pg, nil)
 	_, fe := rawClient(t, f)
-	fe.Send(&pgproto3.Parse{Query: "SELECT 1"})
-	fe.Send(&pgproto3.Bind{})
-	fe.Send(&pgproto3.Execute{})
-	fe.Send(&pgproto3.Parse{Query: "SELECT pg_read_file('/etc/passwd')"})
-	fe.Send(&pgproto3.Bind{})
-	fe.Send(&pgproto3.Execute{})
-	fe.Send(&pgproto3.Sync{})
-	fe.Send(&pgproto3.Parse{Query: "SELECT 2"})
-	fe.Send(&pgproto3.Bind{})
-	fe.Send(&pgproto3.Execute{})
-	fe.Send(&pgproto3.Sync{})
-	fe.Flush()
+	sendFlushed(t, fe,
+		&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.Parse{Query: "SELECT pg_read_file('/etc/passwd')"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.Sync{},
+		&pgproto3.Parse{Query: "SELECT 2"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.Sync{},
+	)
 	var kinds []string
 	for _, m := range append(receiveUntilReady(t, fe), receiveUntilReady(t, fe)...) {
 		switch m := m.(type) {

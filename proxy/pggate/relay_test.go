@@ -39,10 +39,7 @@ func TestRelayMemoryBoundedWhenClientDoesNotRead(t *testing.T) {
 	base := heapInUse()
 	for range 2 {
 		conn, fe := rawClient(t, f)
-		fe.Send(&pgproto3.Query{String: query})
-		if err := fe.Flush(); err != nil {
-			t.Fatal(err)
-		}
+		sendFlushed(t, fe, &pgproto3.Query{String: query})
 		_ = conn // never read
 	}
 	// Wait until the server has either finished sending both rows (the
@@ -77,8 +74,7 @@ func TestRelayStreamsLargeRow(t *testing.T) {
 		t.Fatalf("large row through the gate: %d rows, first value %d bytes; want one row of 6000000 bytes and 'tail'", len(got), len(got[0][0]))
 	}
 	// The session goes on with the denial markers rewritten as before.
-	_, err := c.Exec(ctxT(t), "SELECT pg_read_file('/etc/passwd')").ReadAll()
-	wantDenied(t, err, "function_not_allowed")
+	wantQueryDenied(t, c, "SELECT pg_read_file('/etc/passwd')", "function_not_allowed")
 }
 
 // A row over max_upstream_message_bytes ends the session with an error

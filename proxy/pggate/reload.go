@@ -1,5 +1,7 @@
 package pggate
 
+import "github.com/egressd/egressd/policy"
+
 // redecideObjects decides every prepared statement and cursor the session
 // may hold again under the policy and identity now in force (each decision
 // audited, as a new statement's is): a profile narrowed by a reload must
@@ -9,7 +11,7 @@ package pggate
 // client drops or re-creates it.
 func (s *session) redecideObjects() {
 	texts := s.objs.allTexts()
-	denied := map[string]string{}
+	denied := map[string]policy.Reason{}
 	for _, t := range texts {
 		if v := s.decide(t); !v.allow {
 			denied[t] = v.reason
@@ -44,7 +46,7 @@ func (s *session) recordEffects(text string) bool {
 // portalAllow checks an Execute of portal: a revoked portal is denied, and
 // its statement text is checked as a query's is (it may EXECUTE or FETCH,
 // DEALLOCATE or DECLARE).
-func (s *session) portalAllow(portal string) string {
+func (s *session) portalAllow(portal string) policy.Reason {
 	if reason := s.objs.revokedReason(true, portal); reason != "" {
 		return reason
 	}
@@ -53,7 +55,7 @@ func (s *session) portalAllow(portal string) string {
 			return reason
 		}
 		if !s.recordEffects(t) {
-			return reasonSessionLimit
+			return policy.ReasonSessionLimit
 		}
 	}
 	return ""
@@ -61,11 +63,11 @@ func (s *session) portalAllow(portal string) string {
 
 // usesRevoked returns the reason of the first revoked prepared statement
 // or cursor text runs, or "".
-func (s *session) usesRevoked(text string) string {
+func (s *session) usesRevoked(text string) policy.Reason {
 	if !s.objs.anyRevoked() {
 		return ""
 	}
-	reason := ""
+	var reason policy.Reason
 	usesOf(text, func(portal bool, name string) bool {
 		reason = s.objs.revokedReason(portal, name)
 		return reason == ""

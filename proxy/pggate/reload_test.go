@@ -81,8 +81,7 @@ func TestReloadRevokesPreparedStatementsAndCursors(t *testing.T) {
 		narrowToReadOnly(t, f)
 		before := len(f.audit.Records())
 		for _, q := range []string{"EXECUTE del(901)", "SELECT 1; EXECUTE del(901)", "execute DEL (901)"} {
-			_, err := c.Exec(ctxT(t), q).ReadAll()
-			wantDenied(t, err, "write_denied")
+			wantQueryDenied(t, c, q, "write_denied")
 		}
 		intact()
 		// The re-decision and each refused use are audited.
@@ -113,8 +112,7 @@ func TestReloadRevokesPreparedStatementsAndCursors(t *testing.T) {
 		err := c.ExecPrepared(ctxT(t), "pdel", [][]byte{[]byte("902")}, nil, nil).Read().Err
 		wantDenied(t, err, "write_denied")
 		// SQL EXECUTE reaches the same statement.
-		_, err = c.Exec(ctxT(t), "EXECUTE pdel(902)").ReadAll()
-		wantDenied(t, err, "write_denied")
+		wantQueryDenied(t, c, "EXECUTE pdel(902)", "write_denied")
 		intact()
 		rows(t, c, "SELECT 1")
 	})
@@ -128,8 +126,7 @@ func TestReloadRevokesPreparedStatementsAndCursors(t *testing.T) {
 		}
 		f.gate.Reload(denyTable{inner: testEngine(t), table: "users"}, testIdentities(t))
 		for _, q := range []string{"FETCH 1 FROM cur", "FETCH NEXT IN cur", "MOVE FORWARD 1 FROM cur", "FETCH cur"} {
-			_, err := c.Exec(ctxT(t), q).ReadAll()
-			wantDenied(t, err, "table_not_allowed")
+			wantQueryDenied(t, c, q, "table_not_allowed")
 		}
 		rows(t, c, "CLOSE cur")
 		// Closed, the name may be used again under the new policy.
@@ -143,17 +140,10 @@ func TestReloadRevokesPreparedStatementsAndCursors(t *testing.T) {
 	t.Run("cursor executed as a portal", func(t *testing.T) {
 		f := startGate(t, sharedPG(t), nil)
 		_, fe := rawClient(t, f)
-		fe.Send(&pgproto3.Query{String: "BEGIN; DECLARE cur CURSOR WITH HOLD FOR SELECT name FROM users; COMMIT"})
-		if err := fe.Flush(); err != nil {
-			t.Fatal(err)
-		}
+		sendFlushed(t, fe, &pgproto3.Query{String: "BEGIN; DECLARE cur CURSOR WITH HOLD FOR SELECT name FROM users; COMMIT"})
 		receiveUntilReady(t, fe)
 		f.gate.Reload(denyTable{inner: testEngine(t), table: "users"}, testIdentities(t))
-		fe.Send(&pgproto3.Execute{Portal: "cur", MaxRows: 1})
-		fe.Send(&pgproto3.Sync{})
-		if err := fe.Flush(); err != nil {
-			t.Fatal(err)
-		}
+		sendFlushed(t, fe, &pgproto3.Execute{Portal: "cur", MaxRows: 1}, &pgproto3.Sync{})
 		wantErrorThenReady(t, receiveUntilReady(t, fe), "table_not_allowed")
 	})
 
@@ -162,8 +152,7 @@ func TestReloadRevokesPreparedStatementsAndCursors(t *testing.T) {
 		c := connect(t, f.dsn("agent-rw", passRW, "app"))
 		rows(t, c, "PREPARE del(int) AS DELETE FROM items WHERE id = $1")
 		narrowToReadOnly(t, f)
-		_, err := c.Exec(ctxT(t), "EXECUTE del(0)").ReadAll()
-		wantDenied(t, err, "write_denied")
+		wantQueryDenied(t, c, "EXECUTE del(0)", "write_denied")
 		rows(t, c, "DEALLOCATE del")
 		rows(t, c, "PREPARE del(int) AS SELECT $1 + 1")
 		if got := rows(t, c, "EXECUTE del(1)"); got[0][0] != "2" {
@@ -186,20 +175,16 @@ func TestReloadRevokesPreparedStatementsAndCursors(t *testing.T) {
 		}
 		defer hc.Conn.Close()
 		fe := pgproto3.NewFrontend(hc.Conn, hc.Conn)
-		fe.Send(&pgproto3.Parse{Query: "SELECT * FROM no_such_table"})
-		fe.Send(&pgproto3.Close{ObjectType: 'S', Name: "pdel"})
-		fe.Send(&pgproto3.Sync{})
-		if err := fe.Flush(); err != nil {
-			t.Fatal(err)
-		}
+		sendFlushed(t, fe,
+			&pgproto3.Parse{Query: "SELECT * FROM no_such_table"},
+			&pgproto3.Close{ObjectType: 'S', Name: "pdel"},
+			&pgproto3.Sync{},
+		)
 		if msgs := receiveUntilReady(t, fe); len(msgs) != 2 {
 			t.Fatalf("pipeline with a failing Parse = %#v; want ErrorResponse, ReadyForQuery", msgs)
 		}
 		narrowToReadOnly(t, f)
-		fe.Send(&pgproto3.Query{String: "EXECUTE pdel(904)"})
-		if err := fe.Flush(); err != nil {
-			t.Fatal(err)
-		}
+		sendFlushed(t, fe, &pgproto3.Query{String: "EXECUTE pdel(904)"})
 		msgs := receiveUntilReady(t, fe)
 		if e, ok := msgs[0].(*pgproto3.ErrorResponse); !ok || e.Message != "egressd: denied: write_denied" {
 			t.Fatalf("EXECUTE of a statement whose Close was skipped = %#v; want denied write_denied", msgs)
@@ -223,8 +208,7 @@ func TestReloadRevokesPreparedStatementsAndCursors(t *testing.T) {
 		}
 		rows(t, c, "ROLLBACK")
 		narrowToReadOnly(t, f)
-		_, err := c.Exec(ctxT(t), "EXECUTE del(903)").ReadAll()
-		wantDenied(t, err, "write_denied")
+		wantQueryDenied(t, c, "EXECUTE del(903)", "write_denied")
 		intact()
 	})
 }
@@ -236,10 +220,6 @@ func TestReloadRevokesPreparedStatementsAndCursors(t *testing.T) {
 func TestQueryInsideExtendedExchangeRefused(t *testing.T) {
 	f := startGate(t, sharedPG(t), nil)
 	conn, fe := rawClient(t, f)
-	fe.Send(&pgproto3.Parse{Name: "s1", Query: "SELECT 1"})
-	fe.Send(&pgproto3.Query{String: "SELECT 2"})
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	sendFlushed(t, fe, &pgproto3.Parse{Name: "s1", Query: "SELECT 1"}, &pgproto3.Query{String: "SELECT 2"})
 	wantClosedWithError(t, conn)
 }

@@ -166,12 +166,12 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 		// decided, so the query has one audit record, the deny.
 		if reason := s.usesRevoked(m.String); reason != "" {
 			s.auditRefusal(reason)
-			s.fe.Send(&pgproto3.Query{String: s.g.marker + reason})
+			s.failQuery(reason)
 		} else if v := s.decide(m.String); !v.allow {
-			s.fe.Send(&pgproto3.Query{String: s.g.marker + v.reason})
+			s.failQuery(v.reason)
 		} else if !s.recordEffects(m.String) {
-			s.auditRefusal(reasonSessionLimit)
-			s.fe.Send(&pgproto3.Query{String: s.g.marker + reasonSessionLimit})
+			s.auditRefusal(policy.ReasonSessionLimit)
+			s.failQuery(policy.ReasonSessionLimit)
 		} else {
 			s.fe.Send(m)
 		}
@@ -189,8 +189,8 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 		case !v.allow:
 			s.failExtended(v.reason)
 		case !s.objs.record(objOp{confirm: '1', name: m.Name, create: true, texts: []string{m.Query}}):
-			s.auditRefusal(reasonSessionLimit)
-			s.failExtended(reasonSessionLimit)
+			s.auditRefusal(policy.ReasonSessionLimit)
+			s.failExtended(policy.ReasonSessionLimit)
 		default:
 			s.stmts[m.Name] = struct{}{}
 			s.fe.Send(m)
@@ -200,8 +200,8 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 			return nil
 		}
 		if _, ok := s.stmts[m.PreparedStatement]; !ok {
-			s.auditRefusal(reasonStatementNotVetted)
-			s.failExtended(reasonStatementNotVetted)
+			s.auditRefusal(policy.ReasonStatementNotVet)
+			s.failExtended(policy.ReasonStatementNotVet)
 			return nil
 		}
 		if reason := s.objs.revokedReason(false, m.PreparedStatement); reason != "" {
@@ -210,8 +210,8 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 			return nil
 		}
 		if !s.objs.record(objOp{confirm: '2', portal: true, name: m.DestinationPortal, create: true, texts: s.objs.textsOf(false, m.PreparedStatement)}) {
-			s.auditRefusal(reasonSessionLimit)
-			s.failExtended(reasonSessionLimit)
+			s.auditRefusal(policy.ReasonSessionLimit)
+			s.failExtended(policy.ReasonSessionLimit)
 			return nil
 		}
 		s.fe.Send(m)
@@ -223,8 +223,8 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 			delete(s.stmts, m.Name)
 		}
 		if !s.objs.record(objOp{confirm: '3', portal: m.ObjectType == 'P', name: m.Name}) {
-			s.auditRefusal(reasonSessionLimit)
-			s.failExtended(reasonSessionLimit)
+			s.auditRefusal(policy.ReasonSessionLimit)
+			s.failExtended(policy.ReasonSessionLimit)
 			return nil
 		}
 		s.fe.Send(m)
@@ -253,8 +253,8 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 	case *pgproto3.FunctionCall:
 		// The fast-path call names a function by OID with no SQL to
 		// inspect: refused in every profile.
-		s.auditRefusal(reasonFunctionCall)
-		s.fe.Send(&pgproto3.Query{String: s.g.marker + reasonFunctionCall})
+		s.auditRefusal(policy.ReasonFunctionCall)
+		s.failQuery(policy.ReasonFunctionCall)
 		s.objs.synced()
 		return s.flushUpstream()
 	case *pgproto3.CopyData:
@@ -297,17 +297,17 @@ func (s *session) reloaded() *fatal {
 	s.cur = cur
 	entry, ident, ok := cur.ids.Lookup(s.identity.ID)
 	if !ok || entry.SCRAMSHA256 != s.verifier {
-		s.auditRefusal(reasonIdentityRevoked)
-		return sessionRefusal(reasonIdentityRevoked, "egressd: denied: %s", reasonIdentityRevoked)
+		s.auditRefusal(policy.ReasonIdentityRevoked)
+		return sessionRefusal(policy.ReasonIdentityRevoked, "egressd: denied: %s", policy.ReasonIdentityRevoked)
 	}
 	s.identity, s.keyPrefix = ident, cacheKeyPrefix(ident, s.database)
 	if fl := s.g.deps.Floor; fl != nil {
 		if ap, ok := s.upstream.RemoteAddr().(*net.TCPAddr); ok {
 			if err := fl.Check(ap.AddrPort().Addr().Unmap(), ap.AddrPort().Port()); err != nil {
-				reason := string(policy.ReasonAddressDenied)
+				reason := policy.ReasonAddressDenied
 				var de *policy.DenyError
 				if errors.As(err, &de) {
-					reason = de.Reason.String()
+					reason = de.Reason
 				}
 				s.auditRefusal(reason)
 				return fatalf(floorSQLState, "egressd: denied: %s", reason)
@@ -323,10 +323,16 @@ func (s *session) reloaded() *fatal {
 	return nil
 }
 
+// failQuery makes the upstream answer the current Query with an error
+// (rewritten by the relay) in place of running it.
+func (s *session) failQuery(reason policy.Reason) {
+	s.fe.Send(&pgproto3.Query{String: s.g.marker + string(reason)})
+}
+
 // failExtended makes the upstream answer the current extended-protocol
 // message with an error (rewritten by the relay) and skip to Sync.
-func (s *session) failExtended(reason string) {
-	s.fe.Send(&pgproto3.Parse{Query: s.g.marker + reason})
+func (s *session) failExtended(reason policy.Reason) {
+	s.fe.Send(&pgproto3.Parse{Query: s.g.marker + string(reason)})
 	s.discarding = true
 }
 

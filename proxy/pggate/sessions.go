@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/egressd/egressd/policy"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 )
@@ -31,11 +32,11 @@ func (t *slotTable) acquire(id string, maxTotal, maxPer int) *fatal {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.total >= maxTotal {
-		return loginRefusal(reasonSessionLimit,
+		return loginRefusal(policy.ReasonSessionLimit,
 			"egressd: too many sessions: the gate holds %d (postgres.max_sessions); retry when one has closed", maxTotal)
 	}
 	if t.per[id] >= maxPer {
-		return loginRefusal(reasonSessionLimit,
+		return loginRefusal(policy.ReasonSessionLimit,
 			"egressd: too many sessions for %q: %d open (postgres.max_sessions_per_identity); close one and retry", id, maxPer)
 	}
 	if t.per == nil {

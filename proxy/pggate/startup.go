@@ -24,10 +24,10 @@ type fatal struct {
 	code, msg string
 	// reason, if set, marks a login refusal not yet audited: serveConn
 	// records it (auditLogin) with the claimed user and database.
-	reason string
+	reason policy.Reason
 	// ended is the reason of a refusal already audited (sessionRefusal),
 	// kept so that a refused login is counted by its reason too.
-	ended string
+	ended policy.Reason
 }
 
 func (f *fatal) Error() string { return f.code + ": " + f.msg }
@@ -37,20 +37,20 @@ func fatalf(code, format string, a ...any) *fatal {
 }
 
 // loginFatalf is a login refusal that serveConn audits with reason.
-func loginFatalf(reason, code, format string, a ...any) *fatal {
+func loginFatalf(reason policy.Reason, code, format string, a ...any) *fatal {
 	return &fatal{code: code, msg: fmt.Sprintf(format, a...), reason: reason}
 }
 
 // loginRefusal is a login refusal with the SQLSTATE policy's reason table
 // gives reason; serveConn audits it.
-func loginRefusal(reason, format string, a ...any) *fatal {
-	return loginFatalf(reason, policy.Reason(reason).Codes().SQLState, format, a...)
+func loginRefusal(reason policy.Reason, format string, a ...any) *fatal {
+	return loginFatalf(reason, reason.Codes().SQLState, format, a...)
 }
 
 // sessionRefusal ends a session, already audited, with the SQLSTATE
 // policy's reason table gives reason.
-func sessionRefusal(reason, format string, a ...any) *fatal {
-	f := fatalf(policy.Reason(reason).Codes().SQLState, format, a...)
+func sessionRefusal(reason policy.Reason, format string, a ...any) *fatal {
+	f := fatalf(reason.Codes().SQLState, format, a...)
 	f.ended = reason
 	return f
 }
@@ -130,7 +130,7 @@ func (g *Gate) serveConn(conn net.Conn) {
 	if f != nil {
 		// Every refusal login returns names a reason; no_decision only
 		// if a new one forgot to, rather than counting it as allowed.
-		g.deps.Logins.Inc(cmp.Or(f.reason, f.ended, string(policy.ReasonNoDecision)))
+		g.deps.Logins.Inc(string(cmp.Or(f.reason, f.ended, policy.ReasonNoDecision)))
 		g.log.Info("login refused", zap.String("client", conn.RemoteAddr().String()),
 			zap.String("user", startup.Parameters["user"]), zap.String("code", f.code), zap.String("error", f.msg))
 		g.auditLogin(conn.RemoteAddr().String(), startup.Parameters, f.reason)
@@ -160,7 +160,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 	}
 	user, db := m.Parameters["user"], m.Parameters["database"]
 	if user == "" {
-		return nil, loginRefusal(reasonLoginInvalid, "egressd: no user name in startup packet")
+		return nil, loginRefusal(policy.ReasonStartupInvalid, "egressd: no user name in startup packet")
 	}
 	if db == "" {
 		db = user
@@ -169,7 +169,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 	for k, v := range m.Parameters {
 		if !utf8.ValidString(k) || !utf8.ValidString(v) {
 			// 22021 names the fault more exactly than the reason's 08004.
-			return nil, loginFatalf(reasonLoginInvalid, codeCharacterNotInRepr, "egressd: invalid UTF-8 in startup packet")
+			return nil, loginFatalf(policy.ReasonStartupInvalid, codeCharacterNotInRepr, "egressd: invalid UTF-8 in startup packet")
 		}
 		lk := strings.ToLower(k)
 		switch {
@@ -182,7 +182,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 		case passedParams[lk]:
 			params[lk] = v
 		default:
-			return nil, loginRefusal(reasonStartupParameter, "egressd: denied: %s (%s)", reasonStartupParameter, lk)
+			return nil, loginRefusal(policy.ReasonStartupParameter, "egressd: denied: %s (%s)", policy.ReasonStartupParameter, lk)
 		}
 	}
 	cur := g.cur.Load()
@@ -198,9 +198,9 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 		if !errors.Is(err, errAuthFailed) {
 			g.log.Debug("authentication exchange failed", zap.String("identity", user), zap.Error(err))
 		}
-		reason := reasonAuthFailed
+		reason := policy.ReasonAuthFailed
 		if !known {
-			reason = reasonUnknownIdentity
+			reason = policy.ReasonUnknownIdentity
 		}
 		return nil, loginRefusal(reason, "password authentication failed for user %q", user)
 	}
@@ -221,17 +221,17 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 		var f *fatal
 		if errors.As(err, &f) {
 			if f.reason == "" {
-				f.reason = reasonUpstreamLogin
+				f.reason = policy.ReasonUpstreamLogin
 			}
 			return nil, f
 		}
 		var de *policy.DenyError
 		if errors.As(err, &de) {
 			g.log.Warn("upstream refused by address floor", zap.Error(err))
-			return nil, loginFatalf(de.Reason.String(), floorSQLState, "egressd: denied: %s", de.Reason)
+			return nil, loginFatalf(de.Reason, floorSQLState, "egressd: denied: %s", de.Reason)
 		}
 		g.log.Warn("upstream login failed", zap.String("identity", ident.ID), zap.Error(err))
-		return nil, loginRefusal(reasonUpstreamLogin, "egressd: upstream unavailable")
+		return nil, loginRefusal(policy.ReasonUpstreamLogin, "egressd: upstream unavailable")
 	}
 	return s, nil
 }
@@ -250,10 +250,10 @@ func (s *session) decideConnect(ctx context.Context) *fatal {
 	st := connectStatement(s.database)
 	d := s.g.engine().Decide(ctx, policy.Input{Identity: s.identity, Facts: st})
 	if err := s.audit(d, "", ""); err != nil {
-		d = policy.Deny(reasonAuditUnavailable, "")
+		d = policy.Deny(string(policy.ReasonAuditUnavailable), "")
 	}
 	if !d.Allow {
-		return sessionRefusal(d.Reason, "egressd: denied: %s", d.Reason)
+		return sessionRefusal(policy.Reason(d.Reason), "egressd: denied: %s", d.Reason)
 	}
 	return nil
 }

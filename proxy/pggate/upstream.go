@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/egressd/egressd/policy"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"go.uber.org/zap"
@@ -37,8 +38,8 @@ func (s *session) connectUpstream(ctx context.Context, params map[string]string)
 	if s.catalog, err = g.catalogs.ensure(ctx, s.database, pc, g.cfg.TrustedExtensions); err != nil {
 		pc.Close(ctx)
 		g.log.Warn("catalog unavailable; refusing login", zap.String("database", s.database), zap.Error(err))
-		s.auditRefusal(ReasonCatalogUnavailable)
-		return sessionRefusal(ReasonCatalogUnavailable, "egressd: denied: %s (the gate could not read the database's catalog)", ReasonCatalogUnavailable)
+		s.auditRefusal(policy.ReasonCatalogUnavailable)
+		return sessionRefusal(policy.ReasonCatalogUnavailable, "egressd: denied: %s (the gate could not read the database's catalog)", policy.ReasonCatalogUnavailable)
 	}
 	hc, err := pc.Hijack()
 	if err != nil {
