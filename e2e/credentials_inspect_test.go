@@ -2,12 +2,8 @@ package e2e
 
 import (
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -26,26 +22,8 @@ func tlsRecordingUpstream(t *testing.T) (port int, caFile string, got chan seen,
 	t.Helper()
 	got = make(chan seen, 64)
 	hits = new(atomic.Int64)
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		s := seen{Path: r.URL.Path, Query: r.URL.RawQuery, Authorization: r.Header.Get("Authorization"), APIKey: r.Header.Get("X-Api-Key")}
-		got <- s
-		echo := s.Authorization + " " + s.APIKey + " " + s.Query
-		w.Header().Set("X-Echo", echo)
-		w.Header().Set("Content-Type", "text/event-stream")
-		io.WriteString(w, "data: start\n\n")
-		w.(http.Flusher).Flush()
-		io.WriteString(w, "data: "+echo+"\n\n")
-	}))
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	caFile = filepath.Join(t.TempDir(), "upstream-ca.pem")
-	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	if err := os.WriteFile(caFile, pemBytes, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return srv.Listener.Addr().(*net.TCPAddr).Port, caFile, got, hits
+	u := StartTLSHandler(t, recordingHandler(got, hits, "text/event-stream", "data: start\n\n", "data: %s\n\n"), true)
+	return u.Port, u.CAFile, got, hits
 }
 
 // TestCredentialBrokeringInspected: inside an inspected HTTPS tunnel the
@@ -68,15 +46,8 @@ func TestCredentialBrokeringInspected(t *testing.T) {
 	yaml := InternalAllow("127.0.0.1:"+strconv.Itoa(port)) +
 		"secrets:\n  - name: github\n    file: " + ghFile + "\n  - name: openai\n    env: E2E_OPENAI_KEY\n" +
 		"inspect:\n  ca_dir: " + caDir + "\n  upstream_ca_file: " + upCA + "\n"
-	rootPEM, stderr, code := RunCLI(t, "ca", "export", "--ca-dir", caDir, "--identity", "anonymous")
-	if code != 0 {
-		t.Fatalf("ca export = %d %s", code, stderr)
-	}
+	roots := exportedRoots(t, caDir, "--identity", "anonymous")
 	e := Start(t, Options{YAML: yaml, PolicyDir: WritePolicy(t, rules), DNS: dns.Addr(), Env: []string{"E2E_OPENAI_KEY=" + openaiV}})
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM([]byte(rootPEM)) {
-		t.Fatal("exported root does not parse")
-	}
 	var texts []string
 	for _, h2 := range []bool{false, true} {
 		name := "http1.1"

@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -43,22 +44,29 @@ func recordingUpstream(t *testing.T, ip string) (addr string, port int, got chan
 	}
 	got = make(chan seen, 64)
 	hits = new(atomic.Int64)
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		s := seen{Path: r.URL.Path, Query: r.URL.RawQuery, Authorization: r.Header.Get("Authorization"), APIKey: r.Header.Get("X-Api-Key")}
-		got <- s
-		echo := s.Authorization + " " + s.APIKey + " " + s.Query
-		w.Header().Set("X-Echo", echo)
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"a":"`)
-		w.(http.Flusher).Flush() // chunked: the echo comes in a later chunk
-		io.WriteString(w, echo+`"}`)
-	}))
+	srv := httptest.NewUnstartedServer(recordingHandler(got, hits, "application/json", `{"a":"`, `%s"}`))
 	srv.Listener.Close()
 	srv.Listener = ln
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return ln.Addr().String(), ln.Addr().(*net.TCPAddr).Port, got, hits
+}
+
+// recordingHandler sends what each request carried to got and echoes it
+// back in X-Echo and in a second body chunk (restFormat with the echo), so
+// a leak back to the sandbox would show in either.
+func recordingHandler(got chan<- seen, hits *atomic.Int64, contentType, first, restFormat string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		s := seen{Path: r.URL.Path, Query: r.URL.RawQuery, Authorization: r.Header.Get("Authorization"), APIKey: r.Header.Get("X-Api-Key")}
+		got <- s
+		echo := s.Authorization + " " + s.APIKey + " " + s.Query
+		w.Header().Set("X-Echo", echo)
+		w.Header().Set("Content-Type", contentType)
+		io.WriteString(w, first)
+		w.(http.Flusher).Flush() // chunked: the echo comes in a later chunk
+		fmt.Fprintf(w, restFormat, echo)
+	})
 }
 
 func cred(kv ...any) map[string]any {

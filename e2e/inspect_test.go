@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
@@ -119,12 +118,7 @@ print(op.open(sys.argv[3], timeout=20).read().decode().splitlines()[0])`
 	})
 
 	t.Run("go net/http h2", func(t *testing.T) {
-		pem, err := os.ReadFile(w.CAFiles["sbx-a"])
-		if err != nil {
-			t.Fatal(err)
-		}
-		roots := x509.NewCertPool()
-		roots.AppendCertsFromPEM(pem)
+		roots := caPool(t, w.CAFiles["sbx-a"])
 		pu, _ := url.Parse(w.proxy("sbx-a"))
 		tr := &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}
 		defer tr.CloseIdleConnections()
@@ -145,12 +139,7 @@ print(op.open(sys.argv[3], timeout=20).read().decode().splitlines()[0])`
 	})
 
 	t.Run("websocket", func(t *testing.T) {
-		pem, err := os.ReadFile(w.CAFiles["sbx-a"])
-		if err != nil {
-			t.Fatal(err)
-		}
-		roots := x509.NewCertPool()
-		roots.AppendCertsFromPEM(pem)
+		roots := caPool(t, w.CAFiles["sbx-a"])
 		c, err := net.DialTimeout("tcp", w.E.ProxyAddr, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
