@@ -96,7 +96,7 @@ func summaryRows(b *strings.Builder, wl *Workload) {
 		row(wl.Title+": proxy CPU, "+wl.CPUUnit, (*Target).cpu, num, true)
 	}
 	if wl.Latency {
-		p99 := indexOf(latencyQuantiles, 99)
+		p99 := slices.Index(latencyQuantiles, 99)
 		row(wl.Title+": p99 latency", func(t *Target) float64 { return t.latency(p99) }, ms, true)
 	}
 }
@@ -227,13 +227,4 @@ func ms(v float64) string { return num(v) + " ms" }
 func cell(s string) string {
 	s = strings.ReplaceAll(s, "|", "\\|")
 	return strings.Join(strings.Fields(s), " ")
-}
-
-func indexOf(xs []float64, x float64) int {
-	for i, v := range xs {
-		if v == x {
-			return i
-		}
-	}
-	return -1
 }
