@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -51,16 +50,7 @@ func TestIsolation(t *testing.T) {
 	expose(t, topo.upstream, "udp", upstreamAddr+":53", dns.Addr())
 	expose(t, topo.upstream, "tcp", upstreamAddr+":53", dns.Addr())
 
-	pg := pgtest.Start(t, pgtest.Options{})
-	ctx := context.Background()
-	for _, q := range []struct{ db, sql string }{
-		{"postgres", "CREATE DATABASE app"},
-		{"app", "CREATE TABLE items (id int PRIMARY KEY, name text); INSERT INTO items VALUES (1, 'one')"},
-	} {
-		if err := pg.Exec(ctx, q.db, q.sql); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pg := startAppDB(t, "CREATE TABLE items (id int PRIMARY KEY, name text); INSERT INTO items VALUES (1, 'one')")
 	expose(t, topo.upstream, "tcp", upstreamAddr+":5432", pg.Addr())
 	verifier, err := pggate.SCRAMVerifier(sandboxPGPassword, nil, 0)
 	if err != nil {
