@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -36,18 +35,15 @@ func TestCredentialBrokeringInspected(t *testing.T) {
 	dns := dnstest.Start(t)
 	dns.SetRR("example.com", "example.com. 60 IN A 127.0.0.1")
 	dir := t.TempDir()
-	ghFile := filepath.Join(dir, "github_token")
-	if err := os.WriteFile(ghFile, []byte(githubV1+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	_, secrets := brokerSecrets(t)
 	rules := []Rule{{ID: "gh-inspected", Hosts: []string{"example.com"}, Ports: []int{port}, Inspect: true,
 		Credentials: []map[string]any{cred("secret", "github", "header", "Authorization", "format", "Bearer {}")}}}
 	caDir := filepath.Join(dir, "ca")
 	yaml := InternalAllow("127.0.0.1:"+strconv.Itoa(port)) +
-		"secrets:\n  - name: github\n    file: " + ghFile + "\n  - name: openai\n    env: E2E_OPENAI_KEY\n" +
+		secrets +
 		"inspect:\n  ca_dir: " + caDir + "\n  upstream_ca_file: " + upCA + "\n"
 	roots := exportedRoots(t, caDir, "--identity", "anonymous")
-	e := Start(t, Options{YAML: yaml, PolicyDir: WritePolicy(t, rules), DNS: dns.Addr(), Env: []string{"E2E_OPENAI_KEY=" + openaiV}})
+	e := Start(t, Options{YAML: yaml, PolicyDir: WritePolicy(t, rules), DNS: dns.Addr(), Env: brokerEnv})
 	var texts []string
 	for _, h2 := range []bool{false, true} {
 		name := "http1.1"

@@ -69,6 +69,21 @@ func recordingHandler(got chan<- seen, hits *atomic.Int64, contentType, first, r
 	})
 }
 
+// brokerSecrets writes githubV1 to a secret file and returns it with the
+// secrets: section naming it (github) and E2E_OPENAI_KEY (openai, set by
+// brokerEnv).
+func brokerSecrets(t *testing.T) (ghFile, yaml string) {
+	t.Helper()
+	ghFile = filepath.Join(t.TempDir(), "github_token")
+	if err := os.WriteFile(ghFile, []byte(githubV1+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return ghFile, "secrets:\n  - name: github\n    file: " + ghFile + "\n  - name: openai\n    env: E2E_OPENAI_KEY\n"
+}
+
+// brokerEnv gives egressd the openai secret brokerSecrets names.
+var brokerEnv = []string{"E2E_OPENAI_KEY=" + openaiV}
+
 func cred(kv ...any) map[string]any {
 	m := map[string]any{}
 	for i := 0; i+1 < len(kv); i += 2 {
@@ -87,11 +102,7 @@ func cred(kv ...any) map[string]any {
 func TestCredentialBrokering(t *testing.T) {
 	bound, bport, got, _ := recordingUpstream(t, "127.0.0.1")
 	other, oport, _, otherHits := recordingUpstream(t, "127.0.0.2")
-	dir := t.TempDir()
-	ghFile := filepath.Join(dir, "github_token")
-	if err := os.WriteFile(ghFile, []byte(githubV1+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	ghFile, secrets := brokerSecrets(t)
 	ip := "127.0.0.1"
 	rules := []Rule{
 		{ID: "gh", Hosts: []string{ip}, Ports: []int{bport}, Paths: []string{"/gh/**"},
@@ -104,8 +115,7 @@ func TestCredentialBrokering(t *testing.T) {
 			Credentials: []map[string]any{cred("secret", "github", "basic", map[string]any{"user": "x-access-token"})}},
 		{ID: "other", Hosts: []string{"127.0.0.2"}, Ports: []int{oport}},
 	}
-	secrets := "secrets:\n  - name: github\n    file: " + ghFile + "\n  - name: openai\n    env: E2E_OPENAI_KEY\n"
-	o := Options{YAML: InternalAllow(bound, other) + secrets, PolicyDir: WritePolicy(t, rules), DNS: dnstest.Start(t).Addr(), Env: []string{"E2E_OPENAI_KEY=" + openaiV}}
+	o := Options{YAML: InternalAllow(bound, other) + secrets, PolicyDir: WritePolicy(t, rules), DNS: dnstest.Start(t).Addr(), Env: brokerEnv}
 	e := Start(t, o)
 	client := e.Client("", "")
 	var bodies []string
