@@ -10,19 +10,17 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/egressd/egressd/dnsguard/dnstest"
 )
 
 // tlsRecordingUpstream is recordingUpstream over TLS (HTTP/1.1 and h2),
 // with its certificate written to a PEM file for inspect.upstream_ca_file.
 // httptest's certificate names example.com and 127.0.0.1.
-func tlsRecordingUpstream(t *testing.T) (port int, caFile string, got chan seen, hits *atomic.Int64) {
+func tlsRecordingUpstream(t *testing.T) (up *Upstream, got chan seen, hits *atomic.Int64) {
 	t.Helper()
 	got = make(chan seen, 64)
 	hits = new(atomic.Int64)
-	u := StartTLSHandler(t, recordingHandler(got, hits, "text/event-stream", "data: start\n\n", "data: %s\n\n"), true)
-	return u.Port, u.CAFile, got, hits
+	up = StartTLSHandler(t, recordingHandler(got, hits, "text/event-stream", "data: start\n\n", "data: %s\n\n"), true)
+	return up, got, hits
 }
 
 // TestCredentialBrokeringInspected: inside an inspected HTTPS tunnel the
@@ -31,19 +29,14 @@ func tlsRecordingUpstream(t *testing.T) (port int, caFile string, got chan seen,
 // placeholder for another secret is refused inside the tunnel, and no
 // log or record holds a value.
 func TestCredentialBrokeringInspected(t *testing.T) {
-	port, upCA, got, hits := tlsRecordingUpstream(t)
-	dns := dnstest.Start(t)
-	dns.SetRR("example.com", "example.com. 60 IN A 127.0.0.1")
-	dir := t.TempDir()
+	up, got, hits := tlsRecordingUpstream(t)
+	port := up.Port
+	in := newInspecting(t, up)
 	_, secrets := brokerSecrets(t)
 	rules := []Rule{{ID: "gh-inspected", Hosts: []string{"example.com"}, Ports: []int{port}, Inspect: true,
 		Credentials: []map[string]any{cred("secret", "github", "header", "Authorization", "format", "Bearer {}")}}}
-	caDir := filepath.Join(dir, "ca")
-	yaml := InternalAllow("127.0.0.1:"+strconv.Itoa(port)) +
-		secrets +
-		"inspect:\n  ca_dir: " + caDir + "\n  upstream_ca_file: " + upCA + "\n"
-	roots := exportedRoots(t, caDir, "--identity", "anonymous")
-	e := Start(t, Options{YAML: yaml, PolicyDir: WritePolicy(t, rules), DNS: dns.Addr(), Env: brokerEnv})
+	roots := exportedRoots(t, in.CADir, "--identity", "anonymous")
+	e := Start(t, Options{YAML: in.YAML + secrets, PolicyDir: WritePolicy(t, rules), DNS: in.DNS.Addr(), Env: brokerEnv})
 	var texts []string
 	for _, h2 := range []bool{false, true} {
 		name := "http1.1"

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,7 +19,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/egressd/egressd/audit"
-	"github.com/egressd/egressd/dnsguard/dnstest"
 )
 
 // TestInspectGRPCThroughBinary: a gRPC client (grpc-go, h2 with trailers)
@@ -33,14 +31,11 @@ func TestInspectGRPCThroughBinary(t *testing.T) {
 	up := StartTLSHandler(t, gs, true)
 	t.Cleanup(gs.Stop)
 	port := up.Port
-	dns := dnstest.Start(t)
-	dns.SetRR("example.com", "example.com. 60 IN A 127.0.0.1")
-	caDir := filepath.Join(t.TempDir(), "ca")
-	roots := exportedRoots(t, caDir)
+	in := newInspecting(t, up)
+	roots := exportedRoots(t, in.CADir)
 	policy := WritePolicy(t, []Rule{{ID: "grpc-check", Hosts: []string{"example.com"}, Ports: []int{port},
 		Methods: []string{"POST"}, Paths: []string{"/grpc.health.v1.Health/Check"}, Inspect: true}})
-	e := Start(t, Options{PolicyDir: policy, DNS: dns.Addr(),
-		YAML: InternalAllow(up.Addr) + "inspect:\n  ca_dir: " + caDir + "\n  upstream_ca_file: " + up.CAFile + "\n"})
+	e := Start(t, Options{PolicyDir: policy, DNS: in.DNS.Addr(), YAML: in.YAML})
 
 	dial := func(ctx context.Context, addr string) (net.Conn, error) {
 		var d net.Dialer
