@@ -17,6 +17,17 @@ import (
 // bundle on the next reload.
 const composePolicyDir = "compose/policy"
 
+// policyInit writes what `egressd policy init` writes into a fresh
+// directory and returns it.
+func policyInit(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "policy")
+	if err := defaultbundle.Write(dir, true); err != nil {
+		t.Fatalf("policy init: %v", err)
+	}
+	return dir
+}
+
 // readTree returns the files under dir keyed by slash path.
 func readTree(t *testing.T, dir string) map[string]string {
 	t.Helper()
@@ -43,10 +54,7 @@ func readTree(t *testing.T, dir string) map[string]string {
 // output (regenerate with `go test ./deploy -run TestComposePolicy
 // -update`) and checks the compose file mounts it as egressd's policy.dir.
 func TestComposePolicy(t *testing.T) {
-	fresh := filepath.Join(t.TempDir(), "policy")
-	if err := defaultbundle.Write(fresh, true); err != nil {
-		t.Fatal(err)
-	}
+	fresh := policyInit(t)
 	if *update {
 		if err := os.RemoveAll(composePolicyDir); err != nil {
 			t.Fatal(err)

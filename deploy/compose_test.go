@@ -12,7 +12,6 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/proxy/pggate"
 )
 
@@ -153,14 +152,7 @@ func TestComposeConfig(t *testing.T) {
 	if !ok || !strings.HasSuffix(src, ":ro") {
 		t.Fatalf("config %q mount = %q; want a read-only mount", cfgPath, src)
 	}
-	b, err := os.ReadFile(strings.TrimSuffix(src, ":ro"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse(b)
-	if err != nil {
-		t.Fatalf("config.Parse(%s) = %v", src, err)
-	}
+	cfg := parseConfigFile(t, strings.TrimSuffix(src, ":ro"))
 	if m := mounts[cfg.Policy.Dir]; !strings.HasSuffix(m, ":ro") {
 		t.Errorf("policy.dir %q mount = %q; want read-only", cfg.Policy.Dir, m)
 	}

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/egressd/egressd/cmd/egressd/config"
 )
 
 // stage is one FROM … block of the Dockerfile: its instructions with line
@@ -129,14 +127,7 @@ func TestImageDefaultConfig(t *testing.T) {
 	if cmd := rt.has("CMD "); !strings.Contains(cmd, `"--config", "`+dst+`"`) {
 		t.Errorf("CMD = %q; want serve --config %s", cmd, dst)
 	}
-	b, err := os.ReadFile("image/egressd.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse(b)
-	if err != nil {
-		t.Fatalf("image/egressd.yaml: %v", err)
-	}
+	cfg := parseConfigFile(t, "image/egressd.yaml")
 	if cfg.Policy.Dir != "" {
 		t.Errorf("policy.dir = %q; want none (the embedded policy: nothing is mounted)", cfg.Policy.Dir)
 	}

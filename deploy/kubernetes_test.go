@@ -263,15 +263,22 @@ func TestAvailability(t *testing.T) {
 	}
 }
 
+// egressdConfig parses the egressd-config ConfigMap's egressd.yaml with
+// egressd's own strict loader.
+func (m *manifests) egressdConfig(t *testing.T) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]byte(must(t, m.configMaps, egressdNS+"/egressd-config").Data["egressd.yaml"]))
+	if err != nil {
+		t.Fatalf("config.Parse(egressd-config egressd.yaml) = %v", err)
+	}
+	return cfg
+}
+
 // TestConfigMapConfig parses the egressd.yaml in the ConfigMap with
 // egressd's own strict loader and checks it agrees with the pod spec.
 func TestConfigMapConfig(t *testing.T) {
 	m := loadManifests(t)
-	cm := must(t, m.configMaps, egressdNS+"/egressd-config")
-	cfg, err := config.Parse([]byte(cm.Data["egressd.yaml"]))
-	if err != nil {
-		t.Fatalf("config.Parse(egressd-config egressd.yaml) = %v", err)
-	}
+	cfg := m.egressdConfig(t)
 	pod := must(t, m.statefulSets, egressdNS+"/egressd").Spec.Template.Spec
 	c := egressdContainer(t, pod)
 	mounts := map[string]string{}
@@ -358,10 +365,7 @@ func envFromSecret(c corev1.Container, name string) string {
 // can actually log in.
 func TestSandboxCredentials(t *testing.T) {
 	m := loadManifests(t)
-	cfg, err := config.Parse([]byte(must(t, m.configMaps, egressdNS+"/egressd-config").Data["egressd.yaml"]))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := m.egressdConfig(t)
 	secret := must(t, m.secrets, sandboxNS+"/sandbox-agent-1")
 	var found bool
 	for _, id := range cfg.Identities {

@@ -2,9 +2,11 @@ package deploy
 
 import (
 	"fmt"
+	"os"
 	"sort"
 	"testing"
 
+	"github.com/egressd/egressd/cmd/egressd/config"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -166,4 +168,19 @@ func must[T any](t *testing.T, m map[string]*T, key string) *T {
 		t.Fatalf("manifest %q missing; have %q", key, keys)
 	}
 	return v
+}
+
+// parseConfigFile parses the egressd config at path with egressd's own
+// strict loader.
+func parseConfigFile(t *testing.T, path string) *config.Config {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(b)
+	if err != nil {
+		t.Fatalf("config.Parse(%s) = %v", path, err)
+	}
+	return cfg
 }

@@ -4,8 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io/fs"
+	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,7 +18,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/egressd/egressd/policy"
-	defaultbundle "github.com/egressd/egressd/rego"
 )
 
 var update = flag.Bool("update", false, "rewrite kubernetes/policy-configmap.yaml from `egressd policy init` output")
@@ -31,33 +31,11 @@ const policyConfigMapFile = "kubernetes/policy-configmap.yaml"
 // would fail.
 func bundleFiles(t *testing.T) map[string]string {
 	t.Helper()
-	root := t.TempDir()
-	if err := defaultbundle.Write(root, true); err != nil {
-		t.Fatalf("policy init: %v", err)
-	}
-	files := map[string]string{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		name := d.Name()
-		if !strings.HasSuffix(name, ".rego") && name != "data.json" && name != "data.yaml" {
-			return nil
-		}
-		rel, err := filepath.Rel(root, path)
-		if err != nil {
-			return err
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		files[filepath.ToSlash(rel)] = string(b)
-		return nil
+	files := readTree(t, policyInit(t))
+	maps.DeleteFunc(files, func(rel, _ string) bool {
+		name := path.Base(rel)
+		return !strings.HasSuffix(name, ".rego") && name != "data.json" && name != "data.yaml"
 	})
-	if err != nil {
-		t.Fatalf("read bundle: %v", err)
-	}
 	return files
 }
 

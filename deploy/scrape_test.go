@@ -8,8 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
-
-	"github.com/egressd/egressd/cmd/egressd/config"
 )
 
 // TestPrometheusCanScrape: the manifests give Prometheus a way to
@@ -19,10 +17,7 @@ import (
 // other than the sandboxes', while the admin listener stays on loopback.
 func TestPrometheusCanScrape(t *testing.T) {
 	m := loadManifests(t)
-	cfg, err := config.Parse([]byte(must(t, m.configMaps, egressdNS+"/egressd-config").Data["egressd.yaml"]))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := m.egressdConfig(t)
 	if cfg.Metrics.Listen == "" {
 		t.Fatal("egressd-config sets no metrics.listen; Prometheus cannot reach the loopback admin listener")
 	}

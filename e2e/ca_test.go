@@ -91,3 +91,18 @@ func TestCAExportFormats(t *testing.T) {
 		t.Errorf("openssl pkcs12 -nokeys = %v\n%s\nwant the exported PEM root", err, got)
 	}
 }
+
+// exportedRoots runs `egressd ca export --ca-dir caDir args...` and returns
+// the exported root as a pool a client trusts.
+func exportedRoots(t *testing.T, caDir string, args ...string) *x509.CertPool {
+	t.Helper()
+	rootPEM, errOut, code := RunCLI(t, append([]string{"ca", "export", "--ca-dir", caDir}, args...)...)
+	if code != 0 {
+		t.Fatalf("ca export = %d (%s)", code, errOut)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM([]byte(rootPEM)) {
+		t.Fatal("exported root does not parse")
+	}
+	return roots
+}

@@ -2,50 +2,25 @@ package e2e
 
 import (
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/egressd/egressd/dnsguard/dnstest"
 )
 
 // tlsRecordingUpstream is recordingUpstream over TLS (HTTP/1.1 and h2),
 // with its certificate written to a PEM file for inspect.upstream_ca_file.
 // httptest's certificate names example.com and 127.0.0.1.
-func tlsRecordingUpstream(t *testing.T) (port int, caFile string, got chan seen, hits *atomic.Int64) {
+func tlsRecordingUpstream(t *testing.T) (up *Upstream, got chan seen, hits *atomic.Int64) {
 	t.Helper()
 	got = make(chan seen, 64)
 	hits = new(atomic.Int64)
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		s := seen{Path: r.URL.Path, Query: r.URL.RawQuery, Authorization: r.Header.Get("Authorization"), APIKey: r.Header.Get("X-Api-Key")}
-		got <- s
-		echo := s.Authorization + " " + s.APIKey + " " + s.Query
-		w.Header().Set("X-Echo", echo)
-		w.Header().Set("Content-Type", "text/event-stream")
-		io.WriteString(w, "data: start\n\n")
-		w.(http.Flusher).Flush()
-		io.WriteString(w, "data: "+echo+"\n\n")
-	}))
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	caFile = filepath.Join(t.TempDir(), "upstream-ca.pem")
-	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	if err := os.WriteFile(caFile, pemBytes, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return srv.Listener.Addr().(*net.TCPAddr).Port, caFile, got, hits
+	up = StartTLSHandler(t, recordingHandler(got, hits, "text/event-stream", "data: start\n\n", "data: %s\n\n"), true)
+	return up, got, hits
 }
 
 // TestCredentialBrokeringInspected: inside an inspected HTTPS tunnel the
@@ -54,29 +29,14 @@ func tlsRecordingUpstream(t *testing.T) (port int, caFile string, got chan seen,
 // placeholder for another secret is refused inside the tunnel, and no
 // log or record holds a value.
 func TestCredentialBrokeringInspected(t *testing.T) {
-	port, upCA, got, hits := tlsRecordingUpstream(t)
-	dns := dnstest.Start(t)
-	dns.SetRR("example.com", "example.com. 60 IN A 127.0.0.1")
-	dir := t.TempDir()
-	ghFile := filepath.Join(dir, "github_token")
-	if err := os.WriteFile(ghFile, []byte(githubV1+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	up, got, hits := tlsRecordingUpstream(t)
+	port := up.Port
+	in := newInspecting(t, up)
+	_, secrets := brokerSecrets(t)
 	rules := []Rule{{ID: "gh-inspected", Hosts: []string{"example.com"}, Ports: []int{port}, Inspect: true,
 		Credentials: []map[string]any{cred("secret", "github", "header", "Authorization", "format", "Bearer {}")}}}
-	caDir := filepath.Join(dir, "ca")
-	yaml := InternalAllow("127.0.0.1:"+strconv.Itoa(port)) +
-		"secrets:\n  - name: github\n    file: " + ghFile + "\n  - name: openai\n    env: E2E_OPENAI_KEY\n" +
-		"inspect:\n  ca_dir: " + caDir + "\n  upstream_ca_file: " + upCA + "\n"
-	rootPEM, stderr, code := RunCLI(t, "ca", "export", "--ca-dir", caDir, "--identity", "anonymous")
-	if code != 0 {
-		t.Fatalf("ca export = %d %s", code, stderr)
-	}
-	e := Start(t, Options{YAML: yaml, PolicyDir: WritePolicy(t, rules), DNS: dns.Addr(), Env: []string{"E2E_OPENAI_KEY=" + openaiV}})
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM([]byte(rootPEM)) {
-		t.Fatal("exported root does not parse")
-	}
+	roots := exportedRoots(t, in.CADir, "--identity", "anonymous")
+	e := Start(t, Options{YAML: in.YAML + secrets, PolicyDir: WritePolicy(t, rules), DNS: in.DNS.Addr(), Env: brokerEnv})
 	var texts []string
 	for _, h2 := range []bool{false, true} {
 		name := "http1.1"

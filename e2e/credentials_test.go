@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -43,23 +44,45 @@ func recordingUpstream(t *testing.T, ip string) (addr string, port int, got chan
 	}
 	got = make(chan seen, 64)
 	hits = new(atomic.Int64)
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		s := seen{Path: r.URL.Path, Query: r.URL.RawQuery, Authorization: r.Header.Get("Authorization"), APIKey: r.Header.Get("X-Api-Key")}
-		got <- s
-		echo := s.Authorization + " " + s.APIKey + " " + s.Query
-		w.Header().Set("X-Echo", echo)
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"a":"`)
-		w.(http.Flusher).Flush() // chunked: the echo comes in a later chunk
-		io.WriteString(w, echo+`"}`)
-	}))
+	srv := httptest.NewUnstartedServer(recordingHandler(got, hits, "application/json", `{"a":"`, `%s"}`))
 	srv.Listener.Close()
 	srv.Listener = ln
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return ln.Addr().String(), ln.Addr().(*net.TCPAddr).Port, got, hits
 }
+
+// recordingHandler sends what each request carried to got and echoes it
+// back in X-Echo and in a second body chunk (restFormat with the echo), so
+// a leak back to the sandbox would show in either.
+func recordingHandler(got chan<- seen, hits *atomic.Int64, contentType, first, restFormat string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		s := seen{Path: r.URL.Path, Query: r.URL.RawQuery, Authorization: r.Header.Get("Authorization"), APIKey: r.Header.Get("X-Api-Key")}
+		got <- s
+		echo := s.Authorization + " " + s.APIKey + " " + s.Query
+		w.Header().Set("X-Echo", echo)
+		w.Header().Set("Content-Type", contentType)
+		io.WriteString(w, first)
+		w.(http.Flusher).Flush() // chunked: the echo comes in a later chunk
+		fmt.Fprintf(w, restFormat, echo)
+	})
+}
+
+// brokerSecrets writes githubV1 to a secret file and returns it with the
+// secrets: section naming it (github) and E2E_OPENAI_KEY (openai, set by
+// brokerEnv).
+func brokerSecrets(t *testing.T) (ghFile, yaml string) {
+	t.Helper()
+	ghFile = filepath.Join(t.TempDir(), "github_token")
+	if err := os.WriteFile(ghFile, []byte(githubV1+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return ghFile, "secrets:\n  - name: github\n    file: " + ghFile + "\n  - name: openai\n    env: E2E_OPENAI_KEY\n"
+}
+
+// brokerEnv gives egressd the openai secret brokerSecrets names.
+var brokerEnv = []string{"E2E_OPENAI_KEY=" + openaiV}
 
 func cred(kv ...any) map[string]any {
 	m := map[string]any{}
@@ -79,11 +102,7 @@ func cred(kv ...any) map[string]any {
 func TestCredentialBrokering(t *testing.T) {
 	bound, bport, got, _ := recordingUpstream(t, "127.0.0.1")
 	other, oport, _, otherHits := recordingUpstream(t, "127.0.0.2")
-	dir := t.TempDir()
-	ghFile := filepath.Join(dir, "github_token")
-	if err := os.WriteFile(ghFile, []byte(githubV1+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	ghFile, secrets := brokerSecrets(t)
 	ip := "127.0.0.1"
 	rules := []Rule{
 		{ID: "gh", Hosts: []string{ip}, Ports: []int{bport}, Paths: []string{"/gh/**"},
@@ -96,8 +115,7 @@ func TestCredentialBrokering(t *testing.T) {
 			Credentials: []map[string]any{cred("secret", "github", "basic", map[string]any{"user": "x-access-token"})}},
 		{ID: "other", Hosts: []string{"127.0.0.2"}, Ports: []int{oport}},
 	}
-	secrets := "secrets:\n  - name: github\n    file: " + ghFile + "\n  - name: openai\n    env: E2E_OPENAI_KEY\n"
-	o := Options{YAML: InternalAllow(bound, other) + secrets, PolicyDir: WritePolicy(t, rules), DNS: dnstest.Start(t).Addr(), Env: []string{"E2E_OPENAI_KEY=" + openaiV}}
+	o := Options{YAML: InternalAllow(bound, other) + secrets, PolicyDir: WritePolicy(t, rules), DNS: dnstest.Start(t).Addr(), Env: brokerEnv}
 	e := Start(t, o)
 	client := e.Client("", "")
 	var bodies []string

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os/exec"
@@ -62,6 +63,47 @@ func openServed(t *testing.T, addr, path string) *heldConn {
 	return h
 }
 
+// fdLimit is the RLIMIT_NOFILE the shortage tests give egressd: few
+// enough descriptors for a test to use up, more than the reserve (32).
+const fdLimit = 128
+
+// prlimitWrap is the command that runs egressd with RLIMIT_NOFILE lowered
+// to fdLimit.
+func prlimitWrap(t *testing.T) []string {
+	t.Helper()
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Fatalf("prlimit (util-linux) is needed to lower egressd's RLIMIT_NOFILE: %v", err)
+	}
+	return []string{prlimit, fmt.Sprintf("--nofile=%d:%d", fdLimit, fdLimit)}
+}
+
+// holdUntilRefused opens connections to what with open until it refuses
+// one (open reports false), keeps them open until t ends and returns
+// them. The refusal must come before the reserve (32) is touched, but not
+// long before: an idle egressd holds a dozen or two descriptors.
+func holdUntilRefused[C io.Closer](t *testing.T, what string, open func(i int) (C, bool)) []C {
+	t.Helper()
+	var held []C
+	t.Cleanup(func() {
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	for len(held) < fdLimit {
+		c, ok := open(len(held))
+		if !ok {
+			break
+		}
+		held = append(held, c)
+	}
+	t.Logf("%s served %d connections before the first refusal", what, len(held))
+	if len(held) < fdLimit/2 || len(held) >= fdLimit-32 {
+		t.Fatalf("%s served %d connections before refusing one; want %d to %d (the reserve kept free of %d)", what, len(held), fdLimit/2, fdLimit-33, fdLimit)
+	}
+	return held
+}
+
 // TestFDShortageRefusesClientsAndAdminAnswers runs egressd with
 // RLIMIT_NOFILE lowered to 128 (prlimit) and opens client connections
 // until the proxy refuses one (item 20): egressd logs the soft and hard
@@ -69,11 +111,6 @@ func openServed(t *testing.T, addr, path string) *heldConn {
 // later client is refused at once rather than left hanging, /readyz
 // answers, and the whole shortage is one audit record.
 func TestFDShortageRefusesClientsAndAdminAnswers(t *testing.T) {
-	prlimit, err := exec.LookPath("prlimit")
-	if err != nil {
-		t.Fatalf("prlimit (util-linux) is needed to lower egressd's RLIMIT_NOFILE: %v", err)
-	}
-	const limit = 128
 	e := Start(t, Options{
 		DNS:       dnstest.Start(t).Addr(),
 		ProxyYAML: "read_header_timeout: 60s\nidle_timeout: 120s",
@@ -81,31 +118,16 @@ func TestFDShortageRefusesClientsAndAdminAnswers(t *testing.T) {
 		// about a hundred no_matching_rule refusals within a second,
 		// which the default sampling would fold into a counted record.
 		AuditYAML: "refusal_samples: 1000",
-		Wrap:      []string{prlimit, fmt.Sprintf("--nofile=%d:%d", limit, limit)},
+		Wrap:      prlimitWrap(t),
 	})
-	if want := fmt.Sprintf(`"msg":"file descriptor limit","soft":%d,"hard":%d`, limit, limit); !strings.Contains(e.Log(), want) {
+	if want := fmt.Sprintf(`"msg":"file descriptor limit","soft":%d,"hard":%d`, fdLimit, fdLimit); !strings.Contains(e.Log(), want) {
 		t.Errorf("egressd log lacks %s:\n%s", want, e.Log())
 	}
 
-	var held []*heldConn
-	defer func() {
-		for _, h := range held {
-			h.Close()
-		}
-	}()
-	for len(held) < limit {
-		h := openServed(t, e.ProxyAddr, fmt.Sprintf("/held-%d", len(held)))
-		if h == nil {
-			break
-		}
-		held = append(held, h)
-	}
-	// It refuses before the reserve (32) is touched, but not long before:
-	// an idle egressd holds a dozen or two descriptors.
-	if len(held) < limit/2 || len(held) >= limit-32 {
-		t.Fatalf("proxy served %d connections before refusing one; want %d to %d (the reserve kept free of %d)", len(held), limit/2, limit-33, limit)
-	}
-	t.Logf("served %d connections before the first refusal", len(held))
+	held := holdUntilRefused(t, "proxy", func(i int) (*heldConn, bool) {
+		h := openServed(t, e.ProxyAddr, fmt.Sprintf("/held-%d", i))
+		return h, h != nil
+	})
 	for i := range 20 {
 		if h := openServed(t, e.ProxyAddr, fmt.Sprintf("/late-%d", i)); h != nil {
 			h.Close()
@@ -171,36 +193,18 @@ func openGate(t *testing.T, addr string) net.Conn {
 // once the reserve is reached, with one audit record for the shortage.
 // (No database is needed: the gate dials upstream only after a login.)
 func TestFDShortageRefusesGateClients(t *testing.T) {
-	prlimit, err := exec.LookPath("prlimit")
-	if err != nil {
-		t.Fatalf("prlimit (util-linux) is needed to lower egressd's RLIMIT_NOFILE: %v", err)
-	}
-	const limit = 128
 	gatePort := ReservePort(t)
 	gate := gatePort.Addr()
 	e := Start(t, Options{
 		Hold: []*pgtest.Reservation{gatePort},
 		DNS:  dnstest.Start(t).Addr(),
 		YAML: fmt.Sprintf("postgres:\n  listen: %s\n  upstream: \"host=127.0.0.1 port=1 user=nobody sslmode=disable\"\n  startup_timeout: 60s\n", gate),
-		Wrap: []string{prlimit, fmt.Sprintf("--nofile=%d:%d", limit, limit)},
+		Wrap: prlimitWrap(t),
 	})
-	var held []net.Conn
-	defer func() {
-		for _, c := range held {
-			c.Close()
-		}
-	}()
-	for len(held) < limit {
+	holdUntilRefused(t, "gate", func(int) (net.Conn, bool) {
 		c := openGate(t, gate)
-		if c == nil {
-			break
-		}
-		held = append(held, c)
-	}
-	t.Logf("gate served %d connections before the first refusal", len(held))
-	if len(held) < limit/2 || len(held) >= limit-32 {
-		t.Fatalf("gate served %d connections before refusing one; want %d to %d", len(held), limit/2, limit-33)
-	}
+		return c, c != nil
+	})
 	for i := range 10 {
 		if c := openGate(t, gate); c != nil {
 			c.Close()

@@ -186,33 +186,52 @@ func start(t testing.TB, o Options) (*Egressd, error) {
 		AuditDir:   o.AuditDir,
 		ConfigPath: filepath.Join(dir, "egressd.yaml"),
 		LogPath:    filepath.Join(dir, "egressd.log"),
-		exited:     make(chan struct{}),
 	}
 	if e.AuditDir == "" {
 		e.AuditDir = filepath.Join(dir, "audit")
 	}
 	e.WriteConfig(t, o)
-	logf, err := os.Create(e.LogPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	argv := append(append(append([]string{}, o.Wrap...), binary, "serve", "--config", e.ConfigPath), o.Args...)
-	e.cmd = exec.Command(argv[0], argv[1:]...)
-	e.cmd.Stdout, e.cmd.Stderr = logf, logf
-	e.cmd.Env = append(cleanEnv(), o.Env...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(cleanEnv(), o.Env...)
 	proxyPort.Release()
 	adminPort.Release()
 	for _, r := range o.Hold {
 		r.Release()
 	}
-	if err := e.cmd.Start(); err != nil {
+	if err := e.launch(cmd); err != nil {
 		t.Fatalf("start egressd: %v", err)
 	}
+	e.stopAtEnd(t)
+	if o.NotReady {
+		return e, nil
+	}
+	return e, e.waitReady(20 * time.Second)
+}
+
+// launch starts cmd, an egressd serve (perhaps wrapped), with its output
+// in e.LogPath; Wait, Stop and Exited follow it.
+func (e *Egressd) launch(cmd *exec.Cmd) error {
+	logf, err := os.Create(e.LogPath)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	e.cmd, e.exited = cmd, make(chan struct{})
 	go func() {
-		e.err = e.cmd.Wait()
+		e.err = cmd.Wait()
 		logf.Close()
 		close(e.exited)
 	}()
+	return nil
+}
+
+// stopAtEnd stops egressd when t ends and prints its log if t failed.
+func (e *Egressd) stopAtEnd(t testing.TB) {
 	t.Cleanup(func() {
 		if err := e.Stop(10 * time.Second); err != nil {
 			t.Logf("egressd stop: %v", err)
@@ -221,10 +240,6 @@ func start(t testing.TB, o Options) (*Egressd, error) {
 			t.Logf("egressd log:\n%s", e.Log())
 		}
 	})
-	if o.NotReady {
-		return e, nil
-	}
-	return e, e.waitReady(20 * time.Second)
 }
 
 // WriteConfig (re)writes the config file for o; Reload applies it.

@@ -4,16 +4,10 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -25,7 +19,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/egressd/egressd/audit"
-	"github.com/egressd/egressd/dnsguard/dnstest"
 )
 
 // TestInspectGRPCThroughBinary: a gRPC client (grpc-go, h2 with trailers)
@@ -35,34 +28,15 @@ import (
 func TestInspectGRPCThroughBinary(t *testing.T) {
 	gs := grpc.NewServer()
 	healthpb.RegisterHealthServer(gs, health.NewServer())
-	up := httptest.NewUnstartedServer(gs)
-	up.EnableHTTP2 = true
-	up.StartTLS()
-	t.Cleanup(up.Close)
+	up := StartTLSHandler(t, gs, true)
 	t.Cleanup(gs.Stop)
-	_, portS, _ := net.SplitHostPort(up.Listener.Addr().String())
-	port, err := strconv.Atoi(portS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	upCA := filepath.Join(t.TempDir(), "up.pem")
-	if err := os.WriteFile(upCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: up.Certificate().Raw}), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	dns := dnstest.Start(t)
-	dns.SetRR("example.com", "example.com. 60 IN A 127.0.0.1")
-	caDir := filepath.Join(t.TempDir(), "ca")
-	rootPEM, errOut, code := RunCLI(t, "ca", "export", "--ca-dir", caDir)
-	if code != 0 {
-		t.Fatalf("ca export = %d (%s)", code, errOut)
-	}
+	port := up.Port
+	in := newInspecting(t, up)
+	roots := exportedRoots(t, in.CADir)
 	policy := WritePolicy(t, []Rule{{ID: "grpc-check", Hosts: []string{"example.com"}, Ports: []int{port},
 		Methods: []string{"POST"}, Paths: []string{"/grpc.health.v1.Health/Check"}, Inspect: true}})
-	e := Start(t, Options{PolicyDir: policy, DNS: dns.Addr(),
-		YAML: InternalAllow(up.Listener.Addr().String()) + "inspect:\n  ca_dir: " + caDir + "\n  upstream_ca_file: " + upCA + "\n"})
+	e := Start(t, Options{PolicyDir: policy, DNS: in.DNS.Addr(), YAML: in.YAML})
 
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM([]byte(rootPEM))
 	dial := func(ctx context.Context, addr string) (net.Conn, error) {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", e.ProxyAddr)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
@@ -32,14 +31,31 @@ type inspectWorld struct {
 	CAFiles map[string]string
 }
 
-func newInspectWorld(t *testing.T) *inspectWorld {
+// inspecting is what egressd needs to inspect example.com served by an
+// HTTPS upstream: a DNS server naming it 127.0.0.1, a CA directory, and
+// config that admits the upstream's loopback address and trusts its
+// certificate (inspect.upstream_ca_file).
+type inspecting struct {
+	DNS   *dnstest.Server
+	CADir string
+	YAML  string
+}
+
+func newInspecting(t *testing.T, up *Upstream) inspecting {
 	t.Helper()
-	w := &inspectWorld{HTTPS: StartHTTPS(t), CAFiles: map[string]string{}}
 	dns := dnstest.Start(t)
 	dns.SetRR("example.com", "example.com. 60 IN A 127.0.0.1")
 	caDir := filepath.Join(t.TempDir(), "ca")
+	return inspecting{DNS: dns, CADir: caDir,
+		YAML: InternalAllow(up.Addr) + "inspect:\n  ca_dir: " + caDir + "\n  upstream_ca_file: " + up.CAFile + "\n"}
+}
+
+func newInspectWorld(t *testing.T) *inspectWorld {
+	t.Helper()
+	w := &inspectWorld{HTTPS: StartHTTPS(t), CAFiles: map[string]string{}}
+	in := newInspecting(t, w.HTTPS)
 	for _, id := range []string{"sbx-a", "sbx-b"} {
-		out, errOut, code := RunCLI(t, "ca", "export", "--ca-dir", caDir, "--identity", id)
+		out, errOut, code := RunCLI(t, "ca", "export", "--ca-dir", in.CADir, "--identity", id)
 		if code != 0 {
 			t.Fatalf("ca export %s = %d (%s)", id, code, errOut)
 		}
@@ -59,9 +75,8 @@ func newInspectWorld(t *testing.T) *inspectWorld {
 	}
 	w.E = Start(t, Options{
 		PolicyDir: policy,
-		DNS:       dns.Addr(),
-		YAML: InternalAllow(w.HTTPS.Addr) + ids.String() +
-			"inspect:\n  ca_dir: " + caDir + "\n  upstream_ca_file: " + w.HTTPS.CAFile + "\n",
+		DNS:       in.DNS.Addr(),
+		YAML:      in.YAML + ids.String(),
 	})
 	return w
 }
@@ -119,12 +134,7 @@ print(op.open(sys.argv[3], timeout=20).read().decode().splitlines()[0])`
 	})
 
 	t.Run("go net/http h2", func(t *testing.T) {
-		pem, err := os.ReadFile(w.CAFiles["sbx-a"])
-		if err != nil {
-			t.Fatal(err)
-		}
-		roots := x509.NewCertPool()
-		roots.AppendCertsFromPEM(pem)
+		roots := caPool(t, w.CAFiles["sbx-a"])
 		pu, _ := url.Parse(w.proxy("sbx-a"))
 		tr := &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}
 		defer tr.CloseIdleConnections()
@@ -145,12 +155,7 @@ print(op.open(sys.argv[3], timeout=20).read().decode().splitlines()[0])`
 	})
 
 	t.Run("websocket", func(t *testing.T) {
-		pem, err := os.ReadFile(w.CAFiles["sbx-a"])
-		if err != nil {
-			t.Fatal(err)
-		}
-		roots := x509.NewCertPool()
-		roots.AppendCertsFromPEM(pem)
+		roots := caPool(t, w.CAFiles["sbx-a"])
 		c, err := net.DialTimeout("tcp", w.E.ProxyAddr, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)

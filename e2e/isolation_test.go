@@ -1,13 +1,11 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -51,16 +49,7 @@ func TestIsolation(t *testing.T) {
 	expose(t, topo.upstream, "udp", upstreamAddr+":53", dns.Addr())
 	expose(t, topo.upstream, "tcp", upstreamAddr+":53", dns.Addr())
 
-	pg := pgtest.Start(t, pgtest.Options{})
-	ctx := context.Background()
-	for _, q := range []struct{ db, sql string }{
-		{"postgres", "CREATE DATABASE app"},
-		{"app", "CREATE TABLE items (id int PRIMARY KEY, name text); INSERT INTO items VALUES (1, 'one')"},
-	} {
-		if err := pg.Exec(ctx, q.db, q.sql); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pg := startAppDB(t, "CREATE TABLE items (id int PRIMARY KEY, name text); INSERT INTO items VALUES (1, 'one')")
 	expose(t, topo.upstream, "tcp", upstreamAddr+":5432", pg.Addr())
 	verifier, err := pggate.SCRAMVerifier(sandboxPGPassword, nil, 0)
 	if err != nil {
@@ -251,38 +240,17 @@ func startInNetns(t *testing.T, ns, cfg string, env ...string) *Egressd {
 	if err := os.WriteFile(e.ConfigPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.Create(e.LogPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd := exec.Command("ip", "netns", "exec", ns, binary, "serve", "--config", e.ConfigPath)
-	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(cleanEnv(), env...)
-	if err := cmd.Start(); err != nil {
+	if err := e.launch(cmd); err != nil {
 		t.Fatalf("start egressd in %s: %v", ns, err)
 	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); logf.Close(); close(exited) }()
-	t.Cleanup(func() {
-		// ip netns exec execs egressd in place, so this is egressd's pid.
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("egressd log:\n%s", e.Log())
-		}
-	})
+	// ip netns exec execs egressd in place, so Stop signals egressd itself.
+	e.stopAtEnd(t)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		select {
-		case <-exited:
-			t.Fatalf("egressd exited before ready: %v\n%s", waitErr, e.Log())
-		default:
+		if e.Exited() {
+			t.Fatalf("egressd exited before ready: %v\n%s", e.err, e.Log())
 		}
 		out, code := nsRun(t, ns, binary, "health", "--admin", "127.0.0.1:9090")
 		if code == 0 {

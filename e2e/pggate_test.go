@@ -27,14 +27,20 @@ func TestPostgresGate(t *testing.T) {
 	e, pg, gate := startGate(t, "CREATE TABLE notes (id int PRIMARY KEY, body text); INSERT INTO notes VALUES (1, 'alpha'), (2, 'beta')",
 		gateIdentity{"agent-ro", roPass, "read_only"}, gateIdentity{"agent-rw", rwPass, "read_write"})
 
-	psql := func(user, pass, sql string) (string, string, error) {
-		cmd := exec.Command(pg.Bin("psql"), "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1",
-			"-h", "127.0.0.1", "-p", strings.TrimPrefix(gate, "127.0.0.1:"), "-U", user, "-d", "app", "-c", sql)
+	// session runs psql through the gate as user with script on stdin and
+	// args after the connection flags.
+	session := func(user, pass, script string, args ...string) (string, string, error) {
+		cmd := exec.Command(pg.Bin("psql"), append([]string{"-X", "-A", "-t",
+			"-h", "127.0.0.1", "-p", strings.TrimPrefix(gate, "127.0.0.1:"), "-U", user, "-d", "app"}, args...)...)
 		cmd.Env = append(cleanEnv(), "PGPASSWORD="+pass, "PGSSLMODE=disable", "PGCONNECT_TIMEOUT=10")
+		cmd.Stdin = strings.NewReader(script)
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		err := cmd.Run()
 		return out.String(), errb.String(), err
+	}
+	psql := func(user, pass, sql string) (string, string, error) {
+		return session(user, pass, "", "-v", "ON_ERROR_STOP=1", "-c", sql)
 	}
 
 	out, stderr, err := psql("agent-ro", roPass, "SELECT body FROM notes ORDER BY id")
@@ -80,14 +86,10 @@ func TestPostgresGate(t *testing.T) {
 	// One session: a deny inside BEGIN … COMMIT fails the whole transaction
 	// upstream, and the session stays usable afterwards.
 	script := "BEGIN;\nINSERT INTO notes VALUES (3, 'gamma');\nDELETE FROM notes;\nCOMMIT;\nSELECT count(*) FROM notes;\n"
-	cmd := exec.Command(pg.Bin("psql"), "-X", "-A", "-t", "-h", "127.0.0.1", "-p", strings.TrimPrefix(gate, "127.0.0.1:"), "-U", "agent-rw", "-d", "app")
-	cmd.Env = append(cleanEnv(), "PGPASSWORD="+rwPass, "PGSSLMODE=disable")
-	cmd.Stdin = strings.NewReader(script)
-	var sout, serr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &sout, &serr
-	_ = cmd.Run() // psql exits non-zero on the deny; the output says what happened
-	if !strings.Contains(serr.String(), "egressd: denied:") || !strings.HasSuffix(sout.String(), "2\n") {
-		t.Errorf("transaction session: stdout %q stderr %q; want a deny and count 2 afterwards", sout.String(), serr.String())
+	// psql exits non-zero on the deny; the output says what happened.
+	sout, serr, _ := session("agent-rw", rwPass, script)
+	if !strings.Contains(serr, "egressd: denied:") || !strings.HasSuffix(sout, "2\n") {
+		t.Errorf("transaction session: stdout %q stderr %q; want a deny and count 2 afterwards", sout, serr)
 	}
 	if out, stderr, err := psql("agent-ro", roPass, "SELECT count(*) FROM notes WHERE id = 3"); err != nil || out != "0\n" {
 		t.Errorf("row of the failed transaction = %q, %v (%s); want 0 (nothing committed)", out, err, stderr)
@@ -106,10 +108,8 @@ func TestPostgresGate(t *testing.T) {
 // password and SQL profile.
 type gateIdentity struct{ id, password, profile string }
 
-// startGate starts a PostgreSQL whose database app holds schema, and
-// egressd with its Postgres gate in front of it for ids. It returns
-// egressd, the server and the gate's address.
-func startGate(t *testing.T, schema string, ids ...gateIdentity) (*Egressd, *pgtest.Server, string) {
+// startAppDB starts a PostgreSQL with a database app holding schema.
+func startAppDB(t *testing.T, schema string) *pgtest.Server {
 	t.Helper()
 	pg := pgtest.Start(t, pgtest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -120,6 +120,15 @@ func startGate(t *testing.T, schema string, ids ...gateIdentity) (*Egressd, *pgt
 	if err := pg.Exec(ctx, "app", schema); err != nil {
 		t.Fatal(err)
 	}
+	return pg
+}
+
+// startGate starts a PostgreSQL whose database app holds schema, and
+// egressd with its Postgres gate in front of it for ids. It returns
+// egressd, the server and the gate's address.
+func startGate(t *testing.T, schema string, ids ...gateIdentity) (*Egressd, *pgtest.Server, string) {
+	t.Helper()
+	pg := startAppDB(t, schema)
 	pwFile := filepath.Join(t.TempDir(), "upstream-password")
 	if err := os.WriteFile(pwFile, []byte(pgtest.SuperPassword+"\n"), 0o600); err != nil {
 		t.Fatal(err)

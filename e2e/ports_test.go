@@ -21,25 +21,17 @@ func TestLostPortRaceIsRecognised(t *testing.T) {
 		AdminAddr:  ReservePort(t).Addr(),
 		ConfigPath: filepath.Join(dir, "egressd.yaml"),
 		LogPath:    filepath.Join(dir, "egressd.log"),
-		exited:     make(chan struct{}),
 	}
 	cfg := fmt.Sprintf("proxy:\n  listen: %s\nadmin:\n  listen: 127.0.0.1:0\naudit:\n  dir: %s\ndns:\n  upstreams: [\"127.0.0.1:1\"]\n",
 		e.ProxyAddr, filepath.Join(dir, "audit"))
 	if err := os.WriteFile(e.ConfigPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.Create(e.LogPath)
-	if err != nil {
+	cmd := exec.Command(binary, "serve", "--config", e.ConfigPath)
+	cmd.Env = cleanEnv()
+	if err := e.launch(cmd); err != nil {
 		t.Fatal(err)
 	}
-	defer logf.Close()
-	e.cmd = exec.Command(binary, "serve", "--config", e.ConfigPath)
-	e.cmd.Stdout, e.cmd.Stderr = logf, logf
-	e.cmd.Env = cleanEnv()
-	if err := e.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { e.err = e.cmd.Wait(); close(e.exited) }()
 	if err := e.Wait(30 * time.Second); err == nil {
 		t.Fatalf("egressd with its proxy address taken exited 0; want a failure\n%s", e.Log())
 	}

@@ -243,26 +243,16 @@ func (r *readmeRun) start(line int, cmd string) {
 		args = append(args, "--config", r.cfg)
 	}
 	e := &Egressd{ProxyAddr: r.proxy, AdminAddr: r.admin, AuditDir: filepath.Join(r.dir, "egressd-audit"),
-		ConfigPath: r.cfg, LogPath: filepath.Join(t.TempDir(), "serve.log"), exited: make(chan struct{})}
-	logf, err := os.Create(e.LogPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.cmd = exec.Command(binary, args...)
-	e.cmd.Dir = r.dir
-	e.cmd.Env = cleanEnv()
-	e.cmd.Stdout, e.cmd.Stderr = logf, logf
+		ConfigPath: r.cfg, LogPath: filepath.Join(t.TempDir(), "serve.log")}
+	serve := exec.Command(binary, args...)
+	serve.Dir = r.dir
+	serve.Env = cleanEnv()
 	for _, p := range r.ports {
 		p.Release()
 	}
-	if err := e.cmd.Start(); err != nil {
+	if err := e.launch(serve); err != nil {
 		t.Fatalf("%s:%d: %s: %v", r.file, line, cmd, err)
 	}
-	go func() {
-		e.err = e.cmd.Wait()
-		logf.Close()
-		close(e.exited)
-	}()
 	r.serve = e
 	e.WaitReady(t, 20*time.Second)
 }

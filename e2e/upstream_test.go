@@ -157,7 +157,25 @@ func StartHTTP(t testing.TB) *Upstream {
 func StartHTTPS(t testing.TB) *Upstream {
 	t.Helper()
 	u := &Upstream{}
-	u.Server = httptest.NewTLSServer(upstreamHandler(u))
+	startTLS(t, u, upstreamHandler(u), false)
+	return u
+}
+
+// StartTLSHandler starts an HTTPS upstream on 127.0.0.1 serving h, also
+// over h2 when h2 is set (gRPC needs it), with its certificate in CAFile
+// for inspect.upstream_ca_file.
+func StartTLSHandler(t testing.TB, h http.Handler, h2 bool) *Upstream {
+	t.Helper()
+	u := &Upstream{}
+	startTLS(t, u, h, h2)
+	return u
+}
+
+func startTLS(t testing.TB, u *Upstream, h http.Handler, h2 bool) {
+	t.Helper()
+	u.Server = httptest.NewUnstartedServer(h)
+	u.EnableHTTP2 = h2
+	u.StartTLS()
 	t.Cleanup(u.Close)
 	u.fill()
 	u.CAFile = filepath.Join(t.TempDir(), "ca.pem")
@@ -165,7 +183,6 @@ func StartHTTPS(t testing.TB) *Upstream {
 	if err := os.WriteFile(u.CAFile, pemBytes, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return u
 }
 
 func (u *Upstream) fill() {

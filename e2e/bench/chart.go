@@ -289,12 +289,3 @@ func chartWorkload(r *Results) *Workload {
 	}
 	return pick
 }
-
-func indexOfString(xs []string, x string) int {
-	for i, v := range xs {
-		if v == x {
-			return i
-		}
-	}
-	return -1
-}

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -129,5 +130,5 @@ func (b *bench) getRound(t *Target, p *running, loadCPUs string, delayMS int) {
 		r.CPU = (p.cpu().Seconds() - c0) * 1000 / (n / 1000)
 	}
 	t.Rounds = append(t.Rounds, r)
-	b.progress("%s: %s %.0f req/s, p99 %.2f ms", t.Name, "GET", r.Rate, r.LatencyMS[indexOf(latencyQuantiles, 99)])
+	b.progress("%s: %s %.0f req/s, p99 %.2f ms", t.Name, "GET", r.Rate, r.LatencyMS[slices.Index(latencyQuantiles, 99)])
 }

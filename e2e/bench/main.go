@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -151,7 +152,7 @@ func validate(o options) error {
 		known      []string
 	}{{"-only", o.only, workloadIDs}, {"-peers", o.peers, peers}} {
 		for _, x := range strings.Split(c.list, ",") {
-			if x != "" && indexOfString(c.known, x) < 0 {
+			if x != "" && !slices.Contains(c.known, x) {
 				return fmt.Errorf("%s: unknown %q; choose from %s", c.flag, x, strings.Join(c.known, ","))
 			}
 		}

@@ -246,21 +246,18 @@ default:
 
 // startRelay runs this program's bare relay (-serve-relay).
 func (b *bench) startRelay(cpus string) (*running, error) {
-	d, err := b.dir("relay", "")
-	if err != nil {
-		return nil, err
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	addr := loopback()
-	return b.launch("relay", cpus, d, addr, true, self, "-serve-relay", addr, "-relay-dns", b.org.dns)
+	return b.launchSelf("relay", "relay", cpus, true, "-serve-relay", "-relay-dns", b.org.dns)
 }
 
 // startGoproxy runs this program's bare goproxy (-serve-goproxy).
 func (b *bench) startGoproxy(cpus string) (*running, error) {
-	d, err := b.dir("goproxy", "")
+	return b.launchSelf("goproxy", "goproxy", cpus, true, "-serve-goproxy", "-relay-dns", b.org.dns)
+}
+
+// launchSelf runs this program as one of its bare peers: serveFlag with a
+// fresh loopback address, then args, in a directory named after dirName.
+func (b *bench) launchSelf(name, dirName, cpus string, names bool, serveFlag string, args ...string) (*running, error) {
+	d, err := b.dir(dirName, "")
 	if err != nil {
 		return nil, err
 	}
@@ -269,5 +266,5 @@ func (b *bench) startGoproxy(cpus string) (*running, error) {
 		return nil, err
 	}
 	addr := loopback()
-	return b.launch("goproxy", cpus, d, addr, true, self, "-serve-goproxy", addr, "-relay-dns", b.org.dns)
+	return b.launch(name, cpus, d, addr, names, append([]string{self, serveFlag, addr}, args...)...)
 }

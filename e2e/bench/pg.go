@@ -254,14 +254,5 @@ pidfile = %s/pgbouncer.pid
 
 // startPgRelay runs this program's bare Postgres relay (-serve-pgrelay).
 func (b *bench) startPgRelay(pg *pgtest.Server) (*running, error) {
-	d, err := b.dir("pgrelay", "")
-	if err != nil {
-		return nil, err
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	addr := loopback()
-	return b.launch("pg relay", b.o.proxyCPU, d, addr, false, self, "-serve-pgrelay", addr, "-relay-upstream", pg.Addr())
+	return b.launchSelf("pg relay", "pgrelay", b.o.proxyCPU, false, "-serve-pgrelay", "-relay-upstream", pg.Addr())
 }

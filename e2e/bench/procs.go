@@ -154,16 +154,8 @@ func (p *proc) pids() []int {
 func (p *proc) cpu() time.Duration {
 	var ticks int64
 	for _, pid := range p.pids() {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 || i+2 > len(b) {
-			continue
-		}
-		f := strings.Fields(string(b[i+2:]))
-		if len(f) < 13 {
+		f, ok := statFields(strconv.Itoa(pid))
+		if !ok || len(f) < 13 {
 			continue
 		}
 		ut, _ := strconv.ParseInt(f[11], 10, 64)
@@ -214,17 +206,25 @@ func forEachProc(f func(pid int, stat []string)) {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
+		if stat, ok := statFields(e.Name()); ok {
+			f(pid, stat)
 		}
-		// The command name may contain spaces and parentheses.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 || i+2 > len(b) {
-			continue
-		}
-		f(pid, strings.Fields(string(b[i+2:])))
 	}
+}
+
+// statFields returns the fields of /proc/PID/stat after the command name,
+// false if the process is gone or the file is cut short.
+func statFields(pid string) ([]string, bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return nil, false
+	}
+	// The command name may contain spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 > len(b) {
+		return nil, false
+	}
+	return strings.Fields(string(b[i+2:])), true
 }
 
 // leftovers lists the live processes other than this one that carry

@@ -3,9 +3,10 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 )
@@ -41,12 +42,7 @@ func renderMarkdown(w io.Writer, r *Results, chart string) error {
 	}
 
 	b.WriteString("## Versions\n\n| component | version |\n|---|---|\n")
-	names := make([]string, 0, len(r.Versions))
-	for n := range r.Versions {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(r.Versions)) {
 		fmt.Fprintf(&b, "| %s | %s |\n", n, cell(r.Versions[n]))
 	}
 	b.WriteString("\n## Settings\n\n")
@@ -55,12 +51,7 @@ func renderMarkdown(w io.Writer, r *Results, chart string) error {
 	}
 	if len(r.Commands) > 0 {
 		b.WriteString("\n## Commands\n\nHow each proxy was started (`$DIR`: its own directory; the configs are written by `e2e/bench`).\n\n")
-		names := make([]string, 0, len(r.Commands))
-		for n := range r.Commands {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
+		for _, n := range slices.Sorted(maps.Keys(r.Commands)) {
 			fmt.Fprintf(&b, "- %s: `%s`\n", n, r.Commands[n])
 		}
 	}
@@ -105,7 +96,7 @@ func summaryRows(b *strings.Builder, wl *Workload) {
 		row(wl.Title+": proxy CPU, "+wl.CPUUnit, (*Target).cpu, num, true)
 	}
 	if wl.Latency {
-		p99 := indexOf(latencyQuantiles, 99)
+		p99 := slices.Index(latencyQuantiles, 99)
 		row(wl.Title+": p99 latency", func(t *Target) float64 { return t.latency(p99) }, ms, true)
 	}
 }
@@ -236,13 +227,4 @@ func ms(v float64) string { return num(v) + " ms" }
 func cell(s string) string {
 	s = strings.ReplaceAll(s, "|", "\\|")
 	return strings.Join(strings.Fields(s), " ")
-}
-
-func indexOf(xs []float64, x float64) int {
-	for i, v := range xs {
-		if v == x {
-			return i
-		}
-	}
-	return -1
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -48,7 +49,7 @@ func (g goal) value(t *Target) float64 {
 	case "cpu":
 		return t.cpu()
 	case "p99":
-		return t.latency(indexOf(latencyQuantiles, 99))
+		return t.latency(slices.Index(latencyQuantiles, 99))
 	}
 	return t.rate()
 }
