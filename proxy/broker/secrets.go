@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/egressd/egressd/internal/redact"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -235,21 +236,9 @@ func (s *Secrets) Redact(err error) error {
 	if err == nil || s == nil {
 		return err
 	}
-	msg := err.Error()
-	out := msg
+	subs := make([]redact.Sub, 0, len(s.values))
 	for name, v := range s.values {
-		out = strings.ReplaceAll(out, v, "<secret "+name+": not shown>")
+		subs = append(subs, redact.Sub{Value: v, With: "<secret " + name + ": not shown>"})
 	}
-	if out == msg {
-		return err
-	}
-	return &redactedError{msg: out, err: err}
+	return redact.Error(err, subs)
 }
-
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }

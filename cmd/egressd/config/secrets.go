@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/egressd/egressd/internal/redact"
 )
 
 // A secret-bearing key holds a secret's stored form or says where the
@@ -101,26 +103,11 @@ const minRedacted = 4
 // its message quotes replaced by the key's name. errors.Is and errors.As
 // still see err.
 func (c *Config) Redact(err error) error {
-	if err == nil {
-		return nil
-	}
-	msg := err.Error()
-	out := msg
+	var subs []redact.Sub
 	for _, k := range c.secretKeys() {
 		if len(k.value) >= minRedacted {
-			out = strings.ReplaceAll(out, k.value, "<"+k.key+": not shown>")
+			subs = append(subs, redact.Sub{Value: k.value, With: "<" + k.key + ": not shown>"})
 		}
 	}
-	if out == msg {
-		return err
-	}
-	return &redactedError{msg: out, err: err}
+	return redact.Error(err, subs)
 }
-
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
