@@ -116,11 +116,8 @@ func TestCAExportPKCS12(t *testing.T) {
 // TestCAExportRefusals: usage errors exit 2 and say what to do.
 func TestCAExportRefusals(t *testing.T) {
 	tmp := t.TempDir()
-	cfg := filepath.Join(tmp, "egressd.yaml")
 	yaml := fmt.Sprintf("audit:\n  dir: %s\nidentities:\n  - id: sandbox-1\n    sources: [10.0.0.0/24]\n", filepath.Join(tmp, "audit"))
-	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, tmp, yaml)
 	noIDs := filepath.Join(tmp, "none.yaml")
 	if err := os.WriteFile(noIDs, []byte(fmt.Sprintf("audit:\n  dir: %s\n", filepath.Join(tmp, "audit"))), 0o600); err != nil {
 		t.Fatal(err)
@@ -173,24 +170,7 @@ func TestServeRefusesReadableCAKey(t *testing.T) {
 	if err := os.Chmod(key, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// Listeners on ports this test holds: were the key accepted, serve
-	// would fail to listen instead of serving on.
-	held := make([]string, 2)
-	for i := range held {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		held[i] = ln.Addr().String()
-	}
-	cfg := filepath.Join(tmp, "egressd.yaml")
-	yaml := fmt.Sprintf("proxy:\n  listen: %s\nadmin:\n  listen: %s\naudit:\n  dir: %s\ninspect:\n  ca_dir: %s\n",
-		held[0], held[1], filepath.Join(tmp, "audit"), caDir)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	err = run([]string{"serve", "--config", cfg}, &bytes.Buffer{}, &bytes.Buffer{})
+	err = serveInspect(t, tmp, "ca_dir: "+caDir)
 	if err == nil || !strings.Contains(err.Error(), "chmod 600 "+key) {
 		t.Errorf("serve with a 0644 CA key = %v; want a refusal saying `chmod 600 %s`", err, key)
 	}
@@ -238,12 +218,9 @@ func TestCAExportConfiguredRoot(t *testing.T) {
 		t.Fatalf("Root: %v", err)
 	}
 	cert, key := filepath.Join(tmp, "ops", "ops.crt"), filepath.Join(tmp, "ops", "ops.key")
-	cfg := filepath.Join(tmp, "egressd.yaml")
 	yaml := fmt.Sprintf("audit:\n  dir: %s\nidentities:\n  - id: sandbox-1\n    sources: [10.0.0.0/24]\n    ca_cert: %s\n    ca_key: %s\n",
 		filepath.Join(tmp, "audit"), cert, key)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, tmp, yaml)
 	out, errOut, code := runCmd("ca", "export", "--config", cfg, "--identity", "sandbox-1")
 	if code != 0 {
 		t.Fatalf("ca export = %d (%s); want 0", code, errOut)
@@ -282,6 +259,18 @@ func TestServeRefusesBadUpstreamCAFile(t *testing.T) {
 	if err := os.WriteFile(bundle, []byte("not PEM\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	err := serveInspect(t, tmp, "upstream_ca_file: "+bundle)
+	if err == nil || !strings.Contains(err.Error(), "inspect.upstream_ca_file") {
+		t.Errorf("serve with an upstream_ca_file without PEM = %v; want a refusal naming inspect.upstream_ca_file", err)
+	}
+}
+
+// serveInspect runs serve with a config in dir whose inspect section is
+// the one line inspect, for tests of inspect settings serve must refuse.
+// The proxy and admin listen on ports this test holds: were the setting
+// accepted, serve would fail to listen instead of serving on.
+func serveInspect(t *testing.T, dir, inspect string) error {
+	t.Helper()
 	held := make([]string, 2)
 	for i := range held {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -291,14 +280,8 @@ func TestServeRefusesBadUpstreamCAFile(t *testing.T) {
 		defer ln.Close()
 		held[i] = ln.Addr().String()
 	}
-	cfg := filepath.Join(tmp, "egressd.yaml")
-	yaml := fmt.Sprintf("proxy:\n  listen: %s\nadmin:\n  listen: %s\naudit:\n  dir: %s\ninspect:\n  upstream_ca_file: %s\n",
-		held[0], held[1], filepath.Join(tmp, "audit"), bundle)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	err := run([]string{"serve", "--config", cfg}, &bytes.Buffer{}, &bytes.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), "inspect.upstream_ca_file") {
-		t.Errorf("serve with an upstream_ca_file without PEM = %v; want a refusal naming inspect.upstream_ca_file", err)
-	}
+	yaml := fmt.Sprintf("proxy:\n  listen: %s\nadmin:\n  listen: %s\naudit:\n  dir: %s\ninspect:\n  %s\n",
+		held[0], held[1], filepath.Join(dir, "audit"), inspect)
+	cfg := writeConfig(t, dir, yaml)
+	return run([]string{"serve", "--config", cfg}, &bytes.Buffer{}, &bytes.Buffer{})
 }

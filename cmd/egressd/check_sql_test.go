@@ -16,12 +16,9 @@ import (
 )
 
 func TestCheckSQL(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
 	// eval_timeout: decisions are under test, not evaluation time (a cold
 	// one hit the 100 ms default on a loaded machine).
-	if err := os.WriteFile(cfg, []byte("policy:\n  eval_timeout: 10s\nidentities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_only}\n  - id: plain\n    sources: [192.0.2.2/32]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, t.TempDir(), "policy:\n  eval_timeout: 10s\nidentities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_only}\n  - id: plain\n    sources: [192.0.2.2/32]\n")
 	tests := []struct {
 		name   string
 		args   []string
@@ -73,10 +70,7 @@ func TestCheckSQL(t *testing.T) {
 // serve (exit 2, naming the file and the key), not a sql_no_profile deny
 // (item 17).
 func TestCheckRefusesUnknownSQLProfile(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
-	if err := os.WriteFile(cfg, []byte("identities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_olny}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, t.TempDir(), "identities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_olny}\n")
 	var stdout, stderr bytes.Buffer
 	code := exitCode(run([]string{"check", "sql", "--config", cfg, "--identity", "agent", "SELECT 1"}, &stdout, &stderr), &stderr)
 	want := cfg + `: identities[0].attributes.sql_profile "read_olny" is not a profile`

@@ -16,10 +16,7 @@ func TestCheckIdentityFromConfig(t *testing.T) {
 	// A long eval timeout: under -race on a loaded machine the 100ms
 	// default could turn a decision into policy_timeout.
 	const policy = "policy:\n  eval_timeout: 10s\n"
-	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
-	if err := os.WriteFile(cfg, []byte(policy+"identities:\n  - id: team\n    sources: [192.0.2.1/32]\n    attributes: {tier: \"1\"}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, t.TempDir(), policy+"identities:\n  - id: team\n    sources: [192.0.2.1/32]\n    attributes: {tier: \"1\"}\n")
 	anon := filepath.Join(t.TempDir(), "anonymous.yaml")
 	if err := os.WriteFile(anon, []byte(policy), 0o644); err != nil {
 		t.Fatal(err)
@@ -77,10 +74,7 @@ func TestDeployExampleParses(t *testing.T) {
 // key the base rules read, not the output's path_flags), input.views for
 // http and connect, one input per SQL statement after the connect.
 func TestCheckInput(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
-	if err := os.WriteFile(cfg, []byte("policy:\n  eval_timeout: 10s\nidentities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_only}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, t.TempDir(), "policy:\n  eval_timeout: 10s\nidentities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_only}\n")
 	tests := []struct {
 		name string
 		args []string
@@ -161,10 +155,7 @@ func TestCheckInput(t *testing.T) {
 // request inside that tunnel ("inspected"), with the default bundle's
 // read-only GitHub rule; other https:// URLs are refused as before.
 func TestCheckInspected(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
-	if err := os.WriteFile(cfg, []byte("policy:\n  eval_timeout: 10s\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, t.TempDir(), "policy:\n  eval_timeout: 10s\n")
 	tests := []struct {
 		name               string
 		args               []string

@@ -1,0 +1,18 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// writeConfig writes yaml to dir/egressd.yaml and returns its path, for
+// the --config of the command under test.
+func writeConfig(t *testing.T, dir, yaml string) string {
+	t.Helper()
+	cfg := filepath.Join(dir, "egressd.yaml")
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
