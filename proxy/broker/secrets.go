@@ -57,7 +57,7 @@ func (c Config) Validate() error {
 		if (s.File == "") == (s.Env == "") {
 			return fmt.Errorf("[%d] (secret %q) must set exactly one of file and env: a value is never written inline", i, s.Name)
 		}
-		if s.Env != "" && !isEnvName(s.Env) {
+		if s.Env != "" && !IsEnvName(s.Env) {
 			return fmt.Errorf("[%d].env (secret %q) must be the name of an environment variable (letters, digits, '_'), "+
 				"not the secret itself (value not shown)", i, s.Name)
 		}
@@ -68,7 +68,11 @@ func (c Config) Validate() error {
 	return nil
 }
 
-func isEnvName(s string) bool {
+// IsEnvName reports whether s is a portable environment variable name
+// (letters, digits and '_', not starting with a digit), as every key that
+// names a variable must be: a value of another shape is usually the
+// secret itself, pasted in by mistake.
+func IsEnvName(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/egressd/egressd/internal/redact"
+	"github.com/egressd/egressd/proxy/broker"
 )
 
 // A secret-bearing key holds a secret's stored form or says where the
@@ -55,7 +56,7 @@ var secretPath = regexp.MustCompile(`^(identities\[\d+\]\.(token_sha256|scram_sh
 // checked by their own sections, which never print them either.
 func (c *Config) validateSecretShapes() error {
 	const notShown = "(value not shown: it may be a secret)"
-	if env := c.Postgres.PasswordEnv; env != "" && !isEnvName(env) {
+	if env := c.Postgres.PasswordEnv; env != "" && !broker.IsEnvName(env) {
 		return fmt.Errorf("postgres.password_env must be the name of an environment variable (letters, digits, '_'), "+
 			"not the password itself %s", notShown)
 	}
@@ -80,19 +81,6 @@ func (c *Config) validateSecretShapes() error {
 // isPEM reports a value that is key material rather than a file name.
 func isPEM(s string) bool {
 	return strings.ContainsAny(s, "\n\x00") || strings.Contains(s, "-----BEGIN")
-}
-
-func isEnvName(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '_', 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z':
-		case '0' <= c && c <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return s != ""
 }
 
 // minRedacted is the shortest value Redact replaces: shorter ones are no
