@@ -114,19 +114,7 @@ func mustHoldAcked(t *testing.T, dir string, acked map[string]bool, when string)
 	t.Helper()
 	mustVerify(t, dir)
 	seen := map[string]bool{}
-	rd, err := NewReader([]string{dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
-	for {
-		r, err := rd.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("read %s: %v", dir, err)
-		}
+	for _, r := range readRecords(t, dir) {
 		seen[r.Request] = true
 	}
 	var missing []string

@@ -16,15 +16,6 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-func appendN(t *testing.T, w *Writer, from, n int) {
-	t.Helper()
-	for i := from; i < from+n; i++ {
-		if err := w.Append(decisionRecord(i)); err != nil {
-			t.Fatalf("Append(%d) = %v", i, err)
-		}
-	}
-}
-
 // writeRecords opens the log of c, appends records from to from+n-1 and
 // closes it again, as one run of egressd would.
 func writeRecords(t *testing.T, c Config, from, n int) {
