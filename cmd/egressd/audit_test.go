@@ -57,12 +57,6 @@ func testAuditRecord(i int) *audit.Record {
 	return r
 }
 
-func runCLI(args ...string) (code int, stdout, stderr string) {
-	var out, errb bytes.Buffer
-	code = exitCode(run(args, &out, &errb), &errb)
-	return code, out.String(), errb.String()
-}
-
 func TestAuditVerifyCLI(t *testing.T) {
 	dir := writeAuditLog(t, 40)
 	segs, _ := audit.ListSegments(dir)

@@ -22,16 +22,9 @@ import (
 	"github.com/egressd/egressd/proxy/identity"
 )
 
-// runCmd runs egressd with args and returns stdout, stderr and the exit code.
-func runCmd(args ...string) (string, string, int) {
-	var stdout, stderr bytes.Buffer
-	code := exitCode(run(args, &stdout, &stderr), &stderr)
-	return stdout.String(), stderr.String(), code
-}
-
 func TestCAInit(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state", "ca")
-	if out, errOut, code := runCmd("ca", "init", dir); code != 0 {
+	if code, out, errOut := runCLI("ca", "init", dir); code != 0 {
 		t.Fatalf("ca init = %d (%s%s); want 0", code, out, errOut)
 	}
 	fi, err := os.Stat(dir)
@@ -41,7 +34,7 @@ func TestCAInit(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("ca init left %d files; want an empty directory (roots are per identity, made on use)", len(ents))
 	}
-	if _, _, code := runCmd("ca", "init"); code != 2 {
+	if code, _, _ := runCLI("ca", "init"); code != 2 {
 		t.Errorf("ca init without DIR = %d; want 2", code)
 	}
 }
@@ -50,7 +43,7 @@ func TestCAInit(t *testing.T) {
 // and the same root serve mints its leaves from.
 func TestCAExportPEM(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "ca")
-	out, errOut, code := runCmd("ca", "export", "--ca-dir", dir, "--identity", "sandbox-1")
+	code, out, errOut := runCLI("ca", "export", "--ca-dir", dir, "--identity", "sandbox-1")
 	if code != 0 {
 		t.Fatalf("ca export = %d (%s); want 0", code, errOut)
 	}
@@ -89,14 +82,14 @@ func TestCAExportPKCS12(t *testing.T) {
 	}
 	tmp := t.TempDir()
 	dir, p12 := filepath.Join(tmp, "ca"), filepath.Join(tmp, "sandbox-1.p12")
-	if _, errOut, code := runCmd("ca", "export", "--ca-dir", dir, "--identity", "sandbox-1", "--format", "pkcs12", "--out", p12); code != 0 {
+	if code, _, errOut := runCLI("ca", "export", "--ca-dir", dir, "--identity", "sandbox-1", "--format", "pkcs12", "--out", p12); code != 0 {
 		t.Fatalf("ca export --format pkcs12 = %d (%s); want 0", code, errOut)
 	}
 	got, err := exec.Command(openssl, "pkcs12", "-in", p12, "-nokeys", "-passin", "pass:changeit").CombinedOutput()
 	if err != nil {
 		t.Fatalf("openssl pkcs12 -nokeys: %v\n%s", err, got)
 	}
-	pemOut, _, _ := runCmd("ca", "export", "--ca-dir", dir, "--identity", "sandbox-1")
+	_, pemOut, _ := runCLI("ca", "export", "--ca-dir", dir, "--identity", "sandbox-1")
 	if !strings.Contains(string(got), strings.TrimSpace(pemOut)) {
 		t.Errorf("openssl read %q from the trust store; want the PEM root %q", got, pemOut)
 	}
@@ -136,7 +129,7 @@ func TestCAExportRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, errOut, code := runCmd(append([]string{"ca", "export"}, tt.args...)...)
+			code, _, errOut := runCLI(append([]string{"ca", "export"}, tt.args...)...)
 			if code != 2 || !strings.Contains(errOut, tt.want) {
 				t.Errorf("ca export %v = %d, %q; want 2 and %q", tt.args, code, errOut, tt.want)
 			}
@@ -145,7 +138,7 @@ func TestCAExportRefusals(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(tmp, "egressd-ca")); len(ents) != 0 {
 		t.Errorf("refused exports left %d files in the CA directory; want none", len(ents))
 	}
-	out, errOut, code := runCmd("ca", "export", "--config", cfg, "--identity", "sandbox-1")
+	code, out, errOut := runCLI("ca", "export", "--config", cfg, "--identity", "sandbox-1")
 	if code != 0 || !strings.Contains(out, "BEGIN CERTIFICATE") {
 		t.Errorf("ca export of a configured identity = %d, %q; want the root", code, errOut)
 	}
@@ -221,7 +214,7 @@ func TestCAExportConfiguredRoot(t *testing.T) {
 	yaml := fmt.Sprintf("audit:\n  dir: %s\nidentities:\n  - id: sandbox-1\n    sources: [10.0.0.0/24]\n    ca_cert: %s\n    ca_key: %s\n",
 		filepath.Join(tmp, "audit"), cert, key)
 	cfg := writeConfig(t, tmp, yaml)
-	out, errOut, code := runCmd("ca", "export", "--config", cfg, "--identity", "sandbox-1")
+	code, out, errOut := runCLI("ca", "export", "--config", cfg, "--identity", "sandbox-1")
 	if code != 0 {
 		t.Fatalf("ca export = %d (%s); want 0", code, errOut)
 	}
@@ -238,7 +231,7 @@ func TestCAExportConfiguredRoot(t *testing.T) {
 	if err := os.Chmod(key, 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if _, errOut, code := runCmd("ca", "export", "--config", cfg, "--identity", "sandbox-1"); code == 0 || !strings.Contains(errOut, "chmod 600 "+key) {
+	if code, _, errOut := runCLI("ca", "export", "--config", cfg, "--identity", "sandbox-1"); code == 0 || !strings.Contains(errOut, "chmod 600 "+key) {
 		t.Errorf("ca export with a group-readable configured key = %d, %q; want a refusal saying chmod 600", code, errOut)
 	}
 }

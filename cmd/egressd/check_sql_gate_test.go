@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -107,15 +106,14 @@ func TestCheckSQLMatchesGate(t *testing.T) {
 				gateStmts = append(gateStmts, r.Decision.String()+" "+r.Reason)
 			}
 
-			var stdout, stderr bytes.Buffer
-			code := exitCode(run([]string{"check", "sql", "--config", cfgFile, "--identity", tt.identity, "--database", "app", tt.sql}, &stdout, &stderr), &stderr)
+			code, stdout, stderr := runCLI("check", "sql", "--config", cfgFile, "--identity", tt.identity, "--database", "app", tt.sql)
 			var out struct {
 				Allow  bool
 				Reason string
 				Facts  []struct{ Decision policy.Decision }
 			}
-			if err := json.Unmarshal(stdout.Bytes(), &out); err != nil || code == 2 {
-				t.Fatalf("check sql %q: exit %d, %v (stderr %s)", tt.sql, code, err, stderr.String())
+			if err := json.Unmarshal([]byte(stdout), &out); err != nil || code == 2 {
+				t.Fatalf("check sql %q: exit %d, %v (stderr %s)", tt.sql, code, err, stderr)
 			}
 			checkReason := out.Reason
 			if out.Allow {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -42,10 +41,9 @@ func TestCheckSQL(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"check", "sql", "--config", cfg, "--identity", "agent", "--database", "app"}, tt.args...)
-			var stdout, stderr bytes.Buffer
-			code := exitCode(run(args, &stdout, &stderr), &stderr)
+			code, stdout, stderr := runCLI(args...)
 			if code != tt.code {
-				t.Fatalf("check sql %v exit = %d; want %d (stderr %s)", tt.args, code, tt.code, stderr.String())
+				t.Fatalf("check sql %v exit = %d; want %d (stderr %s)", tt.args, code, tt.code, stderr)
 			}
 			if tt.code == 2 {
 				return
@@ -55,8 +53,8 @@ func TestCheckSQL(t *testing.T) {
 				Allow                bool
 				Facts                []map[string]any
 			}
-			if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
-				t.Fatalf("check sql output %q: %v", stdout.String(), err)
+			if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+				t.Fatalf("check sql output %q: %v", stdout, err)
 			}
 			if out.Kind != "sql" || out.Reason != tt.reason || out.Allow != (tt.code == 0) || out.Policy == "" || len(out.Facts) != tt.stmts {
 				t.Errorf("check sql %v = %+v; want kind sql, reason %q, %d statements", tt.args, out, tt.reason, tt.stmts)
@@ -71,22 +69,20 @@ func TestCheckSQL(t *testing.T) {
 // (item 17).
 func TestCheckRefusesUnknownSQLProfile(t *testing.T) {
 	cfg := writeConfig(t, t.TempDir(), "identities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_olny}\n")
-	var stdout, stderr bytes.Buffer
-	code := exitCode(run([]string{"check", "sql", "--config", cfg, "--identity", "agent", "SELECT 1"}, &stdout, &stderr), &stderr)
+	code, _, stderr := runCLI("check", "sql", "--config", cfg, "--identity", "agent", "SELECT 1")
 	want := cfg + `: identities[0].attributes.sql_profile "read_olny" is not a profile`
-	if code != 2 || !strings.Contains(stderr.String(), want) {
-		t.Errorf("check sql = exit %d, %q; want exit 2 containing %q", code, stderr.String(), want)
+	if code != 2 || !strings.Contains(stderr, want) {
+		t.Errorf("check sql = exit %d, %q; want exit 2 containing %q", code, stderr, want)
 	}
 }
 
 // checkSQLOut runs `egressd check sql` and decodes its output.
 func checkSQLOut(t *testing.T, args ...string) (code int, out checkOutput) {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	code = exitCode(run(append([]string{"check", "sql"}, args...), &stdout, &stderr), &stderr)
+	code, stdout, _ := runCLI(append([]string{"check", "sql"}, args...)...)
 	if code != 2 {
-		if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
-			t.Fatalf("check sql output %q: %v", stdout.String(), err)
+		if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+			t.Fatalf("check sql output %q: %v", stdout, err)
 		}
 	}
 	return code, out

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,4 +16,12 @@ func writeConfig(t *testing.T, dir, yaml string) string {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// runCLI runs egressd with args and returns the exit code, stdout and
+// stderr.
+func runCLI(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = exitCode(run(args, &out, &errb), &errb)
+	return code, out.String(), errb.String()
 }
