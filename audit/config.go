@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -115,36 +116,25 @@ func (c *Config) Validate() error {
 	if c.Sync != "interval" && c.Sync != "always" {
 		return fmt.Errorf("sync must be \"interval\" or \"always\", got %q", c.Sync)
 	}
-	if c.SyncInterval <= 0 {
-		return fmt.Errorf("sync_interval must be > 0, got %q", c.SyncInterval)
-	}
-	if c.MaxSegmentBytes < minSegmentBytes {
-		return fmt.Errorf("max_segment_bytes must be >= %d, got %d", minSegmentBytes, c.MaxSegmentBytes)
-	}
-	if c.QueueSize <= 0 {
-		return fmt.Errorf("queue_size must be > 0, got %d", c.QueueSize)
-	}
-	if c.CheckpointInterval <= 0 {
-		return fmt.Errorf("checkpoint_interval must be > 0, got %q", c.CheckpointInterval)
-	}
-	if c.MaxFieldBytes < minFieldBytes || c.MaxFieldBytes > maxRecordInput/32 {
-		return fmt.Errorf("max_field_bytes must be between %d and %d, got %d", minFieldBytes, maxRecordInput/32, c.MaxFieldBytes)
+	if err := cmp.Or(
+		defaults.Positive("sync_interval", c.SyncInterval),
+		defaults.AtLeast("max_segment_bytes", c.MaxSegmentBytes, minSegmentBytes),
+		defaults.Positive("queue_size", c.QueueSize),
+		defaults.Positive("checkpoint_interval", c.CheckpointInterval),
+		defaults.Between("max_field_bytes", c.MaxFieldBytes, minFieldBytes, maxRecordInput/32),
+	); err != nil {
+		return err
 	}
 	for i, p := range c.RedactQueryParams {
 		if p == "" || p != strings.ToLower(p) {
 			return fmt.Errorf("redact_query_params[%d] must be a non-empty lower-case name fragment, got %q", i, p)
 		}
 	}
-	if c.IdentityRate < 0 {
-		return fmt.Errorf("identity_rate must be >= 0, got %v", c.IdentityRate)
-	}
-	if c.IdentityBurst < 0 {
-		return fmt.Errorf("identity_burst must be >= 0, got %d", c.IdentityBurst)
-	}
-	if c.RefusalSamples < 0 {
-		return fmt.Errorf("refusal_samples must be >= 0, got %d", c.RefusalSamples)
-	}
-	return nil
+	return cmp.Or(
+		defaults.NonNegative("identity_rate", c.IdentityRate),
+		defaults.NonNegative("identity_burst", c.IdentityBurst),
+		defaults.NonNegative("refusal_samples", c.RefusalSamples),
+	)
 }
 
 // Provision replaces every zero value with its default from DefaultConfig,

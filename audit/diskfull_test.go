@@ -138,13 +138,7 @@ func TestDiskFull(t *testing.T) {
 					t.Errorf("%s changed while the disk was full; want only appends", path)
 				}
 			}
-			mustVerify(t, c.Dir)
-			seen := requestsIn(t, c.Dir)
-			for id := range acked {
-				if !seen[id] {
-					t.Errorf("acknowledged record %s missing", id)
-				}
-			}
+			mustHoldAcked(t, c.Dir, acked, "after the disk was full")
 			resumed := false
 			rd := must(NewReader([]string{c.Dir}))
 			for rec, err := rd.Next(); err == nil; rec, err = rd.Next() {

@@ -112,13 +112,7 @@ func TestShortWrites(t *testing.T) {
 		t.Fatalf("Close() = %v", err)
 	}
 
-	mustVerify(t, c.Dir)
-	seen := requestsIn(t, c.Dir)
-	for id := range acked {
-		if !seen[id] {
-			t.Errorf("acknowledged %s missing", id)
-		}
-	}
+	mustHoldAcked(t, c.Dir, acked, "after short writes")
 	segs, _ := ListSegments(c.Dir)
 	if len(segs) != 3 {
 		t.Fatalf("segments = %d; want 3 (torn record, torn header, recovered)", len(segs))

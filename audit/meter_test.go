@@ -218,16 +218,7 @@ func TestMeterLogVerifies(t *testing.T) {
 	}
 	mustVerify(t, c.Dir)
 	var n int64
-	rd, err := NewReader([]string{c.Dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
-	for {
-		r, err := rd.Next()
-		if err != nil {
-			break
-		}
+	for _, r := range readRecords(t, c.Dir) {
 		if r.Reason == "rate_limited" {
 			n += max(1, r.Count)
 		}

@@ -16,13 +16,13 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-func appendN(t *testing.T, w *Writer, from, n int) {
+// writeRecords opens the log of c, appends records from to from+n-1 and
+// closes it again, as one run of egressd would.
+func writeRecords(t *testing.T, c Config, from, n int) {
 	t.Helper()
-	for i := from; i < from+n; i++ {
-		if err := w.Append(decisionRecord(i)); err != nil {
-			t.Fatalf("Append(%d) = %v", i, err)
-		}
-	}
+	w := mustOpen(t, c)
+	appendN(t, w, from, n)
+	w.Close()
 }
 
 // lastRecord returns the last record of the log in dir.
@@ -45,9 +45,7 @@ func lastRecord(t *testing.T, dir string) Record {
 
 func TestRecoverTornTail(t *testing.T) {
 	c := testConfig(t, "always")
-	w := mustOpen(t, c)
-	appendN(t, w, 0, 5)
-	w.Close()
+	writeRecords(t, c, 0, 5)
 	segs, _ := ListSegments(c.Dir)
 	fi, _ := os.Stat(segs[0])
 	torn := `{"seq":7,"ts":"2026-11-30T03:00:00.000000Z","kind":"ht`
@@ -63,9 +61,7 @@ func TestRecoverTornTail(t *testing.T) {
 		t.Fatalf("verify before restart = %v; want the unterminated line 7 named", err)
 	}
 
-	w = mustOpen(t, c)
-	appendN(t, w, 5, 3)
-	w.Close()
+	writeRecords(t, c, 5, 3)
 	v := mustVerify(t, c.Dir)
 	if v.Counts.Segments != 2 || v.Counts.Records != 1+5+1+3 {
 		t.Errorf("verify counts = %+v; want 2 segments, 10 records", v.Counts)
@@ -88,9 +84,7 @@ func TestRecoverTornTail(t *testing.T) {
 
 func TestRecoverBrokenChain(t *testing.T) {
 	c := testConfig(t, "interval")
-	w := mustOpen(t, c)
-	appendN(t, w, 0, 5)
-	w.Close()
+	writeRecords(t, c, 0, 5)
 	segs, _ := ListSegments(c.Dir)
 	lines := readLines(t, segs[0])
 	lines[3] = []byte(strings.Replace(string(lines[3]), "sandbox-a", "sandbox-b", 1))
@@ -103,9 +97,7 @@ func TestRecoverBrokenChain(t *testing.T) {
 	}
 
 	c.AcceptBreak = true
-	w = mustOpen(t, c)
-	appendN(t, w, 5, 2)
-	w.Close()
+	writeRecords(t, c, 5, 2)
 	if r := lastRecord(t, c.Dir); r.Request != "req-6" {
 		t.Errorf("last record = %+v; want req-6", r)
 	}
@@ -125,22 +117,18 @@ func TestRecoverBrokenChain(t *testing.T) {
 
 	// A later start needs no second acceptance.
 	c.AcceptBreak = false
-	w = mustOpen(t, c)
+	w := mustOpen(t, c)
 	w.Close()
 }
 
 func TestRecoverReusesEmptySegment(t *testing.T) {
 	c := testConfig(t, "interval")
-	w := mustOpen(t, c)
-	appendN(t, w, 0, 3)
-	w.Close()
+	writeRecords(t, c, 0, 3)
 	empty := filepath.Join(c.Dir, SegmentName(2))
 	if err := os.WriteFile(empty, nil, fileMode); err != nil {
 		t.Fatal(err)
 	}
-	w = mustOpen(t, c)
-	appendN(t, w, 3, 3)
-	w.Close()
+	writeRecords(t, c, 3, 3)
 	mustVerify(t, c.Dir)
 	if segs, _ := ListSegments(c.Dir); len(segs) != 2 {
 		t.Errorf("segments = %v; want the empty one reused", segs)

@@ -16,11 +16,7 @@ func buildLog(t *testing.T, n int) (string, []string) {
 	c := testConfig(t, "interval")
 	c.MaxSegmentBytes = minSegmentBytes
 	w := mustOpen(t, c)
-	for i := range n {
-		if err := w.Append(decisionRecord(i)); err != nil {
-			t.Fatalf("Append(%d) = %v", i, err)
-		}
-	}
+	appendN(t, w, 0, n)
 	if err := w.Close(); err != nil {
 		t.Fatalf("Close() = %v", err)
 	}

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -36,6 +37,38 @@ func mustOpen(t testing.TB, c Config) *Writer {
 	return w
 }
 
+// readRecords returns every record of path (a log directory or a
+// segment), failing the test on a line it cannot read.
+func readRecords(t *testing.T, path string) []Record {
+	t.Helper()
+	rd, err := NewReader([]string{path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	var out []Record
+	for {
+		r, err := rd.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("read %s: %v", path, err)
+		}
+		out = append(out, *r)
+	}
+}
+
+// appendN appends decisionRecord(from) to decisionRecord(from+n-1).
+func appendN(t *testing.T, w *Writer, from, n int) {
+	t.Helper()
+	for i := from; i < from+n; i++ {
+		if err := w.Append(decisionRecord(i)); err != nil {
+			t.Fatalf("Append(%d) = %v", i, err)
+		}
+	}
+}
+
 func decisionRecord(i int) *Record {
 	return &Record{
 		Kind: "http", Request: fmt.Sprintf("req-%d", i), Identity: "sandbox-a",
@@ -62,11 +95,7 @@ func TestWriterAppendVerify(t *testing.T) {
 			c.MaxSegmentBytes = minSegmentBytes
 			w := mustOpen(t, c)
 			const n = 200
-			for i := range n {
-				if err := w.Append(decisionRecord(i)); err != nil {
-					t.Fatalf("Append(%d) = %v", i, err)
-				}
-			}
+			appendN(t, w, 0, n)
 			if err := w.Close(); err != nil {
 				t.Fatalf("Close() = %v", err)
 			}

@@ -5,6 +5,7 @@
 package dnsguard
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"time"
@@ -87,28 +88,26 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("listen must be IP:port, got %q", c.Listen)
 		}
 	}
-	for _, d := range []struct {
-		key string
-		v   time.Duration
-	}{{"timeout", c.Timeout}, {"min_ttl", c.MinTTL}, {"max_ttl", c.MaxTTL}, {"negative_ttl", c.NegativeTTL}, {"answer_ttl", c.AnswerTTL}} {
-		if d.v < 0 {
-			return fmt.Errorf("%s must be >= 0, got %q", d.key, d.v)
-		}
+	if err := cmp.Or(
+		defaults.NonNegative("timeout", c.Timeout),
+		defaults.NonNegative("min_ttl", c.MinTTL),
+		defaults.NonNegative("max_ttl", c.MaxTTL),
+		defaults.NonNegative("negative_ttl", c.NegativeTTL),
+		defaults.NonNegative("answer_ttl", c.AnswerTTL),
+	); err != nil {
+		return err
 	}
 	if c.MaxTTL != 0 && c.MinTTL > c.MaxTTL {
 		return fmt.Errorf("min_ttl must be <= max_ttl (%s), got %q", c.MaxTTL, c.MinTTL)
 	}
-	for _, n := range []struct {
-		key string
-		v   int
-		max int
-	}{{"attempts", c.Attempts, 10}, {"max_cname", c.MaxCNAME, 32}, {"cache_size", c.CacheSize, 1 << 24}, {"burst", c.Burst, 1 << 20}} {
-		if n.v < 0 || n.v > n.max {
-			return fmt.Errorf("%s must be between 0 and %d, got %d", n.key, n.max, n.v)
-		}
-	}
-	if c.RateLimit < 0 {
-		return fmt.Errorf("rate_limit must be >= 0, got %v", c.RateLimit)
+	if err := cmp.Or(
+		defaults.Between("attempts", c.Attempts, 0, 10),
+		defaults.Between("max_cname", c.MaxCNAME, 0, 32),
+		defaults.Between("cache_size", c.CacheSize, 0, 1<<24),
+		defaults.Between("burst", c.Burst, 0, 1<<20),
+		defaults.NonNegative("rate_limit", c.RateLimit),
+	); err != nil {
+		return err
 	}
 	if c.Refuse != "" && c.Refuse != "refused" && c.Refuse != "nxdomain" {
 		return fmt.Errorf("refuse must be refused or nxdomain, got %q", c.Refuse)

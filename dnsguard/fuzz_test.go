@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit/audittest"
+	"github.com/egressd/egressd/internal/hostname"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -28,11 +29,11 @@ func FuzzNewFacts(f *testing.F) {
 			return
 		}
 		n := facts.Name
-		if n != strings.ToLower(n) || len(n) > maxNameLen || strings.HasSuffix(n, ".") || strings.Contains(n, "..") || strings.HasPrefix(n, ".") {
+		if n != strings.ToLower(n) || len(n) > hostname.MaxLen || strings.HasSuffix(n, ".") || strings.Contains(n, "..") || strings.HasPrefix(n, ".") {
 			t.Fatalf("NewFacts(%q).Name = %q; want a normalized host name", name, n)
 		}
 		for _, l := range strings.Split(n, ".") {
-			if l == "" || len(l) > maxLabelLen {
+			if l == "" || len(l) > hostname.MaxLabelLen {
 				t.Fatalf("NewFacts(%q).Name = %q has a bad label", name, n)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/hostname"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -120,8 +121,8 @@ func (s *Server) handle(ctx context.Context, client netip.Addr, req *dns.Msg) *d
 func (s *Server) decide(ctx context.Context, client netip.Addr, q dns.Question) outcome {
 	out := outcome{rec: audit.Record{Kind: audit.KindDNS, Client: client.String(), QType: qtypeString(q.Qtype)}}
 	out.rec.Name = strings.TrimSuffix(strings.ToLower(q.Name), ".")
-	if len(out.rec.Name) > maxNameLen {
-		out.rec.Name = out.rec.Name[:maxNameLen]
+	if len(out.rec.Name) > hostname.MaxLen {
+		out.rec.Name = out.rec.Name[:hostname.MaxLen]
 	}
 	st := s.state.Load()
 	id, ok := st.identify(client)

@@ -18,16 +18,6 @@ import (
 // shape a large operator bundle has.
 func bundleWithRules(t testing.TB, n int) string {
 	t.Helper()
-	dir := t.TempDir()
-	mods, err := filepathGlobFS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, b := range mods {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	rules := make([]map[string]any, 0, n)
 	for i := range n {
 		r := map[string]any{"id": fmt.Sprintf("r%d", i), "ports": []int{443}}
@@ -50,10 +40,7 @@ func bundleWithRules(t testing.TB, n int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "data.json"), b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	return modulesWithData(t, string(b))
 }
 
 // filepathGlobFS returns the embedded bundle's production modules (tests

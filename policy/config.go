@@ -1,7 +1,7 @@
 package policy
 
 import (
-	"fmt"
+	"cmp"
 	"time"
 
 	"github.com/egressd/egressd/internal/defaults"
@@ -34,11 +34,8 @@ func (c *Config) Provision() {
 // Validate checks a provisioned Config without I/O. Errors name the key
 // relative to the section.
 func (c *Config) Validate() error {
-	if c.CacheSize < -1 {
-		return fmt.Errorf("cache_size must be >= -1, got %d", c.CacheSize)
-	}
-	if c.EvalTimeout <= 0 {
-		return fmt.Errorf("eval_timeout must be > 0, got %q", c.EvalTimeout)
-	}
-	return nil
+	return cmp.Or(
+		defaults.AtLeast("cache_size", c.CacheSize, -1),
+		defaults.Positive("eval_timeout", c.EvalTimeout),
+	)
 }

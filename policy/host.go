@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"golang.org/x/net/idna"
+
+	"github.com/egressd/egressd/internal/hostname"
 )
 
 // Length caps on untrusted input (RFC 1035 for names; the path and target
@@ -83,50 +85,19 @@ func parseHost(raw string) (hostFacts, error) {
 	return hostFacts{name: n}, nil
 }
 
-// normalizeName lower-cases an ASCII host name and checks its labels;
-// labels in punycode must decode.
+// normalizeName lower-cases an ASCII host name and checks its labels (see
+// internal/hostname); labels in punycode must decode.
 func normalizeName(h string) (string, error) {
-	if h == "" || len(h) > maxHost {
+	n, fault := hostname.Normalize(h)
+	if fault != hostname.OK {
 		return "", errHostShape
 	}
-	lower := true
-	punycode := false
-	labelLen := 0
-	for i := 0; i < len(h); i++ {
-		c := h[i]
-		switch {
-		case c == '.':
-			if labelLen == 0 {
-				return "", errHostShape
-			}
-			labelLen = 0
-			continue
-		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_':
-		case 'A' <= c && c <= 'Z':
-			lower = false
-		default:
-			return "", errHostShape
-		}
-		labelLen++
-		if labelLen > 63 {
-			return "", errHostShape
-		}
-		if labelLen == 4 && (h[i-3]|0x20) == 'x' && (h[i-2]|0x20) == 'n' && h[i-1] == '-' && c == '-' {
-			punycode = true
-		}
-	}
-	if labelLen == 0 {
-		return "", errHostShape
-	}
-	if !lower {
-		h = strings.ToLower(h)
-	}
-	if punycode {
-		if _, err := idna.Lookup.ToUnicode(h); err != nil {
+	if strings.HasPrefix(n, "xn--") || strings.Contains(n, ".xn--") {
+		if _, err := idna.Lookup.ToUnicode(n); err != nil {
 			return "", err
 		}
 	}
-	return h, nil
+	return n, nil
 }
 
 func isASCII(s string) bool {

@@ -94,11 +94,7 @@ func TestPathMatchCase(t *testing.T) {
 // byte's flag: an overlong "/" is an encoded separator, and it is the
 // reason, whatever the rules allow.
 func TestPathFlagsInvalidUTF8(t *testing.T) {
-	tests := []struct {
-		name string
-		path string
-		want PathFlags
-	}{
+	tests := []pathFlagsCase{
 		{"overlong slash 2", "/a%C0%AFb", FlagEncodedSeparator | FlagInvalidUTF8},
 		{"overlong slash 3", "/a%E0%80%AFb", FlagEncodedSeparator | FlagInvalidUTF8},
 		{"overlong slash 4", "/a%F0%80%80%AFb", FlagEncodedSeparator | FlagInvalidUTF8},
@@ -118,17 +114,7 @@ func TestPathFlagsInvalidUTF8(t *testing.T) {
 		{"valid raw", "/café/€", 0},
 		{"valid U+FFFD", "/a%EF%BF%BD", 0},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, got, err := parsePath(tt.path)
-			if err != nil {
-				t.Fatalf("parsePath(%q) error %v", tt.path, err)
-			}
-			if got != tt.want {
-				t.Errorf("parsePath(%q) flags = %v; want %v", tt.path, got, tt.want)
-			}
-		})
-	}
+	checkPathFlags(t, tests)
 	e := newTestEngine(t, Config{Dir: modulesWithData(t, pathRules)})
 	for path, reason := range map[string]string{
 		"/docs%C0%AF..%C0%AFadmin": "encoded_separator",

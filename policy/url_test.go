@@ -64,11 +64,7 @@ func TestParseHTTPFacts(t *testing.T) {
 }
 
 func TestPathFlags(t *testing.T) {
-	tests := []struct {
-		name string
-		path string
-		want PathFlags
-	}{
+	tests := []pathFlagsCase{
 		{"plain", "/a/b/", 0},
 		{"root", "/", 0},
 		{"encoded slash", "/a%2Fb", FlagEncodedSeparator},
@@ -88,6 +84,18 @@ func TestPathFlags(t *testing.T) {
 		{"params", "/a;b", FlagPathParameter},
 		{"encoded params", "/a%3bb", FlagPathParameter},
 	}
+	checkPathFlags(t, tests)
+}
+
+// pathFlagsCase is a path and the flags parsePath must give it.
+type pathFlagsCase struct {
+	name string
+	path string
+	want PathFlags
+}
+
+func checkPathFlags(t *testing.T, tests []pathFlagsCase) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, got, err := parsePath(tt.path)

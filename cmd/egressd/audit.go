@@ -49,27 +49,18 @@ var auditActions = map[string]helpText{
 
 // runAudit is `egressd audit verify|show|keygen`.
 func runAudit(args []string, stdout, stderr io.Writer) error {
-	group := func() {
-		groupHelp(stderr, "audit", table(auditActions, func(h helpText) string { return h.summary }),
-			"the action's own (see its -h); 2 for a usage error")
+	action, err := groupAction("audit", auditActions, "verify, show or keygen", args, stderr)
+	if err != nil {
+		return err
 	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		group()
-		if len(args) == 0 {
-			return usageErrorf("audit: want verify, show or keygen")
-		}
-		return flag.ErrHelp
-	}
-	switch args[0] {
+	switch action {
 	case "verify":
 		return runAuditVerify(args[1:], stdout, stderr)
 	case "show":
 		return runAuditShow(args[1:], stdout, stderr)
-	case "keygen":
+	default: // keygen
 		return runAuditKeygen(args[1:], stdout, stderr)
 	}
-	group()
-	return usageErrorf("audit: unknown action %q; want verify, show or keygen", args[0])
 }
 
 // checkpointFlags collects repeated --checkpoint SEQ:HASH values.

@@ -20,13 +20,7 @@ import (
 // into small segments and returns the directory.
 func writeAuditLog(t *testing.T, n int) string {
 	t.Helper()
-	c := audit.DefaultConfig()
-	c.Dir = filepath.Join(t.TempDir(), "audit")
-	c.MaxSegmentBytes = 4096
-	w, err := audit.Open(c, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, dir := openAuditLog(t)
 	for i := range n {
 		if err := w.Append(testAuditRecord(i)); err != nil {
 			t.Fatal(err)
@@ -35,7 +29,21 @@ func writeAuditLog(t *testing.T, n int) string {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return c.Dir
+	return dir
+}
+
+// openAuditLog opens an audit log in a fresh directory with segments small
+// enough that a few dozen records rotate several times.
+func openAuditLog(t *testing.T) (*audit.Writer, string) {
+	t.Helper()
+	c := audit.DefaultConfig()
+	c.Dir = filepath.Join(t.TempDir(), "audit")
+	c.MaxSegmentBytes = 4096
+	w, err := audit.Open(c, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, c.Dir
 }
 
 func testAuditRecord(i int) *audit.Record {
@@ -47,12 +55,6 @@ func testAuditRecord(i int) *audit.Record {
 		r.Path = "/evil\x1b[2J"
 	}
 	return r
-}
-
-func runCLI(args ...string) (code int, stdout, stderr string) {
-	var out, errb bytes.Buffer
-	code = exitCode(run(args, &out, &errb), &errb)
-	return code, out.String(), errb.String()
 }
 
 func TestAuditVerifyCLI(t *testing.T) {
@@ -161,15 +163,9 @@ func (s *syncBuffer) String() string {
 // TestAuditShowFollow follows a log while a writer appends across several
 // rotations; the follow is bounded by a context.
 func TestAuditShowFollow(t *testing.T) {
-	c := audit.DefaultConfig()
-	c.Dir = filepath.Join(t.TempDir(), "audit")
-	c.MaxSegmentBytes = 4096
-	w, err := audit.Open(c, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, dir := openAuditLog(t)
 	defer w.Close()
-	o, err := parseShow([]string{"-f", "--json", "--kind", "http", c.Dir}, &bytes.Buffer{}, time.Now())
+	o, err := parseShow([]string{"-f", "--json", "--kind", "http", dir}, &bytes.Buffer{}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +191,7 @@ func TestAuditShowFollow(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("showAudit -f = %v", err)
 	}
-	if segs, _ := audit.ListSegments(c.Dir); len(segs) < 3 {
+	if segs, _ := audit.ListSegments(dir); len(segs) < 3 {
 		t.Fatalf("log has %d segments; want rotations while following", len(segs))
 	}
 	for i := range n {

@@ -46,25 +46,14 @@ const trustStorePassword = pkcs12.DefaultPassword
 
 // runCA is `egressd ca init|export`.
 func runCA(args []string, stdout, stderr io.Writer) error {
-	group := func() {
-		groupHelp(stderr, "ca", table(caActions, func(h helpText) string { return h.summary }),
-			"the action's own (see its -h); 2 for a usage error")
+	action, err := groupAction("ca", caActions, "init or export", args, stderr)
+	if err != nil {
+		return err
 	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		group()
-		if len(args) == 0 {
-			return usageErrorf("ca: want init or export")
-		}
-		return flag.ErrHelp
-	}
-	switch args[0] {
-	case "init":
+	if action == "init" {
 		return runCAInit(args[1:], stdout, stderr)
-	case "export":
-		return runCAExport(args[1:], stdout, stderr)
 	}
-	group()
-	return usageErrorf("ca: unknown action %q; want init or export", args[0])
+	return runCAExport(args[1:], stdout, stderr)
 }
 
 func runCAInit(args []string, stdout, stderr io.Writer) error {

@@ -22,16 +22,9 @@ import (
 	"github.com/egressd/egressd/proxy/identity"
 )
 
-// runCmd runs egressd with args and returns stdout, stderr and the exit code.
-func runCmd(args ...string) (string, string, int) {
-	var stdout, stderr bytes.Buffer
-	code := exitCode(run(args, &stdout, &stderr), &stderr)
-	return stdout.String(), stderr.String(), code
-}
-
 func TestCAInit(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state", "ca")
-	if out, errOut, code := runCmd("ca", "init", dir); code != 0 {
+	if code, out, errOut := runCLI("ca", "init", dir); code != 0 {
 		t.Fatalf("ca init = %d (%s%s); want 0", code, out, errOut)
 	}
 	fi, err := os.Stat(dir)
@@ -41,7 +34,7 @@ func TestCAInit(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("ca init left %d files; want an empty directory (roots are per identity, made on use)", len(ents))
 	}
-	if _, _, code := runCmd("ca", "init"); code != 2 {
+	if code, _, _ := runCLI("ca", "init"); code != 2 {
 		t.Errorf("ca init without DIR = %d; want 2", code)
 	}
 }
@@ -50,7 +43,7 @@ func TestCAInit(t *testing.T) {
 // and the same root serve mints its leaves from.
 func TestCAExportPEM(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "ca")
-	out, errOut, code := runCmd("ca", "export", "--ca-dir", dir, "--identity", "sandbox-1")
+	code, out, errOut := runCLI("ca", "export", "--ca-dir", dir, "--identity", "sandbox-1")
 	if code != 0 {
 		t.Fatalf("ca export = %d (%s); want 0", code, errOut)
 	}
@@ -89,14 +82,14 @@ func TestCAExportPKCS12(t *testing.T) {
 	}
 	tmp := t.TempDir()
 	dir, p12 := filepath.Join(tmp, "ca"), filepath.Join(tmp, "sandbox-1.p12")
-	if _, errOut, code := runCmd("ca", "export", "--ca-dir", dir, "--identity", "sandbox-1", "--format", "pkcs12", "--out", p12); code != 0 {
+	if code, _, errOut := runCLI("ca", "export", "--ca-dir", dir, "--identity", "sandbox-1", "--format", "pkcs12", "--out", p12); code != 0 {
 		t.Fatalf("ca export --format pkcs12 = %d (%s); want 0", code, errOut)
 	}
 	got, err := exec.Command(openssl, "pkcs12", "-in", p12, "-nokeys", "-passin", "pass:changeit").CombinedOutput()
 	if err != nil {
 		t.Fatalf("openssl pkcs12 -nokeys: %v\n%s", err, got)
 	}
-	pemOut, _, _ := runCmd("ca", "export", "--ca-dir", dir, "--identity", "sandbox-1")
+	_, pemOut, _ := runCLI("ca", "export", "--ca-dir", dir, "--identity", "sandbox-1")
 	if !strings.Contains(string(got), strings.TrimSpace(pemOut)) {
 		t.Errorf("openssl read %q from the trust store; want the PEM root %q", got, pemOut)
 	}
@@ -116,11 +109,8 @@ func TestCAExportPKCS12(t *testing.T) {
 // TestCAExportRefusals: usage errors exit 2 and say what to do.
 func TestCAExportRefusals(t *testing.T) {
 	tmp := t.TempDir()
-	cfg := filepath.Join(tmp, "egressd.yaml")
 	yaml := fmt.Sprintf("audit:\n  dir: %s\nidentities:\n  - id: sandbox-1\n    sources: [10.0.0.0/24]\n", filepath.Join(tmp, "audit"))
-	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, tmp, yaml)
 	noIDs := filepath.Join(tmp, "none.yaml")
 	if err := os.WriteFile(noIDs, []byte(fmt.Sprintf("audit:\n  dir: %s\n", filepath.Join(tmp, "audit"))), 0o600); err != nil {
 		t.Fatal(err)
@@ -139,7 +129,7 @@ func TestCAExportRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, errOut, code := runCmd(append([]string{"ca", "export"}, tt.args...)...)
+			code, _, errOut := runCLI(append([]string{"ca", "export"}, tt.args...)...)
 			if code != 2 || !strings.Contains(errOut, tt.want) {
 				t.Errorf("ca export %v = %d, %q; want 2 and %q", tt.args, code, errOut, tt.want)
 			}
@@ -148,7 +138,7 @@ func TestCAExportRefusals(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(tmp, "egressd-ca")); len(ents) != 0 {
 		t.Errorf("refused exports left %d files in the CA directory; want none", len(ents))
 	}
-	out, errOut, code := runCmd("ca", "export", "--config", cfg, "--identity", "sandbox-1")
+	code, out, errOut := runCLI("ca", "export", "--config", cfg, "--identity", "sandbox-1")
 	if code != 0 || !strings.Contains(out, "BEGIN CERTIFICATE") {
 		t.Errorf("ca export of a configured identity = %d, %q; want the root", code, errOut)
 	}
@@ -173,24 +163,7 @@ func TestServeRefusesReadableCAKey(t *testing.T) {
 	if err := os.Chmod(key, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// Listeners on ports this test holds: were the key accepted, serve
-	// would fail to listen instead of serving on.
-	held := make([]string, 2)
-	for i := range held {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		held[i] = ln.Addr().String()
-	}
-	cfg := filepath.Join(tmp, "egressd.yaml")
-	yaml := fmt.Sprintf("proxy:\n  listen: %s\nadmin:\n  listen: %s\naudit:\n  dir: %s\ninspect:\n  ca_dir: %s\n",
-		held[0], held[1], filepath.Join(tmp, "audit"), caDir)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	err = run([]string{"serve", "--config", cfg}, &bytes.Buffer{}, &bytes.Buffer{})
+	err = serveInspect(t, tmp, "ca_dir: "+caDir)
 	if err == nil || !strings.Contains(err.Error(), "chmod 600 "+key) {
 		t.Errorf("serve with a 0644 CA key = %v; want a refusal saying `chmod 600 %s`", err, key)
 	}
@@ -238,13 +211,10 @@ func TestCAExportConfiguredRoot(t *testing.T) {
 		t.Fatalf("Root: %v", err)
 	}
 	cert, key := filepath.Join(tmp, "ops", "ops.crt"), filepath.Join(tmp, "ops", "ops.key")
-	cfg := filepath.Join(tmp, "egressd.yaml")
 	yaml := fmt.Sprintf("audit:\n  dir: %s\nidentities:\n  - id: sandbox-1\n    sources: [10.0.0.0/24]\n    ca_cert: %s\n    ca_key: %s\n",
 		filepath.Join(tmp, "audit"), cert, key)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out, errOut, code := runCmd("ca", "export", "--config", cfg, "--identity", "sandbox-1")
+	cfg := writeConfig(t, tmp, yaml)
+	code, out, errOut := runCLI("ca", "export", "--config", cfg, "--identity", "sandbox-1")
 	if code != 0 {
 		t.Fatalf("ca export = %d (%s); want 0", code, errOut)
 	}
@@ -261,7 +231,7 @@ func TestCAExportConfiguredRoot(t *testing.T) {
 	if err := os.Chmod(key, 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if _, errOut, code := runCmd("ca", "export", "--config", cfg, "--identity", "sandbox-1"); code == 0 || !strings.Contains(errOut, "chmod 600 "+key) {
+	if code, _, errOut := runCLI("ca", "export", "--config", cfg, "--identity", "sandbox-1"); code == 0 || !strings.Contains(errOut, "chmod 600 "+key) {
 		t.Errorf("ca export with a group-readable configured key = %d, %q; want a refusal saying chmod 600", code, errOut)
 	}
 }
@@ -282,6 +252,18 @@ func TestServeRefusesBadUpstreamCAFile(t *testing.T) {
 	if err := os.WriteFile(bundle, []byte("not PEM\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	err := serveInspect(t, tmp, "upstream_ca_file: "+bundle)
+	if err == nil || !strings.Contains(err.Error(), "inspect.upstream_ca_file") {
+		t.Errorf("serve with an upstream_ca_file without PEM = %v; want a refusal naming inspect.upstream_ca_file", err)
+	}
+}
+
+// serveInspect runs serve with a config in dir whose inspect section is
+// the one line inspect, for tests of inspect settings serve must refuse.
+// The proxy and admin listen on ports this test holds: were the setting
+// accepted, serve would fail to listen instead of serving on.
+func serveInspect(t *testing.T, dir, inspect string) error {
+	t.Helper()
 	held := make([]string, 2)
 	for i := range held {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -291,14 +273,8 @@ func TestServeRefusesBadUpstreamCAFile(t *testing.T) {
 		defer ln.Close()
 		held[i] = ln.Addr().String()
 	}
-	cfg := filepath.Join(tmp, "egressd.yaml")
-	yaml := fmt.Sprintf("proxy:\n  listen: %s\nadmin:\n  listen: %s\naudit:\n  dir: %s\ninspect:\n  upstream_ca_file: %s\n",
-		held[0], held[1], filepath.Join(tmp, "audit"), bundle)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	err := run([]string{"serve", "--config", cfg}, &bytes.Buffer{}, &bytes.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), "inspect.upstream_ca_file") {
-		t.Errorf("serve with an upstream_ca_file without PEM = %v; want a refusal naming inspect.upstream_ca_file", err)
-	}
+	yaml := fmt.Sprintf("proxy:\n  listen: %s\nadmin:\n  listen: %s\naudit:\n  dir: %s\ninspect:\n  %s\n",
+		held[0], held[1], filepath.Join(dir, "audit"), inspect)
+	cfg := writeConfig(t, dir, yaml)
+	return run([]string{"serve", "--config", cfg}, &bytes.Buffer{}, &bytes.Buffer{})
 }

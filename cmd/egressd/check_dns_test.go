@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"testing"
 )
@@ -26,10 +25,9 @@ func TestCheckDNS(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			code := exitCode(run(append([]string{"check", "dns"}, tt.args...), &stdout, &stderr), &stderr)
+			code, stdout, stderr := runCLI(append([]string{"check", "dns"}, tt.args...)...)
 			if code != tt.code {
-				t.Fatalf("check dns %v exit = %d; want %d (stderr %s)", tt.args, code, tt.code, stderr.String())
+				t.Fatalf("check dns %v exit = %d; want %d (stderr %s)", tt.args, code, tt.code, stderr)
 			}
 			if tt.code == 2 {
 				return
@@ -38,8 +36,8 @@ func TestCheckDNS(t *testing.T) {
 				Kind, Reason, Rule, Policy string
 				Allow                      bool
 			}
-			if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
-				t.Fatalf("check dns %v output %q: %v", tt.args, stdout.String(), err)
+			if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+				t.Fatalf("check dns %v output %q: %v", tt.args, stdout, err)
 			}
 			if out.Kind != "dns" || out.Reason != tt.reason || out.Rule != tt.rule || out.Allow != (tt.code == 0) || out.Policy == "" {
 				t.Errorf("check dns %v = %+v; want kind dns, reason %q, rule %q", tt.args, out, tt.reason, tt.rule)

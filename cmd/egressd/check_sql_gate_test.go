@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -43,14 +40,11 @@ func TestCheckSQLMatchesGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfgFile := filepath.Join(t.TempDir(), "egressd.yaml")
 	// A generous eval_timeout: on a shared machine a cold first evaluation
 	// can pass the default 100ms, and a policy_timeout on one side only
 	// would be a false difference.
 	yaml := fmt.Sprintf("policy:\n  eval_timeout: 30s\nidentities:\n  - id: ro\n    scram_sha256: %q\n    attributes: {sql_profile: read_only}\n  - id: rw\n    scram_sha256: %q\n    attributes: {sql_profile: read_write}\n", verifier, verifier)
-	if err := os.WriteFile(cfgFile, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfgFile := writeConfig(t, t.TempDir(), yaml)
 	cfg, err := config.Load(cfgFile)
 	if err != nil {
 		t.Fatal(err)
@@ -74,19 +68,7 @@ func TestCheckSQLMatchesGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Serve and Shutdown are checked by the gate's own lifecycle tests;
-	// here they only start and stop a fixture.
-	go func() { _ = g.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = g.Shutdown(ctx)
-	})
-	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	host, port, _ := net.SplitHostPort(pgtest.ServeGate(t, g))
 	sessions := map[string]*pgconn.PgConn{}
 	for _, id := range []string{"ro", "rw"} {
 		c, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=%s password=%s dbname=app sslmode=disable", host, port, id, pass))
@@ -124,15 +106,14 @@ func TestCheckSQLMatchesGate(t *testing.T) {
 				gateStmts = append(gateStmts, r.Decision.String()+" "+r.Reason)
 			}
 
-			var stdout, stderr bytes.Buffer
-			code := exitCode(run([]string{"check", "sql", "--config", cfgFile, "--identity", tt.identity, "--database", "app", tt.sql}, &stdout, &stderr), &stderr)
+			code, stdout, stderr := runCLI("check", "sql", "--config", cfgFile, "--identity", tt.identity, "--database", "app", tt.sql)
 			var out struct {
 				Allow  bool
 				Reason string
 				Facts  []struct{ Decision policy.Decision }
 			}
-			if err := json.Unmarshal(stdout.Bytes(), &out); err != nil || code == 2 {
-				t.Fatalf("check sql %q: exit %d, %v (stderr %s)", tt.sql, code, err, stderr.String())
+			if err := json.Unmarshal([]byte(stdout), &out); err != nil || code == 2 {
+				t.Fatalf("check sql %q: exit %d, %v (stderr %s)", tt.sql, code, err, stderr)
 			}
 			checkReason := out.Reason
 			if out.Allow {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,12 +14,9 @@ import (
 )
 
 func TestCheckSQL(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
 	// eval_timeout: decisions are under test, not evaluation time (a cold
 	// one hit the 100 ms default on a loaded machine).
-	if err := os.WriteFile(cfg, []byte("policy:\n  eval_timeout: 10s\nidentities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_only}\n  - id: plain\n    sources: [192.0.2.2/32]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, t.TempDir(), "policy:\n  eval_timeout: 10s\nidentities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_only}\n  - id: plain\n    sources: [192.0.2.2/32]\n")
 	tests := []struct {
 		name   string
 		args   []string
@@ -44,10 +40,9 @@ func TestCheckSQL(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"check", "sql", "--config", cfg, "--identity", "agent", "--database", "app"}, tt.args...)
-			var stdout, stderr bytes.Buffer
-			code := exitCode(run(args, &stdout, &stderr), &stderr)
+			code, stdout, stderr := runCLI(args...)
 			if code != tt.code {
-				t.Fatalf("check sql %v exit = %d; want %d (stderr %s)", tt.args, code, tt.code, stderr.String())
+				t.Fatalf("check sql %v exit = %d; want %d (stderr %s)", tt.args, code, tt.code, stderr)
 			}
 			if tt.code == 2 {
 				return
@@ -57,8 +52,8 @@ func TestCheckSQL(t *testing.T) {
 				Allow                bool
 				Facts                []map[string]any
 			}
-			if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
-				t.Fatalf("check sql output %q: %v", stdout.String(), err)
+			if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+				t.Fatalf("check sql output %q: %v", stdout, err)
 			}
 			if out.Kind != "sql" || out.Reason != tt.reason || out.Allow != (tt.code == 0) || out.Policy == "" || len(out.Facts) != tt.stmts {
 				t.Errorf("check sql %v = %+v; want kind sql, reason %q, %d statements", tt.args, out, tt.reason, tt.stmts)
@@ -72,26 +67,21 @@ func TestCheckSQL(t *testing.T) {
 // serve (exit 2, naming the file and the key), not a sql_no_profile deny
 // (item 17).
 func TestCheckRefusesUnknownSQLProfile(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
-	if err := os.WriteFile(cfg, []byte("identities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_olny}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var stdout, stderr bytes.Buffer
-	code := exitCode(run([]string{"check", "sql", "--config", cfg, "--identity", "agent", "SELECT 1"}, &stdout, &stderr), &stderr)
+	cfg := writeConfig(t, t.TempDir(), "identities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_olny}\n")
+	code, _, stderr := runCLI("check", "sql", "--config", cfg, "--identity", "agent", "SELECT 1")
 	want := cfg + `: identities[0].attributes.sql_profile "read_olny" is not a profile`
-	if code != 2 || !strings.Contains(stderr.String(), want) {
-		t.Errorf("check sql = exit %d, %q; want exit 2 containing %q", code, stderr.String(), want)
+	if code != 2 || !strings.Contains(stderr, want) {
+		t.Errorf("check sql = exit %d, %q; want exit 2 containing %q", code, stderr, want)
 	}
 }
 
 // checkSQLOut runs `egressd check sql` and decodes its output.
 func checkSQLOut(t *testing.T, args ...string) (code int, out checkOutput) {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	code = exitCode(run(append([]string{"check", "sql"}, args...), &stdout, &stderr), &stderr)
+	code, stdout, _ := runCLI(append([]string{"check", "sql"}, args...)...)
 	if code != 2 {
-		if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
-			t.Fatalf("check sql output %q: %v", stdout.String(), err)
+		if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+			t.Fatalf("check sql output %q: %v", stdout, err)
 		}
 	}
 	return code, out

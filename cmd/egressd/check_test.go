@@ -16,10 +16,7 @@ func TestCheckIdentityFromConfig(t *testing.T) {
 	// A long eval timeout: under -race on a loaded machine the 100ms
 	// default could turn a decision into policy_timeout.
 	const policy = "policy:\n  eval_timeout: 10s\n"
-	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
-	if err := os.WriteFile(cfg, []byte(policy+"identities:\n  - id: team\n    sources: [192.0.2.1/32]\n    attributes: {tier: \"1\"}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, t.TempDir(), policy+"identities:\n  - id: team\n    sources: [192.0.2.1/32]\n    attributes: {tier: \"1\"}\n")
 	anon := filepath.Join(t.TempDir(), "anonymous.yaml")
 	if err := os.WriteFile(anon, []byte(policy), 0o644); err != nil {
 		t.Fatal(err)
@@ -41,17 +38,16 @@ func TestCheckIdentityFromConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			code := exitCode(run(tt.args, &stdout, &stderr), &stderr)
-			if code != tt.code || !strings.Contains(stderr.String(), tt.stderr) {
-				t.Fatalf("egressd %v: exit %d, stderr %q; want exit %d, stderr containing %q", tt.args, code, stderr.String(), tt.code, tt.stderr)
+			code, stdout, stderr := runCLI(tt.args...)
+			if code != tt.code || !strings.Contains(stderr, tt.stderr) {
+				t.Fatalf("egressd %v: exit %d, stderr %q; want exit %d, stderr containing %q", tt.args, code, stderr, tt.code, tt.stderr)
 			}
 			if tt.identity == "" {
 				return
 			}
 			var out checkOutput
-			if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
-				t.Fatalf("output %q: %v", stdout.String(), err)
+			if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+				t.Fatalf("output %q: %v", stdout, err)
 			}
 			if out.Identity != tt.identity || out.Policy == "" || (code == 0) != out.Allow {
 				t.Errorf("egressd %v = %+v; want identity %s, a policy digest, allow %v", tt.args, out, tt.identity, code == 0)
@@ -77,10 +73,7 @@ func TestDeployExampleParses(t *testing.T) {
 // key the base rules read, not the output's path_flags), input.views for
 // http and connect, one input per SQL statement after the connect.
 func TestCheckInput(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
-	if err := os.WriteFile(cfg, []byte("policy:\n  eval_timeout: 10s\nidentities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_only}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, t.TempDir(), "policy:\n  eval_timeout: 10s\nidentities:\n  - id: agent\n    sources: [192.0.2.1/32]\n    attributes: {sql_profile: read_only}\n")
 	tests := []struct {
 		name string
 		args []string
@@ -161,10 +154,7 @@ func TestCheckInput(t *testing.T) {
 // request inside that tunnel ("inspected"), with the default bundle's
 // read-only GitHub rule; other https:// URLs are refused as before.
 func TestCheckInspected(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
-	if err := os.WriteFile(cfg, []byte("policy:\n  eval_timeout: 10s\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, t.TempDir(), "policy:\n  eval_timeout: 10s\n")
 	tests := []struct {
 		name               string
 		args               []string
@@ -183,14 +173,13 @@ func TestCheckInspected(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"check", tt.args[0], "--config", cfg}, tt.args[1:]...)
-			var stdout, stderr bytes.Buffer
-			code := exitCode(run(args, &stdout, &stderr), &stderr)
+			code, stdout, _ := runCLI(args...)
 			var out checkOutput
-			if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
-				t.Fatalf("egressd %v output %q: %v", args, stdout.String(), err)
+			if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+				t.Fatalf("egressd %v output %q: %v", args, stdout, err)
 			}
 			if code != tt.code || out.Reason != tt.reason || out.Inspect != tt.inspect || out.Inspected != tt.inspected {
-				t.Errorf("egressd %v = exit %d %s; want exit %d, reason %s, inspect %v, inspected %v", args, code, stdout.String(), tt.code, tt.reason, tt.inspect, tt.inspected)
+				t.Errorf("egressd %v = exit %d %s; want exit %d, reason %s, inspect %v, inspected %v", args, code, stdout, tt.code, tt.reason, tt.inspect, tt.inspected)
 			}
 		})
 	}

@@ -169,10 +169,7 @@ func TestHelpExitsZero(t *testing.T) {
 // input, so SQL that begins with a comment ("-- …"), which the flag parser
 // would take for a flag, can be checked.
 func TestCheckSQLFromStdin(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
-	if err := os.WriteFile(cfg, []byte(sqlConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, t.TempDir(), sqlConfig)
 	tests := []struct {
 		name, stdin string
 		code        int

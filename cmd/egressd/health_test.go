@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -45,13 +44,12 @@ func TestHealth(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			code := exitCode(run(append([]string{"health"}, tt.args...), &stdout, &stderr), &stderr)
+			code, _, stderr := runCLI(append([]string{"health"}, tt.args...)...)
 			if code != tt.wantCode {
-				t.Errorf("egressd health %q exit = %d; want %d (stderr %q)", tt.args, code, tt.wantCode, stderr.String())
+				t.Errorf("egressd health %q exit = %d; want %d (stderr %q)", tt.args, code, tt.wantCode, stderr)
 			}
-			if !strings.Contains(stderr.String(), tt.wantErr) {
-				t.Errorf("egressd health %q stderr = %q; want it to contain %q", tt.args, stderr.String(), tt.wantErr)
+			if !strings.Contains(stderr, tt.wantErr) {
+				t.Errorf("egressd health %q stderr = %q; want it to contain %q", tt.args, stderr, tt.wantErr)
 			}
 		})
 	}

@@ -104,6 +104,31 @@ func groupHelp(w io.Writer, name string, actions [][2]string, exit string) {
 	}.write(w, nil)
 }
 
+// groupAction reads the action of `egressd GROUP ACTION …` from args, one
+// of actions. With no action, -h or an unknown one it prints the group's
+// help (its actions' summaries) and returns the error to exit with:
+// flag.ErrHelp, or a usage error saying what it wants (e.g. "init, check
+// or test").
+func groupAction(group string, actions map[string]helpText, want string, args []string, stderr io.Writer) (string, error) {
+	help := func() {
+		groupHelp(stderr, group, table(actions, func(h helpText) string { return h.summary }),
+			"the action's own (see its -h); 2 for a usage error")
+	}
+	switch {
+	case len(args) == 0:
+		help()
+		return "", usageErrorf("%s: want %s", group, want)
+	case args[0] == "-h" || args[0] == "--help":
+		help()
+		return "", flag.ErrHelp
+	}
+	if _, ok := actions[args[0]]; !ok {
+		help()
+		return "", usageErrorf("%s: unknown action %q; want %s", group, args[0], want)
+	}
+	return args[0], nil
+}
+
 // wrap breaks s into lines of at most width bytes at spaces (a longer
 // word gets a line of its own).
 func wrap(s string, width int) string {

@@ -40,23 +40,11 @@ var policyActions = map[string]helpText{
 
 // runPolicy is `egressd policy init|check|test`.
 func runPolicy(args []string, stdout, stderr io.Writer) error {
-	group := func() {
-		groupHelp(stderr, "policy", table(policyActions, func(h helpText) string { return h.summary }),
-			"the action's own (see its -h); 2 for a usage error")
+	sub, err := groupAction("policy", policyActions, "init, check or test", args, stderr)
+	if err != nil {
+		return err
 	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		group()
-		if len(args) == 0 {
-			return usageErrorf("policy: want init, check or test")
-		}
-		return flag.ErrHelp
-	}
-	sub := args[0]
-	h, ok := policyActions[sub]
-	if !ok {
-		group()
-		return usageErrorf("policy: unknown action %q; want init, check or test", sub)
-	}
+	h := policyActions[sub]
 	fset := flag.NewFlagSet("policy "+sub, flag.ContinueOnError)
 	h.install(fset)
 	pos, err := parseFlags(fset, args[1:], stderr)

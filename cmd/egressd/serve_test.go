@@ -35,10 +35,7 @@ func TestServeErrorsNeverEchoSecrets(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := filepath.Join(t.TempDir(), "egressd.yaml")
-			if err := os.WriteFile(cfg, []byte(tt.yaml), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			cfg := writeConfig(t, t.TempDir(), tt.yaml)
 			var stdout, stderr bytes.Buffer
 			err := run([]string{"serve", "--config", cfg}, &stdout, &stderr)
 			if err == nil {

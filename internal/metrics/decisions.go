@@ -43,13 +43,19 @@ func NewDecisions(reg prometheus.Registerer) *Decisions {
 	}, []string{"kind", "decision", "reason"})}
 	reasons := policy.Reasons()
 	for _, k := range Kinds {
-		d.vec.WithLabelValues(k.String(), audit.DecisionAllow.String(), reasonAllowed)
-		for _, r := range reasons {
-			d.vec.WithLabelValues(k.String(), audit.DecisionDeny.String(), r.String())
-		}
+		zeroDecisions(d.vec, reasons, k.String())
 	}
 	reg.MustRegister(d.vec)
 	return d
+}
+
+// zeroDecisions creates at zero the series of vec whose labels are
+// labels followed by the allow, and by a deny for each of reasons.
+func zeroDecisions(vec *prometheus.CounterVec, reasons []policy.Reason, labels ...string) {
+	vec.WithLabelValues(append(labels, audit.DecisionAllow.String(), reasonAllowed)...)
+	for _, r := range reasons {
+		vec.WithLabelValues(append(labels, audit.DecisionDeny.String(), r.String())...)
+	}
 }
 
 // Inc counts one decision. A nil *Decisions counts nothing.

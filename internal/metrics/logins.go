@@ -21,10 +21,7 @@ func NewLogins(reg prometheus.Registerer) *Logins {
 		Name: "egressd_postgres_logins_total",
 		Help: "Postgres gate logins by decision and, for refused ones, reason.",
 	}, []string{"decision", "reason"})}
-	l.vec.WithLabelValues(audit.DecisionAllow.String(), reasonAllowed)
-	for _, r := range policy.Reasons() {
-		l.vec.WithLabelValues(audit.DecisionDeny.String(), r.String())
-	}
+	zeroDecisions(l.vec, policy.Reasons())
 	reg.MustRegister(l.vec)
 	return l
 }

@@ -180,14 +180,10 @@ func (w *walker) regName(k regKind, arg int32, self string) {
 		if k == regProcedure {
 			s = beforeParen(s)
 		}
-		parts, ok := qualifiedName(s)
-		if !ok || len(parts) > 3 {
+		schema, name, ok := objectName(s)
+		if !ok {
 			w.st.DynamicName = true
 			return
-		}
-		schema, name := "", parts[len(parts)-1]
-		if len(parts) > 1 {
-			schema = parts[len(parts)-2]
 		}
 		w.addFunction(schema, name)
 	}
@@ -196,16 +192,12 @@ func (w *walker) regName(k regKind, arg int32, self string) {
 // relationName records the relation the string s names, as regclass's
 // input reads it.
 func (w *walker) relationName(s, role string) {
-	parts, ok := qualifiedName(s)
-	if !ok || len(parts) > 3 {
+	schema, name, ok := objectName(s)
+	if !ok {
 		w.st.DynamicName = true
 		return
 	}
-	schema := ""
-	if len(parts) > 1 {
-		schema = parts[len(parts)-2]
-	}
-	w.relation(schema, parts[len(parts)-1], role)
+	w.relation(schema, name, role)
 }
 
 // typeString records the relation a regtype string names when it is not
@@ -228,14 +220,10 @@ func (w *walker) typeString(s string) {
 	if !strings.Contains(s, `"`) && builtinTypes[strings.Join(strings.Fields(strings.ToLower(s)), " ")] {
 		return
 	}
-	parts, ok := qualifiedName(s)
-	if !ok || len(parts) > 3 {
+	schema, name, ok := objectName(s)
+	if !ok {
 		w.st.DynamicName = true
 		return
-	}
-	schema, name := "", parts[len(parts)-1]
-	if len(parts) > 1 {
-		schema = parts[len(parts)-2]
 	}
 	if !builtinType(schema, name) {
 		w.relation(schema, name, RoleRead)
@@ -308,6 +296,21 @@ func beforeParen(s string) string {
 
 // maxIdentLen is NAMEDATALEN-1: PostgreSQL truncates longer identifiers.
 const maxIdentLen = 63
+
+// objectName reads the string s as the reg* input functions read an
+// object's name: a qualified name of at most three parts (database,
+// schema, name), of which it returns the schema ("" when unqualified) and
+// the name. ok is false when s is no such name.
+func objectName(s string) (schema, name string, ok bool) {
+	parts, ok := qualifiedName(s)
+	if !ok || len(parts) > 3 {
+		return "", "", false
+	}
+	if len(parts) > 1 {
+		schema = parts[len(parts)-2]
+	}
+	return schema, parts[len(parts)-1], true
+}
 
 // qualifiedName splits a dotted name the way PostgreSQL's
 // stringToQualifiedNameList does (SplitIdentifierString): parts separated

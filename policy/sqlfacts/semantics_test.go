@@ -17,28 +17,17 @@ import (
 
 func TestDMLTargetIsNeverACTE(t *testing.T) {
 	tw := []Relation{{"public", "t", RoleWrite}}
-	tests := []struct {
-		name string
-		sql  string
-		want []Relation
-	}{
-		{"delete", "WITH t AS (SELECT 1) DELETE FROM t RETURNING *", tw},
-		{"update", "WITH t AS (SELECT 1) UPDATE t SET a = 1 RETURNING *", tw},
-		{"insert", "WITH t AS (SELECT 1) INSERT INTO t VALUES (1) RETURNING *", tw},
-		{"merge", "WITH t AS (SELECT 1) MERGE INTO t USING (SELECT 1) s ON true WHEN MATCHED THEN DELETE", tw},
-		{"copy delete", "COPY (WITH t AS (SELECT 1) DELETE FROM t RETURNING *) TO STDOUT", tw},
-		{"copy update", "COPY (WITH orders AS (SELECT 1) UPDATE orders SET total = 0 RETURNING *) TO STDOUT", []Relation{{"public", "orders", RoleWrite}}},
-		{"shadowed write list", "WITH secrets AS (SELECT 1) DELETE FROM secrets WHERE k = 'x'", []Relation{{"public", "secrets", RoleWrite}}},
-		{"cte read is still not a table", "WITH t AS (SELECT 1) INSERT INTO u SELECT * FROM t", []Relation{{"public", "u", RoleWrite}}},
+	tests := []relationsCase{
+		{"delete", "WITH t AS (SELECT 1) DELETE FROM t RETURNING *", tw, false},
+		{"update", "WITH t AS (SELECT 1) UPDATE t SET a = 1 RETURNING *", tw, false},
+		{"insert", "WITH t AS (SELECT 1) INSERT INTO t VALUES (1) RETURNING *", tw, false},
+		{"merge", "WITH t AS (SELECT 1) MERGE INTO t USING (SELECT 1) s ON true WHEN MATCHED THEN DELETE", tw, false},
+		{"copy delete", "COPY (WITH t AS (SELECT 1) DELETE FROM t RETURNING *) TO STDOUT", tw, false},
+		{"copy update", "COPY (WITH orders AS (SELECT 1) UPDATE orders SET total = 0 RETURNING *) TO STDOUT", []Relation{{"public", "orders", RoleWrite}}, false},
+		{"shadowed write list", "WITH secrets AS (SELECT 1) DELETE FROM secrets WHERE k = 'x'", []Relation{{"public", "secrets", RoleWrite}}, false},
+		{"cte read is still not a table", "WITH t AS (SELECT 1) INSERT INTO u SELECT * FROM t", []Relation{{"public", "u", RoleWrite}}, false},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			st := parseOne(t, tt.sql)
-			if !reflect.DeepEqual(st.Relations, tt.want) {
-				t.Errorf("Parse(%q).Relations = %v; want %v", tt.sql, st.Relations, tt.want)
-			}
-		})
-	}
+	checkRelations(t, tests)
 }
 
 func TestCopyQueryIsTheEffectiveStatement(t *testing.T) {
@@ -102,12 +91,7 @@ func TestMissingWhere(t *testing.T) {
 
 func TestNamesResolvedFromValues(t *testing.T) {
 	read := func(schema, name string) Relation { return Relation{schema, name, RoleRead} }
-	tests := []struct {
-		name    string
-		sql     string
-		want    []Relation
-		dynamic bool
-	}{
+	tests := []relationsCase{
 		{"row type of a catalog", "SELECT jsonb_populate_record(NULL::pg_authid, '{}')", []Relation{read("pg_catalog", "pg_authid")}, false},
 		{"row type of a table", "SELECT NULL::vault.credentials", []Relation{read("vault", "credentials")}, false},
 		{"row constructor", "SELECT ROW(1, 'x')::users", []Relation{read("public", "users")}, false},
@@ -128,14 +112,7 @@ func TestNamesResolvedFromValues(t *testing.T) {
 		{"regclass bad syntax", `SELECT 'a..b'::regclass`, []Relation{}, true},
 		{"regclass through a bounded cast", "SELECT 'vault.x'::varchar(3)::regclass", []Relation{}, true},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			st := parseOne(t, tt.sql)
-			if !reflect.DeepEqual(st.Relations, tt.want) || st.DynamicName != tt.dynamic {
-				t.Errorf("Parse(%q) = relations %v, dynamic %v; want %v, %v", tt.sql, st.Relations, st.DynamicName, tt.want, tt.dynamic)
-			}
-		})
-	}
+	checkRelations(t, tests)
 	st := parseOne(t, "SELECT 'pg_read_file'::regproc, 'pg_catalog.pg_ls_dir(text)'::regprocedure")
 	want := []Function{{"", "pg_read_file"}, {"pg_catalog", "pg_ls_dir"}}
 	if !reflect.DeepEqual(st.Functions, want) {
@@ -144,12 +121,7 @@ func TestNamesResolvedFromValues(t *testing.T) {
 }
 
 func TestSequences(t *testing.T) {
-	tests := []struct {
-		name    string
-		sql     string
-		want    []Relation
-		dynamic bool
-	}{
+	tests := []relationsCase{
 		{"nextval writes", "SELECT nextval('orders_id_seq')", []Relation{{"public", "orders_id_seq", RoleWrite}}, false},
 		{"setval writes", "SELECT setval('private.s', 1)", []Relation{{"private", "s", RoleWrite}}, false},
 		{"currval reads", "SELECT currval('private.s')", []Relation{{"private", "s", RoleRead}}, false},
@@ -160,14 +132,7 @@ func TestSequences(t *testing.T) {
 		{"parameter", "SELECT nextval($1)", []Relation{}, true},
 		{"user function of the same name", "SELECT app.nextval('s')", []Relation{}, false},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			st := parseOne(t, tt.sql)
-			if !reflect.DeepEqual(st.Relations, tt.want) || st.DynamicName != tt.dynamic {
-				t.Errorf("Parse(%q) = relations %v, dynamic %v; want %v, %v", tt.sql, st.Relations, st.DynamicName, tt.want, tt.dynamic)
-			}
-		})
-	}
+	checkRelations(t, tests)
 }
 
 func TestShowAllReadsSettings(t *testing.T) {

@@ -145,32 +145,7 @@ func (w *walker) relation(schema, name, role string) {
 			schema = w.defSchema
 		}
 	}
-	r := Relation{Schema: schema, Name: name, Role: role}
-	if w.relIndex != nil {
-		w.work++
-		if _, ok := w.relIndex[r]; ok {
-			return
-		}
-	} else {
-		for _, x := range w.st.Relations {
-			w.work++
-			if x == r {
-				return
-			}
-		}
-	}
-	// Clones: the facts must not pin the whole JSON document.
-	r.Schema, r.Name = strings.Clone(schema), strings.Clone(name)
-	w.st.Relations = append(w.st.Relations, r)
-	switch {
-	case w.relIndex != nil:
-		w.relIndex[r] = struct{}{}
-	case len(w.st.Relations) > smallList:
-		w.relIndex = make(map[Relation]struct{}, 2*len(w.st.Relations))
-		for _, x := range w.st.Relations {
-			w.relIndex[x] = struct{}{}
-		}
-	}
+	addUnique(&w.st.Relations, &w.relIndex, Relation{Schema: schema, Name: name, Role: role}, &w.work, ownRelation)
 }
 
 // function records the function named by the list of String nodes names
@@ -185,31 +160,49 @@ func (w *walker) function(names int32) (schema, name string) {
 }
 
 func (w *walker) addFunction(schema, name string) {
-	f := Function{Schema: schema, Name: name}
-	if w.funcIndex != nil {
-		w.work++
-		if _, ok := w.funcIndex[f]; ok {
+	addUnique(&w.st.Functions, &w.funcIndex, Function{Schema: schema, Name: name}, &w.work, ownFunction)
+}
+
+// addUnique appends v to *list unless the list holds it already, looking
+// it up by a scan while the list is at most smallList long and in *index
+// (built then) past that, and counts the entries examined in *work. own
+// copies v's strings before v is kept: the facts must not pin the whole
+// JSON document.
+func addUnique[T comparable](list *[]T, index *map[T]struct{}, v T, work *int, own func(T) T) {
+	if *index != nil {
+		*work++
+		if _, ok := (*index)[v]; ok {
 			return
 		}
 	} else {
-		for _, x := range w.st.Functions {
-			w.work++
-			if x == f {
+		for _, x := range *list {
+			*work++
+			if x == v {
 				return
 			}
 		}
 	}
-	f.Schema, f.Name = strings.Clone(schema), strings.Clone(name)
-	w.st.Functions = append(w.st.Functions, f)
+	v = own(v)
+	*list = append(*list, v)
 	switch {
-	case w.funcIndex != nil:
-		w.funcIndex[f] = struct{}{}
-	case len(w.st.Functions) > smallList:
-		w.funcIndex = make(map[Function]struct{}, 2*len(w.st.Functions))
-		for _, x := range w.st.Functions {
-			w.funcIndex[x] = struct{}{}
+	case *index != nil:
+		(*index)[v] = struct{}{}
+	case len(*list) > smallList:
+		*index = make(map[T]struct{}, 2*len(*list))
+		for _, x := range *list {
+			(*index)[x] = struct{}{}
 		}
 	}
+}
+
+func ownRelation(r Relation) Relation {
+	r.Schema, r.Name = strings.Clone(r.Schema), strings.Clone(r.Name)
+	return r
+}
+
+func ownFunction(f Function) Function {
+	f.Schema, f.Name = strings.Clone(f.Schema), strings.Clone(f.Name)
+	return f
 }
 
 // lastTwo is the last two names of the list of String nodes names (a

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/egressd/egressd/internal/redact"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -56,7 +57,7 @@ func (c Config) Validate() error {
 		if (s.File == "") == (s.Env == "") {
 			return fmt.Errorf("[%d] (secret %q) must set exactly one of file and env: a value is never written inline", i, s.Name)
 		}
-		if s.Env != "" && !isEnvName(s.Env) {
+		if s.Env != "" && !IsEnvName(s.Env) {
 			return fmt.Errorf("[%d].env (secret %q) must be the name of an environment variable (letters, digits, '_'), "+
 				"not the secret itself (value not shown)", i, s.Name)
 		}
@@ -67,7 +68,11 @@ func (c Config) Validate() error {
 	return nil
 }
 
-func isEnvName(s string) bool {
+// IsEnvName reports whether s is a portable environment variable name
+// (letters, digits and '_', not starting with a digit), as every key that
+// names a variable must be: a value of another shape is usually the
+// secret itself, pasted in by mistake.
+func IsEnvName(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
@@ -235,21 +240,9 @@ func (s *Secrets) Redact(err error) error {
 	if err == nil || s == nil {
 		return err
 	}
-	msg := err.Error()
-	out := msg
+	subs := make([]redact.Sub, 0, len(s.values))
 	for name, v := range s.values {
-		out = strings.ReplaceAll(out, v, "<secret "+name+": not shown>")
+		subs = append(subs, redact.Sub{Value: v, With: "<secret " + name + ": not shown>"})
 	}
-	if out == msg {
-		return err
-	}
-	return &redactedError{msg: out, err: err}
+	return redact.Error(err, subs)
 }
-
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }

@@ -1,7 +1,7 @@
 package ca
 
 import (
-	"fmt"
+	"cmp"
 	"time"
 
 	"github.com/egressd/egressd/internal/defaults"
@@ -46,13 +46,10 @@ func (c *Config) Provision() { defaults.Fill(c, DefaultConfig()) }
 // Validate checks a provisioned Config without I/O. Errors name the key
 // relative to the section.
 func (c *Config) Validate() error {
-	if c.LeafTTL < minLeafTTL || c.LeafTTL > maxLeafTTL {
-		return fmt.Errorf("leaf_ttl must be between %v and %v, got %q", minLeafTTL, maxLeafTTL, c.LeafTTL)
-	}
-	if c.LeafCache < 1 {
-		return fmt.Errorf("leaf_cache must be > 0, got %d", c.LeafCache)
-	}
-	return nil
+	return cmp.Or(
+		defaults.Between("leaf_ttl", c.LeafTTL, minLeafTTL, maxLeafTTL),
+		defaults.Positive("leaf_cache", c.LeafCache),
+	)
 }
 
 // Options are the Open options c sets.

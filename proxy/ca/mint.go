@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/egressd/egressd/internal/hostname"
 )
 
 const (
@@ -164,34 +166,15 @@ func canonicalHost(host string) (string, error) {
 		}
 		return host, nil
 	}
-	if len(host) == 0 || len(host) > 253 {
+	n, fault := hostname.Normalize(host)
+	switch fault {
+	case hostname.OK:
+		return n, nil
+	case hostname.EmptyLabel:
+		return "", fmt.Errorf("host %q: %w (empty label)", host, errHost)
+	case hostname.LabelTooLong:
+		return "", fmt.Errorf("host %q: %w (label longer than 63)", host, errHost)
+	default:
 		return "", fmt.Errorf("host %q: %w", host, errHost)
 	}
-	upper, label := false, 0
-	for i := 0; i < len(host); i++ {
-		c := host[i]
-		switch {
-		case c == '.':
-			if label == 0 {
-				return "", fmt.Errorf("host %q: %w (empty label)", host, errHost)
-			}
-			label = 0
-			continue
-		case 'A' <= c && c <= 'Z':
-			upper = true
-		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_':
-		default:
-			return "", fmt.Errorf("host %q: %w", host, errHost)
-		}
-		if label++; label > 63 {
-			return "", fmt.Errorf("host %q: %w (label longer than 63)", host, errHost)
-		}
-	}
-	if label == 0 {
-		return "", fmt.Errorf("host %q: %w (empty label)", host, errHost)
-	}
-	if upper {
-		return strings.ToLower(host), nil
-	}
-	return host, nil
 }

@@ -31,19 +31,11 @@ func TestOpenRefusesUnsafeKeyFile(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := filepath.Join(t.TempDir(), "ca")
-			a, err := Open(dir, Options{})
-			if err != nil {
-				t.Fatalf("Open: %v", err)
-			}
-			if _, err := a.Root("sandbox-a"); err != nil {
-				t.Fatalf("Root: %v", err)
-			}
-			key := filepath.Join(dir, "sandbox-a.key")
+			dir, key := storedRoot(t, "sandbox-a")
 			if err := os.Chmod(key, tt.mode); err != nil {
 				t.Fatal(err)
 			}
-			_, err = Open(dir, Options{})
+			_, err := Open(dir, Options{})
 			if tt.ok && err != nil {
 				t.Errorf("Open with key mode %04o: %v; want it accepted", tt.mode, err)
 			}
@@ -57,15 +49,7 @@ func TestOpenRefusesUnsafeKeyFile(t *testing.T) {
 // TestOpenRefusesKeyOfAnotherUser: a key another user owns could be
 // replaced by that user at will.
 func TestOpenRefusesKeyOfAnotherUser(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "ca")
-	a, err := Open(dir, Options{})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	if _, err := a.Root("sandbox-a"); err != nil {
-		t.Fatalf("Root: %v", err)
-	}
-	key := filepath.Join(dir, "sandbox-a.key")
+	dir, key := storedRoot(t, "sandbox-a")
 	other := os.Geteuid() + 4242
 	if err := os.Chown(key, other, -1); err != nil {
 		t.Fatalf("chown the key to uid %d (the test needs root, as CI runs): %v", other, err)
@@ -315,4 +299,20 @@ func TestCrashMidWriteLeavesNoPartialKey(t *testing.T) {
 	if _, err := loadPair(filepath.Join(dir, "sandbox-a.crt"), filepath.Join(dir, "sandbox-a.key")); err != nil {
 		t.Errorf("root made after the crash: %v; want a whole pair", err)
 	}
+}
+
+// storedRoot has a fresh authority mint identity's root and returns the
+// authority's directory and the root's key file, for tests of what Open
+// accepts on disk.
+func storedRoot(t *testing.T, identity string) (dir, key string) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "ca")
+	a, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if _, err := a.Root(identity); err != nil {
+		t.Fatalf("Root: %v", err)
+	}
+	return dir, filepath.Join(dir, identity+".key")
 }

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/egressd/egressd/internal/redact"
+	"github.com/egressd/egressd/proxy/broker"
 )
 
 // A secret-bearing key holds a secret's stored form or says where the
@@ -53,7 +56,7 @@ var secretPath = regexp.MustCompile(`^(identities\[\d+\]\.(token_sha256|scram_sh
 // checked by their own sections, which never print them either.
 func (c *Config) validateSecretShapes() error {
 	const notShown = "(value not shown: it may be a secret)"
-	if env := c.Postgres.PasswordEnv; env != "" && !isEnvName(env) {
+	if env := c.Postgres.PasswordEnv; env != "" && !broker.IsEnvName(env) {
 		return fmt.Errorf("postgres.password_env must be the name of an environment variable (letters, digits, '_'), "+
 			"not the password itself %s", notShown)
 	}
@@ -80,19 +83,6 @@ func isPEM(s string) bool {
 	return strings.ContainsAny(s, "\n\x00") || strings.Contains(s, "-----BEGIN")
 }
 
-func isEnvName(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '_', 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z':
-		case '0' <= c && c <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return s != ""
-}
-
 // minRedacted is the shortest value Redact replaces: shorter ones are no
 // secret worth the name, and replacing them would garble the message.
 const minRedacted = 4
@@ -101,26 +91,11 @@ const minRedacted = 4
 // its message quotes replaced by the key's name. errors.Is and errors.As
 // still see err.
 func (c *Config) Redact(err error) error {
-	if err == nil {
-		return nil
-	}
-	msg := err.Error()
-	out := msg
+	var subs []redact.Sub
 	for _, k := range c.secretKeys() {
 		if len(k.value) >= minRedacted {
-			out = strings.ReplaceAll(out, k.value, "<"+k.key+": not shown>")
+			subs = append(subs, redact.Sub{Value: k.value, With: "<" + k.key + ": not shown>"})
 		}
 	}
-	if out == msg {
-		return err
-	}
-	return &redactedError{msg: out, err: err}
+	return redact.Error(err, subs)
 }
-
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
