@@ -61,6 +61,9 @@ var registry struct {
 	sync.Mutex
 	procs    map[*proc]bool
 	cleanups []func()
+	// closed is set when cleanup begins: a process started after its
+	// snapshot would outlive the run.
+	closed bool
 }
 
 // atExit registers f to run (once, last registered first) at cleanup.
@@ -85,13 +88,16 @@ func startProc(name, cpus, log string, argv ...string) (*proc, error) {
 		if err != nil {
 			return nil, fmt.Errorf("start %s: %w", name, err)
 		}
-		defer f.Close() //nolint:errcheck // opened read-only
+		defer f.Close() //nolint:errcheck // the child has its own descriptor; ours wrote nothing
 		cmd.Stdout, cmd.Stderr = f, f
 	}
 	registry.Lock()
 	defer registry.Unlock()
 	if registry.procs == nil {
 		registry.procs = map[*proc]bool{}
+	}
+	if registry.closed {
+		return nil, fmt.Errorf("start %s: the run is stopping", name)
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -256,6 +262,7 @@ func cleanup() error {
 	}
 	fs := registry.cleanups
 	registry.cleanups = nil
+	registry.closed = true
 	registry.Unlock()
 	var wg sync.WaitGroup
 	for _, p := range ps {
@@ -265,13 +272,22 @@ func cleanup() error {
 	for i := len(fs) - 1; i >= 0; i-- {
 		fs[i]()
 	}
-	if left := leftovers(runMarker); len(left) > 0 {
-		for _, pid := range left {
+	left := leftovers(runMarker)
+	if len(left) == 0 {
+		return nil
+	}
+	// SIGKILL is delivered asynchronously: wait (bounded) until they are
+	// gone, so that nothing outlives this program's exit.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		now := leftovers(runMarker)
+		if len(now) == 0 || time.Now().After(deadline) {
+			break
+		}
+		for _, pid := range now {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		return fmt.Errorf("processes left behind (killed now): %v", left)
 	}
-	return nil
+	return fmt.Errorf("processes left behind (killed now): %v", left)
 }
 
 // cleanupOnSignal runs cleanup when the run is interrupted, then exits.
