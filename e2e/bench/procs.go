@@ -61,8 +61,8 @@ var registry struct {
 	sync.Mutex
 	procs    map[*proc]bool
 	cleanups []func()
-	// closed is set when cleanup begins: a process started after its
-	// snapshot would outlive the run.
+	// closed is set when an interrupted run begins its cleanup: a
+	// process the run starts after the cleanup's snapshot would outlive it.
 	closed bool
 }
 
@@ -262,7 +262,6 @@ func cleanup() error {
 	}
 	fs := registry.cleanups
 	registry.cleanups = nil
-	registry.closed = true
 	registry.Unlock()
 	var wg sync.WaitGroup
 	for _, p := range ps {
@@ -297,6 +296,9 @@ func cleanupOnSignal() {
 	go func() {
 		s := <-ch
 		fmt.Fprintf(os.Stderr, "bench: %v: stopping every process of this run\n", s)
+		registry.Lock()
+		registry.closed = true
+		registry.Unlock()
 		if err := cleanup(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 		}
