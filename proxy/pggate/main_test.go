@@ -205,19 +205,7 @@ func startGateWith(t testing.TB, srv *pgtest.Server, mod func(*Config), wrap fun
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Serve and Shutdown are checked by the gate's own lifecycle tests;
-	// here they only start and stop a fixture.
-	go func() { _ = g.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = g.Shutdown(ctx)
-	})
-	return &fixture{gate: g, addr: ln.Addr().String(), audit: a, srv: srv}
+	return &fixture{gate: g, addr: pgtest.ServeGate(t, g), audit: a, srv: srv}
 }
 
 func (f *fixture) dsn(user, password, db string) string {
