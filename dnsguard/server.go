@@ -128,9 +128,19 @@ func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) 
 		{PacketConn: pc, Handler: s, MsgAcceptFunc: acceptQuery, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, UDPSize: ednsSize},
 		{Listener: ln, Handler: s, MsgAcceptFunc: acceptQuery, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxTCPQueries: 128, IdleTimeout: func() time.Duration { return 10 * time.Second }},
 	}
+	// A Shutdown that comes before its server has started is a no-op, and
+	// the server would then serve on after Serve returned: shut each down
+	// only once it has started, or not at all once it has ended.
+	started := make([]chan struct{}, len(servers))
+	ended := make([]chan struct{}, len(servers))
 	errc := make(chan error, len(servers))
-	for _, srv := range servers {
-		go func() { errc <- srv.ActivateAndServe() }()
+	for i, srv := range servers {
+		started[i], ended[i] = make(chan struct{}), make(chan struct{})
+		srv.NotifyStartedFunc = func() { close(started[i]) }
+		go func() {
+			defer close(ended[i])
+			errc <- srv.ActivateAndServe()
+		}()
 	}
 	var err error
 	select {
@@ -139,10 +149,14 @@ func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) 
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for _, srv := range servers {
-		// Shutdown of a server that failed to start reports that; the
-		// first error is the one worth returning.
-		_ = srv.ShutdownContext(sctx)
+	for i, srv := range servers {
+		select {
+		case <-started[i]:
+			// The first error is the one worth returning.
+			_ = srv.ShutdownContext(sctx)
+			<-ended[i]
+		case <-ended[i]:
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("dns serve: %w", err)

@@ -447,3 +447,26 @@ func TestNewServerRequiresDependencies(t *testing.T) {
 		t.Error("NewServer(no dependencies) = nil error; want an error")
 	}
 }
+
+// TestServeStopsServersThatStartLate: Serve returning means neither
+// listener serves any more, even when it is told to stop before its
+// servers have started (a Shutdown before the start is a no-op in
+// miekg/dns, and the server then served on after Serve returned).
+func TestServeStopsServersThatStartLate(t *testing.T) {
+	ts := startServer(t, nil)
+	for i := range 20 {
+		pc, ln, err := dnstest.ListenPair()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := ts.srv.Serve(ctx, pc, ln); err != nil {
+			t.Fatalf("Serve with a done context: %v", err)
+		}
+		if c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil {
+			c.Close()
+			t.Fatalf("round %d: the TCP listener still accepts after Serve returned", i)
+		}
+	}
+}
