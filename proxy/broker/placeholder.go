@@ -55,6 +55,15 @@ func markerAt(s string, from int) int {
 	return i
 }
 
+// markerCount is how many markers s holds.
+func markerCount(s string) int {
+	n := 0
+	for i := markerAt(s, 0); i >= 0; i = markerAt(s, i+1) {
+		n++
+	}
+	return n
+}
+
 // sepLen is the length of the separator s starts with: ':' plain or
 // percent-encoded once or twice; 0 if none.
 func sepLen(s string) int {
@@ -116,6 +125,13 @@ func Prepare(actions []policy.Credential, secrets *Secrets, h http.Header, rawPa
 		c.scan(q.key, "", "")
 		c.scan(q.value, policy.PlaceQuery, q.key)
 		c.require(policy.PlaceQuery, q.key, q.value)
+		// Decoding can hide a marker the raw bytes spell ("%0egressd%3A…":
+		// "%0e" takes the "e"); a server that decodes otherwise would
+		// see it, so a piece whose raw form holds more markers than its
+		// decoded key and value is refused.
+		if markerCount(q.raw) > markerCount(q.key)+markerCount(q.value) && c.reason == "" {
+			c.reason = policy.ReasonCredentialUnresolved
+		}
 	})
 	for k, vs := range h {
 		c.scan(k, "", "")
