@@ -128,6 +128,13 @@ func startAppDB(t *testing.T, schema string) *pgtest.Server {
 // egressd, the server and the gate's address.
 func startGate(t *testing.T, schema string, ids ...gateIdentity) (*Egressd, *pgtest.Server, string) {
 	t.Helper()
+	return startGateUnder(t, nil, schema, ids...)
+}
+
+// startGateUnder is startGate with egressd run under wrap (see
+// Options.Wrap).
+func startGateUnder(t *testing.T, wrap []string, schema string, ids ...gateIdentity) (*Egressd, *pgtest.Server, string) {
+	t.Helper()
 	pg := startAppDB(t, schema)
 	pwFile := filepath.Join(t.TempDir(), "upstream-password")
 	if err := os.WriteFile(pwFile, []byte(pgtest.SuperPassword+"\n"), 0o600); err != nil {
@@ -143,7 +150,7 @@ func startGate(t *testing.T, schema string, ids ...gateIdentity) (*Egressd, *pgt
 	}
 	held := ReservePort(t)
 	gate := held.Addr()
-	e := Start(t, Options{Hold: []*pgtest.Reservation{held}, DNS: dnstest.Start(t).Addr(), YAML: fmt.Sprintf(`postgres:
+	e := Start(t, Options{Wrap: wrap, Hold: []*pgtest.Reservation{held}, DNS: dnstest.Start(t).Addr(), YAML: fmt.Sprintf(`postgres:
   listen: %s
   upstream: "host=127.0.0.1 port=%d user=%s sslmode=disable"
   password_file: %s

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -76,7 +77,11 @@ func TestDeepSQLDoesNotKillEgressd(t *testing.T) {
 				return r.Kind == "sql" && r.Client == client && r.SQL == "SELECT $1"
 			})
 			n, texts := 0, 0
-			prefix := sqlparse.Redact(tc.sql)[:24]
+			red, err := sqlparse.Redact(tc.sql)
+			if err != nil {
+				t.Fatalf("Redact(%s) = %v", tc.name, err)
+			}
+			prefix := red[:24]
 			for _, r := range e.Records(t) {
 				if r.Kind == "sql" && r.Client == client {
 					n++
@@ -108,6 +113,36 @@ func TestDeepSQLDoesNotKillEgressd(t *testing.T) {
 	}
 	resp.Body.Close()
 	VerifyAudit(t, e)
+}
+
+// TestDepthBehindCRDoesNotKillEgressd is the reported crasher: a 32,753-byte
+// read_only query whose depth hid behind a `--` comment ended by a lone CR
+// (PostgreSQL ends the comment there; the old Go lexer did not) was judged
+// shallow, parsed in-process and ended the whole process with SIGSEGV
+// under a 2 MiB stack. egressd runs here under a 2 MiB RLIMIT_STACK.
+func TestDepthBehindCRDoesNotKillEgressd(t *testing.T) {
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Fatalf("prlimit (util-linux) is needed to lower egressd's RLIMIT_STACK: %v", err)
+	}
+	const pass = "ro-secret"
+	e, _, gate := startGateUnder(t, []string{prlimit, "--stack=2097152"}, "CREATE TABLE t (a int)", gateIdentity{"agent-ro", pass, "read_only"})
+	dsn := fmt.Sprintf("host=127.0.0.1 port=%s user=agent-ro password=%s dbname=app sslmode=disable",
+		strings.TrimPrefix(gate, "127.0.0.1:"), pass)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := pgconn.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer c.Close(context.Background())
+	sql := "SELECT 1 --\r" + strings.Repeat("+1", 16370)
+	_, err = c.Exec(ctx, sql).ReadAll()
+	answered(t, "Query", err)
+	if e.Exited() {
+		t.Fatalf("egressd exited after the %d-byte query:\n%s", len(sql), e.Log())
+	}
+	selectOne(t, ctx, c, "the same session")
 }
 
 // answered fails unless err is nil (a result) or a server ErrorResponse:

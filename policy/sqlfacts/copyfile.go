@@ -16,15 +16,16 @@ import (
 // option syntax has neither word), and what follows it is STDIN, STDOUT,
 // PROGRAM or the file name's string.
 func copiesToString(stmt string) bool {
-	lx := sqlparse.NewLexer(stmt)
+	toks, err := sqlparse.Scan(stmt)
+	if err != nil {
+		// The statement parsed, so it scans; were it not so, assume the
+		// file name that needs a check.
+		return true
+	}
 	depth, seen := 0, false
-	for {
-		kind, from, to, ok := lx.Next()
-		if !ok {
-			return false
-		}
-		switch kind {
-		case sqlparse.Space, sqlparse.Comment:
+	for _, t := range toks {
+		switch t.Kind {
+		case sqlparse.Comment:
 			continue
 		case sqlparse.Open:
 			depth++
@@ -32,10 +33,11 @@ func copiesToString(stmt string) bool {
 			depth--
 		}
 		if seen {
-			return kind == sqlparse.String
+			return t.Kind == sqlparse.String
 		}
-		if depth == 0 && kind == sqlparse.Word && (strings.EqualFold(stmt[from:to], "to") || strings.EqualFold(stmt[from:to], "from")) {
+		if depth == 0 && t.Kind == sqlparse.Word && (strings.EqualFold(t.Text(stmt), "to") || strings.EqualFold(t.Text(stmt), "from")) {
 			seen = true
 		}
 	}
+	return false
 }

@@ -1,14 +1,11 @@
 package sqlfacts
 
 import (
-	"context"
-	"fmt"
 	"strings"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
 
 	"github.com/egressd/egressd/policy/sqlfacts/internal/jsontree"
-	"github.com/egressd/egressd/policy/sqlparse"
 )
 
 // analyzeArg is the argument of one ANALYZE option of EXPLAIN: typ is its
@@ -72,18 +69,16 @@ func explainAnalyze(d *jsontree.Doc, opts int32) (on, exact bool) {
 	return on, exact
 }
 
-// explainAnalyzeExact decides ANALYZE for the i-th statement of sql from
-// pg_query's protobuf tree, for the rare text the JSON leaves ambiguous.
-func explainAnalyzeExact(ctx context.Context, sql string, i int) (bool, error) {
-	tree, err := sqlparse.Parse(ctx, sql)
+// explainAnalyzeExact decides ANALYZE for the i-th statement of the text
+// from pg_query's protobuf tree, for the rare text the JSON leaves
+// ambiguous.
+func explainAnalyzeExact(tree *protoTree, i int) (bool, error) {
+	stmt, err := tree.stmt(i)
 	if err != nil {
 		return false, err
 	}
-	if i >= len(tree.Stmts) {
-		return false, fmt.Errorf("protobuf tree has %d statements, want more than %d", len(tree.Stmts), i)
-	}
 	on := false
-	for _, o := range tree.Stmts[i].GetStmt().GetExplainStmt().GetOptions() {
+	for _, o := range stmt.GetExplainStmt().GetOptions() {
 		d := o.GetDefElem()
 		if d == nil || !strings.EqualFold(d.Defname, "analyze") {
 			continue

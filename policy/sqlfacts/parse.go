@@ -3,6 +3,7 @@ package sqlfacts
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"unicode/utf8"
 
@@ -75,7 +76,8 @@ func ParseContext(ctx context.Context, sql string, opt Options) ([]*Statement, e
 		return nil, parseError(treeErr("parse tree has no statement list"))
 	}
 	out := []*Statement{}
-	var toks *tokens // lexed on first need, for every statement's audit text
+	var toks *tokens // scanned on first need, for every statement's audit text
+	pb := &protoTree{ctx: ctx, sql: sql}
 	err = d.Items(stmts, func(raw int32) error {
 		c := classifier{d: d, defSchema: def, cat: opt.Catalog}
 		st, err := c.classify(d.Get(raw, keyStmt))
@@ -86,12 +88,12 @@ func ParseContext(ctx context.Context, sql string, opt Options) ([]*Statement, e
 			return err
 		}
 		if c.inexact {
-			if st.ExplainAnalyze, err = explainAnalyzeExact(ctx, sql, len(out)); err != nil {
+			if st.ExplainAnalyze, err = explainAnalyzeExact(pb, len(out)); err != nil {
 				return err
 			}
 		}
 		if c.inexactSet {
-			if st.Set.Value, err = setValueExact(ctx, sql, len(out)); err != nil {
+			if st.Set.Value, err = setValueExact(pb, len(out)); err != nil {
 				return err
 			}
 			setQuantities(st.Set, c.setArgs)
@@ -245,4 +247,32 @@ func (c *classifier) classify(n int32) (*Statement, error) {
 		st.ConstantFacts = st.ConstantFacts || in.ConstantFacts
 	}
 	return st, nil
+}
+
+// protoTree is pg_query's protobuf tree of one text, parsed on first need
+// and then shared by every statement that needs it: a text of many
+// ambiguous statements (EXPLAIN (ANALYZE 0), SET x = 0) costs one more
+// parse, not one per statement.
+type protoTree struct {
+	ctx  context.Context
+	sql  string
+	tree *pg_query.ParseResult
+}
+
+// parseProto is sqlparse.Parse; a test counts its calls.
+var parseProto = sqlparse.Parse
+
+// stmt is the i-th statement of the tree.
+func (p *protoTree) stmt(i int) (*pg_query.Node, error) {
+	if p.tree == nil {
+		tree, err := parseProto(p.ctx, p.sql)
+		if err != nil {
+			return nil, err
+		}
+		p.tree = tree
+	}
+	if i >= len(p.tree.Stmts) {
+		return nil, fmt.Errorf("protobuf tree has %d statements, want more than %d", len(p.tree.Stmts), i)
+	}
+	return p.tree.Stmts[i].GetStmt(), nil
 }

@@ -45,10 +45,12 @@ func tooComplex(format string, a ...any) error {
 	return &policy.DenyError{Reason: policy.ReasonSQLTooComplex, Detail: fmt.Sprintf(format, a...)}
 }
 
-// Prescan checks sql against lim without parsing it. It skips string
-// literals, quoted identifiers and comments so that their contents neither
-// count nor hide structure. A nil error means the text may be given to
-// package sqlparse (which still decides where it is parsed).
+// Prescan checks sql against lim without parsing it, on the tokens of
+// PostgreSQL's own scanner: string literals, quoted identifiers and
+// comments neither count nor hide structure, exactly where the server
+// says they begin and end. A text the scanner refuses is refused here
+// (sql_parse_error), as the server would. A nil error means the text may
+// be given to package sqlparse (which still decides where it is parsed).
 func Prescan(sql string, lim Limits) error {
 	lim = lim.withDefaults()
 	if len(sql) > lim.MaxLen {
@@ -57,14 +59,13 @@ func Prescan(sql string, lim Limits) error {
 	if !utf8.ValidString(sql) {
 		return &policy.DenyError{Reason: policy.ReasonSQLBadUTF8, Detail: "query text is not valid UTF-8"}
 	}
+	toks, err := sqlparse.Scan(sql)
+	if err != nil {
+		return &policy.DenyError{Reason: policy.ReasonSQLParseError, Err: err}
+	}
 	depth, ops := 0, 0
-	l := sqlparse.NewLexer(sql)
-	for {
-		kind, start, end, ok := l.Next()
-		if !ok {
-			return nil
-		}
-		switch kind {
+	for _, t := range toks {
+		switch t.Kind {
 		case sqlparse.Open:
 			depth++
 			if depth > lim.MaxDepth {
@@ -77,7 +78,7 @@ func Prescan(sql string, lim Limits) error {
 		case sqlparse.Op, sqlparse.Cast:
 			ops++
 		case sqlparse.Word:
-			if isOpKeyword(sql[start:end]) {
+			if isOpKeyword(t.Text(sql)) {
 				ops++
 			}
 		}
@@ -85,6 +86,7 @@ func Prescan(sql string, lim Limits) error {
 			return tooComplex("more than %d operators", lim.MaxOps)
 		}
 	}
+	return nil
 }
 
 // opKeywords are the keywords that build expression or set-operation trees

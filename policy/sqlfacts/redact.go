@@ -1,7 +1,6 @@
 package sqlfacts
 
 import (
-	"slices"
 	"sort"
 	"strings"
 
@@ -33,49 +32,50 @@ func literalField(key string) bool {
 	return false
 }
 
-// tokens are the lexer's tokens of a whole query text, for looking up the
-// token at a tree location.
+// tokens are PostgreSQL's scanner's tokens of a whole query text, for
+// looking up the token at a tree location.
 type tokens struct {
-	src   string
-	start []int
-	end   []int
-	kind  []sqlparse.TokenKind
+	src  string
+	toks []sqlparse.Token
 }
 
-func lexTokens(sql string) *tokens {
-	t := &tokens{src: sql}
-	l := sqlparse.NewLexer(sql)
-	for {
-		kind, start, end, ok := l.Next()
-		if !ok {
-			return t
-		}
-		if kind == sqlparse.Space || kind == sqlparse.Comment {
-			continue
-		}
-		t.start, t.end, t.kind = append(t.start, start), append(t.end, end), append(t.kind, kind)
+// scanTokens scans sql once for every statement's checks; nil when the
+// scanner refuses it (a text that parsed always scans).
+func scanTokens(sql string) *tokens {
+	toks, err := sqlparse.Scan(sql)
+	if err != nil {
+		return nil
 	}
+	return &tokens{src: sql, toks: toks}
 }
 
 // at is the index of the token starting exactly at byte off, or -1.
 func (t *tokens) at(off int) int {
-	i := sort.SearchInts(t.start, off)
-	if i < len(t.start) && t.start[i] == off {
+	i := sort.Search(len(t.toks), func(i int) bool { return t.toks[i].Start >= off })
+	if i < len(t.toks) && t.toks[i].Start == off {
 		return i
 	}
 	return -1
 }
 
+// text is token i's text.
+func (t *tokens) text(i int) string { return t.toks[i].Text(t.src) }
+
 // auditText is the redacted text of the statement whose RawStmt is raw and
 // whose text is text, checked against the tree: every A_Const must sit on a
 // token the redaction replaced (or on the identifier or keyword it was
 // written as: SET x = on, a typmod's DAY), and no string constant of a
-// utility statement may be left in the redacted text. A contradiction means
-// the Go lexer and PostgreSQL's disagree about where a literal is, and the
-// statement is logged as RedactionFailed. toks is the whole text's tokens,
-// built on first need (only utility statements' options need them).
+// utility statement may be left in the redacted text. A contradiction
+// means the tree and PostgreSQL's scanner disagree about where a literal
+// is, and the statement is logged as RedactionFailed. toks is the whole
+// text's tokens, scanned on first need and shared by every statement, so
+// a query of many statements is scanned once.
 func auditText(d *jsontree.Doc, toks **tokens, sql string, raw int32, text string) string {
-	red := strings.TrimRight(strings.TrimSpace(sqlparse.Redact(text)), ";")
+	red, err := sqlparse.Redact(text)
+	if err != nil {
+		return RedactionFailed
+	}
+	red = strings.TrimRight(strings.TrimSpace(red), ";")
 	var buf [32]int
 	locs := buf[:0]
 	checks := 0
@@ -107,11 +107,15 @@ func auditText(d *jsontree.Doc, toks **tokens, sql string, raw int32, text strin
 			}
 		}
 	}
-	// The statement starts where the previous one ended, a token
-	// boundary; lexing from there keeps a query of many statements
-	// linear.
-	base, _ := d.Int(d.Get(raw, keyStmtLocation))
-	if base < 0 || int(base) > len(sql) || !constantsOnLiterals(sql, int(base), locs) {
+	if len(locs) == 0 {
+		return red
+	}
+	if *toks == nil {
+		if *toks = scanTokens(sql); *toks == nil {
+			return RedactionFailed
+		}
+	}
+	if !constantsOnLiterals(*toks, locs) {
 		return RedactionFailed
 	}
 	return red
@@ -122,52 +126,22 @@ func auditText(d *jsontree.Doc, toks **tokens, sql string, raw int32, text strin
 const maxStringChecks = 64
 
 // constantsOnLiterals reports whether each byte offset in locs starts a
-// token the redaction replaces, a word, or a minus sign before a number
-// (PostgreSQL folds -1 into one constant located at the sign), in one pass
-// of the lexer over sql from base up to the last offset.
-func constantsOnLiterals(sql string, base int, locs []int) bool {
-	if len(locs) == 0 {
-		return true
-	}
-	slices.Sort(locs)
-	if locs[0] < base {
-		return false
-	}
-	for i := range locs {
-		locs[i] -= base
-	}
-	sql = sql[base:]
-	l := sqlparse.NewLexer(sql)
-	i, needNumber := 0, false
-	for i < len(locs) || needNumber {
-		kind, start, end, ok := l.Next()
-		if !ok {
+// token the redaction replaces, a word, or a minus sign right before a
+// number (PostgreSQL folds -1 into one constant located at the sign).
+func constantsOnLiterals(t *tokens, locs []int) bool {
+	for _, loc := range locs {
+		i := t.at(loc)
+		if i < 0 {
 			return false
 		}
-		if kind == sqlparse.Space || kind == sqlparse.Comment {
-			if i < len(locs) && locs[i] < end {
+		switch t.toks[i].Kind {
+		case sqlparse.String, sqlparse.Number, sqlparse.Word:
+		case sqlparse.Op:
+			if t.text(i) != "-" || i+1 >= len(t.toks) || t.toks[i+1].Kind != sqlparse.Number {
 				return false
 			}
-			continue
-		}
-		if needNumber && kind != sqlparse.Number {
+		default:
 			return false
-		}
-		needNumber = false
-		for ; i < len(locs) && locs[i] < end; i++ {
-			if locs[i] != start {
-				return false
-			}
-			switch kind {
-			case sqlparse.String, sqlparse.Number, sqlparse.Word:
-			case sqlparse.Op:
-				if sql[start:end] != "-" {
-					return false
-				}
-				needNumber = true
-			default:
-				return false
-			}
 		}
 	}
 	return true
@@ -186,19 +160,21 @@ func defElemRedacted(d *jsontree.Doc, toks **tokens, sql string, de int32, red s
 		return false
 	}
 	if *toks == nil {
-		*toks = lexTokens(sql)
+		if *toks = scanTokens(sql); *toks == nil {
+			return false
+		}
 	}
 	t := *toks
 	i := t.at(int(loc))
-	if i < 0 || !strings.EqualFold(t.src[t.start[i]:t.end[i]], d.Str(d.Get(de, keyDefname))) {
+	if i < 0 || !strings.EqualFold(t.text(i), d.Str(d.Get(de, keyDefname))) {
 		return false
 	}
 	i++
-	if i < len(t.kind) && t.src[t.start[i]:t.end[i]] == "=" {
+	if i < len(t.toks) && t.text(i) == "=" {
 		i++
 	}
-	return i < len(t.kind) && (t.kind[i] == sqlparse.Word || t.kind[i] == sqlparse.QuotedIdent) &&
-		strings.EqualFold(strings.Trim(t.src[t.start[i]:t.end[i]], `"`), val)
+	return i < len(t.toks) && (t.toks[i].Kind == sqlparse.Word || t.toks[i].Kind == sqlparse.QuotedIdent) &&
+		strings.EqualFold(strings.Trim(t.text(i), `"`), val)
 }
 
 // containsBounded reports whether v occurs in s not glued to identifier

@@ -1,13 +1,10 @@
 package sqlfacts
 
 import (
-	"context"
-	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/egressd/egressd/policy/sqlfacts/internal/jsontree"
-	"github.com/egressd/egressd/policy/sqlparse"
 )
 
 // A SET's value is a fact: a profile bounds some settings
@@ -50,18 +47,15 @@ func setValue(d *jsontree.Doc, args int32) (value string, n int, exact bool) {
 	return strings.Join(parts, ", "), 0, exact
 }
 
-// setValueExact renders the i-th statement's SET arguments of sql from
-// pg_query's protobuf tree, for the text the JSON leaves ambiguous.
-func setValueExact(ctx context.Context, sql string, i int) (string, error) {
-	tree, err := sqlparse.Parse(ctx, sql)
+// setValueExact renders the i-th statement's SET arguments of the text
+// from pg_query's protobuf tree, for the text the JSON leaves ambiguous.
+func setValueExact(tree *protoTree, i int) (string, error) {
+	stmt, err := tree.stmt(i)
 	if err != nil {
 		return "", err
 	}
-	if i >= len(tree.Stmts) {
-		return "", fmt.Errorf("protobuf tree has %d statements, want more than %d", len(tree.Stmts), i)
-	}
 	var parts []string
-	for _, a := range tree.Stmts[i].GetStmt().GetVariableSetStmt().GetArgs() {
+	for _, a := range stmt.GetVariableSetStmt().GetArgs() {
 		c := a.GetAConst()
 		switch {
 		case c == nil || c.Isnull:

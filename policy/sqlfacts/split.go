@@ -1,7 +1,6 @@
 package sqlfacts
 
 import (
-	"iter"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -9,142 +8,115 @@ import (
 	"github.com/egressd/egressd/policy/sqlparse"
 )
 
-// Split yields the top-level statements of sql without parsing it: the
-// text between semicolons outside string literals, quoted identifiers,
-// dollar quotes and comments, trimmed, with empty statements (only
-// whitespace and comments) left out. It looks at each byte once, so it can
-// bound a query before the parser sees it. A `;` inside a BEGIN ATOMIC
-// function body counts as a separator here, so Split may count more
-// statements than the parser does, never fewer.
-func Split(sql string) iter.Seq[string] {
-	return func(yield func(string) bool) {
-		start, nonEmpty := 0, false
-		lx := sqlparse.NewLexer(sql)
-		for {
-			kind, from, to, ok := lx.Next()
-			if !ok {
-				break
-			}
-			switch {
-			case kind == sqlparse.Space || kind == sqlparse.Comment:
-			case kind == sqlparse.Punct && sql[from] == ';':
-				if nonEmpty && !yield(strings.TrimSpace(sql[start:from])) {
-					return
-				}
-				start, nonEmpty = to, false
-			default:
-				nonEmpty = true
-			}
-		}
-		if nonEmpty {
-			yield(strings.TrimSpace(sql[start:]))
-		}
+// Split returns the top-level statements of sql without parsing it: the
+// text between the `;` tokens of PostgreSQL's own scanner, trimmed, with
+// empty statements (only whitespace and comments) left out. The scan is
+// linear and safe in-process, so it can bound a query before the parser
+// sees it. A `;` inside a BEGIN ATOMIC function body counts as a separator
+// here, so Split may count more statements than the parser does, never
+// fewer. A text the scanner refuses has no statements: its error is
+// returned, and PostgreSQL would refuse the text too.
+func Split(sql string) ([]string, error) {
+	toks, err := sqlparse.Scan(sql)
+	if err != nil {
+		return nil, err
 	}
+	var out []string
+	statements(sql, toks, func(from, to int) {
+		out = append(out, strings.TrimSpace(sql[from:to]))
+	})
+	return out, nil
 }
 
-// CountStatements returns how many statements Split yields, counting no
-// further than max+1 so that the work past the limit is not spent.
-func CountStatements(sql string, max int) int {
+// CountStatements returns how many statements Split finds in sql, without
+// building them.
+func CountStatements(sql string) (int, error) {
+	toks, err := sqlparse.Scan(sql)
+	if err != nil {
+		return 0, err
+	}
 	n := 0
-	for range Split(sql) {
-		n++
-		if n > max {
-			break
-		}
-	}
-	return n
+	statements(sql, toks, func(int, int) { n++ })
+	return n, nil
 }
 
-// Words yields the words of one statement in order — keywords and
-// identifiers folded to lower case as PostgreSQL folds them, quoted
-// identifiers unquoted — skipping literals, numbers, operators and
-// comments. It lets the gate name the prepared statement or cursor a
-// PREPARE, EXECUTE, DECLARE or FETCH refers to without a parse.
-func Words(stmt string) iter.Seq[string] {
-	return func(yield func(string) bool) {
-		for i := 0; ; {
-			w, quoted, next := nextWord(stmt, i)
-			if next < 0 {
-				return
-			}
-			if quoted {
-				w = strings.ReplaceAll(w, `""`, `"`)
-			} else {
-				w = asciiLower(w)
-			}
-			if !yield(w) {
-				return
-			}
-			i = next
-		}
-	}
-}
-
-// FirstWord is the first of Words as written (not folded, quotes kept
-// doubled), or "": a check of a statement's verb that costs no allocation.
-func FirstWord(stmt string) string {
-	w, _, _ := nextWord(stmt, 0)
-	return w
-}
-
-// nextWord finds the word at or after i: its text (inside the quotes for a
-// quoted identifier, U& escapes decoded), whether it was quoted, and where
-// scanning goes on; next is -1 when there is none.
-func nextWord(stmt string, i int) (w string, quoted bool, next int) {
-	lx := sqlparse.NewLexer(stmt[i:])
-	for {
-		kind, from, to, ok := lx.Next()
-		if !ok {
-			return "", false, -1
-		}
-		switch kind {
-		case sqlparse.Word:
-			return stmt[i+from : i+to], false, i + to
-		case sqlparse.QuotedIdent:
-			tok := stmt[i+from : i+to]
-			if tok[0] == 'u' || tok[0] == 'U' {
-				esc, end := uescape(stmt, i+to)
-				return unicodeIdent(tok[2:], esc), true, end
-			}
-			return unquote(tok), true, i + to
-		}
-	}
-}
-
-// unquote is the inside of a "quoted" identifier token; an unterminated
-// one runs to the end.
-func unquote(tok string) string {
-	tok = tok[1:]
-	if n := len(tok); n > 0 && tok[n-1] == '"' {
-		tok = tok[:n-1]
-	}
-	return tok
-}
-
-// uescape reads the UESCAPE 'c' clause that may follow a U& identifier
-// ending at i: the escape character (a backslash without the clause) and
-// where scanning goes on.
-func uescape(stmt string, i int) (esc byte, next int) {
-	lx := sqlparse.NewLexer(stmt[i:])
-	want := sqlparse.Word
-	for {
-		kind, from, to, ok := lx.Next()
+// statements calls yield with the span of every non-empty statement of
+// sql, given its tokens.
+func statements(sql string, toks []sqlparse.Token, yield func(from, to int)) {
+	start, nonEmpty := 0, false
+	for _, t := range toks {
 		switch {
-		case !ok:
-			return '\\', i
-		case kind == sqlparse.Space || kind == sqlparse.Comment:
-			continue
-		case want == sqlparse.Word && kind == sqlparse.Word && strings.EqualFold(stmt[i+from:i+to], "uescape"):
-			want = sqlparse.String
-			continue
-		case want == sqlparse.String && kind == sqlparse.String && to-from == 3 && stmt[i+from] == '\'':
-			return stmt[i+from+1], i + to
-		case want == sqlparse.String:
-			// PostgreSQL refuses a malformed clause: no name at all.
-			return 0, i + to
+		case t.Kind == sqlparse.Comment:
+		case t.Kind == sqlparse.Punct && sql[t.Start] == ';':
+			if nonEmpty {
+				yield(start, t.Start)
+			}
+			start, nonEmpty = t.End, false
+		default:
+			nonEmpty = true
 		}
-		return '\\', i
 	}
+	if nonEmpty {
+		yield(start, len(sql))
+	}
+}
+
+// Words returns the words of one statement in order — keywords and
+// identifiers as PostgreSQL's scanner and grammar name them: folded to
+// lower case, quoted identifiers unquoted, U&"…" escapes decoded, every
+// name truncated to the server's 63 bytes — skipping literals, numbers,
+// operators and comments. It lets the gate name the prepared statement or
+// cursor a PREPARE, EXECUTE, DECLARE or FETCH refers to without a parse:
+// a name spelled differently from the server's (a 70-byte name the server
+// cut to 63, U&"d\0065l" for del) would let a revoked object run.
+func Words(stmt string) ([]string, error) {
+	toks, err := sqlparse.Scan(stmt)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for i := 0; i < len(toks); i++ {
+		t := toks[i]
+		switch t.Kind {
+		case sqlparse.Word:
+			out = append(out, truncateIdent(asciiLower(t.Text(stmt))))
+		case sqlparse.QuotedIdent:
+			tok := t.Text(stmt)
+			if tok[0] != '"' {
+				esc, used := uescape(stmt, toks[i+1:])
+				i += used
+				out = append(out, truncateIdent(unicodeIdent(tok[2:], esc)))
+				continue
+			}
+			out = append(out, truncateIdent(unquote(tok)))
+		}
+	}
+	return out, nil
+}
+
+// unquote is the name a "quoted" identifier token spells.
+func unquote(tok string) string {
+	if len(tok) < 2 {
+		return tok
+	}
+	return strings.ReplaceAll(tok[1:len(tok)-1], `""`, `"`)
+}
+
+// uescape reads the UESCAPE 'c' clause that may follow a U& identifier,
+// given the tokens after it: the escape character (a backslash without
+// the clause) and how many tokens the clause took. PostgreSQL refuses a
+// malformed clause; esc 0 then names nothing.
+func uescape(stmt string, rest []sqlparse.Token) (esc byte, used int) {
+	if len(rest) == 0 || rest[0].Kind != sqlparse.Word || !strings.EqualFold(rest[0].Text(stmt), "uescape") {
+		return '\\', 0
+	}
+	if len(rest) > 1 && rest[1].Kind == sqlparse.String {
+		if s := rest[1].Text(stmt); len(s) == 3 && s[0] == '\'' {
+			return s[1], 2
+		}
+		return 0, 2
+	}
+	return 0, 1
 }
 
 // unicodeIdent is the name a U&"…" identifier token (without its U&)
@@ -152,16 +124,16 @@ func uescape(stmt string, i int) (esc byte, next int) {
 // points, a doubled esc is esc itself. A name spelled with escapes must
 // match the plain spelling of the same name, or a revoked prepared
 // statement could be run as EXECUTE U&"d\0065l" (or U&"d!0065l" UESCAPE
-// '!'). Text it cannot decode (a bad escape, esc 0 for a malformed UESCAPE)
-// is kept as written, which names nothing the session created, and the
-// server refuses it as well.
+// '!'). Text it cannot decode (a bad escape, esc 0 for a malformed
+// UESCAPE) is kept as written, quotes included, which names nothing the
+// session created, and the server refuses it as well.
 func unicodeIdent(tok string, esc byte) string {
-	in := strings.ReplaceAll(unquote(tok), `""`, `"`)
+	in := unquote(tok)
 	if esc == 0 {
 		return tok
 	}
 	if strings.IndexByte(in, esc) < 0 {
-		return strings.ReplaceAll(in, `"`, `""`)
+		return in
 	}
 	var b strings.Builder
 	for j := 0; j < len(in); {
@@ -189,5 +161,5 @@ func unicodeIdent(tok string, esc byte) string {
 		b.WriteRune(rune(r))
 		j += skip + n
 	}
-	return strings.ReplaceAll(b.String(), `"`, `""`)
+	return b.String()
 }

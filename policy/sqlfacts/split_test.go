@@ -1,10 +1,12 @@
 package sqlfacts
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/egressd/egressd/policy/sqlparse"
 	pg_query "github.com/pganalyze/pg_query_go/v5"
 )
 
@@ -26,24 +28,29 @@ func TestSplit(t *testing.T) {
 		{"nested comment", "SELECT /* /* ; */ ; */ 1", []string{"SELECT /* /* ; */ ; */ 1"}},
 		{"line comment", "SELECT 1 -- ;\n", []string{"SELECT 1 -- ;"}},
 		{"only comments", "-- x\n/* y */", nil},
+		// PostgreSQL ends a -- comment at a lone CR: the statement after
+		// it is one the gate must see (the old Go lexer hid it).
+		{"comment ends at CR", "SELECT 1 --x\r; EXECUTE del(0)", []string{"SELECT 1 --x", "EXECUTE del(0)"}},
+		{"string continued on the next line", "SELECT E'x'\n'\\'; SELECT 2'", []string{"SELECT E'x'\n'\\'; SELECT 2'"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := slices.Collect(Split(tt.sql))
-			if !slices.Equal(got, tt.want) {
-				t.Errorf("Split(%q) = %q; want %q", tt.sql, got, tt.want)
+			got, err := Split(tt.sql)
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Errorf("Split(%q) = %q, %v; want %q", tt.sql, got, err, tt.want)
 			}
-			if n := CountStatements(tt.sql, 100); n != len(tt.want) {
-				t.Errorf("CountStatements(%q) = %d; want %d", tt.sql, n, len(tt.want))
+			if n, err := CountStatements(tt.sql); err != nil || n != len(tt.want) {
+				t.Errorf("CountStatements(%q) = %d, %v; want %d", tt.sql, n, err, len(tt.want))
 			}
 		})
 	}
 }
 
-func TestCountStatementsStopsPastMax(t *testing.T) {
-	sql := strings.Repeat("SELECT 1;", 100000)
-	if n := CountStatements(sql, 100); n != 101 {
-		t.Errorf("CountStatements(100000 statements, 100) = %d; want 101", n)
+func TestSplitRefusesWhatDoesNotScan(t *testing.T) {
+	for _, sql := range []string{"SELECT 'a; SELECT 2", "SELECT 1; /* open"} {
+		if got, err := Split(sql); err == nil {
+			t.Errorf("Split(%q) = %q; want the scanner's error", sql, got)
+		}
 	}
 }
 
@@ -57,18 +64,17 @@ func TestWords(t *testing.T) {
 		{"fetch", "FETCH ABSOLUTE -1 FROM c1 -- comment", []string{"fetch", "absolute", "from", "c1"}},
 		{"ascii fold only", "DECLARE ÄB CURSOR FOR SELECT 1", []string{"declare", "Äb", "cursor", "for", "select"}},
 		{"literals skipped", "SELECT 'execute x', $$prepare$$, 1.5e3", []string{"select"}},
-		{"unterminated quote", `CLOSE "c`, []string{"close", "c"}},
+		{"names truncated to 63 bytes", "EXECUTE " + strings.Repeat("d", 70) + "(0)", []string{"execute", strings.Repeat("d", 63)}},
+		{"quoted names truncated at a character", `DECLARE "` + strings.Repeat("a", 62) + `é" CURSOR FOR SELECT 1`, []string{"declare", strings.Repeat("a", 62), "cursor", "for", "select"}},
+		{"keyword after a comment ending at CR", "SELECT 1 --x\rEXECUTE", []string{"select", "execute"}},
 		{"unicode escapes", `EXECUTE U&"D\0065l\\"(0)`, []string{"execute", `Del\`}},
 		{"unicode uescape", `EXECUTE U&"d!0065l!!" UESCAPE '!' (0)`, []string{"execute", "del!"}},
 		{"malformed uescape", `EXECUTE U&"d!0065l" UESCAPE 'xy'`, []string{"execute", `"d!0065l"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := slices.Collect(Words(tt.stmt)); !slices.Equal(got, tt.want) {
-				t.Errorf("Words(%q) = %q; want %q", tt.stmt, got, tt.want)
-			}
-			if got := FirstWord(tt.stmt); !strings.EqualFold(got, tt.want[0]) {
-				t.Errorf("FirstWord(%q) = %q; want %q in any case", tt.stmt, got, tt.want[0])
+			if got, err := Words(tt.stmt); err != nil || !slices.Equal(got, tt.want) {
+				t.Errorf("Words(%q) = %q, %v; want %q", tt.stmt, got, err, tt.want)
 			}
 		})
 	}
@@ -84,8 +90,12 @@ func FuzzSplit(f *testing.F) {
 		if len(sql) > 4096 || Prescan(sql, Limits{}) != nil {
 			return
 		}
-		n := CountStatements(sql, 1<<20)
-		for range Words(sql) {
+		n, err := CountStatements(sql)
+		if err != nil {
+			t.Fatalf("CountStatements(%q) = %v; Prescan accepted it", sql, err)
+		}
+		if _, err := Words(sql); err != nil {
+			t.Fatalf("Words(%q) = %v; Prescan accepted it", sql, err)
 		}
 		res, err := pg_query.Parse(sql)
 		if err != nil {
@@ -95,4 +105,25 @@ func FuzzSplit(f *testing.F) {
 			t.Fatalf("CountStatements(%q) = %d; pg_query parses %d statements", sql, n, len(res.Stmts))
 		}
 	})
+}
+
+// TestAmbiguousStatementsParseTheTextOnce is the reported amplification:
+// each EXPLAIN (ANALYZE 0) or SET x = 0, whose JSON is ambiguous, parsed
+// the whole text again (a 103 KB query took 51.7 s). The protobuf tree is
+// now parsed at most once per text.
+func TestAmbiguousStatementsParseTheTextOnce(t *testing.T) {
+	calls := 0
+	parseProto = func(ctx context.Context, sql string) (*pg_query.ParseResult, error) {
+		calls++
+		return sqlparse.Parse(ctx, sql)
+	}
+	defer func() { parseProto = sqlparse.Parse }()
+	sql := strings.Repeat("EXPLAIN (ANALYZE 0) SELECT 1; SET work_mem = 0; ", 50)
+	sts, err := ParseContext(context.Background(), sql, Options{})
+	if err != nil || len(sts) != 100 {
+		t.Fatalf("ParseContext(50 × EXPLAIN (ANALYZE 0); SET work_mem = 0) = %d statements, %v; want 100", len(sts), err)
+	}
+	if calls != 1 {
+		t.Errorf("the protobuf tree was parsed %d times for one text; want 1", calls)
+	}
 }

@@ -36,19 +36,32 @@ func BenchmarkParseToJSON(b *testing.B) {
 	})
 }
 
-// BenchmarkScan is the Go work the containment and the redaction add to
-// every parse: the bound (Levels) and Redact.
+// BenchmarkScan is the work the containment and the redaction add to
+// every parse: PostgreSQL's scanner (a cgo call), the bound (Levels) and
+// the redaction.
 func BenchmarkScan(b *testing.B) {
+	b.Run("scan", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := Scan(benchQuery); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	toks, err := Scan(benchQuery)
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.Run("levels", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			Levels(benchQuery)
+			Levels(toks)
 		}
 	})
 	b.Run("redact", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			Redact(benchQuery)
+			RedactTokens(benchQuery, toks)
 		}
 	})
 }

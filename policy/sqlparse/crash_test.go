@@ -30,6 +30,16 @@ func crashes(t testing.TB, o op, text string) bool {
 	return errors.Is(err, ErrCrashed)
 }
 
+// levelsOf is Levels of text's tokens.
+func levelsOf(t testing.TB, text string) int {
+	t.Helper()
+	toks, err := Scan(text)
+	if err != nil {
+		t.Fatalf("Scan(%.40q…) = %v", text, err)
+	}
+	return Levels(toks)
+}
+
 // largestShallow is the largest n whose text is parsed in-process.
 func largestShallow(c deepsql.Construct) int {
 	lo, hi := 0, c.MaxN(1<<20)
@@ -63,7 +73,7 @@ func TestInProcessBoundBelowCrashes(t *testing.T) {
 		text := c.Text(n)
 		for _, o := range []op{opJSON, opProtobuf, opNormalize, opFingerprint} {
 			if crashes(t, o, text) {
-				t.Errorf("%s × %d (%d levels) crashes %s: the in-process bound is not safe", c.Name, n, Levels(text), opNames[o])
+				t.Errorf("%s × %d (%d levels) crashes %s: the in-process bound is not safe", c.Name, n, levelsOf(t, text), opNames[o])
 			}
 			if !*crashPoints {
 				continue
@@ -82,7 +92,7 @@ func TestInProcessBoundBelowCrashes(t *testing.T) {
 				}
 			}
 			s := c.Text(hi)
-			table = append(table, row{c.Name, opNames[o], hi, Levels(s), len(s)})
+			table = append(table, row{c.Name, opNames[o], hi, levelsOf(t, s), len(s)})
 		}
 	}
 	if *crashPoints {

@@ -1,60 +1,94 @@
 package sqlparse
 
 import (
-	"context"
+	"errors"
 	"testing"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
 )
 
-// FuzzRedact: the lexer terminates on any input, Levels never exceeds the
-// text's length, and the redacted text, lexed again, holds no literal and
-// no comment.
-func FuzzRedact(f *testing.F) {
-	for _, s := range []string{
-		"SELECT 'a', 1.5e-3, $1, $$x$$, E'\\'', U&'\\0041', B'1', X'F'", "/* /* */ */ SELECT -- c\n1",
-		"NOTIFY ch, 'p'", "$'a'", "a$'x'", "1'a'b", "$a$ $b$ $a$", "U&\"x\" 'y'", "SELECT .5.5..5",
-	} {
+var fuzzSeeds = []string{
+	"SELECT 'a', 1.5e-3, $1, $$x$$, E'\\'', U&'\\0041' UESCAPE '!', B'1', X'F', N'n'", "/* /* */ */ SELECT -- c\n1",
+	"SELECT 'a'\n'b'", "SELECT 0x1F, 0o17, 0b1, 1_000, .5, 5.", "SELECT $a$ $b$ $a$", "SELECT a$$b$$", "SELECT 1::int--x",
+	"SELECT e'\\\\' 'x'", "SELECT 'it''s'", "SELECT x'1'", `SELECT U&"a" 'b'`, "SELECT */* x */ 1", "NOTIFY ch, 'p'",
+	"SELECT 1 --x\r, 2", "SELECT E'x'\n'\\' secret '", "SELECT 'a'\r'b'", `SELECT U&"d\0065l"   UESCAPE '!'`, "U&'x'",
+	"$'a'", "a$'x'", "1'a'b", "SELECT .5.5..5", "a := 1 => 2 .. 3", "SELECT 1\f+\t2\v",
+}
+
+// FuzzScan checks Scan against PostgreSQL's scanner as pg_query's own
+// decoder reports it, in both directions: every token of pg_query.Scan is
+// a token of Scan with the same start and the same literal/comment class,
+// and the reverse; every byte outside the tokens is whitespace; Levels
+// never exceeds the text's length (InProcess relies on it); and the
+// redacted text scans again with no literal and no comment left.
+func FuzzScan(f *testing.F) {
+	for _, s := range fuzzSeeds {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, sql string) {
-		if n := Levels(sql); n > len(sql) {
-			t.Fatalf("Levels(%q) = %d; more than its %d bytes (InProcess relies on this bound)", sql, n, len(sql))
-		}
-		red := Redact(sql)
-		l := NewLexer(red)
-		for {
-			kind, start, end, ok := l.Next()
-			if !ok {
-				break
+		toks, err := Scan(sql)
+		ref, refErr := pg_query.Scan(sql)
+		if err != nil {
+			if !errors.Is(err, ErrScan) {
+				t.Fatalf("Scan(%q) = %v; want an ErrScan", sql, err)
 			}
-			if kind == String || kind == Number || kind == Comment {
-				t.Fatalf("Redact(%q) = %q holds %q (kind %d)", sql, red, red[start:end], kind)
+			if refErr == nil && len(ref.Tokens) > 0 && !hasNUL(sql) {
+				t.Fatalf("Scan(%q) = %v; PostgreSQL's scanner accepts it", sql, err)
+			}
+			return
+		}
+		if refErr != nil {
+			t.Fatalf("Scan(%q) = %d tokens; PostgreSQL's scanner refuses it: %v", sql, len(toks), refErr)
+		}
+		if len(toks) != len(ref.Tokens) {
+			t.Fatalf("Scan(%q) = %d tokens; PostgreSQL's scanner has %d", sql, len(toks), len(ref.Tokens))
+		}
+		prev := 0
+		for i, r := range ref.Tokens {
+			got := toks[i]
+			if got.Start != int(r.Start) || got.End <= got.Start || got.Start < prev {
+				t.Fatalf("Scan(%q) token %d = [%d, %d); PostgreSQL's starts at %d (%v)", sql, i, got.Start, got.End, r.Start, r.Token)
+			}
+			if literalOrComment(r.Token) != (got.Kind == String || got.Kind == Number || got.Kind == Comment) {
+				t.Fatalf("Scan(%q) token %d %q has kind %d; PostgreSQL's is %v", sql, i, got.Text(sql), got.Kind, r.Token)
+			}
+			for j := prev; j < got.Start; j++ {
+				if !isSpace(sql[j]) {
+					t.Fatalf("Scan(%q): byte %d (%q) is in no token", sql, j, sql[j])
+				}
+			}
+			prev = got.End
+		}
+		if n := Levels(toks); n > len(sql) {
+			t.Fatalf("Levels(%q) = %d; more than its %d bytes", sql, n, len(sql))
+		}
+		red := RedactTokens(sql, toks)
+		again, err := Scan(red)
+		if err != nil {
+			t.Fatalf("Redact(%q) = %q, which does not scan: %v", sql, red, err)
+		}
+		for _, tok := range again {
+			if tok.Kind == String || tok.Kind == Number || tok.Kind == Comment {
+				t.Fatalf("Redact(%q) = %q holds %q (kind %d)", sql, red, tok.Text(red), tok.Kind)
 			}
 		}
 	})
 }
 
-// FuzzLexerMatchesPostgres checks the lexer against PostgreSQL's own
-// scanner (pg_query.Scan, called directly: the scanner does not recurse):
-// every byte PostgreSQL puts in a string or numeric constant, or in a
-// comment, is in a token Redact replaces or drops (or in whitespace
-// between the parts of a continued string). A byte of a constant that the
-// lexer takes for a word or an operator would reach the audit log.
-func FuzzLexerMatchesPostgres(f *testing.F) {
-	for _, s := range []string{
-		"SELECT 'a', 1.5e-3, $1, $$x$$, E'\\'', U&'\\0041' UESCAPE '!', B'1', X'F', N'n'", "/* /* */ */ SELECT -- c\n1",
-		"SELECT 'a'\n'b'", "SELECT 0x1F, 0o17, 0b1, 1_000, .5, 5.", "SELECT $a$ $b$ $a$", "SELECT a$$b$$", "SELECT 1::int--x",
-		"SELECT e'\\\\' 'x'", "SELECT 'it''s'", "SELECT x'1'", `SELECT U&"a" 'b'`, "SELECT */* x */ 1", "NOTIFY ch, 'p'",
-	} {
-		f.Add(s)
+func literalOrComment(tok pg_query.Token) bool {
+	switch tok {
+	case pg_query.Token_SCONST, pg_query.Token_USCONST, pg_query.Token_BCONST, pg_query.Token_XCONST,
+		pg_query.Token_ICONST, pg_query.Token_FCONST, pg_query.Token_SQL_COMMENT, pg_query.Token_C_COMMENT:
+		return true
 	}
-	f.Fuzz(func(t *testing.T, sql string) {
-		if _, err := pg_query.Scan(sql); err != nil {
-			return
+	return false
+}
+
+func hasNUL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return true
 		}
-		if _, err := RedactScanned(context.Background(), sql); err != nil {
-			t.Fatalf("RedactScanned(%q) = %v", sql, err)
-		}
-	})
+	}
+	return false
 }

@@ -57,9 +57,10 @@ const inProcessLevels8MiB = 4000
 // an 8 MiB C stack, scaled down when this process's threads get less (the
 // C stack of a cgo call is the thread's pthread stack, whose default size
 // glibc takes from RLIMIT_STACK at start).
-var InProcessLevels = scaledLevels()
+var InProcessLevels = scaled(inProcessLevels8MiB)
 
-func scaledLevels() int {
+// scaled is bound, set for an 8 MiB C stack, scaled to this process's.
+func scaled(bound int) int {
 	const full = 8 << 20
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_STACK, &lim); err != nil {
@@ -72,9 +73,9 @@ func scaledLevels() int {
 		size = 2 << 20
 	}
 	if size >= full {
-		return inProcessLevels8MiB
+		return bound
 	}
-	return int(uint64(inProcessLevels8MiB) * size / full)
+	return int(uint64(bound) * size / full)
 }
 
 // Error is libpg_query's own error: the text is not valid SQL.
@@ -103,20 +104,34 @@ const (
 	opProtobuf
 	opNormalize
 	opFingerprint
-	opScan
 )
 
-// inProcessBytes bounds the text parsed in-process whatever its depth:
-// libpg_query's Normalize takes about 8 KiB of memory per constant (a 1 MiB
-// `SELECT 1,1,…` took 4.3 GB and 10 s here), so a wide text is not cheap
-// either; up to 32 KiB it stays under 50 MB and 40 ms.
-const inProcessBytes = 32 << 10
+// inProcessBytes8MiB bounds the text parsed in-process whatever its
+// depth, with an 8 MiB C stack: libpg_query's Normalize takes about 8 KiB
+// of memory per constant (a 1 MiB `SELECT 1,1,…` took 4.3 GB and 10 s
+// here), so a wide text is not cheap either; up to 32 KiB it stays under
+// 50 MB and 40 ms. It scales with the stack as InProcessLevels does: a
+// byte bound that did not would let a text whose depth the scan
+// under-counts by a constant factor through on a small stack.
+const inProcessBytes8MiB = 32 << 10
+
+// InProcessBytes is the longest text parsed in-process.
+var InProcessBytes = scaled(inProcessBytes8MiB)
 
 // InProcess reports whether sql is parsed in-process: short, and provably
-// shallow. Every level Levels counts takes at least a byte, so a text no
-// longer than the bound needs no scan: the common case costs nothing.
+// shallow by PostgreSQL's own scanner's tokens. Every level Levels counts
+// takes at least a byte, so a text no longer than the bound needs no scan:
+// the common case costs nothing. A text the scanner refuses goes to a
+// worker, whose parse reports the error.
 func InProcess(sql string) bool {
-	return len(sql) <= InProcessLevels || len(sql) <= inProcessBytes && Levels(sql) <= InProcessLevels
+	if len(sql) <= InProcessLevels {
+		return true
+	}
+	if len(sql) > InProcessBytes {
+		return false
+	}
+	toks, err := Scan(sql)
+	return err == nil && Levels(toks) <= InProcessLevels
 }
 
 // call runs o on sql in-process when InProcess, else in a worker. ctx
@@ -147,10 +162,6 @@ func run(o op, sql string) (string, error) {
 		out, err = parser.Normalize(sql)
 	case opFingerprint:
 		out, err = parser.FingerprintToHexStr(sql)
-	case opScan:
-		var b []byte
-		b, err = parser.ScanToProtobuf(sql)
-		out = string(b)
 	default:
 		return "", fmt.Errorf("unknown parser operation %d", o)
 	}

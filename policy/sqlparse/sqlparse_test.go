@@ -27,14 +27,35 @@ func TestLevels(t *testing.T) {
 		{"U& string", "U&'\\0041 ((' ", 0},
 		{"E string with escaped quote", `E'\' ((('`, 0},
 		{"dollar tag", "$a$ ISNULL $a$", 0},
-		{"number glued to word", "1e5 1_000 0x1F", 0},
+		{"numbers", "1e5 1_000 0x1F", 0},
+		// PostgreSQL ends a -- comment at a lone CR: what follows is
+		// structure, and counts (the old Go lexer hid it in the comment).
+		{"comment ends at CR", "--x\r1 ISNULL ISNULL", 2},
+		{"string continued on the next line", "E'x'\n'\\' ISNULL '", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Levels(tt.sql); got != tt.want {
+			toks, err := Scan(tt.sql)
+			if err != nil {
+				t.Fatalf("Scan(%q) = %v", tt.sql, err)
+			}
+			if got := Levels(toks); got != tt.want {
 				t.Errorf("Levels(%q) = %d; want %d", tt.sql, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestDepthBehindCRIsNotInProcess is the reported crasher's mechanism: a
+// read_only query whose depth hid behind `--\r` was judged shallow and
+// parsed in-process. PostgreSQL's scanner ends the comment at the CR.
+func TestDepthBehindCRIsNotInProcess(t *testing.T) {
+	sql := "SELECT 1 --\r" + strings.Repeat(" ISNULL", InProcessLevels+1)
+	if len(sql) > InProcessBytes {
+		t.Fatalf("test text is %d bytes, past the byte bound %d: it would not test the scan", len(sql), InProcessBytes)
+	}
+	if InProcess(sql) {
+		t.Errorf("InProcess(SELECT 1 --\\r ISNULL × %d) = true; want a worker parse", InProcessLevels+1)
 	}
 }
 
@@ -49,17 +70,34 @@ func TestRedact(t *testing.T) {
 		{"role password", "CREATE ROLE r PASSWORD 'pw'", "CREATE ROLE r PASSWORD $1"},
 		{"server options", "CREATE SERVER s FOREIGN DATA WRAPPER w OPTIONS (password 'pw')", "CREATE SERVER s FOREIGN DATA WRAPPER w OPTIONS (password $1)"},
 		{"dollar quotes", "SELECT $$a$$, $q$b$q$", "SELECT $1, $2"},
-		{"prefixed strings", "SELECT U&'a', B'1', X'1F', N'n', e'x'", "SELECT $1, $2, $3, $4, $5"},
+		{"prefixed strings", "SELECT U&'a', B'1', X'1F', N'n', e'x'", "SELECT $1, $2, $3, N $4, $5"},
+		{"U& string with its escape clause", "SELECT U&'d!0061ta' UESCAPE '!' , 1", "SELECT $1 UESCAPE $2 , $3"},
 		{"quoted identifiers stay", `SELECT "col" FROM "t"`, `SELECT "col" FROM "t"`},
+		{"U& identifier stays", `SELECT U&"c\0061l" FROM t`, `SELECT U&"c\0061l" FROM t`},
 		{"nested comment", "SELECT /* a /* b */ c */ 1", "SELECT   $1"},
-		{"unterminated string", "SELECT 'abc", "SELECT $1"},
+		// The reported leaks: PostgreSQL ends a -- comment at a lone
+		// CR, and lexes a string continued on the next line in the
+		// first part's state (here E'', where \' escapes the quote).
+		{"comment ends at CR", "UPDATE o SET s = s --x\r, amount = -amount WHERE id = 1", "UPDATE o SET s = s  \r, amount = -amount WHERE id = $1"},
+		{"continued E string", "CREATE ROLE r PASSWORD E'x'\n'\\' secret '", "CREATE ROLE r PASSWORD $1"},
+		{"continued string after CR", "SELECT 'a'\r'secret'", "SELECT $1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Redact(tt.sql); got != tt.want {
-				t.Errorf("Redact(%q) = %q; want %q", tt.sql, got, tt.want)
+			if got, err := Redact(tt.sql); err != nil || got != tt.want {
+				t.Errorf("Redact(%q) = %q, %v; want %q", tt.sql, got, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestRedactRefusesWhatDoesNotScan: a text PostgreSQL's scanner refuses
+// has no redaction; none of it may reach a log.
+func TestRedactRefusesWhatDoesNotScan(t *testing.T) {
+	for _, sql := range []string{"SELECT 'unterminated", "SELECT 1 /* open", `SELECT "open`, "SELECT 123abc", "SELECT 'a'\x00'b'"} {
+		if got, err := Redact(sql); !errors.Is(err, ErrScan) {
+			t.Errorf("Redact(%q) = %q, %v; want ErrScan", sql, got, err)
+		}
 	}
 }
 
@@ -178,18 +216,5 @@ func TestOnlySqlparseCallsLibpgQuery(t *testing.T) {
 	})
 	if err != nil || n < 50 {
 		t.Fatalf("scanned %d files under %s: %v; want the whole module", n, root, err)
-	}
-}
-
-func TestRedactScanned(t *testing.T) {
-	ctx := context.Background()
-	for _, sql := range []string{"SELEC 'a', 1 -- c", "NOTIFY ch, E'x\\'y'", "SELECT 1" + strings.Repeat(" ISNULL", 30000) + ", 'z'"} {
-		got, err := RedactScanned(ctx, sql)
-		if err != nil || got != Redact(sql) {
-			t.Errorf("RedactScanned(%.30q…) = %.30q…, %v; want Redact's text", sql, got, err)
-		}
-	}
-	if got, err := RedactScanned(ctx, "SELECT 'unterminated"); err == nil {
-		t.Errorf("RedactScanned(unterminated string) = %q; want the scanner's error", got)
 	}
 }

@@ -9,14 +9,20 @@ import (
 )
 
 // verdictFor is the uncached decision on text: the statement cap, then
-// evaluate. The count runs before the parser so that a megabyte of `;`
-// costs one linear scan and one audit record, not a parse and a record per
-// statement; the check after evaluate holds the cap even where the scan
-// and the parser disagree.
+// evaluate. The count (on PostgreSQL's scanner's `;` tokens) runs before
+// the parser so that a megabyte of `;` costs one linear scan and one audit
+// record, not a parse and a record per statement; the check after evaluate
+// holds the cap even where the scan and the parser disagree.
 func (g *Gate) verdictFor(ctx context.Context, ident policy.Identity, db, prefix string, cat *sqlfacts.Catalog, text string) *verdict {
 	// Without a ';' there is at most one statement: no scan needed.
-	if strings.IndexByte(text, ';') >= 0 && sqlfacts.CountStatements(text, g.cfg.MaxStatements) > g.cfg.MaxStatements {
-		return g.refused(ctx, &policy.DenyError{Reason: policy.ReasonTooManyStatements}, text)
+	if strings.IndexByte(text, ';') >= 0 {
+		n, err := sqlfacts.CountStatements(text)
+		if err != nil {
+			return g.refused(ctx, &policy.DenyError{Reason: policy.ReasonSQLParseError, Err: err}, text)
+		}
+		if n > g.cfg.MaxStatements {
+			return g.refused(ctx, &policy.DenyError{Reason: policy.ReasonTooManyStatements}, text)
+		}
 	}
 	v := g.evaluate(ctx, ident, db, prefix, cat, text)
 	if len(v.stmts) > g.cfg.MaxStatements {

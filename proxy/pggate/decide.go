@@ -3,6 +3,7 @@ package pggate
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -29,6 +30,9 @@ type verdict struct {
 	// pre-scan, the parser or a bound refused it): its one audit line
 	// is the query's, not a statement's.
 	refused bool
+	// effects are the named objects an allowed text creates and drops
+	// (effectsOf), read once per exact text.
+	effects []effect
 }
 
 // stmtAudit is one statement's audit line: normalized SQL (no literals),
@@ -43,7 +47,8 @@ type stmtAudit struct {
 // decide returns the verdict on text for this session, audited. The
 // decision is cached by the exact text (then by its shape or normalized
 // form) per identity, database and bundle digest; audit records are
-// written every time.
+// written every time. A verdict's audit SQL and effects are always this
+// exact text's own (see forText).
 func (s *session) decide(text string) *verdict {
 	g := s.g
 	s.catalogExpired()
@@ -90,7 +95,9 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 	if shape, ok := shapeOf(text, buf[:0]); ok {
 		skey = cacheKey{prefix: prefix, digest: digest, catalog: cat.Digest(), text: string(shape), shape: true}
 		if v, ok := g.ncache.get(skey); ok {
-			return v
+			if tv := forText(v, text); tv != nil {
+				return tv
+			}
 		}
 	}
 	// The normalized form keys verdicts only for texts parsed in-process:
@@ -110,8 +117,10 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 		// here (see below).
 		nkey = cacheKey{prefix: prefix, digest: digest, catalog: cat.Digest(), text: norm, normalized: true}
 		if v, ok := g.ncache.get(nkey); ok {
-			g.addShape(skey, norm, v)
-			return v
+			if tv := forText(v, text); tv != nil {
+				g.addShape(skey, norm, v)
+				return tv
+			}
 		}
 	}
 	sts, err := sqlfacts.ParseContext(ctx, text, g.parseOptions(db, cat))
@@ -155,6 +164,8 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 				v.stmts[i].allow, v.stmts[i].reason = false, policy.ReasonOtherStatement
 			}
 		}
+	} else if v.effects, err = effectsOf(text); err != nil {
+		return g.refused(ctx, &policy.DenyError{Reason: policy.ReasonSQLParseError, Err: err}, text)
 	}
 	if v.cacheable && shared && nkey.normalized {
 		g.ncache.add(nkey, v)
@@ -187,6 +198,36 @@ func auditSQL(red string) string {
 	return red[:cut] + "…"
 }
 
+// forText is v, a verdict cached under a shape or normalized form, made
+// the verdict of this exact text: its audit SQL redacted from this text's
+// own statements by PostgreSQL's scanner — never the SQL of the text that
+// first filled the shared key, whose literals are not this text's — and
+// the objects this text creates. nil when this text's statements do not
+// line up with v's (a BEGIN ATOMIC body holds `;`): the caller then
+// decides the text whole.
+func forText(v *verdict, text string) *verdict {
+	stmts, err := sqlfacts.Split(text)
+	if err != nil || len(stmts) != len(v.stmts) {
+		return nil
+	}
+	out := *v
+	out.stmts = slices.Clone(v.stmts)
+	for i, st := range stmts {
+		red, err := sqlparse.Redact(st)
+		if err != nil {
+			return nil
+		}
+		out.stmts[i].sql = auditSQL(strings.TrimRight(strings.TrimSpace(red), ";"))
+	}
+	out.effects = nil
+	if out.allow {
+		if out.effects, err = statementEffects(stmts); err != nil {
+			return nil
+		}
+	}
+	return &out
+}
+
 // addShape caches v under the text's shape, but only when the shape is
 // what Normalize made of the text (see shapeMatches).
 func (g *Gate) addShape(skey cacheKey, norm string, v *verdict) {
@@ -196,9 +237,9 @@ func (g *Gate) addShape(skey cacheKey, norm string, v *verdict) {
 }
 
 // refused is the verdict for text that never reached the policy. Its audit
-// line has the text redacted and checked against PostgreSQL's scanner (no
-// parse tree to check it against), and no SQL when that check fails or the
-// text is past the length limit: a deny must not log literals either.
+// line has the text redacted on PostgreSQL's scanner's tokens, and no SQL
+// when the scanner refuses the text or it is past the length limit: a deny
+// must not log literals either.
 func (g *Gate) refused(ctx context.Context, err error, text string) *verdict {
 	reason := policy.ReasonSQLParseError
 	var de *policy.DenyError
@@ -213,7 +254,7 @@ func (g *Gate) refused(ctx context.Context, err error, text string) *verdict {
 	}
 	var sql string
 	if (reason == policy.ReasonSQLParseError || reason == policy.ReasonSQLTooComplex) && len(text) <= g.cfg.MaxQueryBytes {
-		if red, err := sqlparse.RedactScanned(ctx, text); err == nil {
+		if red, err := sqlparse.Redact(text); err == nil {
 			sql = auditSQL(strings.TrimRight(strings.TrimSpace(red), ";"))
 		}
 	}
@@ -323,19 +364,31 @@ type cacheKey struct {
 	normalized, shape             bool
 }
 
-// verdictCache is a bounded map; when full it starts over, which keeps
-// every operation O(1) without per-entry bookkeeping.
+// verdictCache is a map bounded in entries and in bytes; when either bound
+// would be passed it starts over, which keeps every operation O(1) without
+// per-entry bookkeeping. An entry bound alone let one identity pin 287 MB
+// with 1,000 distinct 60 KB queries (2.8 GB at the default size).
 type verdictCache struct {
-	mu  sync.RWMutex
-	max int
-	m   map[cacheKey]*verdict
+	mu       sync.RWMutex
+	max      int
+	maxBytes int
+	bytes    int
+	m        map[cacheKey]*verdict
 }
+
+// Byte bounds of a verdict cache: the most one cache holds, and the
+// longest text it keeps (a longer one is decided each time: its parse
+// costs more than the lookup saves, and memory is the scarcer resource).
+const (
+	cacheMaxBytes     = 32 << 20
+	cacheMaxTextBytes = 16 << 10
+)
 
 func newVerdictCache(max int) *verdictCache {
 	if max <= 0 {
 		return nil
 	}
-	return &verdictCache{max: max, m: make(map[cacheKey]*verdict, min(max, 1024))}
+	return &verdictCache{max: max, maxBytes: cacheMaxBytes, m: make(map[cacheKey]*verdict, min(max, 1024))}
 }
 
 func (c *verdictCache) get(key cacheKey) (*verdict, bool) {
@@ -349,14 +402,37 @@ func (c *verdictCache) get(key cacheKey) (*verdict, bool) {
 }
 
 func (c *verdictCache) add(key cacheKey, v *verdict) {
-	// Very long texts are decided each time rather than pinned in memory.
-	if c == nil || len(key.text) > 64<<10 {
+	if c == nil || len(key.text) > cacheMaxTextBytes {
 		return
 	}
+	size := entryBytes(key, v)
 	c.mu.Lock()
-	if len(c.m) >= c.max {
+	if len(c.m) >= c.max || c.bytes+size > c.maxBytes {
 		clear(c.m)
+		c.bytes = 0
+	}
+	if _, ok := c.m[key]; !ok {
+		c.bytes += size
 	}
 	c.m[key] = v
 	c.mu.Unlock()
+}
+
+// entryOverhead is what an entry holds besides its strings: the map slot,
+// the verdict and its slices' headers, rounded up.
+const entryOverhead = 256
+
+// entryBytes is what an entry keeps alive: its key's strings, the
+// verdict's audit SQL and rules, and the texts of the objects it creates.
+// Strings shared with other entries (the prefix, the digests) are counted
+// in each: an over-count only starts the cache over sooner.
+func entryBytes(key cacheKey, v *verdict) int {
+	n := entryOverhead + len(key.prefix) + len(key.digest) + len(key.catalog) + len(key.text)
+	for _, a := range v.stmts {
+		n += entryOverhead + len(a.sql) + len(a.fingerprint) + len(a.rule) + len(a.policyID)
+	}
+	for _, e := range v.effects {
+		n += entryOverhead + len(e.name) + len(e.text)
+	}
+	return n
 }

@@ -54,65 +54,60 @@ func (e effect) tag() string {
 
 // effectsOf lists what the statements of text do to named objects, in
 // order; nil for the common text that creates or drops none. It reads only
-// the first words of each statement (sqlfacts.Words), as the server's
-// grammar fixes where the name is.
-func effectsOf(text string) []effect {
-	if strings.IndexByte(text, ';') < 0 && !isEffectVerb(sqlfacts.FirstWord(text)) {
-		// One statement, and its first word is no verb of ours: the
-		// common query costs a look at that word, not a scan of the text.
-		return nil
+// the first words of each statement (sqlfacts.Words, on PostgreSQL's
+// scanner's tokens, names as the server truncates them), as the server's
+// grammar fixes where the name is. A text the scanner refuses has no
+// effects to read: its error is returned, and the caller refuses it.
+func effectsOf(text string) ([]effect, error) {
+	stmts, err := sqlfacts.Split(text)
+	if err != nil {
+		return nil, err
 	}
+	return statementEffects(stmts)
+}
+
+// statementEffects is effectsOf a text split into its statements.
+func statementEffects(stmts []string) ([]effect, error) {
 	var out []effect
-	for stmt := range sqlfacts.Split(text) {
-		var w [3]string
-		n := 0
-		holdable, sawWith := false, false
-		for word := range sqlfacts.Words(stmt) {
-			if n < len(w) {
-				w[n] = word
-				n++
-				if n == 1 && !isEffectVerb(word) {
-					break
-				}
-				continue
-			}
-			if w[0] != "declare" {
-				break
-			}
-			// DECLARE name … CURSOR [WITH HOLD | WITHOUT HOLD] FOR query
-			if word == "for" {
-				break
-			}
-			holdable = holdable || sawWith && word == "hold"
-			sawWith = word == "with"
+	for _, stmt := range stmts {
+		words, err := sqlfacts.Words(stmt)
+		if err != nil {
+			return nil, err
 		}
-		if n < 2 {
+		if len(words) < 2 || !isEffectVerb(words[0]) {
 			continue
 		}
-		switch w[0] {
+		holdable := false
+		if words[0] == "declare" {
+			// DECLARE name … CURSOR [WITH HOLD | WITHOUT HOLD] FOR query
+			for i := 2; i < len(words) && words[i] != "for"; i++ {
+				holdable = holdable || words[i] == "hold" && words[i-1] == "with"
+			}
+		}
+		switch words[0] {
 		case "prepare":
-			if w[1] != "transaction" {
-				out = append(out, effect{kind: effPrepare, name: w[1], text: stmt})
+			if words[1] != "transaction" {
+				out = append(out, effect{kind: effPrepare, name: words[1], text: stmt})
 			}
 		case "declare":
-			out = append(out, effect{kind: effDeclare, name: w[1], holdable: holdable, text: stmt})
+			out = append(out, effect{kind: effDeclare, name: words[1], holdable: holdable, text: stmt})
 		case "deallocate":
 			// DEALLOCATE PREPARE x drops x; DEALLOCATE PREPARE alone
 			// drops a statement named prepare.
-			name := w[1]
-			if name == "prepare" && n == 3 {
-				name = w[2]
+			name := words[1]
+			if name == "prepare" && len(words) >= 3 {
+				name = words[2]
 			}
 			out = append(out, effect{kind: effDeallocate, name: name, all: name == "all"})
 		case "close":
-			out = append(out, effect{kind: effCloseCursor, name: w[1], all: w[1] == "all"})
+			out = append(out, effect{kind: effCloseCursor, name: words[1], all: words[1] == "all"})
 		case "discard":
-			if w[1] == "all" {
+			if words[1] == "all" {
 				out = append(out, effect{kind: effDiscardAll, all: true})
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // isEffectVerb reports whether w, in any case, is a verb that creates or
@@ -129,21 +124,26 @@ func isEffectVerb(w string) bool {
 // usesOf calls use for every prepared statement (EXECUTE name, also inside
 // EXPLAIN or CREATE TABLE AS) and cursor (FETCH or MOVE … name) that text
 // runs; use returns false to stop. Only called while the session has
-// revoked objects.
-func usesOf(text string, use func(portal bool, name string) bool) {
-	for stmt := range sqlfacts.Split(text) {
-		first, prev, last := "", "", ""
-		for word := range sqlfacts.Words(stmt) {
-			if first == "" {
-				first = word
-			}
-			if prev == "execute" && !use(false, word) {
-				return
-			}
-			prev, last = word, word
+// revoked objects. A text the scanner refuses returns its error: the
+// caller refuses it.
+func usesOf(text string, use func(portal bool, name string) bool) error {
+	stmts, err := sqlfacts.Split(text)
+	if err != nil {
+		return err
+	}
+	for _, stmt := range stmts {
+		words, err := sqlfacts.Words(stmt)
+		if err != nil {
+			return err
 		}
-		if (first == "fetch" || first == "move") && !use(true, last) {
-			return
+		for i := 1; i < len(words); i++ {
+			if words[i-1] == "execute" && !use(false, words[i]) {
+				return nil
+			}
+		}
+		if len(words) > 0 && (words[0] == "fetch" || words[0] == "move") && !use(true, words[len(words)-1]) {
+			return nil
 		}
 	}
+	return nil
 }

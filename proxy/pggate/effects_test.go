@@ -28,11 +28,17 @@ func TestEffectsOf(t *testing.T) {
 		{"close all", "CLOSE ALL", []effect{{kind: effCloseCursor, name: "all", all: true}}},
 		{"discard all among others", "SELECT 1; /* c */ DISCARD ALL; DISCARD PLANS", []effect{{kind: effDiscardAll, all: true}}},
 		{"quoted name", `CLOSE "My Cur"`, []effect{{kind: effCloseCursor, name: "My Cur"}}},
+		// The reported hiding: PostgreSQL ends a -- comment at a lone CR,
+		// so the PREPARE and the WITH HOLD cursor after it are real.
+		{"prepare after a comment ending at CR", "SELECT 1 --x\r; PREPARE del AS DELETE FROM t", []effect{{kind: effPrepare, name: "del", text: "PREPARE del AS DELETE FROM t"}}},
+		{"hold after a comment ending at CR", "DECLARE c CURSOR --x\rWITH HOLD FOR SELECT 1", []effect{{kind: effDeclare, name: "c", holdable: true, text: "DECLARE c CURSOR --x\rWITH HOLD FOR SELECT 1"}}},
+		// PostgreSQL truncates names to 63 bytes: so does the tracking.
+		{"long name", "PREPARE " + strings.Repeat("p", 70) + " AS SELECT 1", []effect{{kind: effPrepare, name: strings.Repeat("p", 63), text: "PREPARE " + strings.Repeat("p", 70) + " AS SELECT 1"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := effectsOf(tt.text); !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("effectsOf(%q) = %+v; want %+v", tt.text, got, tt.want)
+			if got, err := effectsOf(tt.text); err != nil || !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("effectsOf(%q) = %+v, %v; want %+v", tt.text, got, err, tt.want)
 			}
 		})
 	}
@@ -57,16 +63,18 @@ func TestUsesOf(t *testing.T) {
 		{"unicode escape", `EXECUTE U&"d\0065l"(1)`, []use{{false, "del"}}},
 		{"unicode uescape", `EXECUTE U&"d!0065l" UESCAPE '!' (1)`, []use{{false, "del"}}},
 		{"unicode cursor", `FETCH NEXT FROM u&"c\+000075r"`, []use{{true, "cur"}}},
+		{"execute after a comment ending at CR", "SELECT 1 --x\r; EXECUTE del(0)", []use{{false, "del"}}},
+		{"long name", "EXECUTE " + strings.Repeat("d", 64) + "(0)", []use{{false, strings.Repeat("d", 63)}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []use
-			usesOf(tt.text, func(portal bool, name string) bool {
+			err := usesOf(tt.text, func(portal bool, name string) bool {
 				got = append(got, use{portal, name})
 				return true
 			})
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("usesOf(%q) = %v; want %v", tt.text, got, tt.want)
+			if err != nil || !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("usesOf(%q) = %v, %v; want %v", tt.text, got, err, tt.want)
 			}
 		})
 	}
@@ -114,6 +122,8 @@ func FuzzEffects(f *testing.F) {
 		"DECLARE c BINARY INSENSITIVE NO SCROLL CURSOR WITH HOLD FOR SELECT 1", "CLOSE ALL; DISCARD ALL",
 		"EXPLAIN (ANALYZE) EXECUTE p(1)", "CREATE TABLE t AS EXECUTE p", "FETCH ABSOLUTE -2 FROM c", "MOVE c",
 		"/* x */ prepare P as select 1; execute p", "DECLARE Ä CURSOR FOR SELECT 1",
+		"SELECT 1 --x\r; EXECUTE del(0)", "DECLARE c CURSOR --\rWITH HOLD FOR SELECT 1",
+		"PREPARE " + strings.Repeat("n", 70) + " AS SELECT 1", `EXECUTE U&"d\0065l"`,
 	} {
 		f.Add(s)
 	}
@@ -128,7 +138,10 @@ func FuzzEffects(f *testing.F) {
 			return
 		}
 		want, wantUses := parsedEffects(res)
-		got := effectsOf(text)
+		got, err := effectsOf(text)
+		if err != nil {
+			t.Fatalf("effectsOf(%q) = %v; the text parses", text, err)
+		}
 		for i := range got {
 			got[i].text = ""
 			// DEALLOCATE "all" and CLOSE "all" name an object called
@@ -145,14 +158,16 @@ func FuzzEffects(f *testing.F) {
 			t.Fatalf("effectsOf(%q) = %+v; the parser says %+v", text, got, want)
 		}
 		var gotUses []string
-		usesOf(text, func(portal bool, name string) bool {
+		if err := usesOf(text, func(portal bool, name string) bool {
 			if portal {
 				gotUses = append(gotUses, "portal "+name)
 			} else {
 				gotUses = append(gotUses, "stmt "+name)
 			}
 			return true
-		})
+		}); err != nil {
+			t.Fatalf("usesOf(%q) = %v; the text parses", text, err)
+		}
 		for _, u := range wantUses {
 			if !slices.Contains(gotUses, u) {
 				t.Fatalf("usesOf(%q) = %q; misses %q", text, gotUses, u)

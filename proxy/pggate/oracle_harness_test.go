@@ -300,9 +300,12 @@ func (o *oracle) run(profile, text string, sts []*sqlfacts.Statement, copyFrom b
 		o.rollback()
 		return
 	}
-	post := "RESET ROLE; SET LOCAL oracle.active = 'off'; SELECT tbl, op FROM oracle.writes; SELECT tag FROM oracle.ddl; " + funcCalls
+	// The statement under test may have set a timeout of a few
+	// milliseconds (SET statement_timeout = 2.5): the witnesses run under
+	// the harness's own.
+	post := "RESET ROLE; SET LOCAL statement_timeout = '5s'; SET LOCAL oracle.active = 'off'; SELECT tbl, op FROM oracle.writes; SELECT tag FROM oracle.ddl; " + funcCalls
 	res, err = o.conn.Exec(ctxT(o.t), post).ReadAll()
-	if err != nil || len(res) != 5 {
+	if err != nil || len(res) != 6 {
 		o.t.Fatalf("oracle: harness witnesses after %q: %d results, %v", text, len(res), err)
 	}
 	writes, funcs := map[string]bool{}, map[string]bool{}
@@ -319,7 +322,7 @@ func (o *oracle) run(profile, text string, sts []*sqlfacts.Statement, copyFrom b
 			funcs[f.Schema+"."+f.Name] = true
 		}
 	}
-	for _, row := range res[2].Rows {
+	for _, row := range res[3].Rows {
 		tbl := string(row[0])
 		if !writes[tbl] {
 			report("write", tbl+" "+string(row[1]))
@@ -329,10 +332,10 @@ func (o *oracle) run(profile, text string, sts []*sqlfacts.Statement, copyFrom b
 			report("profile_write", tbl+" "+string(row[1]))
 		}
 	}
-	for _, row := range res[3].Rows {
+	for _, row := range res[4].Rows {
 		report("ddl", string(row[0]))
 	}
-	for _, row := range res[4].Rows {
+	for _, row := range res[5].Rows {
 		fn := string(row[0])
 		if before[fn] == string(row[1]) {
 			continue

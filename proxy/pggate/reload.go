@@ -20,11 +20,11 @@ func (s *session) redecideObjects() {
 	s.objs.setDenied(denied)
 }
 
-// recordEffects records what an allowed text creates and drops. It
-// reports false when the session is past its bounds; the text is then
-// denied.
-func (s *session) recordEffects(text string) bool {
-	for _, e := range effectsOf(text) {
+// recordEffects records what an allowed text creates and drops (effects,
+// from effectsOf). It reports false when the session is past its bounds;
+// the text is then denied.
+func (s *session) recordEffects(effects []effect) bool {
+	for _, e := range effects {
 		op := objOp{confirm: 'C', tag: e.tag(), name: e.name, all: e.all}
 		switch e.kind {
 		case effPrepare:
@@ -54,7 +54,11 @@ func (s *session) portalAllow(portal string) policy.Reason {
 		if reason := s.usesRevoked(t); reason != "" {
 			return reason
 		}
-		if !s.recordEffects(t) {
+		effects, err := effectsOf(t)
+		if err != nil {
+			return policy.ReasonSQLParseError
+		}
+		if !s.recordEffects(effects) {
 			return policy.ReasonSessionLimit
 		}
 	}
@@ -68,9 +72,11 @@ func (s *session) usesRevoked(text string) policy.Reason {
 		return ""
 	}
 	var reason policy.Reason
-	usesOf(text, func(portal bool, name string) bool {
+	if err := usesOf(text, func(portal bool, name string) bool {
 		reason = s.objs.revokedReason(portal, name)
 		return reason == ""
-	})
+	}); err != nil {
+		return policy.ReasonSQLParseError
+	}
 	return reason
 }

@@ -80,7 +80,9 @@ func TestReloadRevokesPreparedStatementsAndCursors(t *testing.T) {
 		rows(t, c, "PREPARE del(int) AS DELETE FROM items WHERE id = $1")
 		narrowToReadOnly(t, f)
 		before := len(f.audit.Records())
-		for _, q := range []string{"EXECUTE del(901)", "SELECT 1; EXECUTE del(901)", "execute DEL (901)"} {
+		// PostgreSQL ends a -- comment at a lone CR: the EXECUTE after
+		// one is a use too (issue 21 item 1).
+		for _, q := range []string{"EXECUTE del(901)", "SELECT 1; EXECUTE del(901)", "execute DEL (901)", "SELECT 1 --x\r; EXECUTE del(901)"} {
 			wantQueryDenied(t, c, q, "write_denied")
 		}
 		intact()
@@ -94,11 +96,37 @@ func TestReloadRevokesPreparedStatementsAndCursors(t *testing.T) {
 				uses++
 			}
 		}
-		if redecided != 1 || uses != 3 {
-			t.Errorf("audit after the reload: %d re-decisions and %d refused uses; want 1 and 3: %+v", redecided, uses, f.audit.Records()[before:])
+		if redecided != 1 || uses != 4 {
+			t.Errorf("audit after the reload: %d re-decisions and %d refused uses; want 1 and 4: %+v", redecided, uses, f.audit.Records()[before:])
 		}
 		// The session stays usable for what the new profile allows.
 		rows(t, c, "SELECT id FROM items WHERE id = 901")
+	})
+
+	// Objects created where the old Go lexer saw none (after a comment
+	// ended by a lone CR) or named past 63 bytes (the server truncates
+	// the name) are tracked, and revoked, like any other (issue 21
+	// items 1 and 3).
+	t.Run("hidden and long names", func(t *testing.T) {
+		f := startGate(t, sharedPG(t), nil)
+		intact := seedItem(t, f, 904)
+		c := connect(t, f.dsn("agent-rw", passRW, "app"))
+		long := strings.Repeat("d", 70)
+		rows(t, c, "SELECT 1 --x\r; PREPARE del(int) AS DELETE FROM items WHERE id = $1")
+		rows(t, c, "PREPARE "+long+"(int) AS DELETE FROM items WHERE id = $1")
+		narrowToReadOnly(t, f)
+		wantQueryDenied(t, c, "EXECUTE del(904)", "write_denied")
+		wantQueryDenied(t, c, "EXECUTE "+long[:63]+"(904)", "write_denied")
+		wantQueryDenied(t, c, "EXECUTE "+long+"(904)", "write_denied")
+		intact()
+	})
+
+	t.Run("cursor hidden behind a comment ending at CR", func(t *testing.T) {
+		f := startGate(t, sharedPG(t), nil)
+		c := connect(t, f.dsn("agent-ro", passRO, "app"))
+		rows(t, c, "BEGIN; SELECT 1 --x\r; DECLARE cur CURSOR WITH HOLD FOR SELECT name FROM users ORDER BY id; COMMIT")
+		f.gate.Reload(denyTable{inner: testEngine(t), table: "users"}, testIdentities(t))
+		wantQueryDenied(t, c, "FETCH 1 FROM cur", "table_not_allowed")
 	})
 
 	t.Run("protocol prepare", func(t *testing.T) {

@@ -169,7 +169,7 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 			s.failQuery(reason)
 		} else if v := s.decide(m.String); !v.allow {
 			s.failQuery(v.reason)
-		} else if !s.recordEffects(m.String) {
+		} else if !s.recordEffects(v.effects) {
 			s.auditRefusal(policy.ReasonSessionLimit)
 			s.failQuery(policy.ReasonSessionLimit)
 		} else {

@@ -2,6 +2,8 @@ package pggate
 
 import (
 	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
@@ -123,8 +125,8 @@ func TestShapeCacheVerdicts(t *testing.T) {
 		{"same shape", "SELECT name FROM users WHERE id = 22", "SELECT name FROM users WHERE id = $1", true},
 		{"first delete", "DELETE FROM users WHERE id = 1", "DELETE FROM users WHERE id = $1", false},
 		{"delete of same shape stays denied", "DELETE FROM users WHERE id = 3", "DELETE FROM users WHERE id = $1", false},
-		{"negative", "SELECT name FROM users WHERE id = -5", "SELECT name FROM users WHERE id = $1", true},
-		{"negative, same shape", "SELECT name FROM users WHERE id = -6", "SELECT name FROM users WHERE id = $1", true},
+		{"negative", "SELECT name FROM users WHERE id = -5", "SELECT name FROM users WHERE id = -$1", true},
+		{"negative, same shape", "SELECT name FROM users WHERE id = -6", "SELECT name FROM users WHERE id = -$1", true},
 		{"other table", "SELECT name FROM private.secrets WHERE id = 22", "SELECT name FROM private.secrets WHERE id = $1", false},
 	}
 	for _, tt := range tests {
@@ -144,5 +146,71 @@ func TestShapeCacheVerdicts(t *testing.T) {
 		if _, ok := g.ncache.get(skey); !ok {
 			t.Errorf("no shape entry for %q", skey.text)
 		}
+	}
+}
+
+// TestAuditSQLIsTheTextsOwn is the reported leak: a string continued on
+// the next line (lexed by PostgreSQL in the first part's E” state) put
+// its literal in the audit SQL, and the normalized and shape caches then
+// logged that text for every later statement of the same form. Audit SQL
+// now comes from PostgreSQL's scanner, and from the exact text decided.
+func TestAuditSQLIsTheTextsOwn(t *testing.T) {
+	g := fuzzGate(t)
+	g.cache, g.ncache = newVerdictCache(100), newVerdictCache(100)
+	a := &audittest.Recorder{}
+	g.deps.Audit = a
+	id := policy.Identity{ID: "agent-ro", Attributes: map[string]string{"sql_profile": "read_only"}}
+	s := &session{g: g, identity: id, database: "app", remote: "test", keyPrefix: cacheKeyPrefix(id, "app")}
+	tests := []struct{ text, sql string }{
+		{"SELECT name FROM users WHERE name = E'x'\n'\\' secret-one '", "SELECT name FROM users WHERE name = $1"},
+		{"SELECT name FROM users WHERE name = 'y'", "SELECT name FROM users WHERE name = $1"},
+		{"SELECT name FROM users WHERE id = 7 --x\r+ 1", "SELECT name FROM users WHERE id = $1  \r+ $2"},
+		{"SELECT name FROM users WHERE id = 8 /* c */ + 1", "SELECT name FROM users WHERE id = $1   + $2"},
+		{"SELECT name FROM users WHERE id = 9", "SELECT name FROM users WHERE id = $1"},
+		{"SELECT name FROM users WHERE id = -9", "SELECT name FROM users WHERE id = -$1"},
+	}
+	for _, tt := range tests {
+		n := len(a.Records())
+		if v := s.decide(tt.text); !v.allow {
+			t.Fatalf("decide(%q) = deny %s; want allow", tt.text, v.reason)
+		}
+		recs := a.Records()
+		if len(recs) != n+1 || recs[n].SQL != tt.sql {
+			t.Errorf("decide(%q) audited %d records, SQL %q; want one, %q", tt.text, len(recs)-n, recs[len(recs)-1].SQL, tt.sql)
+		}
+	}
+	for _, r := range a.Records() {
+		if strings.Contains(r.SQL, "secret") {
+			t.Errorf("audit SQL %q holds a literal", r.SQL)
+		}
+	}
+}
+
+// TestVerdictCacheBoundedInBytes is the reported growth: 1,000 distinct
+// 60 KB denied queries held 287 MB. Texts past cacheMaxTextBytes are not
+// kept, and the cache starts over before it passes cacheMaxBytes.
+func TestVerdictCacheBoundedInBytes(t *testing.T) {
+	c := newVerdictCache(10000)
+	v := &verdict{stmts: []stmtAudit{{sql: strings.Repeat("x", 4<<10)}}}
+	big := strings.Repeat("a", 60<<10)
+	for i := range 1000 {
+		c.add(cacheKey{prefix: "p", text: big + strconv.Itoa(i)}, v)
+	}
+	if len(c.m) != 0 {
+		t.Errorf("after 1,000 distinct 60 KB texts the cache holds %d; want none", len(c.m))
+	}
+	mid := strings.Repeat("b", cacheMaxTextBytes-8)
+	for i := range 5000 {
+		c.add(cacheKey{prefix: "p", text: mid + strconv.Itoa(i)}, v)
+		if c.bytes > c.maxBytes {
+			t.Fatalf("after %d texts of %d bytes the cache counts %d bytes; bound %d", i+1, len(mid), c.bytes, c.maxBytes)
+		}
+	}
+	held := 0
+	for k, v := range c.m {
+		held += entryBytes(k, v)
+	}
+	if held != c.bytes || held > cacheMaxBytes {
+		t.Errorf("cache holds %d bytes, counts %d; want equal and at most %d", held, c.bytes, cacheMaxBytes)
 	}
 }
