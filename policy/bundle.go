@@ -245,7 +245,9 @@ var entryPoints = map[Kind]string{
 
 // compileBundle compiles the production modules (tests excluded), prepares
 // one query per entry point, then, with withTests, runs the bundle's Rego
-// tests. Any failure refuses the whole bundle.
+// tests; without, it still compiles them, so that `policy check` refuses
+// every module a start would (a test calling a removed built-in among
+// them). Any failure refuses the whole bundle.
 func compileBundle(ctx context.Context, srcs []source, cacheSize int, withTests bool) (*compiled, error) {
 	pb, err := parseBundle(srcs)
 	if err != nil {
@@ -260,8 +262,22 @@ func compileBundle(ctx context.Context, srcs []source, cacheSize int, withTests 
 		if _, err := testBundle(ctx, pb, store); err != nil {
 			return nil, err
 		}
+		return c, nil
+	}
+	comp := newCompiler()
+	if comp.Compile(copyModules(pb.modules)); comp.Failed() {
+		return nil, comp.Errors
 	}
 	return c, nil
+}
+
+// copyModules copies every module: compiling rewrites them in place.
+func copyModules(in map[string]*ast.Module) map[string]*ast.Module {
+	out := make(map[string]*ast.Module, len(in))
+	for name, m := range in {
+		out[name] = m.Copy()
+	}
+	return out
 }
 
 // prepare compiles pb's production modules and prepares the queries
@@ -273,7 +289,7 @@ func prepare(ctx context.Context, pb *parsedBundle, cacheSize int) (*compiled, s
 			prod[name] = m.Copy()
 		}
 	}
-	comp := ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1)
+	comp := newCompiler()
 	if comp.Compile(prod); comp.Failed() {
 		return nil, nil, comp.Errors
 	}
@@ -284,6 +300,7 @@ func prepare(ctx context.Context, pb *parsedBundle, cacheSize int) (*compiled, s
 		pq, err := rego.New(
 			rego.Query("data.egress."+pkg+".decision"),
 			rego.Compiler(comp),
+			rego.Capabilities(comp.Capabilities()),
 			rego.Store(store),
 		).PrepareForEval(ctx)
 		if err != nil {
@@ -356,17 +373,14 @@ func (e *TestError) Error() string {
 // testBundle runs the bundle's tests and returns how many passed; a
 // failure is a *TestError, a compile error an ast.Errors.
 func testBundle(ctx context.Context, pb *parsedBundle, store storage.Store) (int, error) {
-	mods := make(map[string]*ast.Module, len(pb.modules))
-	for name, m := range pb.modules {
-		mods[name] = m.Copy()
-	}
+	mods := copyModules(pb.modules)
 	txn, err := store.NewTransaction(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("open store: %w", err)
 	}
 	defer store.Abort(ctx, txn)
 	ch, err := tester.NewRunner().
-		SetCompiler(ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1)).
+		SetCompiler(newCompiler()).
 		SetDefaultRegoVersion(ast.RegoV1).
 		SetStore(store).
 		SetModules(mods).

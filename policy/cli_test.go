@@ -12,7 +12,8 @@ import (
 
 // TestPolicyCommands runs `egressd policy check|test` on good and broken
 // bundles: a syntax error exits 2 naming file:line, a failing Rego test
-// exits 1 naming its file:line.
+// exits 1 naming its file:line, a test calling http.send exits 2 naming
+// its file:line.
 func TestPolicyCommands(t *testing.T) {
 	bin := egressdbin.Build(t)
 	good := writeDir(t, map[string]string{"http.rego": miniModule, "http_test.rego": `package egress.http_test
@@ -28,6 +29,11 @@ import data.egress.http
 
 test_wrong if http.decision.allow with input as {"host": "no.test"}
 `})
+	// The address is never dialled: the bundle is refused at compile time.
+	sends := writeDir(t, map[string]string{"http.rego": miniModule, "http_test.rego": `package egress.http_test
+
+test_send if http.send({"method": "GET", "url": "http://127.0.0.1:9/"}).status_code == 200
+`})
 	tests := []struct {
 		name     string
 		args     []string
@@ -42,6 +48,8 @@ test_wrong if http.decision.allow with input as {"host": "no.test"}
 		{"test syntax error", []string{"policy", "test", syntax}, 2, "http.rego:3"},
 		{"test failing", []string{"policy", "test", failing}, 1, "http_test.rego:5: data.egress.http_test.test_wrong"},
 		{"check failing test compiles", []string{"policy", "check", failing}, 0, "ok "},
+		{"check test calling http.send", []string{"policy", "check", sends}, 2, "http_test.rego:3: rego_type_error: undefined function http.send"},
+		{"test calling http.send", []string{"policy", "test", sends}, 2, "http_test.rego:3: rego_type_error: undefined function http.send"},
 		{"no such dir", []string{"policy", "check", "/nonexistent"}, 2, "not a directory"},
 		{"unknown sub", []string{"policy", "lint"}, 2, "want init, check or test"},
 		{"check with broken policy dir", []string{"check", "http", "--policy", syntax, "GET", "https://ok.test/"}, 2, "http.rego:3"},

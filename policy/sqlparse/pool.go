@@ -43,10 +43,10 @@ var testHookSent func()
 // text.
 var workers = newPool(poolSize)
 
-// pool hands out workers; sem holds one token per worker in use, so
-// waiting for a free one is a channel send that honours ctx.
+// pool hands out workers; slots decides whose parse gets the next free
+// one (WithIdentity), and waiting for it honours ctx.
 type pool struct {
-	sem chan struct{}
+	slots *slots
 
 	mu   sync.Mutex
 	idle []*worker
@@ -56,7 +56,7 @@ type pool struct {
 	lastFail time.Time
 }
 
-func newPool(n int) *pool { return &pool{sem: make(chan struct{}, n)} }
+func newPool(n int) *pool { return &pool{slots: newSlots(n)} }
 
 // worker is one parser subprocess.
 type worker struct {
@@ -71,12 +71,11 @@ func (p *pool) do(ctx context.Context, o op, sql string) ([]byte, error) {
 	if len(sql) > maxRequest {
 		return nil, fmt.Errorf("%w: query of %d bytes", ErrTooLarge, len(sql))
 	}
-	select {
-	case p.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("wait for a parser: %w", ctx.Err())
+	id := identityOf(ctx)
+	if err := p.slots.acquire(ctx, id); err != nil {
+		return nil, err
 	}
-	defer func() { <-p.sem }()
+	defer p.slots.release(id)
 	w, err := p.get(ctx)
 	if err != nil {
 		return nil, err

@@ -94,7 +94,9 @@ func TestPoolWaitHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	busy := newPool(1)
-	busy.sem <- struct{}{}
+	if err := busy.slots.acquire(context.Background(), ""); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := busy.do(ctx, opJSON, "SELECT 1"); !errors.Is(err, context.Canceled) {
 		t.Errorf("do on a busy pool = %v; want context.Canceled", err)
 	}
@@ -108,5 +110,109 @@ func TestPoolWaitHonoursContext(t *testing.T) {
 	}
 	if _, err := busy.do(context.Background(), opJSON, strings.Repeat("x", maxRequest+1)); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("do(request past the bound) = %v; want ErrTooLarge", err)
+	}
+}
+
+// TestPoolServesIdentitiesInTurn: while identity a's parses hold every
+// worker a may hold and more of a's wait, b's parse is served at once, not
+// after a's queue (one sandbox's flood of 1 MiB texts made another's 36 KB
+// text wait 18.6 s). a's parses are slots taken as do takes them, held
+// for as long as the test likes: the slowest parse there is.
+func TestPoolServesIdentitiesInTurn(t *testing.T) {
+	p := newPool(2)
+	t.Cleanup(func() {
+		for _, w := range p.idle {
+			w.kill()
+		}
+	})
+	var a []*waiter
+	for range 3 {
+		a = append(a, p.slots.enqueue("a"))
+	}
+	// Only a guard against waiting forever on a pool that is not fair:
+	// b is served as soon as its worker starts.
+	ctx, cancel := context.WithTimeout(WithIdentity(context.Background(), "b"), 30*time.Second)
+	defer cancel()
+	got, err := p.do(ctx, opNormalize, "SELECT 2")
+	if err != nil || string(got) != "SELECT $1" {
+		t.Errorf("b's parse while a's hold the pool = %q, %v; want SELECT $1 at once", got, err)
+	}
+	// a's parses are served one at a time, in order.
+	for i := range a {
+		for j, w := range a {
+			select {
+			case <-w.ready:
+				if j > i {
+					t.Errorf("a's parse %d holds a worker while %d does; want one at a time", j, i)
+				}
+			default:
+				if j <= i {
+					t.Errorf("a's parse %d waits after %d releases; want it served", j, i)
+				}
+			}
+		}
+		p.slots.release("a")
+	}
+}
+
+// TestSlotsServeLeastRecentlyServed pins the order slots grants in: each
+// identity holds at most n-1 slots, and a freed slot goes to the waiting
+// identity served least recently (one that was idle first), FIFO within an
+// identity; a waiter that leaves gives up its place.
+func TestSlotsServeLeastRecentlyServed(t *testing.T) {
+	s := newSlots(2)
+	w := map[string]*waiter{}
+	for _, name := range []string{"a1", "b1", "a2", "b2", "c1", "a3"} {
+		w[name] = s.enqueue(name[:1])
+	}
+	granted := func(step string, want ...string) {
+		t.Helper()
+		var got []string
+		for _, name := range []string{"a1", "b1", "a2", "b2", "c1", "a3"} {
+			select {
+			case <-w[name].ready:
+				got = append(got, name)
+			default:
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("after %s granted %v; want %v", step, got, want)
+		}
+	}
+	granted("queueing", "a1", "b1")
+	s.release("a")
+	granted("a1 done", "a1", "b1", "c1")
+	s.release("b")
+	granted("b1 done", "a1", "b1", "a2", "c1")
+	s.release("c")
+	granted("c1 done", "a1", "b1", "a2", "b2", "c1")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.wait(ctx, "a", w["a3"]); !errors.Is(err, context.Canceled) {
+		t.Errorf("wait(cancelled) = %v; want context.Canceled", err)
+	}
+	s.release("a")
+	s.release("b")
+	granted("all done", "a1", "b1", "a2", "b2", "c1")
+	if s.busy != 0 || len(s.ids) != 0 {
+		t.Errorf("after every release busy = %d, %d identities kept; want 0, 0", s.busy, len(s.ids))
+	}
+}
+
+func TestSlotsCapPerIdentity(t *testing.T) {
+	for _, tt := range []struct{ n, want int }{{1, 1}, {2, 1}, {3, 2}, {8, 7}} {
+		s := newSlots(tt.n)
+		got := 0
+		for range tt.n {
+			select {
+			case <-s.enqueue("a").ready:
+				got++
+			default:
+			}
+		}
+		if got != tt.want {
+			t.Errorf("newSlots(%d): a lone identity got %d slots; want %d", tt.n, got, tt.want)
+		}
 	}
 }

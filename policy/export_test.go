@@ -1,0 +1,7 @@
+package policy
+
+// Exported for the external tests of this package only.
+var (
+	Capabilities = capabilities
+	IOBuiltins   = ioBuiltins
+)
