@@ -64,6 +64,8 @@ func (s *session) decide(text string) *verdict {
 			ctx, stop = s.clientGone()
 			defer stop()
 		}
+		// Worker parses are shared per identity in turn (issue 21 item 6).
+		ctx = sqlparse.WithIdentity(ctx, s.identity.ID)
 		v = g.verdictFor(ctx, s.identity, s.database, s.keyPrefix, cat, text)
 		if v.cacheable {
 			g.cache.add(key, v)
