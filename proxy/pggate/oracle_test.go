@@ -60,7 +60,7 @@ func TestOracle(t *testing.T) {
 	corpus := len(texts)
 	gen := &sqlGen{r: rand.New(rand.NewPCG(uint64(*oracleSeed), 0x0e9e55d))}
 	for range n {
-		texts = append(texts, gen.statement())
+		texts = append(texts, gen.respell(gen.statement()))
 	}
 	complete := true
 	profiles := []policy.Identity{
