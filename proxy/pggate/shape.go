@@ -22,7 +22,8 @@ import (
 // those of statements marked sqlfacts.Statement.ConstantFacts (a SET
 // value), whose verdicts the gate never stores under a shape. The
 // gate stores a verdict under a shape only when pg_query.Normalize agrees
-// (shapeMatches), so the cached audit SQL is also what Normalize gives.
+// (shapeMatches). The shape is a cache key only: a hit's audit SQL is
+// redacted from the text itself, by PostgreSQL's scanner (forText).
 func shapeOf(text string, buf []byte) (shape []byte, ok bool) {
 	if len(text) > 4096 {
 		return nil, false
