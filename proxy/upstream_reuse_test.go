@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -474,4 +476,97 @@ func TestInspectClientConnectionCloseStaysOnItsHop(t *testing.T) {
 			t.Error(err)
 		}
 	})
+}
+
+// TestTLSUpstreamBodiesShareOnlyH2: inspected requests with a body share a
+// connection only over h2; over HTTP/1.1 each has its own, sent with
+// "Connection: close". An upstream remembered as speaking h2 that stops
+// choosing it is forgotten, and a bodyless request meant to go alone is
+// then sent over HTTP/1.1 by the same rule.
+func TestTLSUpstreamBodiesShareOnlyH2(t *testing.T) {
+	var h1Only atomic.Bool
+	type seen struct {
+		remote string
+		proto  int
+		close  bool
+	}
+	var mu sync.Mutex
+	var got []seen
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		got = append(got, seen{r.RemoteAddr, r.ProtoMajor, r.Close})
+		mu.Unlock()
+	}))
+	up.EnableHTTP2 = true
+	up.TLS = &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		if !h1Only.Load() {
+			return nil, nil
+		}
+		c := up.TLS.Clone()
+		c.GetConfigForClient, c.NextProtos = nil, []string{"http/1.1"}
+		return c, nil
+	}}
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	_, port, _ := net.SplitHostPort(up.Listener.Addr().String())
+	roots := x509.NewCertPool()
+	roots.AddCert(up.Certificate())
+	x := newTLSTransports(DefaultConfig(), &loopbackDialer{}, roots)
+	t.Cleanup(x.closeIdle)
+	send := func(u *tlsUpstream, method string, body io.Reader) {
+		t.Helper()
+		req, _ := http.NewRequest(method, "https://example.com:"+port+"/", body)
+		resp, err := u.roundTrip(req, true, false)
+		if err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	// take returns what the upstream saw since the last call.
+	take := func() []seen {
+		mu.Lock()
+		defer mu.Unlock()
+		s := got
+		got = nil
+		return s
+	}
+	remotes := func(s []seen) map[string]bool {
+		m := map[string]bool{}
+		for _, r := range s {
+			m[r.remote] = true
+		}
+		return m
+	}
+
+	for range 4 {
+		send(x.get("sbx-a"), "POST", strings.NewReader("body"))
+	}
+	s := take()
+	for _, r := range s {
+		if r.proto != 2 {
+			t.Fatalf("POST over HTTP/%d to an h2 upstream", r.proto)
+		}
+	}
+	if n := len(remotes(s)); n != 1 {
+		t.Errorf("4 POSTs to an h2 upstream used %d connections; want 1, shared", n)
+	}
+
+	// sbx-b remembers the upstream as speaking h2, which it no longer does.
+	h1Only.Store(true)
+	u := x.get("sbx-b")
+	u.learn("example.com:"+port, true)
+	send(u, "GET", nil)
+	send(u, "POST", strings.NewReader("body"))
+	send(u, "POST", strings.NewReader("body"))
+	s = take()
+	if len(s) != 3 || len(remotes(s)) != 3 {
+		t.Fatalf("after the upstream dropped h2: requests %+v; want 3 on 3 connections", s)
+	}
+	for _, r := range s {
+		if r.proto != 1 || !r.close {
+			t.Errorf("request over HTTP/%d, Connection: close %v; want HTTP/1.1 with close", r.proto, r.close)
+		}
+	}
 }

@@ -49,56 +49,72 @@ func newTLSTransports(c Config, d Dialer, roots *x509.CertPool) *tlsTransports {
 // as the next request, which then runs undecided and unaudited, and a
 // request sent after it on the connection (a secret-bearing one included)
 // becomes part of whatever the body began. h2 frames every request itself,
-// so there connections are shared freely. Which protocol a connection
-// will speak is known only once it is open, so it is learnt per upstream
-// from the responses: requests that may share a connection go on keep;
-// those that must be alone go on h2Only to a host that answered over h2,
-// and otherwise (until then, and once it answers over HTTP/1.1) on single,
-// a connection each with "Connection: close". A host that speaks h2 and
-// gets both kinds holds two connections per identity, keep's and h2Only's.
+// so there connections are shared freely.
+//
+// Which protocol a connection speaks is known only once it is open, so
+// it is learnt per upstream: requests that may share a connection go on
+// keep, and its responses say what the upstream speaks; a request that
+// must be alone, to an upstream not known yet, is preceded by a TLS
+// handshake that asks (probe, one handshake per identity and upstream).
+// It then goes on h2Only to an upstream that speaks h2, else on single.
+// An upstream that speaks h2 and gets both kinds of request holds two
+// connections per identity, keep's and h2Only's.
 type tlsUpstream struct {
+	dialTLS func(ctx context.Context, addr string) (*tls.Conn, error)
 	// keep pools connections (h2 or HTTP/1.1, as ALPN chooses) for
 	// requests that may share one: no body, no secret. An upgrade is one:
 	// keep picks HTTP/1.1 for it, and never pools the switched connection.
 	keep *http.Transport
-	// single opens a connection per request and closes it after (h2
-	// included, where a connection is used once).
+	// single speaks HTTP/1.1 only, a connection per request, sent with
+	// "Connection: close". (h2 with keep-alives off would still hand one
+	// connection to concurrent requests, and fail those it could not.)
 	single *http.Transport
 	// h2Only speaks h2 or fails with errNotH2 before sending a byte.
 	h2Only *http.Transport
 
 	mu sync.Mutex
-	h2 map[string]bool // host:port → answered over h2
+	h2 map[string]bool // host:port → speaks h2; absent: not known
 }
 
 // errNotH2 is an upstream remembered as speaking h2 that no longer chose
-// it in ALPN; it is forgotten, so the next request asks again.
+// it in ALPN; it is remembered as speaking HTTP/1.1 from then on.
 var errNotH2 = errors.New("upstream no longer negotiates h2")
 
 func (x *tlsTransports) newUpstream() *tlsUpstream {
 	tlsConfig := func() *tls.Config { return &tls.Config{RootCAs: x.roots, MinVersion: tls.VersionTLS12} }
 	u := &tlsUpstream{keep: newTransport(x.cfg, x.dial), single: newTransport(x.cfg, x.dial),
 		h2Only: newTransport(x.cfg, x.dial), h2: make(map[string]bool)}
-	for _, tr := range []*http.Transport{u.keep, u.single, u.h2Only} {
-		tr.TLSClientConfig = tlsConfig()
-		// The Transport speaks h2 with a custom dialer only when asked to.
-		tr.ForceAttemptHTTP2 = true
-	}
-	u.single.DisableKeepAlives = true
-	u.h2Only.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	u.dialTLS = func(ctx context.Context, addr string) (*tls.Conn, error) {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
 			return nil, err
 		}
-		raw, err := x.dial.DialContext(ctx, network, addr)
+		raw, err := x.dial.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return nil, err
 		}
+		// Offering h2 alone, a server that speaks only HTTP/1.1 would
+		// fail the handshake (no_application_protocol), which reads as a
+		// TLS failure; offered both, it picks http/1.1.
 		cfg := tlsConfig()
-		cfg.ServerName, cfg.NextProtos = host, []string{"h2"}
+		cfg.ServerName, cfg.NextProtos = host, []string{"h2", "http/1.1"}
 		tc := tls.Client(raw, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			raw.Close()
+			return nil, err
+		}
+		return tc, nil
+	}
+	for _, tr := range []*http.Transport{u.keep, u.h2Only} {
+		tr.TLSClientConfig = tlsConfig()
+		// The Transport speaks h2 with a custom dialer only when asked to.
+		tr.ForceAttemptHTTP2 = true
+	}
+	u.single.TLSClientConfig = tlsConfig()
+	u.single.DisableKeepAlives = true
+	u.h2Only.DialTLSContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
+		tc, err := u.dialTLS(ctx, addr)
+		if err != nil {
 			return nil, err
 		}
 		if p := tc.ConnectionState().NegotiatedProtocol; p != "h2" {
@@ -113,45 +129,58 @@ func (x *tlsTransports) newUpstream() *tlsUpstream {
 
 // roundTrip sends an inspected request. alone says it must not share an
 // HTTP/1.x connection: it carries a body or an injected secret. An
-// upgrade (WebSocket) says nothing of the host's protocol.
+// upgrade (WebSocket) says nothing of the upstream's protocol.
 func (u *tlsUpstream) roundTrip(req *http.Request, alone, upgrade bool) (*http.Response, error) {
 	addr := req.URL.Host
-	if alone && u.speaksH2(addr) {
+	if !alone {
+		resp, err := u.keep.RoundTrip(req)
+		if err == nil && !upgrade {
+			u.learn(addr, resp.ProtoMajor == 2)
+		}
+		return resp, err
+	}
+	h2, err := u.speaksH2(req.Context(), addr)
+	if err != nil {
+		return nil, err
+	}
+	if h2 {
 		resp, err := u.h2Only.RoundTrip(req)
-		if !errors.Is(err, errNotH2) || (req.Body != nil && req.Body != http.NoBody) {
+		if !errors.Is(err, errNotH2) || req.Body != nil {
 			return resp, err
 		}
-		// Nothing was sent and there is no body to rewind: send it by the
-		// HTTP/1.1 rules below.
+		// Nothing was sent and there is no body to rewind: send it as
+		// to an HTTP/1.1 upstream.
 	}
-	tr := u.keep
-	if alone {
-		tr = u.single
-	}
-	resp, err := tr.RoundTrip(req)
-	if err == nil && !upgrade {
-		u.learn(addr, resp.ProtoMajor == 2)
-	}
-	return resp, err
+	return u.single.RoundTrip(req)
 }
 
-func (u *tlsUpstream) speaksH2(addr string) bool {
+// speaksH2 says whether addr speaks h2, asking it with a TLS handshake
+// (through the pinned dialer, verified as every upstream is) when that is
+// not known yet.
+func (u *tlsUpstream) speaksH2(ctx context.Context, addr string) (bool, error) {
 	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.h2[addr]
+	h2, ok := u.h2[addr]
+	u.mu.Unlock()
+	if ok {
+		return h2, nil
+	}
+	tc, err := u.dialTLS(ctx, addr)
+	if err != nil {
+		return false, err
+	}
+	h2 = tc.ConnectionState().NegotiatedProtocol == "h2"
+	tc.Close()
+	u.learn(addr, h2)
+	return h2, nil
 }
 
 func (u *tlsUpstream) learn(addr string, h2 bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if !h2 {
-		delete(u.h2, addr)
-		return
-	}
-	if len(u.h2) >= maxH2Hosts {
+	if _, ok := u.h2[addr]; !ok && len(u.h2) >= maxH2Hosts {
 		clear(u.h2)
 	}
-	u.h2[addr] = true
+	u.h2[addr] = h2
 }
 
 func (u *tlsUpstream) closeIdle() {
