@@ -113,17 +113,20 @@ func fastPathOK(r *http.Request) bool {
 		len(r.TransferEncoding) == 0 && r.Header.Get("Expect") == ""
 }
 
-// replayable says whether r may be sent twice, as net/http decides it
-// (Request.isReplayable): a bodyless GET, HEAD, OPTIONS or TRACE. Only
-// such a request takes a pooled connection, which the upstream may have
-// closed meanwhile, and is then sent once more on a new one; any other
-// goes on a fresh connection, which it may leave to the pool.
+// replayable says whether the bodyless r may be sent twice, as net/http
+// decides it (Request.isReplayable): a GET, HEAD, OPTIONS or TRACE, or a
+// request with an idempotency key. Only such a request takes a pooled
+// connection, which the upstream may have closed meanwhile, and is then
+// sent once more on a new one; any other goes on a fresh connection, which
+// it may leave to the pool.
 func replayable(r *http.Request) bool {
 	switch r.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
 		return true
 	}
-	return false
+	_, key := r.Header["Idempotency-Key"]
+	_, xkey := r.Header["X-Idempotency-Key"]
+	return key || xkey
 }
 
 // poolKey is the pool's key for identity's connections to addr

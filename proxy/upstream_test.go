@@ -314,3 +314,38 @@ func TestUpstreamPoolCapsResponseHead(t *testing.T) {
 		t.Errorf("reading a 16 MiB head allocated %d bytes; want at most %d", alloc, limit)
 	}
 }
+
+// A request that may not be sent twice never takes a pooled connection
+// (the upstream may have closed it meanwhile, and the pool would then send
+// it again), but leaves its own to the pool; one with an idempotency key
+// may, as net/http decides.
+func TestUpstreamPoolNonReplayableDialsFresh(t *testing.T) {
+	addr, conns := rawUpstream(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 0)
+	p := newUpstreamPool(DefaultConfig(), &net.Dialer{})
+	defer p.closeIdle()
+	steps := []struct {
+		method, key string
+		wantConns   int32
+	}{
+		{"GET", "", 1},
+		{"POST", "", 2},
+		{"DELETE", "", 3},
+		{"GET", "", 3},
+		{"POST", "k1", 3},
+	}
+	for _, s := range steps {
+		req, _ := http.NewRequest(s.method, "http://"+addr+"/", nil)
+		if s.key != "" {
+			req.Header.Set("Idempotency-Key", s.key)
+		}
+		resp, _, err := p.roundTrip(req, "sbx", addr)
+		if err != nil {
+			t.Fatalf("%s: %v", s.method, err)
+		}
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if got := conns.Load(); got != s.wantConns {
+			t.Errorf("after %s (key %q): upstream connections = %d; want %d", s.method, s.key, got, s.wantConns)
+		}
+	}
+}
