@@ -203,7 +203,11 @@ func (f *httpFlow) upstreamRequest(r *http.Request) *http.Request {
 		// client; the proxy forwards them.
 		out.Header.Set("Te", "trailers")
 	}
-	if r.Body != nil && r.Body != http.NoBody {
+	// Only a request that has a body is sent with one: net/http's h2
+	// server gives every request a Body, the END_STREAM GET too (with
+	// ContentLength 0), and a body decides how the request travels
+	// upstream (tlsUpstream.roundTrip).
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		f.sent.ReadCloser, f.sent.idle, f.sent.timeout = r.Body, f.idle, f.s.cfg.BodyIdleTimeout
 		// Declared trailers are sent after the body: strip the names
 		// declared now (they would be announced in the Trailer header) and

@@ -176,3 +176,32 @@ func TestTLSUpstreamBodiesShareOnlyH2(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectH2ClientGETsShareConnection: net/http's h2 server gives a
+// bodyless request a Body too; an h2 client's GETs are still bodyless
+// upstream, and share the identity's kept-alive HTTP/1.1 connection.
+func TestInspectH2ClientGETsShareConnection(t *testing.T) {
+	f := startReuse(t)
+	c := f.clientAs(t, true, "sbx-a", url.UserPassword("sbx-a", "tok-a"))
+	for _, p := range []string{"/public/1", "/public/2", "/public/3"} {
+		req, _ := http.NewRequest("GET", f.tlsURL(p), nil)
+		req.Header.Set("X-Who", "sbx-a")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
+			t.Fatalf("GET %s = %d over HTTP/%d; want 200 over h2", p, resp.StatusCode, resp.ProtoMajor)
+		}
+	}
+	f.finish(t, c)
+	f.tlsUp.mu.Lock()
+	defer f.tlsUp.mu.Unlock()
+	for _, p := range f.tlsUp.parsed {
+		if p.conn != 1 || p.cnx != "" {
+			t.Errorf("upstream got %s %s on connection %d with Connection %q; want all on connection 1, kept alive", p.method, p.path, p.conn, p.cnx)
+		}
+	}
+}
