@@ -154,8 +154,8 @@ func (u *parsingUpstream) checkEveryParsedRequestRecorded(t *testing.T, recs []a
 
 // reuseFixture is a proxy with identities sbx-a and sbx-b, the test
 // secret, and rules for a plain and a TLS parsing upstream: GET, HEAD,
-// POST and DELETE under /public/**, and inspected GET under /cred/** with
-// the secret as a bearer token.
+// POST and DELETE under /public/**, and POST (plain) and GET (inspected)
+// under /cred/** with the secret as a bearer token.
 type reuseFixture struct {
 	*inspectFixture
 	plain, tlsUp *parsingUpstream
@@ -166,6 +166,8 @@ func startReuse(t *testing.T) *reuseFixture {
 	plain, tlsUp := listenUpstream(t), listenUpstream(t)
 	rules := `{"rules": [
 		{"id": "plain", "hosts": ["127.0.0.1"], "ports": [` + plain.port + `], "methods": ["GET", "HEAD", "POST", "DELETE"], "paths": ["/public/**"]},
+		{"id": "plain-cred", "hosts": ["127.0.0.1"], "ports": [` + plain.port + `], "methods": ["POST"], "paths": ["/cred/**"],
+		 "credentials": [{"secret": "github", "header": "Authorization", "format": "Bearer {}"}]},
 		{"id": "insp", "hosts": ["example.com"], "ports": [` + tlsUp.port + `], "methods": ["GET", "HEAD", "POST", "DELETE"], "paths": ["/public/**"], "inspect": true},
 		{"id": "cred", "hosts": ["example.com"], "ports": [` + tlsUp.port + `], "methods": ["GET"], "paths": ["/cred/**"], "inspect": true,
 		 "credentials": [{"secret": "github", "header": "Authorization", "format": "Bearer {}"}]}
@@ -274,6 +276,11 @@ func TestNoRequestUpstreamWithoutRecord(t *testing.T) {
 	}
 	if got := f.do(t, b, "sbx-b", "DELETE", f.plainURL("/public/b"), "", "X-Private", "b-private"); got != "/public/b" {
 		t.Errorf("sbx-b's DELETE got %q; want its own response", got)
+	}
+	// A request egressd adds the secret to, over plain HTTP to an
+	// internal address, whose body is a request.
+	if got := f.do(t, a, "sbx-a", "POST", f.plainURL("/cred/p"), smuggleGET("127.0.0.1")); got != "/cred/p" {
+		t.Errorf("plain credential POST got %q", got)
 	}
 	// Inside an inspected tunnel: sbx-a primes a capture, then asks for a
 	// request egressd adds the secret to.
