@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -203,5 +204,58 @@ func TestInspectH2ClientGETsShareConnection(t *testing.T) {
 		if p.conn != 1 || p.cnx != "" {
 			t.Errorf("upstream got %s %s on connection %d with Connection %q; want all on connection 1, kept alive", p.method, p.path, p.conn, p.cnx)
 		}
+	}
+}
+
+// TestInspectWebSocketCarryingSecret: a WebSocket handshake that carries a
+// secret goes alone, and over HTTP/1.1 even to an upstream known to speak
+// h2 (a WebSocket upgrade is HTTP/1.1's).
+func TestInspectWebSocketCarryingSecret(t *testing.T) {
+	auth := make(chan string, 1)
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			io.Copy(io.Discard, r.Body)
+			return
+		}
+		auth <- r.Header.Get("Authorization")
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		brw.Flush()
+		line, _ := brw.ReadString('\n')
+		brw.WriteString("echo " + line)
+		brw.Flush()
+	})
+	rules := `{"rules": [
+		{"id": "insp", "hosts": ["example.com"], "ports": [PORT], "methods": ["POST"], "paths": ["/ok/**"], "inspect": true},
+		{"id": "ws", "hosts": ["example.com"], "ports": [PORT], "methods": ["GET"], "paths": ["/ws"], "inspect": true,
+		 "credentials": [{"secret": "github", "header": "Authorization", "format": "Bearer {}"}]}
+	]}`
+	f := startInspect(t, up, inspectOptions{rules: rules, secrets: testStore(t)})
+	// A POST first: the upstream is then known to speak h2.
+	resp, err := f.client(t, true).Post(f.url("/ok/x"), "text/plain", strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
+		t.Fatalf("POST = %d over HTTP/%d; want 200 over h2", resp.StatusCode, resp.ProtoMajor)
+	}
+	tc := f.dialInner(t, "example.com:"+f.port, "example.com", "http/1.1")
+	io.WriteString(tc, "GET /ws HTTP/1.1\r\nHost: example.com:"+f.port+"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+	br := bufio.NewReader(tc)
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("handshake = %v, %v; want 101", resp, err)
+	}
+	if got := <-auth; got != "Bearer "+testSecret {
+		t.Errorf("upstream got Authorization %q; want the secret", got)
+	}
+	io.WriteString(tc, "hello\n")
+	if got, err := br.ReadString('\n'); got != "echo hello\n" {
+		t.Errorf("relayed %q, %v; want %q", got, err, "echo hello\n")
 	}
 }

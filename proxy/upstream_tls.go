@@ -62,12 +62,12 @@ func newTLSTransports(c Config, d Dialer, roots *x509.CertPool) *tlsTransports {
 type tlsUpstream struct {
 	dialTLS func(ctx context.Context, addr string) (*tls.Conn, error)
 	// keep pools connections (h2 or HTTP/1.1, as ALPN chooses) for
-	// requests that may share one: no body, no secret. An upgrade is one:
-	// keep picks HTTP/1.1 for it, and never pools the switched connection.
+	// requests that may share one: no body, no secret.
 	keep *http.Transport
 	// single speaks HTTP/1.1 only, a connection per request, sent with
-	// "Connection: close". (h2 with keep-alives off would still hand one
-	// connection to concurrent requests, and fail those it could not.)
+	// "Connection: close" (but for an upgrade). h2 with keep-alives off
+	// would still hand one connection to concurrent requests, and fail
+	// those it could not.
 	single *http.Transport
 	// h2Only speaks h2 or fails with errNotH2 before sending a byte.
 	h2Only *http.Transport
@@ -129,12 +129,16 @@ func (x *tlsTransports) newUpstream() *tlsUpstream {
 
 // roundTrip sends an inspected request. alone says it must not share an
 // HTTP/1.x connection: it carries a body or an injected secret. An
-// upgrade (WebSocket) says nothing of the upstream's protocol.
+// upgrade (WebSocket) is HTTP/1.1's and takes its connection with it, so
+// it goes on single, whatever the upstream speaks otherwise.
 func (u *tlsUpstream) roundTrip(req *http.Request, alone, upgrade bool) (*http.Response, error) {
 	addr := req.URL.Host
+	if upgrade {
+		return u.single.RoundTrip(req)
+	}
 	if !alone {
 		resp, err := u.keep.RoundTrip(req)
-		if err == nil && !upgrade {
+		if err == nil {
 			u.learn(addr, resp.ProtoMajor == 2)
 		}
 		return resp, err
