@@ -30,8 +30,8 @@ type Config struct {
 	// BodyIdleTimeout bounds each read of a request or response body. If zero,
 	// 60s is used.
 	BodyIdleTimeout time.Duration `yaml:"body_idle_timeout"`
-	// MaxIdleConnsPerHost bounds the upstream keep-alive pool per host. If
-	// zero, 64 is used.
+	// MaxIdleConnsPerHost bounds the upstream keep-alive pool per identity
+	// and host. If zero, 64 is used.
 	MaxIdleConnsPerHost int `yaml:"max_idle_conns_per_host"`
 	// MaxIdleConns bounds the whole upstream keep-alive pool. If zero, 512 is
 	// used.

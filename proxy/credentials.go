@@ -50,8 +50,12 @@ func (f *httpFlow) cleartextCredential() bool {
 // sendInternal sends a request carrying a secret over plain HTTP on a
 // fresh connection whose dialled address is checked before a byte is
 // written: the pinned dialer passed it through the floor, so a non-public
-// address is one an internal: entry allows; a public one gets nothing.
+// address is one an internal: entry allows; a public one gets nothing. The
+// connection carries this request only ("Connection: close", never
+// pooled): a secret never shares a connection with a request the sandbox
+// framed.
 func (f *httpFlow) sendInternal(req *http.Request) (*http.Response, string, error) {
+	req.Close = true
 	p := f.st.up
 	key := req.URL.Host
 	c, err := p.dial(req.Context(), "tcp", key)

@@ -46,6 +46,20 @@
 //	         → audit.Appender.Append per statement → upstream, or 42501
 //	           (the upstream was dialled at login by dnsguard.Dialer.DialContext)
 //
+// # Upstream connections
+//
+// No request reaches an upstream without its record, and no identity's
+// bytes reach another's: an upstream connection that carried a request
+// body is not reused unless the protocol frames the body (h2), since an
+// upstream that answers without reading a body runs it as the next
+// request; connections are pooled per identity, plain (proxy.upstreamPool)
+// and inspected (proxy.tlsUpstream.roundTrip) alike; a request carrying a
+// brokered secret never shares an HTTP/1.x connection; a connection that
+// sent bytes past a response, or answered a HEAD, 204 or 304 declaring a
+// body, is closed; and the upstream request is built, not copied, from the
+// client's (proxy.httpFlow.upstreamRequest), so the client's connection
+// handling stays on its hop.
+//
 // `egressd check` calls policy.PreDial (policy.PreDial.DecideRequest for an
 // https:// URL of an inspected host), dnsguard.Decide and
 // pggate.DecideQuery, the same functions, so a check answers what the

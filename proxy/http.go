@@ -29,10 +29,13 @@ type httpFlow struct {
 	cancel   context.CancelFunc
 	idle     *time.Timer
 	ip       string
-	sent     countingBody
-	recv     *responseBody
-	done     bool
-	fast     bool // sent through the upstream pool, not the Transport
+	// conn is the Transport's connection for the request (GotConn), closed
+	// after a response that must not leave it reused (RoundTrip).
+	conn net.Conn
+	sent countingBody
+	recv *responseBody
+	done bool
+	fast bool // sent through the upstream pool, not the Transport
 	// cred is the credential work of a request whose rule binds secrets.
 	cred *broker.Plan
 	// upgrade marks an inspected WebSocket handshake sent upstream.
@@ -137,10 +140,15 @@ func (s *Server) deny(f *httpFlow, r *http.Request, rf refusal) *http.Response {
 	return rf.response(r, f.id)
 }
 
-// upstreamRequest rewrites r for the upstream: hop-by-hop headers removed,
-// the decided host and port dialled, and the request target sent
+// upstreamRequest builds the upstream request from r: hop-by-hop headers
+// removed, the decided host and port dialled, and the request target sent
 // byte-for-byte as the client wrote it (URL.Opaque stops net/http from
-// re-encoding the path).
+// re-encoding the path). It is built field by field, never copied: the
+// client's connection semantics (Close, a Connection header) belong to the
+// client's hop and must not reach the shared upstream transports, where a
+// Close marks a whole h2 connection unusable under the identity's other
+// requests. Its body streams from the client and cannot be rewound, so a
+// transport never sends it twice.
 func (f *httpFlow) upstreamRequest(r *http.Request) *http.Request {
 	rawPath := f.target.Path
 	if rawPath == "" {
@@ -158,9 +166,9 @@ func (f *httpFlow) upstreamRequest(r *http.Request) *http.Request {
 			if ap, ok := ci.Conn.RemoteAddr().(*net.TCPAddr); ok {
 				f.ip = ap.AddrPort().Addr().Unmap().String()
 			}
+			f.conn = ci.Conn
 		}})
 	}
-	out := r.WithContext(ctx)
 	u := *r.URL
 	u.Host = net.JoinHostPort(f.target.Host, strconv.Itoa(int(f.target.Port)))
 	u.Opaque = rawPath
@@ -170,9 +178,16 @@ func (f *httpFlow) upstreamRequest(r *http.Request) *http.Request {
 		u.Opaque = "//" + u.Host + rawPath
 	}
 	u.RawPath, u.RawQuery, u.ForceQuery = "", f.target.Query, false
-	out.URL = &u
-	out.Host = hostHeader(f.target.Scheme, f.target.Host, f.target.Port)
 	// The client's header map is not used again: strip it in place.
+	out := (&http.Request{
+		Method:     r.Method,
+		URL:        &u,
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header:     r.Header,
+		Host:       hostHeader(f.target.Scheme, f.target.Host, f.target.Port),
+	}).WithContext(ctx)
 	f.upgrade = f.inspected && isWebSocketUpgrade(r)
 	teTrailers := f.inspected && headerHasToken(r.Header, "Te", "trailers")
 	stripHopByHop(out.Header)
@@ -188,15 +203,19 @@ func (f *httpFlow) upstreamRequest(r *http.Request) *http.Request {
 		// client; the proxy forwards them.
 		out.Header.Set("Te", "trailers")
 	}
-	if r.Body != nil && r.Body != http.NoBody {
+	// Only a request that has a body is sent with one: net/http's h2
+	// server gives every request a Body, the END_STREAM GET too (with
+	// ContentLength 0), and a body decides how the request travels
+	// upstream (tlsUpstream.roundTrip).
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		f.sent.ReadCloser, f.sent.idle, f.sent.timeout = r.Body, f.idle, f.s.cfg.BodyIdleTimeout
 		// Declared trailers are sent after the body: strip the names
 		// declared now (they would be announced in the Trailer header) and
 		// the values net/http merged in when the body ended, which may
 		// name fields the client never declared.
-		stripHopByHop(out.Trailer)
-		f.sent.trailer = out.Trailer
-		out.Body = &f.sent
+		stripHopByHop(r.Trailer)
+		f.sent.trailer = r.Trailer
+		out.Trailer, out.ContentLength, out.Body = r.Trailer, r.ContentLength, &f.sent
 	}
 	return out
 }
@@ -213,13 +232,20 @@ func (f *httpFlow) RoundTrip(req *http.Request, _ *goproxy.ProxyCtx) (*http.Resp
 	case f.cleartextCredential():
 		resp, f.ip, err = f.sendInternal(req)
 	case f.fast:
-		resp, f.ip, err = f.st.up.roundTrip(req, req.URL.Host)
+		resp, f.ip, err = f.st.up.roundTrip(req, f.flowInfo.identity, req.URL.Host)
 	case f.inspected:
-		resp, err = f.st.tlsUp.get(f.flowInfo.identity).RoundTrip(req)
+		alone := req.Body != nil || f.cred.Carries()
+		resp, err = f.st.tlsUp.get(f.flowInfo.identity).roundTrip(req, alone, f.upgrade)
 	default:
 		resp, err = f.st.tr.RoundTrip(req)
 	}
 	s.metrics.upstreamSeconds.Observe(time.Since(t0).Seconds())
+	if err == nil && resp.ProtoMajor == 1 && f.conn != nil && bodylessWithLength(req, resp) {
+		// The Transport would keep the connection for the identity's next
+		// request, and whatever body the upstream sends anyway would be
+		// read as its response.
+		f.conn.Close()
+	}
 	if err != nil {
 		if f.clientCtx.Err() != nil {
 			// The client hung up first: the decision stands, nothing

@@ -68,8 +68,9 @@ type Options struct {
 type state struct {
 	decider *policy.PreDial
 	ids     *identity.Store
-	tr      *http.Transport
-	up      *upstreamPool
+	// tr sends plain-HTTP requests with a body; up the others.
+	tr *http.Transport
+	up *upstreamPool
 	// tlsUp sends the requests of inspected tunnels, one transport per
 	// identity.
 	tlsUp *tlsTransports
@@ -168,7 +169,13 @@ func New(o Options) (*Server, error) {
 }
 
 func (s *Server) newState(d policy.Decider, ids *identity.Store) *state {
-	return &state{decider: &policy.PreDial{Engine: d, Floor: s.floor}, ids: ids, tr: newTransport(s.cfg, s.dialer),
+	// Plain HTTP pools only bodyless requests, per identity (upstreamPool);
+	// the Transport sends the requests with a body, each on a connection
+	// of its own with "Connection: close", so a body the upstream did not
+	// read is never parsed as another request.
+	tr := newTransport(s.cfg, s.dialer)
+	tr.DisableKeepAlives = true
+	return &state{decider: &policy.PreDial{Engine: d, Floor: s.floor}, ids: ids, tr: tr,
 		up: newUpstreamPool(s.cfg, s.dialer), tlsUp: newTLSTransports(s.cfg, s.dialer, s.roots)}
 }
 

@@ -13,26 +13,31 @@ import (
 	"time"
 )
 
-// upstreamPool sends bodyless GET and HEAD requests on the calling
-// goroutine: write the request, read the response head, hand the body back.
-// net/http.Transport runs a read loop and a write loop goroutine per
-// connection and passes every request and response between them over
-// channels; for the common proxied GET that hand-off and its allocations are
-// a large share of the proxy's CPU per request. Everything else (request
-// bodies, Expect: 100-continue) still goes through the Transport, which can
-// read a response while the body is being sent.
+// upstreamPool sends bodyless requests on the calling goroutine: write the
+// request, read the response head, hand the body back. net/http.Transport
+// runs a read loop and a write loop goroutine per connection and passes
+// every request and response between them over channels; for the common
+// proxied GET that hand-off and its allocations are a large share of the
+// proxy's CPU per request. Requests with a body (and Expect:
+// 100-continue) go through a Transport with keep-alives off instead, which
+// can read a response while the body is being sent.
 //
 // Measured against the Transport on the same dialer in 6 alternating
 // rounds on a shared 2-core machine (medians): on this leg alone
 // (BenchmarkUpstreamPath) the pool cost 0.66x the Transport's CPU per
 // request serially and 0.64x with 8 concurrent requests; through the whole
 // proxy (BenchmarkProxyHTTPKeepAlive, client and upstream in the same
-// process) 0.88x. So it stays for the one case it serves, and only that: it
-// speaks HTTP/1.1 only, and upstream HTTP/2, request bodies and trailers
-// stay with the Transport.
+// process) 0.88x. It speaks HTTP/1.1 only, and upstream HTTP/2, request
+// bodies and trailers stay with the Transport.
 //
-// A pooled connection serves any identity next, so a connection that holds
-// or receives a byte past its response is never reused (release, get).
+// The plain-HTTP connection invariant lives here and in Server.newState:
+// a connection is pooled per identity and upstream (poolKey), so no
+// identity's request ever follows another's on a connection; only
+// bodyless requests are pooled, since an upstream that answers without
+// reading a body parses it as the next request (the Transport for bodies
+// sends "Connection: close" and never reuses); and a connection that holds
+// or receives a byte past its response, or answered a HEAD, 204 or 304
+// declaring a body, is never reused (release, get).
 //
 // Connections come only from the pinned dialer, like the Transport's.
 type upstreamPool struct {
@@ -100,33 +105,55 @@ func newUpstreamPool(c Config, d Dialer) *upstreamPool {
 	}
 }
 
-// fastPathOK says whether r can go through the pool: a bodyless GET or HEAD,
-// which is idempotent and so may be retried once on a fresh connection when
-// a pooled one turns out to have been closed by the upstream.
+// fastPathOK says whether r can go through the pool: a request without a
+// body, of any method but CONNECT.
 func fastPathOK(r *http.Request) bool {
-	return (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
+	return r.Method != http.MethodConnect &&
 		(r.Body == nil || r.Body == http.NoBody) && r.ContentLength == 0 &&
 		len(r.TransferEncoding) == 0 && r.Header.Get("Expect") == ""
 }
 
-// roundTrip sends req to key ("host:port"). The response body returns the
-// connection to the pool when read to EOF and closed.
-func (p *upstreamPool) roundTrip(req *http.Request, key string) (*http.Response, string, error) {
-	ctx := req.Context()
-	pc := p.get(key)
-	if pc != nil {
-		resp, err := p.send(ctx, pc, req)
-		if err == nil || ctx.Err() != nil || isTimeout(err) {
-			return resp, pc.ip, err
-		}
-		// The upstream closed the idle connection; the request is
-		// idempotent, so send it once more on a new one.
+// replayable says whether the bodyless r may be sent twice, as net/http
+// decides it (Request.isReplayable): a GET, HEAD, OPTIONS or TRACE, or a
+// request with an idempotency key. Only such a request takes a pooled
+// connection, which the upstream may have closed meanwhile, and is then
+// sent once more on a new one; any other goes on a fresh connection, which
+// it may leave to the pool.
+func replayable(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
 	}
-	c, err := p.dial(ctx, "tcp", key)
+	_, key := r.Header["Idempotency-Key"]
+	_, xkey := r.Header["X-Idempotency-Key"]
+	return key || xkey
+}
+
+// poolKey is the pool's key for identity's connections to addr
+// ("host:port").
+func poolKey(identity, addr string) string { return identity + " " + addr }
+
+// roundTrip sends req for identity to addr ("host:port"). The response
+// body returns the connection to identity's pool when read to EOF and
+// closed.
+func (p *upstreamPool) roundTrip(req *http.Request, identity, addr string) (*http.Response, string, error) {
+	ctx := req.Context()
+	key := poolKey(identity, addr)
+	if replayable(req) {
+		if pc := p.get(key); pc != nil {
+			resp, err := p.send(ctx, pc, req)
+			if err == nil || ctx.Err() != nil || isTimeout(err) {
+				return resp, pc.ip, err
+			}
+			// The upstream closed the idle connection; the request is
+			// replayable, so send it once more on a new one.
+		}
+	}
+	c, err := p.dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, "", err
 	}
-	pc = p.wrap(key, c)
+	pc := p.wrap(key, c)
 	resp, err := p.send(ctx, pc, req)
 	return resp, pc.ip, err
 }
@@ -200,8 +227,9 @@ func (p *upstreamPool) send(ctx context.Context, pc *upConn, req *http.Request) 
 
 // bodylessWithLength reports a response that has no body by its request or
 // status (HEAD, 204, 304) yet declares one: an upstream that sends the body
-// anyway leaves its bytes to be read as the next response, which could be
-// another identity's.
+// anyway leaves its bytes to be read as the next response. Its connection
+// is closed on every transport (here, and httpFlow.RoundTrip for the
+// Transports).
 func bodylessWithLength(req *http.Request, resp *http.Response) bool {
 	if req.Method != http.MethodHead && resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified {
 		return false

@@ -29,7 +29,7 @@ func BenchmarkUpstreamPath(b *testing.B) {
 			p := newUpstreamPool(cfg, d)
 			b.Cleanup(p.closeIdle)
 			return func(r *http.Request) (*http.Response, error) {
-				resp, _, err := p.roundTrip(r, addr)
+				resp, _, err := p.roundTrip(r, "", addr)
 				return resp, err
 			}
 		}},

@@ -98,7 +98,7 @@ func TestUpstreamPool(t *testing.T) {
 				if !fastPathOK(req) {
 					t.Fatalf("fastPathOK(%s) = false; want true", tt.method)
 				}
-				resp, ip, err := p.roundTrip(req, addr)
+				resp, ip, err := p.roundTrip(req, "", addr)
 				if err != nil {
 					t.Fatalf("request %d: roundTrip: %v", i, err)
 				}
@@ -129,7 +129,8 @@ func TestFastPathOK(t *testing.T) {
 		want   bool
 	}{
 		{name: "bodyless GET", method: "GET", want: true},
-		{name: "POST goes through the Transport", method: "POST", want: false},
+		{name: "bodyless POST", method: "POST", want: true},
+		{name: "POST with a body goes through the Transport", method: "POST", body: "x", want: false},
 		{name: "GET with a body", method: "GET", body: "x", want: false},
 		{name: "Expect header", method: "GET", expect: "100-continue", want: false},
 	}
@@ -174,7 +175,7 @@ func TestUpstreamPoolCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-got; cancel() }()
 	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+ln.Addr().String()+"/", nil)
-	if _, _, err := p.roundTrip(req, ln.Addr().String()); !errors.Is(err, context.Canceled) {
+	if _, _, err := p.roundTrip(req, "", ln.Addr().String()); !errors.Is(err, context.Canceled) {
 		t.Fatalf("roundTrip after cancel: err = %v; want context.Canceled", err)
 	}
 }
@@ -205,10 +206,10 @@ func scriptedUpstream(t *testing.T, first string, plant <-chan struct{}) string 
 	return addr
 }
 
-// The pool is shared by every identity: a request (identity A's) whose
-// upstream sends more than its response must not leave those bytes to be
-// read as the response of the next request (identity B's) on the
-// connection. B always gets its own response.
+// A request (A) whose upstream sends more than its response must not leave
+// those bytes to be read as the response of the next request (B) on the
+// connection, even one of the same identity (the pool is per identity,
+// and both are the same one here). B always gets its own response.
 func TestUpstreamPoolNeverHandsOverForeignBytes(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -234,7 +235,7 @@ func TestUpstreamPoolNeverHandsOverForeignBytes(t *testing.T) {
 			defer p.closeIdle()
 
 			reqA, _ := http.NewRequest(tt.method, "http://"+addr+"/a", nil)
-			resp, _, err := p.roundTrip(reqA, addr)
+			resp, _, err := p.roundTrip(reqA, "", addr)
 			if err != nil {
 				t.Fatalf("A: roundTrip: %v", err)
 			}
@@ -246,7 +247,7 @@ func TestUpstreamPoolNeverHandsOverForeignBytes(t *testing.T) {
 			}
 
 			reqB, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/b", nil)
-			resp, _, err = p.roundTrip(reqB, addr)
+			resp, _, err = p.roundTrip(reqB, "", addr)
 			if err != nil {
 				t.Fatalf("B: roundTrip: %v", err)
 			}
@@ -264,7 +265,7 @@ func TestUpstreamPoolNeverHandsOverForeignBytes(t *testing.T) {
 func waitPlanted(t *testing.T, p *upstreamPool, addr string) {
 	t.Helper()
 	p.mu.Lock()
-	list := p.idle[addr]
+	list := p.idle[poolKey("", addr)]
 	p.mu.Unlock()
 	if len(list) != 1 {
 		t.Fatalf("idle connections to %s = %d; want 1", addr, len(list))
@@ -299,7 +300,7 @@ func TestUpstreamPoolCapsResponseHead(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	resp, _, err := p.roundTrip(req, addr)
+	resp, _, err := p.roundTrip(req, "", addr)
 	runtime.ReadMemStats(&after)
 	if err == nil {
 		resp.Body.Close()
@@ -311,5 +312,40 @@ func TestUpstreamPoolCapsResponseHead(t *testing.T) {
 	// seven times the 1 MiB read; the whole 16 MiB head would cost ~80 MiB.
 	if alloc, limit := after.TotalAlloc-before.TotalAlloc, uint64(12<<20); alloc > limit {
 		t.Errorf("reading a 16 MiB head allocated %d bytes; want at most %d", alloc, limit)
+	}
+}
+
+// A request that may not be sent twice never takes a pooled connection
+// (the upstream may have closed it meanwhile, and the pool would then send
+// it again), but leaves its own to the pool; one with an idempotency key
+// may, as net/http decides.
+func TestUpstreamPoolNonReplayableDialsFresh(t *testing.T) {
+	addr, conns := rawUpstream(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 0)
+	p := newUpstreamPool(DefaultConfig(), &net.Dialer{})
+	defer p.closeIdle()
+	steps := []struct {
+		method, key string
+		wantConns   int32
+	}{
+		{"GET", "", 1},
+		{"POST", "", 2},
+		{"DELETE", "", 3},
+		{"GET", "", 3},
+		{"POST", "k1", 3},
+	}
+	for _, s := range steps {
+		req, _ := http.NewRequest(s.method, "http://"+addr+"/", nil)
+		if s.key != "" {
+			req.Header.Set("Idempotency-Key", s.key)
+		}
+		resp, _, err := p.roundTrip(req, "sbx", addr)
+		if err != nil {
+			t.Fatalf("%s: %v", s.method, err)
+		}
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if got := conns.Load(); got != s.wantConns {
+			t.Errorf("after %s (key %q): upstream connections = %d; want %d", s.method, s.key, got, s.wantConns)
+		}
 	}
 }
