@@ -1,10 +1,18 @@
 package proxy
 
 import (
+	"bytes"
+	"crypto/ecdh"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
@@ -80,5 +88,73 @@ func TestProxyDenyPathTrailingDots(t *testing.T) {
 		if r.Kind == audit.KindHTTP && (r.Decision != audit.DecisionAllow || r.Rule != "plain") {
 			t.Errorf("record %+v; want /ok/secret.x allowed by rule plain", r)
 		}
+	}
+}
+
+// TestInspectAcceptsECHWithOuterName: inside an inspected tunnel egressd
+// terminates TLS, so an Encrypted Client Hello whose outer SNI is the
+// CONNECT host is served for that host. A GREASE ECH (what Chromium sends
+// on every connection) gets a ServerHello; a client with a real ECH config
+// completes the handshake with the leaf of the outer (public) name and is
+// told ECH was rejected (RFC 9849), never served the inner name.
+func TestInspectAcceptsECHWithOuterName(t *testing.T) {
+	var hits atomic.Int64
+	f := startInspect(t, echoPath(&hits), inspectOptions{})
+	target := "example.com:" + f.port
+
+	// GREASE ECH (RFC 9849 section 6.2): an outer ECHClientHello with
+	// random config_id, enc and payload.
+	grease := []byte{0, 0, 1, 0, 1, 0x5a, 0, 32}
+	grease = append(grease, bytes.Repeat([]byte{0xa5}, 32)...)
+	grease = append(grease, 0, 144)
+	grease = append(grease, bytes.Repeat([]byte{0x3c}, 144)...)
+	c, br := openTunnel(t, f.proxy, target, "")
+	c.Write(withExtensionData(t, clientHello(t, "example.com"), tlsExtECH, grease))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var hdr [tlsRecordHeaderLen + 1]byte
+	if _, err := io.ReadFull(br, hdr[:]); err != nil || hdr[0] != tlsRecordHandshake || hdr[tlsRecordHeaderLen] != 2 {
+		t.Fatalf("answer to a GREASE ECH hello % x, %v; want a ServerHello", hdr, err)
+	}
+	c.Close()
+
+	// A real ECH config whose public name is the CONNECT host.
+	key, err := ecdh.X25519().GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte{7, 0, 0x20, 0, 32}
+	body = append(body, key.PublicKey().Bytes()...)
+	body = append(body, 0, 4, 0, 1, 0, 1, 0, byte(len("example.com")))
+	body = append(body, "example.com"...)
+	body = append(body, 0, 0)
+	cfg := binary.BigEndian.AppendUint16([]byte{0xfe, 0x0d}, uint16(len(body)))
+	cfg = append(cfg, body...)
+	list := binary.BigEndian.AppendUint16(nil, uint16(len(cfg)))
+	list = append(list, cfg...)
+	c, _ = openTunnel(t, f.proxy, target, "")
+	tc := tls.Client(c, &tls.Config{ServerName: "inner.example", RootCAs: f.ca.pool(t, "anonymous"),
+		MinVersion: tls.VersionTLS13, EncryptedClientHelloConfigList: list})
+	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	var rejected *tls.ECHRejectionError
+	if err := tc.Handshake(); !errors.As(err, &rejected) {
+		t.Errorf("handshake with a real ECH config: %v; want an ECH rejection after the outer name's leaf verified", err)
+	}
+	tc.Close()
+
+	recs := f.audit.Wait(t, func(all []audit.Record) bool { return count(all, audit.KindConnectDone) == 2 })
+	for _, r := range recs {
+		if (r.Kind == audit.KindConnect && (r.Decision != audit.DecisionAllow || r.Rule != "insp")) || r.Reason == string(policy.ReasonECH) {
+			t.Errorf("record %+v; want the tunnels allowed by insp and nothing refused for ECH", r)
+		}
+	}
+	f.ca.mu.Lock()
+	defer f.ca.mu.Unlock()
+	for _, h := range f.ca.hosts {
+		if h != "anonymous/example.com" {
+			t.Errorf("minted a leaf for %s; want only the CONNECT host", h)
+		}
+	}
+	if len(f.ca.hosts) != 2 {
+		t.Errorf("minted %v; want one leaf per tunnel", f.ca.hosts)
 	}
 }
