@@ -182,7 +182,9 @@ func (r *plainRelay) Read(p []byte) (int, error) {
 	}
 	r.t.client.SetReadDeadline(d)
 	n, err := r.t.client.Read(p)
-	r.limit -= n
+	if r.limited {
+		r.limit -= n
+	}
 	r.buf = append(r.buf, p[:n]...)
 	return n, err
 }
@@ -253,6 +255,8 @@ func (r *plainRelay) run() bool {
 		case state > plainMethod:
 		case r.br.Buffered() == 0 && errors.Is(err, io.EOF):
 			return true // the client is done: the pipe passes the half-close on
+		case errors.Is(err, net.ErrClosed):
+			return false // closed by a reload or a drain, which say why
 		case errors.Is(err, bufio.ErrBufferFull):
 			return t.refuseFlight(policy.ReasonTunnelHostDiffs, "no request line in the first "+strconv.Itoa(plainBufSize)+" bytes")
 		default:
@@ -274,6 +278,9 @@ func (r *plainRelay) run() bool {
 		req, why := r.readHead(s.start)
 		if why != "" {
 			return t.refuseFlight(policy.ReasonTunnelHostDiffs, why)
+		}
+		if req == nil {
+			return false
 		}
 		if smuggledBody(req) {
 			return t.refuseFlight(policy.ReasonBodyNotAllowed, req.Method+" with a body")
@@ -312,13 +319,17 @@ func (r *plainRelay) await() bool {
 }
 
 // readHead reads one request head with net/http and checks it: its host
-// must be the tunnel's, and its body framing unambiguous. It says why not.
+// must be the tunnel's, and its body framing unambiguous. It says why not,
+// or returns neither request nor reason when the tunnel was closed.
 func (r *plainRelay) readHead(skipped int) (*http.Request, string) {
 	t := r.t
 	r.limited, r.limit = true, min(t.s.cfg.MaxHeaderBytes, maxHelloFlight)
 	req, err := http.ReadRequest(r.br)
 	r.limited = false
 	if err != nil {
+		if errors.Is(err, net.ErrClosed) {
+			return nil, ""
+		}
 		if errors.Is(err, errPlainHeadTooLarge) {
 			return nil, "request head over " + strconv.Itoa(min(t.s.cfg.MaxHeaderBytes, maxHelloFlight)) + " bytes"
 		}
@@ -358,8 +369,9 @@ func (r *plainRelay) relayBody(req *http.Request) bool {
 			return true
 		}
 		if err != nil {
-			if isTimeout(err) || errors.Is(err, io.ErrUnexpectedEOF) || !time.Now().Before(r.end) {
-				// The client stopped sending or left: no request to refuse.
+			if isTimeout(err) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || !time.Now().Before(r.end) {
+				// The client stopped sending or left, or the tunnel was
+				// closed: no request to refuse.
 				return false
 			}
 			return r.t.refuseFlight(policy.ReasonTunnelHostDiffs, "unreadable request body: "+err.Error())
