@@ -115,7 +115,7 @@ func checkPlainHost(req *http.Request, host string, port uint16) string {
 
 // checkPlainFlight binds a plaintext tunnel to its host. When its first
 // bytes read as HTTP, every request in it is read with net/http's reader
-// and must name the CONNECT host and port (relayRequests); a head that
+// and must name the CONNECT host and port (plainRelay); a head that
 // names another host, or that net/http cannot read, is refused as
 // tunnel_host_mismatch. A server answering for many hosts (a CDN) routes
 // each request by its Host, so one unchecked request would reach whatever
