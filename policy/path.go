@@ -17,7 +17,7 @@ const (
 	FlagEncodedSeparator PathFlags = 1 << iota // %2F or %5C, any case
 	FlagDoubleEncoding                         // %25 followed by two hex digits
 	FlagEncodedDot                             // %2E, any case
-	FlagDotSegment                             // "." or ".." segment, raw or decoded
+	FlagDotSegment                             // "." or ".." segment (or dots and spaces), raw or decoded
 	FlagEmptySegment                           // "//"
 	FlagBackslash                              // a raw "\"
 	FlagControlCharacter                       // bytes 0x00-0x1F or 0x7F, raw or decoded
@@ -194,7 +194,7 @@ func segmentFlags(p string) PathFlags {
 			continue
 		}
 		seg := p[start:i]
-		if seg == "." || seg == ".." {
+		if isDotSegment(seg) {
 			f |= FlagDotSegment
 		}
 		// An empty segment between two slashes; the root and a trailing
@@ -205,6 +205,17 @@ func segmentFlags(p string) PathFlags {
 		start = i + 1
 	}
 	return f
+}
+
+// isDotSegment reports "." and "..", and any segment of dots and spaces
+// with a dot: Win32 path normalization drops a segment's trailing dots and
+// spaces, so a Windows-backed server may read ".. " or "..." (decoded
+// "..%20") as "..", a step out of the tree an allow rule names.
+func isDotSegment(seg string) bool {
+	if strings.Trim(seg, ". ") != "" {
+		return false
+	}
+	return strings.IndexByte(seg, '.') >= 0
 }
 
 func unhex(c byte) byte {

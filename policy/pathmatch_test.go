@@ -126,3 +126,58 @@ func TestPathFlagsInvalidUTF8(t *testing.T) {
 		}
 	}
 }
+
+// TestDenyPathTrailingDotsAndSpaces: a Windows-backed upstream drops the
+// trailing dots and spaces of a segment, so "/admin./x" and "/admin%20/x"
+// are /admin/x to it: deny rules match that form too, while an allow rule
+// is not widened ("/docs./x" is not under /docs), and a segment of dots
+// and spaces (".%20", "..%20", "...") is a dot segment.
+func TestDenyPathTrailingDotsAndSpaces(t *testing.T) {
+	e := newTestEngine(t, Config{Dir: modulesWithData(t, pathRules)})
+	tests := []struct {
+		name, path, rule, reason string
+		allow                    bool
+	}{
+		{"trailing dot", "/admin./x", "no-admin", "rule_deny", false},
+		{"trailing dots", "/admin../x", "no-admin", "rule_deny", false},
+		{"trailing encoded space", "/admin%20/x", "no-admin", "rule_deny", false},
+		{"trailing dot and space", "/admin.%20./x", "no-admin", "rule_deny", false},
+		{"last segment", "/admin.", "no-admin", "rule_deny", false},
+		{"folded case too", "/ADMIN%20", "no-admin", "rule_deny", false},
+		{"space-only segment collapses", "/admin/%20/x", "no-admin", "rule_deny", false},
+		{"inner dot kept", "/admin.x/y", "rest", "allowed", true},
+		{"leading space kept", "/%20admin/x", "rest", "allowed", true},
+		{"allow not widened", "/docs./a", "rest", "allowed", true},
+		{"allow exact still", "/docs/a.", "docs", "allowed", true},
+		{"dot space segment", "/docs/..%20/admin", "", "dot_segment", false},
+		{"three dots segment", "/docs/.../admin", "", "dot_segment", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if d := decidePath(t, e, tt.path); d.Rule != tt.rule || d.Allow != tt.allow || d.Reason != tt.reason {
+				t.Errorf("Decide(GET %s) = %+v; want rule %q reason %s allow %v", tt.path, d, tt.rule, tt.reason, tt.allow)
+			}
+		})
+	}
+}
+
+func TestWindowsForm(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"/a/b", "/a/b"},
+		{"/", "/"},
+		{"/a/", "/a/"},
+		{"/a./b", "/a/b"},
+		{"/a . ./b", "/a/b"},
+		{"/a/ /b", "/a/b"},
+		{"/a.", "/a"},
+		{"/ ", "/"},
+		{"/a.b/c", "/a.b/c"},
+		{"/ a/b", "/ a/b"},
+		{"/a//b.", "/a//b"},
+	}
+	for _, tt := range tests {
+		if got := windowsForm(tt.in); got != tt.want {
+			t.Errorf("windowsForm(%q) = %q; want %q", tt.in, got, tt.want)
+		}
+	}
+}

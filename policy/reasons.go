@@ -96,8 +96,9 @@ const (
 	// inside an inspected tunnel Go refuses it before the bundle.
 	ReasonHostMismatch Reason = "host_mismatch"
 	// ReasonECH refuses an inspected tunnel whose ClientHello carries
-	// Encrypted Client Hello: the name the client means is hidden, so the
-	// proxy cannot check it against the CONNECT host.
+	// Encrypted Client Hello without an outer server name to check against
+	// the CONNECT host (an ECH whose outer name is the CONNECT host is
+	// served: egressd terminates TLS and answers the outer name).
 	ReasonECH Reason = "encrypted_client_hello"
 	// ReasonUpstreamTLS: the TLS handshake with the upstream of an
 	// inspected tunnel failed (certificate not valid for the host, not

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 	"strings"
 
@@ -114,6 +115,31 @@ func ParseHTTP(kind Kind, method, target, hostHeader string) (*URLFacts, error) 
 		f.HostMismatch = err != nil || hh.name != f.Host || hp != f.Port
 	}
 	return f, nil
+}
+
+// CheckH2Path refuses an h2 :path that is not an RFC 3986 path-absolute
+// with an optional query (RFC 9113 section 8.3.1). h2 frames the field by
+// length, so unlike an HTTP/1.1 request line it can carry a space, a
+// control byte or any other byte a request-target cannot hold, and the
+// proxy would write that as it is into the request line it sends upstream,
+// where a space ends the target: such a request is malformed (a
+// *DenyError, malformed_url, naming the byte).
+func CheckH2Path(p string) error {
+	if p == "" || p[0] != '/' {
+		return deny(ReasonMalformedURL, "h2 :path is not an absolute path", nil)
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("-._~!$&'()*+,;=:@/?", c) >= 0:
+		case c == '%' && i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]):
+			i += 2
+		default:
+			return deny(ReasonMalformedURL, fmt.Sprintf("byte %#02x at %d of the h2 :path is not allowed in a request-target", c, i), nil)
+		}
+	}
+	return nil
 }
 
 // parseAuthority reads "host[:port]" with the scheme's default port.

@@ -76,6 +76,10 @@ func TestPathFlags(t *testing.T) {
 		{"dot", "/a/./b", FlagDotSegment},
 		{"dot dot end", "/a/..", FlagDotSegment},
 		{"dots in name", "/a/..b/c.", 0},
+		{"dot dot space", "/a/..%20/b", FlagDotSegment},
+		{"dot space dot", "/a/.%20./b", FlagDotSegment},
+		{"three dots", "/a/.../b", FlagDotSegment},
+		{"space segment", "/a/%20/b", 0},
 		{"empty", "/a//b", FlagEmptySegment},
 		{"backslash", "/a\\b", FlagBackslash},
 		{"NUL", "/a%00", FlagControlCharacter},
@@ -247,4 +251,42 @@ func hostForURL(u *URLFacts) string {
 		return "[" + u.Host + "]"
 	}
 	return u.Host
+}
+
+// TestCheckH2Path: an h2 :path must be an RFC 3986 path-absolute with an
+// optional query; a space (which would end the HTTP/1.1 request-target it
+// is written into) or any byte outside the grammar is malformed_url.
+func TestCheckH2Path(t *testing.T) {
+	tests := []struct {
+		path string
+		ok   bool
+	}{
+		{"/", true},
+		{"/a/b?q=1&r=%2F", true},
+		{"/a:b@c/!$&'()*+,;=-._~", true},
+		{"/a?b/c?d", true},
+		{"/a b", false},
+		{"/a\tb", false},
+		{"/a\x00", false},
+		{"/a\"b", false},
+		{"/a<b>", false},
+		{"/a{b}|c", false},
+		{"/a^b`c", false},
+		{"/a\\b", false},
+		{"/a#b", false},
+		{"/a[b]", false},
+		{"/caf\xc3\xa9", false},
+		{"/a%2", false},
+		{"/a?%zz", false},
+		{"a/b", false},
+		{"*", false},
+		{"", false},
+	}
+	for _, tt := range tests {
+		err := CheckH2Path(tt.path)
+		var de *DenyError
+		if (err == nil) != tt.ok || (err != nil && (!errors.As(err, &de) || de.Reason != ReasonMalformedURL)) {
+			t.Errorf("CheckH2Path(%q) = %v; want ok %v, else malformed_url", tt.path, err, tt.ok)
+		}
+	}
 }

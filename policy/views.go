@@ -126,20 +126,23 @@ func (x *viewIndex) add(in ast.Object, host string, isIP bool, path string, matc
 	}
 	sortInts(found)
 	terms := make([]*ast.Term, 0, len(found))
-	lower := ""
+	lower, win := "", ""
 	for i, v := range found {
 		if i > 0 && v == found[i-1] {
 			continue
 		}
 		if matchPath {
-			p := path
+			ok := false
 			if x.fold[v] {
 				if lower == "" {
 					lower = asciiLower(path)
+					win = windowsForm(lower)
 				}
-				p = lower
+				ok = x.pathMatches(v, lower) || (win != lower && x.pathMatches(v, win))
+			} else {
+				ok = x.pathMatches(v, path)
 			}
-			if !x.pathMatches(v, p) {
+			if !ok {
 				continue
 			}
 		}
@@ -155,6 +158,40 @@ func (x *viewIndex) pathMatches(v int, path string) bool {
 		}
 	}
 	return false
+}
+
+// windowsForm is p as a Windows-backed server reads it: Win32 path
+// normalization drops the trailing dots and spaces of a segment, so
+// "/secret./x" and "/secret%20/x" (decoded) name /secret/x there, and a
+// segment left empty by that is gone as "\\" collapses. Deny rules match
+// this form as well as p itself; allow rules match p alone, so an allow is
+// never widened. It allocates only when a segment ends in a dot or a space.
+func windowsForm(p string) string {
+	i := 0
+	for i < len(p) && !endsSegment(p, i) {
+		i++
+	}
+	if i == len(p) {
+		return p
+	}
+	segs := strings.Split(p, "/")
+	kept := segs[:0]
+	for _, seg := range segs {
+		t := strings.TrimRight(seg, ". ")
+		if t == "" && seg != "" {
+			continue
+		}
+		kept = append(kept, t)
+	}
+	if w := strings.Join(kept, "/"); w != "" {
+		return w
+	}
+	return "/"
+}
+
+// endsSegment reports a dot or a space at p[i] that ends a segment of p.
+func endsSegment(p string, i int) bool {
+	return (p[i] == '.' || p[i] == ' ') && (i+1 == len(p) || p[i+1] == '/')
 }
 
 // asciiLower lower-cases ASCII letters only, so that no other byte of a

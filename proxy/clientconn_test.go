@@ -191,9 +191,10 @@ func TestConnectEarlyBytes(t *testing.T) {
 	port, got := recordingUpstream(t)
 	early := "GET /x HTTP/1.1\r\nHost: 127.0.0.1:" + port + "\r\n"
 	c, _ := openTunnel(t, startProxy(t, DefaultConfig(), allowAll{}, &audittest.Recorder{}), "127.0.0.1:"+port, early)
-	io.WriteString(c, "\r\nlater bytes")
+	later := "\r\nGET /y HTTP/1.1\r\nHost: 127.0.0.1:" + port + "\r\n\r\n"
+	io.WriteString(c, later)
 	c.(*net.TCPConn).CloseWrite()
-	if s, want := string(received(t, got)), early+"\r\nlater bytes"; s != want {
+	if s, want := string(received(t, got)), early+later; s != want {
 		t.Errorf("upstream received %q; want %q", s, want)
 	}
 }

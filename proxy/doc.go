@@ -24,6 +24,8 @@
 //	         → policy.PreDial.DecideConnect (policy.ParseConnect;
 //	           dnsguard.Floor.Check; policy.Engine.Decide) → proxy.Server.decided
 //	         → dnsguard.Dialer.DialContext → proxy.tunnel.run
+//	           (proxy.tunnel.firstFlight; proxy.tunnel.checkPlainFlight
+//	           binds every request of a plaintext tunnel to its host)
 //	         → proxy.tunnel.done ("connect_done")
 //	inspected CONNECT (the decision says inspect): … → proxy.Server.decided
 //	         → proxy.Server.runTunnel → proxy.tunnel.serveInspected

@@ -80,6 +80,13 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		}
 	}
 	f.identity, f.flowInfo.identity = id, id.ID
+	if inner != nil && r.ProtoMajor == 2 {
+		// net/http's h2 server takes any :path a header value may hold.
+		if err := policy.CheckH2Path(r.RequestURI); err != nil {
+			f.target.Path, f.target.Query, _ = strings.Cut(r.RequestURI, "?")
+			return r, s.refuse(f, r, refusalFor(stageParse, policy.Decision{}, err))
+		}
+	}
 	release, reason := s.limits.acquire(id.ID)
 	if reason != "" {
 		return r, s.refuse(f, r, deniedRefusal(reason))

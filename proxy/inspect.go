@@ -26,7 +26,12 @@ var innerALPN = []string{"h2", "http/1.1"}
 
 // serveInspected terminates an allowed CONNECT whose rule asks for
 // inspection: it reads the ClientHello (its server name must be the
-// CONNECT host; an Encrypted Client Hello or an unreadable one is refused),
+// CONNECT host; an unreadable one is refused), accepts an Encrypted Client
+// Hello whose outer server name is the CONNECT host (egressd terminates the
+// TLS session and never decrypts ECH, so the outer name is the one it
+// decides and answers: a GREASE ECH, which Chromium sends on every
+// connection, carries on, and a real one is rejected by the handshake as
+// RFC 9849 has it, the client seeing ech_required),
 // completes the TLS handshake with a leaf for the CONNECT host from the
 // identity's CA, and serves the requests inside over HTTP/1.1 or h2. Each
 // request goes through the plain proxy's own path (goproxy's handler,
@@ -49,8 +54,10 @@ func (t *tunnel) serveInspected() {
 		t.finish()
 		return
 	}
-	if hello.ech {
-		t.refuseFlight(policy.ReasonECH, "")
+	if hello.ech && hello.sni == "" {
+		// An ECH names its client-facing server in the outer server_name;
+		// without one there is no name the CONNECT host was checked with.
+		t.refuseFlight(policy.ReasonECH, "no outer server name")
 		t.close()
 		t.finish()
 		return

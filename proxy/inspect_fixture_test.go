@@ -259,6 +259,12 @@ func (f *inspectFixture) url(path string) string {
 // record (as clientHello captures it), fixing every enclosing length.
 func withExtension(tb testing.TB, rec []byte, typ uint16) []byte {
 	tb.Helper()
+	return withExtensionData(tb, rec, typ, nil)
+}
+
+// withExtensionData is withExtension with the extension's data.
+func withExtensionData(tb testing.TB, rec []byte, typ uint16, data []byte) []byte {
+	tb.Helper()
 	out := append([]byte(nil), rec...)
 	p := tlsRecordHeaderLen + 4 + 34
 	p += 1 + int(out[p])                           // session_id
@@ -269,9 +275,10 @@ func withExtension(tb testing.TB, rec []byte, typ uint16) []byte {
 		tb.Fatalf("hello has bytes after its extensions")
 	}
 	out = binary.BigEndian.AppendUint16(out, typ)
-	out = binary.BigEndian.AppendUint16(out, 0)
-	binary.BigEndian.PutUint16(out[p:], uint16(extLen+4))
-	hl := int(out[tlsRecordHeaderLen+1])<<16 | int(out[tlsRecordHeaderLen+2])<<8 | int(out[tlsRecordHeaderLen+3]) + 4
+	out = binary.BigEndian.AppendUint16(out, uint16(len(data)))
+	out = append(out, data...)
+	binary.BigEndian.PutUint16(out[p:], uint16(extLen+4+len(data)))
+	hl := int(out[tlsRecordHeaderLen+1])<<16 | int(out[tlsRecordHeaderLen+2])<<8 | int(out[tlsRecordHeaderLen+3]) + 4 + len(data)
 	out[tlsRecordHeaderLen+1], out[tlsRecordHeaderLen+2], out[tlsRecordHeaderLen+3] = byte(hl>>16), byte(hl>>8), byte(hl)
 	binary.BigEndian.PutUint16(out[3:], uint16(len(out)-tlsRecordHeaderLen))
 	return out

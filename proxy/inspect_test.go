@@ -183,7 +183,8 @@ func (f *inspectFixture) dialInner(t *testing.T, target, sni string, alpn ...str
 }
 
 // TestInspectRefusesBadHellos: on an inspected host, a ClientHello naming
-// another server, one with Encrypted Client Hello, bytes that are not a
+// another server (an Encrypted Client Hello's outer name among them), one
+// with Encrypted Client Hello and no outer name, bytes that are not a
 // ClientHello and plaintext are refused before any leaf is minted.
 func TestInspectRefusesBadHellos(t *testing.T) {
 	var hits atomic.Int64
@@ -193,8 +194,9 @@ func TestInspectRefusesBadHellos(t *testing.T) {
 		name, send, want string
 	}{
 		{"sni of another host", string(clientHello(t, "evil.example")), string(policy.ReasonSNIMismatch)},
-		{"encrypted client hello", string(withExtension(t, clientHello(t, "example.com"), tlsExtECH)), string(policy.ReasonECH)},
-		{"draft esni", string(withExtension(t, clientHello(t, "example.com"), tlsExtESNI)), string(policy.ReasonECH)},
+		{"encrypted client hello without outer sni", string(withExtension(t, clientHello(t, ""), tlsExtECH)), string(policy.ReasonECH)},
+		{"draft esni without sni", string(withExtension(t, clientHello(t, ""), tlsExtESNI)), string(policy.ReasonECH)},
+		{"encrypted client hello of another public name", string(withExtension(t, clientHello(t, "cloudflare-ech.com"), tlsExtECH)), string(policy.ReasonSNIMismatch)},
 		{"garbage record", "\x16\x03\x01\x00\x05hello", string(policy.ReasonMalformedHello)},
 		{"plaintext", "GET /ok/a HTTP/1.1\r\nHost: example.com\r\n\r\n", string(policy.ReasonTLSRequired)},
 	}

@@ -52,10 +52,10 @@ type tunnel struct {
 // checkFirstFlight reads the client's first bytes before anything of the
 // client's goes upstream: a ClientHello naming another server than the
 // CONNECT host is refused (sni_mismatch), and so are non-TLS bytes when the
-// rule is TLS-only, and a first HTTP request for another host in a
-// plaintext tunnel (checkPlainFlight). What was read is then written
-// upstream unchanged. It reports whether the client-to-upstream direction
-// may proceed.
+// rule is TLS-only; a plaintext tunnel whose bytes read as HTTP has each
+// of its requests bound to the CONNECT host (checkPlainFlight). What was
+// read is then written upstream unchanged. It reports whether the rest of
+// the client-to-upstream direction may be piped.
 func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
 	return t.firstFlight(tlsOnly, func(flight []byte, early *bytes.Reader, _ helloInfo) bool {
 		return t.forwardFlight(flight, early)
@@ -101,7 +101,7 @@ func (t *tunnel) firstFlight(tlsOnly bool, onHello func(flight []byte, early *by
 		if tlsOnly {
 			return t.refuseFlight(policy.ReasonTLSRequired, "")
 		}
-		return t.checkPlainFlight(flight, err, src, early)
+		return t.checkPlainFlight(flight, err, early)
 	}
 	var a helloAssembler
 	hello, ferr := a.feed(flight)
