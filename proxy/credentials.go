@@ -28,6 +28,7 @@ func (f *httpFlow) prepareCredentials(r *http.Request, d *policy.Decision) (refu
 	if plan != nil {
 		f.cred = plan
 		f.credentials = plan.Applied
+		f.scrub = plan.Scrubber()
 	}
 	return refusal{}, false
 }

@@ -25,6 +25,11 @@ var ErrUnscrubbable = errors.New("textual response body in an encoding egressd c
 // errOverCap ends a decompressed body past MaxDecompressedBytes.
 var errOverCap = fmt.Errorf("decompressed response body over %d bytes", MaxDecompressedBytes)
 
+// Scrubber returns the scrubber of this request's response, for anything
+// else the upstream's answer reaches (the records of the request); nil
+// when there is no secret.
+func (p *Plan) Scrubber() *Scrubber { return p.scrubber() }
+
 // scrubber returns the scrubber for this request's response: every loaded
 // secret (an upstream of one rule may have learnt another's secret: the
 // set is small and the cost is per pattern) and the Basic tokens this
