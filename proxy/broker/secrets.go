@@ -246,3 +246,15 @@ func (s *Secrets) Redact(err error) error {
 	}
 	return redact.Error(err, subs)
 }
+
+// Scrub returns v with every value in force, in each form the response
+// scrubber finds, replaced as in a response: for text egressd writes
+// itself and cannot vouch for (the operational log's lines, which quote
+// what libraries print).
+func (st *Store) Scrub(v string) string {
+	s := st.Load()
+	if s == nil {
+		return v
+	}
+	return s.scrub.String(v)
+}
