@@ -11,7 +11,9 @@ package broker
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"strings"
@@ -105,8 +107,7 @@ func Load(c Config, lookupEnv func(string) (string, bool)) (*Secrets, error) {
 		if sp.File != "" {
 			b, err := os.ReadFile(sp.File)
 			if err != nil {
-				// The os error names the path, not the content.
-				return nil, fmt.Errorf("secrets[%d] (secret %q): %w", i, sp.Name, err)
+				return nil, fmt.Errorf("secrets[%d].file (secret %q): %w", i, sp.Name, pathless(err))
 			}
 			v = string(b)
 			v = strings.TrimSuffix(v, "\n")
@@ -137,6 +138,32 @@ func Load(c Config, lookupEnv func(string) (string, bool)) (*Secrets, error) {
 	s.scrub = newScrubber(s.patterns)
 	return s, nil
 }
+
+// pathless is a file error without the path it names: a path that cannot
+// be read is often the secret itself, pasted in the wrong place, and the
+// error reaches the log and the reload's answer. errors.Is still sees the
+// cause (fs.ErrNotExist).
+func pathless(err error) error {
+	what := "cannot read it"
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		// The cause alone ("is a directory") names no path.
+		err, what = pe.Err, pe.Err.Error()
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		what = "no such file"
+	}
+	return fileError{what: what, err: err}
+}
+
+type fileError struct {
+	what string
+	err  error
+}
+
+func (e fileError) Error() string { return e.what + " (path not shown: it may be a pasted secret)" }
+
+func (e fileError) Unwrap() error { return e.err }
 
 // checkValue keeps values to what a header carries and the scrubber can
 // find: visible ASCII, so that no value can span the non-ASCII bounds of a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/netip"
 	"os"
@@ -67,6 +68,26 @@ func TestLoad(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLoadNeverEchoesFilePath: a secret pasted as secrets[].file is a path
+// that does not exist; the error names the entry and the cause, never the
+// path, and still is fs.ErrNotExist. The os error with the path was
+// wrapped whole.
+func TestLoadNeverEchoesFilePath(t *testing.T) {
+	pasted := ghValue
+	for _, path := range []string{pasted, filepath.Join(t.TempDir(), pasted)} {
+		_, err := Load(Config{{Name: "gh", File: path}}, nil)
+		if err == nil {
+			t.Fatalf("Load of a missing file succeeded")
+		}
+		if msg := err.Error(); strings.Contains(msg, pasted) || !strings.Contains(msg, `secrets[0].file (secret "gh"): no such file`) {
+			t.Errorf("Load error = %q; want the entry and \"no such file\", never the path", msg)
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("errors.Is(%v, fs.ErrNotExist) = false; want true", err)
+		}
 	}
 }
 
