@@ -29,6 +29,8 @@ func (f *httpFlow) prepareCredentials(r *http.Request, d *policy.Decision) (refu
 		f.cred = plan
 		f.credentials = plan.Applied
 		f.scrub = plan.Scrubber()
+		// r's header is what the upstream request is built from.
+		plan.KeepPlaced(r.Header)
 	}
 	return refusal{}, false
 }

@@ -310,3 +310,35 @@ func TestCredentialScrubStreamsEvents(t *testing.T) {
 	resp.Body.Close()
 	assertNoSecret(t, lines, logs, string(rest))
 }
+
+// TestCredentialHeaderListedInConnection: a sandbox that lists the header
+// a placeholder is swapped into in Connection does not get it stripped as
+// hop-by-hop: the upstream receives the secret the decision record names
+// as sent. The header used to be dropped after the record claimed it.
+func TestCredentialHeaderListedInConnection(t *testing.T) {
+	up, got, _ := echoUpstream(t, "127.0.0.1")
+	d := credDecider{"127.0.0.1": allowWith("gh", policy.Credential{Secret: "github", Placeholder: "header:Authorization"})}
+	addr, lines, logs := credProxy(t, d, nil)
+	req, _ := http.NewRequest("GET", "http://"+up+"/repos", nil)
+	req.Header.Set("Authorization", "Bearer egressd:secret:github")
+	req.Header.Set("Connection", "keep-alive, authorization")
+	resp, err := proxyClient(addr).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if seen := <-got; seen != "Bearer "+testSecret+"|" {
+		t.Errorf("upstream saw Authorization %q; want the swapped secret", seen)
+	}
+	var decision string
+	for _, l := range lines() {
+		if strings.Contains(l, `"kind":"http"`) {
+			decision = l
+		}
+	}
+	if !strings.Contains(decision, `"credentials":{"github":"header:Authorization"}`) {
+		t.Errorf("decision record %s; want credentials naming github at header:Authorization", decision)
+	}
+	assertNoSecret(t, lines, logs, string(body))
+}
