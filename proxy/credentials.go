@@ -29,6 +29,9 @@ func (f *httpFlow) prepareCredentials(r *http.Request, d *policy.Decision) (refu
 		return refusalFor(stagePolicy, policy.Decision{Reason: string(reason), Rule: d.Rule, Policy: d.Policy}, nil), true
 	}
 	if plan != nil {
+		if reason := plan.Refuse(r.Method, r.Header); reason != "" {
+			return refusalFor(stagePolicy, policy.Decision{Reason: string(reason), Rule: d.Rule, Policy: d.Policy}, nil), true
+		}
 		f.cred = plan
 		f.credentials = plan.Applied
 		f.scrub = plan.Scrubber()

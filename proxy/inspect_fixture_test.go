@@ -29,6 +29,7 @@ import (
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy/broker"
 	"github.com/egressd/egressd/proxy/identity"
 	defaultbundle "github.com/egressd/egressd/rego"
 )
@@ -152,6 +153,8 @@ type inspectOptions struct {
 	rules string
 	// ids are the identities; nil: none (everyone is anonymous).
 	ids identity.Config
+	// secrets are the brokered secrets; nil: none.
+	secrets *broker.Store
 }
 
 func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixture {
@@ -187,7 +190,7 @@ func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixtu
 		a = discardAudit{}
 	}
 	opts := Options{Config: cfg, Decider: e, Floor: openFloor{}, Identities: ids, Dialer: &loopbackDialer{},
-		Audit: a, Metrics: NewMetrics(prometheus.NewRegistry()), Log: zap.NewNop(), UpstreamRoots: roots}
+		Audit: a, Metrics: NewMetrics(prometheus.NewRegistry()), Log: zap.NewNop(), UpstreamRoots: roots, Secrets: o.secrets}
 	if !o.noCA {
 		opts.Leaves = f.ca
 	}

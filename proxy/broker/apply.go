@@ -148,3 +148,26 @@ func (p *Plan) places(name string) bool {
 	}
 	return false
 }
+
+// Refuse returns policy.ReasonCredentialUnsafeRequest for a request whose
+// answer the scrubber cannot vouch for, before anything is sent: TRACE
+// (the upstream echoes the request, injected secret and all, as
+// message/http) and, unless an action of the rule sets allow_range, Range
+// or If-Range (pieces of an echo, each scrubbed alone, can together spell
+// the secret). It returns "" for any other request.
+func (p *Plan) Refuse(method string, h http.Header) policy.Reason {
+	if method == http.MethodTrace {
+		return policy.ReasonCredentialUnsafeRequest
+	}
+	if _, ranged := h["Range"]; !ranged {
+		if _, ranged = h["If-Range"]; !ranged {
+			return ""
+		}
+	}
+	for i := range p.actions {
+		if p.actions[i].AllowRange {
+			return ""
+		}
+	}
+	return policy.ReasonCredentialUnsafeRequest
+}
