@@ -166,6 +166,9 @@ type scrubReader struct {
 	off   int
 	err   error
 	onEOF func()
+	// scanOnly passes decided bytes unchanged and fails with
+	// ErrSecretInBody where a secret would be replaced.
+	scanOnly bool
 }
 
 func (r *scrubReader) Read(p []byte) (int, error) {
@@ -183,21 +186,35 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 		r.in = r.in[:len(r.in)+n]
 		switch {
 		case err == io.EOF:
-			r.out, _ = r.s.process(r.in, true, r.out)
-			r.in = r.in[:0]
+			if derr := r.decide(true); derr != nil {
+				err = derr
+			}
 			if r.onEOF != nil {
 				r.onEOF()
 			}
 		case err != nil:
 			r.in = r.in[:0]
 		default:
-			var used int
-			r.out, used = r.s.process(r.in, false, r.out)
-			r.in = r.in[:copy(r.in, r.in[used:])]
+			err = r.decide(false)
 		}
 		r.err = err
 	}
 	n := copy(p, r.out[r.off:])
 	r.off += n
 	return n, nil
+}
+
+// decide moves what of in is decided to out, scrubbed (or, scanOnly,
+// unchanged unless it holds a secret: then nothing is moved and
+// ErrSecretInBody is returned).
+func (r *scrubReader) decide(eof bool) error {
+	start := len(r.out)
+	var used int
+	r.out, used = r.s.process(r.in, eof, r.out)
+	if r.scanOnly && !bytes.Equal(r.out[start:], r.in[:used]) {
+		r.out, r.in = r.out[:start], r.in[:0]
+		return ErrSecretInBody
+	}
+	r.in = r.in[:copy(r.in, r.in[used:])]
+	return nil
 }

@@ -193,41 +193,60 @@ func TestScrubResponse(t *testing.T) {
 		t.Fatal(reason)
 	}
 	echo := `{"token":"` + ghValue + `","auth":"Basic ` + basicToken("u", ghValue) + `"}`
+	clean := []byte("\x89PNG no secret here")
 	tests := []struct {
 		name     string
-		ctype    string
+		ctype    []string
 		encoding string
 		body     []byte
-		wantErr  bool
+		// length is the declared length; 0 means len(body), -1 unknown.
+		length int64
+		// wantErr is Scrub's error; readErr the body read's.
+		wantErr, readErr error
 		// scrubbed says the body comes out scrubbed and uncompressed.
 		scrubbed bool
 		status   int
 	}{
-		{name: "json", ctype: "application/json", body: []byte(echo), scrubbed: true},
+		{name: "json", ctype: []string{"application/json"}, body: []byte(echo), scrubbed: true},
 		{name: "no type", body: []byte(echo), scrubbed: true},
-		{name: "event stream", ctype: "text/event-stream", body: []byte("data: " + echo + "\n\n"), scrubbed: true},
-		{name: "gzip json", ctype: "application/json; charset=utf-8", encoding: "gzip", body: gzipped(t, echo), scrubbed: true},
-		{name: "br refused", ctype: "text/plain", encoding: "br", body: []byte("?"), wantErr: true},
-		{name: "binary untouched", ctype: "image/png", body: []byte(echo)},
+		{name: "event stream", ctype: []string{"text/event-stream"}, body: []byte("data: " + echo + "\n\n"), scrubbed: true},
+		{name: "gzip json", ctype: []string{"application/json; charset=utf-8"}, encoding: "gzip", body: gzipped(t, echo), scrubbed: true},
+		{name: "br refused", ctype: []string{"text/plain"}, encoding: "br", body: []byte("?"), wantErr: ErrUnscrubbable},
+		{name: "binary without a secret untouched", ctype: []string{"image/png"}, body: clean},
+		{name: "streamed binary without a secret untouched", ctype: []string{"image/png"}, body: clean, length: -1},
 		{name: "upgraded connection untouched", status: http.StatusSwitchingProtocols, body: []byte(echo)},
+		// Bypasses of a scrubber that trusted the labels.
+		{name: "binary holding a secret refused", ctype: []string{"image/png"}, body: []byte(echo), wantErr: ErrSecretInBody},
+		{name: "TRACE echo as message/http refused", ctype: []string{"message/http"}, body: []byte("GET / HTTP/1.1\r\nAuthorization: Bearer " + ghValue + "\r\n\r\n"), wantErr: ErrSecretInBody},
+		{name: "two Content-Types refused", ctype: []string{"image/png", "text/plain"}, body: []byte(echo), wantErr: ErrUnscrubbable},
+		{name: "unlabelled gzip binary refused", ctype: []string{"application/octet-stream"}, body: gzipped(t, echo), wantErr: ErrSecretInBody},
+		{name: "labelled gzip binary refused", ctype: []string{"application/octet-stream"}, encoding: "gzip", body: gzipped(t, echo), wantErr: ErrSecretInBody},
+		{name: "streamed binary holding a secret cut", ctype: []string{"application/grpc"}, body: []byte(echo), length: -1, readErr: ErrSecretInBody},
+		{name: "streamed unlabelled gzip binary cut", ctype: []string{"application/octet-stream"}, body: gzipped(t, echo), length: -1, readErr: ErrSecretInBody},
+		{name: "streamed unlabelled gzip text cut", ctype: []string{"text/plain"}, body: gzipped(t, echo), length: -1, readErr: ErrSecretInBody},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			resp := &http.Response{Header: http.Header{"X-Echo": {"Bearer " + ghValue}, "Content-Length": {"99"}},
-				Body: io.NopCloser(bytes.NewReader(tt.body)), ContentLength: 99, StatusCode: tt.status}
+			length := tt.length
+			if length == 0 {
+				length = int64(len(tt.body))
+			}
+			resp := &http.Response{Header: http.Header{"X-Echo": {"Bearer " + ghValue}}, Trailer: http.Header{"Grpc-Message": {"bad " + ghValue}},
+				Body: io.NopCloser(bytes.NewReader(tt.body)), ContentLength: length, StatusCode: tt.status}
+			if length >= 0 {
+				resp.Header.Set("Content-Length", fmt.Sprint(length))
+			}
 			if resp.StatusCode == 0 {
 				resp.StatusCode = http.StatusOK
 			}
-			if tt.ctype != "" {
-				resp.Header.Set("Content-Type", tt.ctype)
-			}
+			resp.Header["Content-Type"] = tt.ctype
 			if tt.encoding != "" {
 				resp.Header.Set("Content-Encoding", tt.encoding)
 			}
 			err := plan.Scrub(resp)
-			if tt.wantErr {
-				if !errors.Is(err, ErrUnscrubbable) {
-					t.Fatalf("Scrub = %v; want ErrUnscrubbable", err)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("Scrub = %v; want %v", err, tt.wantErr)
 				}
 				return
 			}
@@ -238,17 +257,26 @@ func TestScrubResponse(t *testing.T) {
 				t.Errorf("header X-Echo = %q; holds the secret", resp.Header.Get("X-Echo"))
 			}
 			got, err := io.ReadAll(resp.Body)
-			if err != nil {
-				t.Fatal(err)
+			if tt.status != http.StatusSwitchingProtocols && (bytes.Contains(got, []byte(ghValue)) || bytes.Contains(got, []byte(basicToken("u", ghValue)))) {
+				t.Errorf("body = %q; holds the secret", got)
 			}
-			if !tt.scrubbed {
-				if !bytes.Equal(got, tt.body) || resp.Header.Get("Content-Length") != "99" {
-					t.Errorf("body = %q; want it untouched", got)
+			if tt.readErr != nil {
+				if !errors.Is(err, tt.readErr) {
+					t.Errorf("reading the body = %v; want %v", err, tt.readErr)
 				}
 				return
 			}
-			if bytes.Contains(got, []byte(ghValue)) || bytes.Contains(got, []byte(basicToken("u", ghValue))) {
-				t.Errorf("body = %q; holds the secret", got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.status != http.StatusSwitchingProtocols && strings.Contains(resp.Trailer.Get("Grpc-Message"), ghValue) {
+				t.Errorf("trailer Grpc-Message = %q; holds the secret", resp.Trailer.Get("Grpc-Message"))
+			}
+			if !tt.scrubbed {
+				if !bytes.Equal(got, tt.body) || length >= 0 && resp.Header.Get("Content-Length") != fmt.Sprint(length) {
+					t.Errorf("body = %q; want it untouched", got)
+				}
+				return
 			}
 			if !bytes.Contains(got, redacted("github")) || resp.Header.Get("Content-Encoding") != "" || resp.Header.Get("Content-Length") != "" {
 				t.Errorf("body = %q, Content-Encoding %q, Content-Length %q; want scrubbed, decoded, no length", got,
@@ -258,9 +286,6 @@ func TestScrubResponse(t *testing.T) {
 	}
 }
 
-// TestScrubResponseOverCap: a compressed body that inflates past its cap
-// ends with an error rather than inflating on; Scrub caps at
-// MaxDecompressedBytes.
 func TestScrubResponseOverCap(t *testing.T) {
 	secrets := testSecrets(t, map[string]string{"github": ghValue})
 	plan, _ := Prepare([]policy.Credential{{Secret: "github", Header: "Authorization"}}, secrets, http.Header{}, "/", "")
