@@ -70,7 +70,7 @@ func (s *Scrubber) holds(r io.Reader, enc string) bool {
 // holds back what may begin a secret), and fails with ErrSecretInBody at
 // the first secret, which it never returns.
 func (s *Scrubber) scan(r io.Reader, onEOF func()) io.Reader {
-	return &scrubReader{s: s, src: r, onEOF: onEOF, scanOnly: true}
+	return s.chain(r, onEOF, true)
 }
 
 // watch is a streamed body that is not rewritten: its bytes pass as they

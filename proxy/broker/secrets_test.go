@@ -294,7 +294,8 @@ func TestScrubResponseOverCap(t *testing.T) {
 	if err := plan.Scrub(resp); err != nil {
 		t.Fatal(err)
 	}
-	sr := resp.Body.(readCloser).Reader.(*scrubReader)
+	// The decoded stage reads the raw stage, which reads the source.
+	sr := resp.Body.(readCloser).Reader.(*scrubReader).src.(*scrubReader)
 	if c, ok := sr.src.(*capReader); !ok || c.left != MaxDecompressedBytes {
 		t.Fatalf("Scrub's body source = %T; want a capReader of MaxDecompressedBytes", sr.src)
 	}
