@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync/atomic"
 )
 
@@ -36,7 +37,7 @@ func (s *Scrubber) guard(resp *http.Response, enc string, trailers func()) error
 		resp.Body = readCloser{Reader: bytes.NewReader(b), Closer: orig}
 		return nil
 	}
-	resp.Body = s.watch(orig, enc, trailers)
+	resp.Body = s.watch(orig, enc, isGRPC(resp.Header.Get("Content-Type")), trailers)
 	return nil
 }
 
@@ -73,13 +74,65 @@ func (s *Scrubber) scan(r io.Reader, onEOF func()) io.Reader {
 	return s.chain(r, onEOF, true)
 }
 
+// grpcFrames splits a gRPC body's reads at its message boundaries (a
+// 5-byte prefix: flag, then the big-endian length) and says when a read
+// ended one: no secret is looked for across messages, so a message is
+// never held back waiting for the next one, which in a bidirectional
+// stream may only come once the client has the whole of this one.
+type grpcFrames struct {
+	r    io.Reader
+	head [5]byte
+	nh   int    // bytes of head read
+	left uint32 // bytes of the message still to read
+	// ended is set by a read that completed a message.
+	ended bool
+}
+
+func (g *grpcFrames) Read(p []byte) (int, error) {
+	g.ended = false
+	if g.nh < len(g.head) {
+		n, err := g.r.Read(g.head[g.nh:min(len(g.head), g.nh+len(p))])
+		copy(p, g.head[g.nh:g.nh+n])
+		g.nh += n
+		if g.nh == len(g.head) {
+			g.left = uint32(g.head[1])<<24 | uint32(g.head[2])<<16 | uint32(g.head[3])<<8 | uint32(g.head[4])
+			g.end()
+		}
+		return n, err
+	}
+	if uint32(len(p)) > g.left {
+		p = p[:g.left]
+	}
+	n, err := g.r.Read(p)
+	g.left -= uint32(n)
+	g.end()
+	return n, err
+}
+
+// end marks a completed message and starts the next head.
+func (g *grpcFrames) end() {
+	if g.nh == len(g.head) && g.left == 0 {
+		g.nh, g.ended = 0, true
+	}
+}
+
+func (g *grpcFrames) boundary() bool { return g.ended }
+
+// isGRPC reports a gRPC content type: application/grpc and its +proto,
+// +json kin.
+func isGRPC(contentType string) bool {
+	mt, _, _ := strings.Cut(contentType, ";")
+	mt = strings.ToLower(strings.TrimSpace(mt))
+	return mt == "application/grpc" || strings.HasPrefix(mt, "application/grpc+")
+}
+
 // watch is a streamed body that is not rewritten: its bytes pass as they
 // are decided, and its read fails with ErrSecretInBody at a secret in the
 // raw bytes or, when they are compressed (by label or a gzip opening),
 // in the decompressed ones, which are searched alongside (see
 // sideScan: bytes before a secret found there may have passed).
-func (s *Scrubber) watch(orig io.ReadCloser, enc string, trailers func()) io.ReadCloser {
-	return &watcher{s: s, br: bufio.NewReader(orig), orig: orig, enc: enc, trailers: trailers}
+func (s *Scrubber) watch(orig io.ReadCloser, enc string, grpc bool, trailers func()) io.ReadCloser {
+	return &watcher{s: s, br: bufio.NewReader(orig), orig: orig, enc: enc, grpc: grpc, trailers: trailers}
 }
 
 // watchText is an uncompressed textual body: scrubbed as it streams,
@@ -97,8 +150,10 @@ type watcher struct {
 	trailers func()
 	// rewrite scrubs a body that is not compressed instead of searching it.
 	rewrite bool
-	r       io.Reader // set on the first read
-	side    *sideScan // nil when the body is not compressed
+	// grpc searches an uncompressed body message by message.
+	grpc bool
+	r    io.Reader // set on the first read
+	side *sideScan // nil when the body is not compressed
 }
 
 func (w *watcher) Read(p []byte) (int, error) {
@@ -110,14 +165,29 @@ func (w *watcher) Read(p []byte) (int, error) {
 		case enc == "" && w.rewrite:
 			w.r = w.s.Reader(w.br, w.trailers)
 		default:
-			if enc != "" {
+			var frames *grpcFrames
+			switch {
+			case enc != "":
 				w.side = w.s.sideScan(enc)
 				src = io.TeeReader(w.br, w.side)
+			case w.grpc:
+				frames = &grpcFrames{r: w.br}
+				src = frames
 			}
 			w.r = w.s.scan(src, func() {
 				w.side.end()
 				w.trailers()
 			})
+			if frames != nil {
+				// Each stage's boundary is the one its source reached.
+				for r := w.r.(*scrubReader); r != nil; r, _ = r.src.(*scrubReader) {
+					if prev, ok := r.src.(*scrubReader); ok {
+						r.boundary = prev.drained
+					} else {
+						r.boundary = frames.boundary
+					}
+				}
+			}
 		}
 	}
 	n, err := w.r.Read(p)

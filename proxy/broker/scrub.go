@@ -307,7 +307,16 @@ type scrubReader struct {
 	// scanOnly passes decided bytes unchanged and fails with
 	// ErrSecretInBody where a secret would be replaced.
 	scanOnly bool
+	// boundary, if set, reports that the source's last read ended a unit
+	// no secret spans (a gRPC message): all of it is decided then.
+	boundary func() bool
+	// bounded says the last decision was at such a boundary.
+	bounded bool
 }
+
+// drained reports that r has returned everything up to a boundary: the
+// boundary of a stage reading r.
+func (r *scrubReader) drained() bool { return r.bounded && r.off == len(r.out) }
 
 func (r *scrubReader) Read(p []byte) (int, error) {
 	for r.off == len(r.out) {
@@ -333,7 +342,8 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 		case err != nil:
 			r.in = r.in[:0]
 		default:
-			err = r.decide(false)
+			r.bounded = r.boundary != nil && r.boundary()
+			err = r.decide(r.bounded)
 		}
 		r.err = err
 	}

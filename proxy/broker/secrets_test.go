@@ -307,3 +307,37 @@ func TestScrubResponseOverCap(t *testing.T) {
 		t.Errorf("read %d bytes, error %v; want %d and errOverCap", n, err, limit)
 	}
 }
+
+// grpcMessage frames payload as one uncompressed gRPC message.
+func grpcMessage(payload string) []byte {
+	n := len(payload)
+	return append([]byte{0, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}, payload...)
+}
+
+// TestScanGRPCStreamNotHeld: a streamed gRPC body is searched message by
+// message, so a message whose last bytes could begin a secret reaches the
+// client whole before the next is sent (a bidirectional stream would
+// otherwise wait for ever), and a message holding a secret is cut.
+func TestScanGRPCStreamNotHeld(t *testing.T) {
+	secrets := testSecrets(t, map[string]string{"github": ghValue})
+	plan, _ := Prepare([]policy.Credential{{Secret: "github", Header: "Authorization"}}, secrets, http.Header{}, "/", "")
+	pr, pw := io.Pipe()
+	resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/grpc"}}, Body: pr, ContentLength: -1}
+	if err := plan.Scrub(resp); err != nil {
+		t.Fatal(err)
+	}
+	first := grpcMessage("reply ends in " + ghValue[:6])
+	go pw.Write(first)
+	got := make([]byte, len(first))
+	if _, err := io.ReadFull(resp.Body, got); err != nil || !bytes.Equal(got, first) {
+		t.Fatalf("first message = %q, %v; want it whole before the next is sent", got, err)
+	}
+	go func() {
+		pw.Write(grpcMessage("leak " + ghValue))
+		pw.Close()
+	}()
+	rest, err := io.ReadAll(resp.Body)
+	if !errors.Is(err, ErrSecretInBody) || bytes.Contains(rest, []byte(ghValue)) {
+		t.Errorf("second message = %q, %v; want it cut with ErrSecretInBody", rest, err)
+	}
+}
