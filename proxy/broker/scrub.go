@@ -85,10 +85,19 @@ func (s *Scrubber) String(v string) string {
 
 // view is the decoded form of a buffer: exact and case-folded bytes, and
 // where each decoded byte starts in the raw buffer (off has one more
-// entry: the end of the last). Kept by a Reader between reads.
+// entry: the end of the last; nil when every byte is a unit, ex is then
+// the buffer itself). Kept by a Reader between reads.
 type view struct {
 	ex, fo []byte
 	off    []int32
+}
+
+// at is where unit i starts in the raw buffer.
+func (v *view) at(i int) int {
+	if v.off == nil {
+		return i
+	}
+	return int(v.off[i])
 }
 
 // unit decodes the escape or byte at buf[i]: its value and raw length.
@@ -154,15 +163,26 @@ func hexVal(c byte) int {
 }
 
 // decode fills v with buf's decided units and returns how many there are;
-// each byte is a unit unless escapes are decoded.
+// each byte is a unit unless escapes are decoded and buf holds one.
 func (v *view) decode(buf []byte, eof, escapes bool) int {
+	if !escapes || bytes.IndexByte(buf, '%') < 0 && bytes.IndexByte(buf, '\\') < 0 {
+		v.ex, v.off = buf, nil
+		v.fo = append(v.fo[:0], buf...)
+		for i, c := range v.fo {
+			if 'A' <= c && c <= 'Z' {
+				v.fo[i] = c + 'a' - 'A'
+			}
+		}
+		return len(buf)
+	}
+	if v.off == nil {
+		// ex aliased the last buffer.
+		v.ex = nil
+	}
 	v.ex, v.fo, v.off = v.ex[:0], v.fo[:0], v.off[:0]
 	i := 0
 	for i < len(buf) {
-		c, n, ok := buf[i], 1, true
-		if escapes {
-			c, n, ok = unit(buf, i, eof)
-		}
+		c, n, ok := unit(buf, i, eof)
 		if !ok {
 			break
 		}
@@ -227,9 +247,9 @@ func (s *Scrubber) process(buf []byte, eof bool, out []byte, v *view) ([]byte, i
 			}
 		}
 		if best < 0 {
-			return append(out, buf[v.off[start]:v.off[limit]]...), int(v.off[limit])
+			return append(out, buf[v.at(start):v.at(limit)]...), v.at(limit)
 		}
-		out = append(out, buf[v.off[start]:v.off[best]]...)
+		out = append(out, buf[v.at(start):v.at(best)]...)
 		out = append(out, s.pats[bestP].repl...)
 		start = best + len(s.pats[bestP].text)
 	}
