@@ -33,7 +33,12 @@ var errOverCap = fmt.Errorf("decompressed response body over %d bytes", MaxDecom
 // Scrubber returns the scrubber of this request's response, for anything
 // else the upstream's answer reaches (the records of the request); nil
 // when there is no secret.
-func (p *Plan) Scrubber() *Scrubber { return p.scrubber() }
+func (p *Plan) Scrubber() *Scrubber {
+	if p.sc == nil {
+		p.sc = p.scrubber()
+	}
+	return p.sc
+}
 
 // scrubber returns the scrubber for this request's response: every loaded
 // secret (an upstream of one rule may have learnt another's secret: the
@@ -71,7 +76,7 @@ func (p *Plan) scrubber() *Scrubber {
 // ErrUnscrubbable: which one a client obeys is its own choice. The
 // connection behind a 101 (WebSocket) passes untouched.
 func (p *Plan) Scrub(resp *http.Response) error {
-	sc := p.scrubber()
+	sc := p.Scrubber()
 	if sc == nil {
 		return nil
 	}
