@@ -208,3 +208,27 @@ func unhex(c byte) byte {
 	}
 	return c - 'A' + 10
 }
+
+// Rewrite replaces every string of r a client or upstream may have
+// supplied — each capped field, and the keys and values of Credentials
+// and Detail — with f of it, before r is appended. The maps are copied,
+// not changed in place: a caller may share them.
+func (r *Record) Rewrite(f func(string) string) {
+	for i := range capNames {
+		p := capField(r, i)
+		*p = f(*p)
+	}
+	r.Credentials = rewriteMap(r.Credentials, f)
+	r.Detail = rewriteMap(r.Detail, f)
+}
+
+func rewriteMap(m map[string]string, f func(string) string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[f(k)] = f(v)
+	}
+	return out
+}

@@ -30,6 +30,10 @@ type Credential struct {
 	// Require refuses a request whose placeholder place holds a value
 	// without the placeholder: a literal key the sandbox brought.
 	Require bool `json:"require,omitempty"`
+	// AllowRange lets the rule's requests carry Range and If-Range
+	// (resumable downloads). Without it they are refused: pieces of an
+	// echo, each scrubbed alone, can together spell the secret.
+	AllowRange bool `json:"allow_range,omitempty"`
 }
 
 // BasicAuth is the user of a Basic credential.

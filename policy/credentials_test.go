@@ -12,7 +12,7 @@ import (
 const credentialRules = `{"rules": [
   {"id": "gw", "hosts": ["10.20.0.5"], "ports": [8080], "methods": ["GET"],
    "credentials": [{"secret": "github", "header": "Authorization", "format": "Bearer {}"},
-                   {"secret": "maps", "placeholder": "query:key", "require": true}]},
+                   {"secret": "maps", "placeholder": "query:key", "require": true, "allow_range": true}]},
   {"id": "plain", "hosts": ["10.20.0.6"], "ports": [8080]}
 ]}`
 
@@ -24,7 +24,7 @@ func TestCredentialsOnDecision(t *testing.T) {
 	ctx := context.Background()
 	want := []Credential{
 		{Secret: "github", Header: "Authorization", Format: "Bearer {}"},
-		{Secret: "maps", Placeholder: "query:key", Require: true},
+		{Secret: "maps", Placeholder: "query:key", Require: true, AllowRange: true},
 	}
 	tests := []struct {
 		name string

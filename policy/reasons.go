@@ -140,9 +140,18 @@ const (
 	// ReasonCredentialCleartext: the rule binds a secret but the request
 	// would carry it unencrypted to an address no internal: entry allows.
 	ReasonCredentialCleartext Reason = "credential_cleartext"
-	// ReasonCredentialUnscrubbable: the response to a request that
-	// carried a secret has a textual body egressd cannot scrub (an
-	// encoding it does not decode, or a decompressed size over the cap).
+	// ReasonCredentialUnsafeRequest: a request of a rule that binds a
+	// secret asks for an answer the scrubber cannot vouch for: TRACE
+	// (the request, secret and all, echoed as message/http) or a Range
+	// (pieces that each hold part of the secret) where no action of the
+	// rule allows ranges.
+	ReasonCredentialUnsafeRequest Reason = "credential_unsafe_request"
+	// ReasonCredentialUnscrubbable: the response to a request of a rule
+	// that binds a secret cannot be passed on without the risk of the
+	// secret in it: a textual body in an encoding egressd does not decode
+	// (or over the decompressed cap), more than one Content-Type, or a
+	// non-textual body (or its unlabelled gzip content) holding a secret,
+	// which is refused rather than rewritten.
 	ReasonCredentialUnscrubbable Reason = "credential_unscrubbable"
 
 	// Reasons of every entry point's audit log.
@@ -269,11 +278,12 @@ var reasonTable = map[Reason]reasonEntry{
 	ReasonShuttingDown:       {class: ClassUnavailable},
 	ReasonClientClosed:       {class: ClassClient},
 
-	ReasonCredentialUnresolved:   {class: ClassPolicy},
-	ReasonCredentialWrongDest:    {class: ClassPolicy},
-	ReasonCredentialLiteral:      {class: ClassPolicy},
-	ReasonCredentialCleartext:    {class: ClassPolicy},
-	ReasonCredentialUnscrubbable: {class: ClassUpstream},
+	ReasonCredentialUnresolved:    {class: ClassPolicy},
+	ReasonCredentialWrongDest:     {class: ClassPolicy},
+	ReasonCredentialLiteral:       {class: ClassPolicy},
+	ReasonCredentialCleartext:     {class: ClassPolicy},
+	ReasonCredentialUnsafeRequest: {class: ClassPolicy},
+	ReasonCredentialUnscrubbable:  {class: ClassUpstream},
 
 	ReasonAuditUnavailable: {class: ClassUnavailable},
 	ReasonAuditBudget:      {class: ClassLimit},

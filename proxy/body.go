@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy/broker"
 )
 
 // countingBody counts bytes and pushes back the flow's idle timer on every
@@ -69,6 +70,10 @@ func (b *responseBody) Close() error {
 	case b.f.clientCtx.Err() != nil || errors.Is(b.cut, errClientWrite):
 		b.f.s.metrics.clientClosed.WithLabelValues("response").Inc()
 		b.f.complete(b.status, "", string(policy.ReasonClientClosed))
+	case errors.Is(b.cut, broker.ErrSecretInBody):
+		// Cut at a secret in a body that is not rewritten: a refusal,
+		// after the head had gone.
+		b.f.complete(b.status, policy.ReasonCredentialUnscrubbable, "response cut short: "+b.cut.Error())
 	default:
 		b.f.complete(b.status, "", "response cut short: "+b.cut.Error())
 	}

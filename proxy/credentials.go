@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"context"
+	"errors"
+	"net"
 	"net/http"
 	"net/netip"
 
@@ -26,8 +29,14 @@ func (f *httpFlow) prepareCredentials(r *http.Request, d *policy.Decision) (refu
 		return refusalFor(stagePolicy, policy.Decision{Reason: string(reason), Rule: d.Rule, Policy: d.Policy}, nil), true
 	}
 	if plan != nil {
+		if reason := plan.Refuse(r.Method, r.Header); reason != "" {
+			return refusalFor(stagePolicy, policy.Decision{Reason: string(reason), Rule: d.Rule, Policy: d.Policy}, nil), true
+		}
 		f.cred = plan
 		f.credentials = plan.Applied
+		f.scrub = plan.Scrubber()
+		// r's header is what the upstream request is built from.
+		plan.KeepPlaced(r.Header)
 	}
 	return refusal{}, false
 }
@@ -47,29 +56,64 @@ func (f *httpFlow) cleartextCredential() bool {
 	return f.cred.Carries() && f.target.Scheme != "https"
 }
 
+// vetter is the part of *dnsguard.Dialer that resolves an address and
+// checks it against the floor without dialling.
+type vetter interface {
+	Vet(ctx context.Context, address string) ([]netip.Addr, uint16, error)
+}
+
 // sendInternal sends a request carrying a secret over plain HTTP on a
-// fresh connection whose dialled address is checked before a byte is
-// written: the pinned dialer passed it through the floor, so a non-public
-// address is one an internal: entry allows; a public one gets nothing. The
-// connection carries this request only ("Connection: close", never
-// pooled): a secret never shares a connection with a request the sandbox
-// framed.
+// fresh connection to an address that is not public: the pinned dialer
+// passed it through the floor, so a non-public address is one an
+// internal: entry allows. With a dialer that vets (the daemon's) the
+// addresses are decided before anything is dialled, and a vetted address
+// is dialled, not the name again; the connection's address is checked
+// once more before a byte is written. The connection carries this request
+// only ("Connection: close", never pooled): a secret never shares a
+// connection with a request the sandbox framed.
 func (f *httpFlow) sendInternal(req *http.Request) (*http.Response, string, error) {
 	req.Close = true
 	p := f.st.up
+	ctx := req.Context()
 	key := req.URL.Host
-	c, err := p.dial(req.Context(), "tcp", key)
-	if err != nil {
-		return nil, "", err
+	targets := []string{key}
+	if v, ok := f.s.dialer.(vetter); ok {
+		addrs, port, err := v.Vet(ctx, key)
+		if err != nil {
+			return nil, "", err
+		}
+		targets = targets[:0]
+		for _, a := range addrs {
+			if dnsguard.Classify(a) == dnsguard.Public {
+				return nil, a.String(), cleartextDenied(a.String())
+			}
+			targets = append(targets, netip.AddrPortFrom(a, port).String())
+		}
+	}
+	var c net.Conn
+	var errs []error
+	for _, t := range targets {
+		var err error
+		if c, err = p.dial(ctx, "tcp", t); err == nil {
+			break
+		}
+		errs = append(errs, err)
+	}
+	if c == nil {
+		return nil, "", errors.Join(errs...)
 	}
 	pc := p.wrap(key, c)
 	if a, err := netip.ParseAddr(pc.ip); err != nil || dnsguard.Classify(a) == dnsguard.Public {
 		pc.close()
-		return nil, pc.ip, &policy.DenyError{Reason: policy.ReasonCredentialCleartext,
-			Detail: "plain-HTTP request carrying a secret resolved to public address " + pc.ip}
+		return nil, pc.ip, cleartextDenied(pc.ip)
 	}
-	resp, err := p.send(req.Context(), pc, req)
+	resp, err := p.send(ctx, pc, req)
 	return resp, pc.ip, err
+}
+
+func cleartextDenied(ip string) error {
+	return &policy.DenyError{Reason: policy.ReasonCredentialCleartext,
+		Detail: "plain-HTTP request carrying a secret resolved to public address " + ip}
 }
 
 // scrubResponse scrubs the response of a request whose rule binds

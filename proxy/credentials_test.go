@@ -310,3 +310,92 @@ func TestCredentialScrubStreamsEvents(t *testing.T) {
 	resp.Body.Close()
 	assertNoSecret(t, lines, logs, string(rest))
 }
+
+// TestCredentialHeaderListedInConnection: a sandbox that lists the header
+// a placeholder is swapped into in Connection does not get it stripped as
+// hop-by-hop: the upstream receives the secret the decision record names
+// as sent. The header used to be dropped after the record claimed it.
+func TestCredentialHeaderListedInConnection(t *testing.T) {
+	up, got, _ := echoUpstream(t, "127.0.0.1")
+	d := credDecider{"127.0.0.1": allowWith("gh", policy.Credential{Secret: "github", Placeholder: "header:Authorization"})}
+	addr, lines, logs := credProxy(t, d, nil)
+	req, _ := http.NewRequest("GET", "http://"+up+"/repos", nil)
+	req.Header.Set("Authorization", "Bearer egressd:secret:github")
+	req.Header.Set("Connection", "keep-alive, authorization")
+	resp, err := proxyClient(addr).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if seen := <-got; seen != "Bearer "+testSecret+"|" {
+		t.Errorf("upstream saw Authorization %q; want the swapped secret", seen)
+	}
+	var decision string
+	for _, l := range lines() {
+		if strings.Contains(l, `"kind":"http"`) {
+			decision = l
+		}
+	}
+	if !strings.Contains(decision, `"credentials":{"github":"header:Authorization"}`) {
+		t.Errorf("decision record %s; want credentials naming github at header:Authorization", decision)
+	}
+	assertNoSecret(t, lines, logs, string(body))
+}
+
+// vetPublicDialer vets every name to a public address, as the pinned
+// dialer would for a public name, and dials the real one.
+type vetPublicDialer struct{ net.Dialer }
+
+func (vetPublicDialer) Vet(_ context.Context, address string) ([]netip.Addr, uint16, error) {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return nil, 0, err
+	}
+	return []netip.Addr{netip.MustParseAddr("140.82.112.3")}, ap.Port(), nil
+}
+
+// TestCredentialCleartextDecidedBeforeDial: a plain-HTTP request carrying
+// a secret to a name that resolves to a public address is refused
+// credential_cleartext without a connection being opened: the upstream's
+// listener accepts only the test's own later connection. The proxy used
+// to connect first and refuse after.
+func TestCredentialCleartextDecidedBeforeDial(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan string, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c.RemoteAddr().String()
+			c.Close()
+		}
+	}()
+	d := credDecider{"127.0.0.1": allowWith("gh", policy.Credential{Secret: "github", Header: "Authorization"})}
+	addr, lines, logs := credProxy(t, d, &vetPublicDialer{})
+	resp, err := proxyClient(addr).Get("http://" + ln.Addr().String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || !strings.HasPrefix(reasonOf(resp.Header), string(policy.ReasonCredentialCleartext)) {
+		t.Errorf("status %d reason %q; want 403 credential_cleartext", resp.StatusCode, reasonOf(resp.Header))
+	}
+	// The listener accepts in arrival order: a connection the proxy
+	// opened would come before this one.
+	sentinel, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sentinel.Close()
+	if first := <-accepted; first != sentinel.LocalAddr().String() {
+		t.Errorf("the upstream accepted a connection from %s before the test's own; want none from the proxy", first)
+	}
+	assertNoSecret(t, lines, logs)
+}

@@ -357,7 +357,7 @@ func (f *httpFlow) complete(status int, reason policy.Reason, detail string) {
 		r.Decision, r.Reason = audit.DecisionDeny, string(reason)
 		f.s.metrics.decided(r.Kind, r.Decision, reason)
 	}
-	if err := f.s.audit.Append(r); err != nil {
+	if err := f.s.appendFlow(&f.flowInfo, r); err != nil {
 		f.s.failLog.Failed(err, zap.String("request", f.id))
 	}
 	f.finish()

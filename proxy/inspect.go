@@ -195,6 +195,11 @@ func (t *tunnel) serveInnerRequest(w http.ResponseWriter, r *http.Request) {
 	u := *r.URL
 	u.Scheme, u.Host = "https", t.authority
 	r.URL = &u
+	if r.ProtoMajor == 2 && r.Body != nil && r.Body != http.NoBody {
+		body := &innerBody{ReadCloser: r.Body}
+		r.Body = body
+		defer body.drain(t.s.cfg.BodyIdleTimeout)
+	}
 	t.s.gp.ServeHTTP(w, r)
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy/broker"
 )
 
 // flowInfo is what every audit record of one request or tunnel shares.
@@ -34,6 +35,9 @@ type flowInfo struct {
 	// inspected marks a request inside an inspected tunnel, and that
 	// tunnel.
 	inspected bool
+	// scrub, when not nil, is the scrubber of a flow whose rule binds
+	// secrets: every record of the flow passes through it (appendFlow).
+	scrub *broker.Scrubber
 }
 
 // record is a record of the flow with no decision: a completion.
@@ -84,12 +88,12 @@ func (s *Server) decided(f *flowInfo, allow bool, reason policy.Reason, rule, po
 	kind := recordKind(f.kind)
 	r := f.decisionRecord(audit.Verdict{Allow: allow, Reason: string(reason), Rule: rule, Policy: pol})
 	r.Error = detail
-	if err := s.audit.Append(r); err != nil {
+	if err := s.appendFlow(f, r); err != nil {
 		if allow && errors.Is(err, audit.ErrOverBudget) {
 			// The identity spent its audit budget: the allow becomes a
 			// refusal, which the meter counts rather than writes.
 			d := f.decisionRecord(audit.Verdict{Reason: string(policy.ReasonAuditBudget), Rule: rule, Policy: pol})
-			if derr := s.audit.Append(d); derr != nil {
+			if derr := s.appendFlow(f, d); derr != nil {
 				s.failLog.Failed(derr, zap.String("request", f.id))
 			}
 			s.metrics.decided(kind, audit.DecisionDeny, policy.ReasonAuditBudget)
@@ -101,6 +105,17 @@ func (s *Server) decided(f *flowInfo, allow bool, reason policy.Reason, rule, po
 	}
 	s.metrics.decided(kind, r.Decision, reason)
 	return nil
+}
+
+// appendFlow appends a record of flow f. A flow whose rule binds secrets
+// has every field of every record scrubbed first: an upstream can put a
+// secret it was sent into what the records copy (a redirect's Location
+// becomes a record's path and query), and the log is append-only.
+func (s *Server) appendFlow(f *flowInfo, r *audit.Record) error {
+	if f.scrub != nil {
+		r.Rewrite(f.scrub.String)
+	}
+	return s.audit.Append(r)
 }
 
 // auditRefusal is the refusal of a request whose allow the log did not

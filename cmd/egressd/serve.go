@@ -22,7 +22,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/cmd/egressd/config"
@@ -64,13 +63,17 @@ func runServe(args []string, _, stderr io.Writer) error {
 	if err != nil {
 		// No config to say how to log: the format the file asks for if
 		// it can be read that far, else the default (json).
-		log, _ := newLogger(config.Log{Level: "info", Format: config.LogFormatOf(*cfgPath)}, stderr)
+		log, _ := newLogger(config.Log{Level: "info", Format: config.LogFormatOf(*cfgPath)}, stderr, nil)
 		return startupFailed(log, err)
 	}
-	log, err := newLogger(cfg.Log, stderr)
+	// The secrets' store exists before the logger, which scrubs every
+	// line of the values in force; build loads them.
+	secrets := broker.NewStore(nil)
+	log, err := newLogger(cfg.Log, stderr, secrets.Scrub)
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
+	defer routeStdLog(log)()
 	// Sync of stderr fails with EINVAL on a terminal; there is no one left
 	// to tell at exit either way.
 	defer func() { _ = log.Sync() }()
@@ -78,7 +81,7 @@ func runServe(args []string, _, stderr io.Writer) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	d, err := build(ctx, cfg, *cfgPath, log)
+	d, err := build(ctx, cfg, *cfgPath, log, secrets)
 	if err != nil {
 		// build's collaborators quote what they were given (a file
 		// name in an open error); some config values are secrets.
@@ -148,7 +151,9 @@ type daemon struct {
 	logins     *metrics.Logins
 }
 
-func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Logger) (*daemon, error) {
+// build makes the daemon; the secrets it loads go into store, which the
+// logger already scrubs with.
+func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Logger, store *broker.Store) (*daemon, error) {
 	floor, err := dnsguard.NewFloor(cfg.Internal)
 	if err != nil {
 		return nil, fmt.Errorf("internal: %w", err)
@@ -175,6 +180,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	if err != nil {
 		return nil, err
 	}
+	store.Set(secrets)
 	// Opened before the audit log: a CA key others can read stops start-up
 	// before anything is served or recorded.
 	caOpts := cfg.InspectOptions()
@@ -230,7 +236,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		}, func() float64 { return float64(authority.Stats().Roots) }))
 	d := &daemon{cfg: cfg, cfgPath: cfgPath, log: log, floor: floor, res: res, audit: aw, meter: meter,
 		registry: reg, metrics: proxy.NewMetrics(reg), policyInfo: metrics.NewPolicy(reg), fds: descriptorBudget(log),
-		secrets:   broker.NewStore(secrets),
+		secrets:   store,
 		inspectCA: authority, inspectRoots: upstreamRoots, inspectConfigured: caOpts.Configured}
 	metrics.RegisterBuildInfo(reg, version.Get())
 	// Registered without a gate too, so a dashboard's gate panels read 0.
@@ -572,23 +578,6 @@ func restartNeeded(running, loaded *config.Config, openedRoots map[string]ca.Fil
 		out = append(out, "identities ca_cert/ca_key")
 	}
 	return out
-}
-
-func newLogger(c config.Log, w io.Writer) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(c.Level)
-	if err != nil {
-		return nil, err
-	}
-	ec := zap.NewProductionEncoderConfig()
-	ec.EncodeTime = zapcore.RFC3339NanoTimeEncoder
-	// "30s", not zap's default 30 (seconds as a bare float): a log
-	// reader should not need to know the unit.
-	ec.EncodeDuration = zapcore.StringDurationEncoder
-	enc := zapcore.NewJSONEncoder(ec)
-	if c.Format == "console" {
-		enc = zapcore.NewConsoleEncoder(ec)
-	}
-	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)), nil
 }
 
 // listenerFields are the serving line's listeners, each by name with the

@@ -31,6 +31,7 @@ func TestServeErrorsNeverEchoSecrets(t *testing.T) {
 		{"unset password_env", base + gate + "  password_env: " + secret + "\n", "postgres.password_env"},
 		{"missing password_file", base + gate + "  password_file: " + filepath.Join(dir, secret) + "\n", "postgres.password_file"},
 		{"missing signing_key", strings.Replace(base, "audit:\n", "audit:\n  signing_key: "+filepath.Join(dir, secret)+"\n", 1), "audit.signing_key"},
+		{"missing secrets file", base + "secrets:\n  - name: gh\n    file: " + filepath.Join(dir, secret) + "\n", "secrets[0].file"},
 		{"missing tls_key", base + gate + "  tls_cert: " + cert + "\n  tls_key: " + filepath.Join(dir, secret) + "\n", "postgres.tls_key"},
 	}
 	for _, tt := range tests {

@@ -112,3 +112,62 @@ func filterAcceptEncoding(h http.Header) {
 	}
 	h["Accept-Encoding"] = []string{strings.Join(keep, ", ")}
 }
+
+// KeepPlaced removes from h's Connection header the names of the headers
+// the plan puts a secret into, before the hop-by-hop headers are stripped:
+// a header the sandbox lists there would be dropped after the decision
+// record named its secret as sent. Where a secret goes is the rule's
+// call, not the sandbox's.
+func (p *Plan) KeepPlaced(h http.Header) {
+	vs, ok := h["Connection"]
+	if !ok {
+		return
+	}
+	var keep []string
+	for _, v := range vs {
+		for _, tok := range strings.Split(v, ",") {
+			if tok = strings.TrimSpace(tok); tok != "" && !p.places(tok) {
+				keep = append(keep, tok)
+			}
+		}
+	}
+	if len(keep) == 0 {
+		delete(h, "Connection")
+		return
+	}
+	h["Connection"] = []string{strings.Join(keep, ", ")}
+}
+
+// places reports whether an applied action puts a secret into header
+// name.
+func (p *Plan) places(name string) bool {
+	for i := range p.actions {
+		if kind, n := p.actions[i].Place(); p.apply[i] && kind == policy.PlaceHeader && strings.EqualFold(n, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// Refuse returns policy.ReasonCredentialUnsafeRequest for a request whose
+// answer the scrubber cannot vouch for, before anything is sent: TRACE
+// (the upstream echoes the request, injected secret and all, as
+// message/http) and, unless an action of the rule sets allow_range, Range
+// or If-Range (pieces of an echo, each scrubbed alone, can together spell
+// the secret). It returns "" for any other request.
+func (p *Plan) Refuse(method string, h http.Header) policy.Reason {
+	if method == http.MethodTrace {
+		return policy.ReasonCredentialUnsafeRequest
+	}
+	if _, ranged := h["Range"]; !ranged {
+		if _, ranged = h["If-Range"]; !ranged {
+			return ""
+		}
+	}
+	for i := range p.actions {
+		if p.actions[i].AllowRange {
+			return ""
+		}
+	}
+	return policy.ReasonCredentialUnsafeRequest
+}

@@ -88,6 +88,8 @@ type Plan struct {
 	// ("header:Authorization", "query:key"; several joined by ","), for
 	// the audit record. Nil when none does.
 	Applied map[string]string
+	// sc is the response scrubber, built once (scrubber).
+	sc *Scrubber
 }
 
 // Prepare checks a request against the actions of the rule that allowed it

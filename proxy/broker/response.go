@@ -22,8 +22,23 @@ const MaxDecompressedBytes = 64 << 20
 // the scrubber cannot read (br, zstd, a chain of codings).
 var ErrUnscrubbable = errors.New("textual response body in an encoding egressd cannot scrub")
 
+// ErrSecretInBody refuses (or cuts) a response whose body is not rewritten
+// (not text) yet holds a secret: bytes of a type the scrubber does not
+// read are never changed, only passed or refused.
+var ErrSecretInBody = errors.New("response body of a type that is not rewritten holds a secret")
+
 // errOverCap ends a decompressed body past MaxDecompressedBytes.
 var errOverCap = fmt.Errorf("decompressed response body over %d bytes", MaxDecompressedBytes)
+
+// Scrubber returns the scrubber of this request's response, for anything
+// else the upstream's answer reaches (the records of the request); nil
+// when there is no secret.
+func (p *Plan) Scrubber() *Scrubber {
+	if p.sc == nil {
+		p.sc = p.scrubber()
+	}
+	return p.sc
+}
 
 // scrubber returns the scrubber for this request's response: every loaded
 // secret (an upstream of one rule may have learnt another's secret: the
@@ -48,39 +63,55 @@ func (p *Plan) scrubber() *Scrubber {
 }
 
 // Scrub removes secret values from resp: its headers now, and a textual
-// body (and its trailers) as the body is read. A compressed textual body
-// is decompressed (gzip, deflate; at most MaxDecompressedBytes) and passed
-// on uncompressed; in any other encoding ErrUnscrubbable is returned and
-// resp must not reach the client. Other bodies (images, archives,
-// protobuf) and the connection behind a 101 (WebSocket) pass untouched:
-// the scrubber reads text only.
+// body (and every body's trailers) as the body is read. A compressed
+// textual body is decompressed (gzip, deflate; at most
+// MaxDecompressedBytes) and passed on uncompressed; in any other encoding
+// ErrUnscrubbable is returned and resp must not reach the client. A body
+// of any other type (images, archives, protobuf, message/http) is not
+// rewritten but searched, decompressed too when it is gzip, labelled or
+// not: one of a declared length up to MaxWholeBody is read whole first, so
+// a secret in it is ErrSecretInBody before the head is passed on; a longer
+// or streamed one is cut at the secret (its read fails with
+// ErrSecretInBody). A response with more than one Content-Type is
+// ErrUnscrubbable: which one a client obeys is its own choice. The
+// connection behind a 101 (WebSocket) passes untouched.
 func (p *Plan) Scrub(resp *http.Response) error {
-	sc := p.scrubber()
+	sc := p.Scrubber()
 	if sc == nil {
 		return nil
 	}
 	scrubHeader(sc, resp.Header)
+	if len(resp.Header.Values("Content-Type")) > 1 {
+		return fmt.Errorf("%w: more than one Content-Type", ErrUnscrubbable)
+	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The body is the upgraded connection (WebSocket frames): out of
 		// scope, passed as it is.
 		return nil
 	}
-	if resp.Body == nil || resp.Body == http.NoBody || !Textual(resp.Header.Get("Content-Type")) {
+	if resp.Body == nil || resp.Body == http.NoBody {
 		return nil
 	}
-	orig := resp.Body
-	var body io.Reader = orig
-	switch enc := strings.ToLower(strings.TrimSpace(strings.Join(resp.Header.Values("Content-Encoding"), ","))); enc {
-	case "", "identity":
-	case "gzip", "x-gzip", "deflate":
-		body = &capReader{r: &decoder{src: orig, enc: enc}, left: MaxDecompressedBytes}
-		resp.Header.Del("Content-Encoding")
+	enc := strings.ToLower(strings.TrimSpace(strings.Join(resp.Header.Values("Content-Encoding"), ",")))
+	switch enc {
+	case "", "identity", "gzip", "x-gzip", "deflate":
 	default:
 		return fmt.Errorf("%w: %q", ErrUnscrubbable, enc)
 	}
+	trailers := func() { scrubHeader(sc, resp.Trailer) }
+	if !Textual(resp.Header.Get("Content-Type")) {
+		return sc.guard(resp, enc, trailers)
+	}
 	resp.Header.Del("Content-Length")
 	resp.ContentLength = -1
-	resp.Body = readCloser{Reader: sc.Reader(body, func() { scrubHeader(sc, resp.Trailer) }), Closer: orig}
+	orig := resp.Body
+	if enc == "" || enc == "identity" {
+		resp.Body = sc.watchText(orig, trailers)
+		return nil
+	}
+	body := &capReader{r: &decoder{src: orig, enc: enc}, left: MaxDecompressedBytes}
+	resp.Header.Del("Content-Encoding")
+	resp.Body = readCloser{Reader: sc.Reader(body, trailers), Closer: orig}
 	return nil
 }
 

@@ -2,25 +2,74 @@ package broker
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 )
 
-// naiveScrub is the witness the streaming scrubber must equal: at each
-// position the longest pattern that starts there is replaced, else the
-// byte is kept. It sees the whole text at once.
+// naiveScrub is the whole-text witness: a stage over the raw bytes, then
+// one over the decoded view of what it left.
 func naiveScrub(pats []pattern, in []byte) []byte {
-	var out []byte
+	return naiveStage(pats, naiveStage(pats, in, false), true)
+}
+
+// naiveStage decodes the input into units (with escapes, by its own
+// reading of them: a percent escape, \uXXXX below 0x80, \/ \" \\), then
+// at each unit replaces the longest pattern matching the decoded bytes
+// there (folded for a fold pattern), spanning its raw bytes.
+func naiveStage(pats []pattern, in []byte, escapes bool) []byte {
+	type u struct {
+		c    byte
+		raw  int
+		size int
+	}
+	var units []u
 	for i := 0; i < len(in); {
+		c, n := in[i], 1
+		if escapes && c == '%' && i+2 < len(in) {
+			if v, err := strconv.ParseUint(string(in[i+1:i+3]), 16, 8); err == nil && !strings.ContainsAny(string(in[i+1:i+3]), "+-") {
+				c, n = byte(v), 3
+			}
+		} else if escapes && c == '\\' && i+1 < len(in) && strings.IndexByte(`/"\`, in[i+1]) >= 0 {
+			c, n = in[i+1], 2
+		} else if escapes && c == '\\' && i+5 < len(in) && in[i+1] == 'u' {
+			if v, err := strconv.ParseUint(string(in[i+2:i+6]), 16, 16); err == nil && v < 0x80 && !strings.ContainsAny(string(in[i+2:i+6]), "+-") {
+				c, n = byte(v), 6
+			}
+		}
+		units = append(units, u{c: c, raw: i, size: n})
+		i += n
+	}
+	matches := func(p pattern, at int) bool {
+		if at+len(p.text) > len(units) {
+			return false
+		}
+		for k, want := range p.text {
+			c := units[at+k].c
+			if p.fold {
+				c, want = byte(unicode.ToLower(rune(c))), byte(unicode.ToLower(rune(want)))
+			}
+			if c != want {
+				return false
+			}
+		}
+		return true
+	}
+	var out []byte
+	for i := 0; i < len(units); {
 		best := -1
 		for k, p := range pats {
-			if bytes.HasPrefix(in[i:], p.text) && (best < 0 || len(p.text) > len(pats[best].text)) {
+			if matches(p, i) && (best < 0 || len(p.text) > len(pats[best].text)) {
 				best = k
 			}
 		}
 		if best < 0 {
-			out = append(out, in[i])
+			out = append(out, in[units[i].raw:units[i].raw+units[i].size]...)
 			i++
 			continue
 		}
@@ -104,7 +153,9 @@ func TestScrubLeftmostLongest(t *testing.T) {
 		{"prefix of a secret at the end", []string{"abcdefgh"}, "zzzabcdef"},
 		{"back to back", []string{"abcdefgh"}, "abcdefghabcdefgh"},
 		{"no secret", []string{"abcdefgh"}, "nothing to see here"},
-		{"escaped variant", []string{"abc/defgh", `abc\/defgh`}, `{"k":"abc\/defgh"}`},
+		{"escaped in JSON", []string{"abc/defgh"}, `{"k":"abc\/defgh"}`},
+		{"escaped in part, either hex case", []string{"abc/defgh"}, `k=abc%2fdef%67h&j=%61bc%2Fdefgh`},
+		{"an escape cut by the stream", []string{"abcdefgh"}, `x=abcdefg%68%6`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -177,22 +228,41 @@ type iotestErr struct{}
 func (iotestErr) Read([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }
 
 // FuzzScrub: for any text, secrets and read sizes, the stream equals the
-// whole-text witness (non-secret bytes kept exactly), and holds no secret.
+// whole-text witness (non-secret bytes kept exactly) with every variant
+// Load makes, and holds no secret; a secret put into the text in one of
+// the encodings an upstream may apply (percent-escaping of any subset in
+// either hex case, upper case, hex, base64 or base64url at any alignment
+// inside a longer encoded text) does not survive in that form.
 func FuzzScrub(f *testing.F) {
 	f.Add([]byte("hello abcdefgh world"), "abcdefgh", "cdefgh12", uint8(3), uint8(5))
 	f.Add([]byte("abcdefgabcdefgh"), "abcdefgh", "gabcdefg", uint8(1), uint8(1))
 	f.Add([]byte("data: x\n\nabcdefg"), "abcdefgh", "bcdefghi", uint8(7), uint8(2))
+	f.Add([]byte("k=%61bc%2Fdefgh&x"), "abc/defgh", "s3cr%41et!", uint8(9), uint8(4))
 	f.Fuzz(func(t *testing.T, in []byte, s1, s2 string, c1, c2 uint8) {
 		var secrets []string
 		for _, s := range []string{s1, s2} {
-			if checkValue(s) == nil && !bytes.Contains(redacted("a"), []byte(s)) && !bytes.Contains(redacted("b"), []byte(s)) {
+			if checkValue(s) == nil && !strings.Contains(strings.ToLower(string(redacted("a"))), strings.ToLower(s)) &&
+				!strings.Contains(strings.ToLower(string(redacted("b"))), strings.ToLower(s)) {
 				secrets = append(secrets, s)
 			}
 		}
 		if len(secrets) == 0 {
 			return
 		}
-		pats := testPatterns(secrets...)
+		// The secret, encoded one way, inside the text: set apart by
+		// spaces, as a stray '%' or '\\' before it would make it read
+		// otherwise (to the sandbox too).
+		enc := encodeSecret(secrets[0], c1, c2)
+		at := int(c1) % (len(in) + 1)
+		mid := append(append([]byte{' '}, enc...), ' ')
+		in = append(append(append([]byte(nil), in[:at]...), mid...), in[at:]...)
+		var pats []pattern
+		for i, sec := range secrets {
+			for _, p := range variants(sec) {
+				p.repl = redacted(string(rune('a' + i)))
+				pats = append(pats, p)
+			}
+		}
 		s := newScrubber(pats)
 		want := naiveScrub(pats, in)
 		var sizes []int
@@ -208,5 +278,88 @@ func FuzzScrub(f *testing.F) {
 				t.Fatalf("output %q holds secret %q", got, sec)
 			}
 		}
+		if bytes.Contains(got, enc) {
+			t.Fatalf("output %q holds the secret encoded as %q", got, enc)
+		}
 	})
+}
+
+// encodeSecret is v in one of the encodings the scrubber finds, chosen
+// and varied by a and b; for base64 it is the part of a longer encoded
+// text that v alone decides.
+func encodeSecret(v string, a, b uint8) []byte {
+	switch a % 5 {
+	case 0: // percent-escape a subset ('%' always: else it does not decode), hex in either case
+		var out []byte
+		for i := 0; i < len(v); i++ {
+			if (int(b)>>(i%8))&1 == 1 || v[i] == '%' {
+				h := fmt.Sprintf("%%%02x", v[i])
+				if i%2 == 0 {
+					h = strings.ToUpper(h)
+				}
+				out = append(out, h...)
+			} else {
+				out = append(out, v[i])
+			}
+		}
+		return out
+	case 1:
+		return []byte(strings.ToUpper(v))
+	case 2:
+		h := hex.EncodeToString([]byte(v))
+		if b%2 == 1 {
+			h = strings.ToUpper(h)
+		}
+		return []byte(h)
+	default:
+		align := int(b) % 3
+		src := append(bytes.Repeat([]byte{b}, align), v...)
+		src = append(src, b, b)
+		e := base64.StdEncoding
+		if a%5 == 4 {
+			e = base64.URLEncoding
+		}
+		return []byte(e.EncodeToString(src))
+	}
+}
+
+// TestScrubEncodings: a secret echoed in the encodings upstreams apply is
+// scrubbed from a textual body, whatever part of it is escaped and in
+// which case; the old variant list (as is, query-escaped, JSON-escaped)
+// let each of these through.
+func TestScrubEncodings(t *testing.T) {
+	const v = "sk+live/Key=0123456789"
+	s := testSecrets(t, map[string]string{"k": v})
+	b64 := func(e *base64.Encoding, prefix string) string {
+		return e.EncodeToString([]byte(prefix + v + `","n":1}`))
+	}
+	tests := []struct{ name, echo, form string }{
+		{"Python quote()", "x=sk%2Blive/Key%3D0123456789", "sk%2Blive/Key%3D0123456789"},
+		{"lower-case escapes", "x=sk%2blive%2fKey%3d0123456789", "sk%2blive%2fKey%3d0123456789"},
+		{"every byte escaped", "x=" + escapeAll(v), escapeAll(v)},
+		{"upper case", "X=SK+LIVE/KEY=0123456789", "SK+LIVE/KEY=0123456789"},
+		{"after a stray percent", "100%" + v, v},
+		{"hex", "id=" + hex.EncodeToString([]byte(v)), hex.EncodeToString([]byte(v))},
+		{"upper-case hex", "id=" + strings.ToUpper(hex.EncodeToString([]byte(v))), strings.ToUpper(hex.EncodeToString([]byte(v)))},
+		{"base64, aligned", "t=" + b64(base64.StdEncoding, `{"k":`), b64(base64.StdEncoding, `{"k":`)},
+		{"base64, one byte off", "t=" + b64(base64.StdEncoding, `{"k":"`), b64(base64.StdEncoding, `{"k":"`)},
+		{"base64, two bytes off", "t=" + b64(base64.StdEncoding, `{"ka":"`), b64(base64.StdEncoding, `{"ka":"`)},
+		{"base64url", "t=" + b64(base64.URLEncoding, `{"k":"`), b64(base64.URLEncoding, `{"k":"`)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := s.scrub.String(tt.echo)
+			if strings.Contains(got, tt.form) || strings.Contains(got, v) || !strings.Contains(got, string(redacted("k"))) {
+				t.Errorf("String(%q) = %q; want the secret's %s form replaced", tt.echo, got, tt.name)
+			}
+		})
+	}
+}
+
+func escapeAll(v string) string {
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		fmt.Fprintf(&b, "%%%02X", v[i])
+	}
+	return b.String()
 }

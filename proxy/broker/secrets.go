@@ -9,10 +9,11 @@
 package broker
 
 import (
-	"bytes"
-	"encoding/json"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
 	"fmt"
-	"net/url"
+	"io/fs"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -105,8 +106,7 @@ func Load(c Config, lookupEnv func(string) (string, bool)) (*Secrets, error) {
 		if sp.File != "" {
 			b, err := os.ReadFile(sp.File)
 			if err != nil {
-				// The os error names the path, not the content.
-				return nil, fmt.Errorf("secrets[%d] (secret %q): %w", i, sp.Name, err)
+				return nil, fmt.Errorf("secrets[%d].file (secret %q): %w", i, sp.Name, pathless(err))
 			}
 			v = string(b)
 			v = strings.TrimSuffix(v, "\n")
@@ -124,19 +124,44 @@ func Load(c Config, lookupEnv func(string) (string, bool)) (*Secrets, error) {
 	}
 	for name, v := range s.values {
 		for _, p := range variants(v) {
-			s.patterns = append(s.patterns, pattern{text: p, repl: redacted(name)})
-		}
-	}
-	for _, p := range s.patterns {
-		for name := range s.values {
-			if bytes.Contains(redacted(name), p.text) {
-				return nil, fmt.Errorf("secret %q: a value must not be part of the text that replaces secrets in responses (%q)", name, redacted(name))
-			}
+			p.repl = redacted(name)
+			s.patterns = append(s.patterns, p)
 		}
 	}
 	s.scrub = newScrubber(s.patterns)
+	for name := range s.values {
+		if r := string(redacted(name)); s.scrub.String(r) != r {
+			return nil, fmt.Errorf("secret %q: a value must not be part of the text that replaces secrets in responses (%q)", name, r)
+		}
+	}
 	return s, nil
 }
+
+// pathless is a file error without the path it names: a path that cannot
+// be read is often the secret itself, pasted in the wrong place, and the
+// error reaches the log and the reload's answer. errors.Is still sees the
+// cause (fs.ErrNotExist).
+func pathless(err error) error {
+	what := "cannot read it"
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		// The cause alone ("is a directory") names no path.
+		err, what = pe.Err, pe.Err.Error()
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		what = "no such file"
+	}
+	return fileError{what: what, err: err}
+}
+
+type fileError struct {
+	what string
+	err  error
+}
+
+func (e fileError) Error() string { return e.what + " (path not shown: it may be a pasted secret)" }
+
+func (e fileError) Unwrap() error { return e.err }
 
 // checkValue keeps values to what a header carries and the scrubber can
 // find: visible ASCII, so that no value can span the non-ASCII bounds of a
@@ -162,24 +187,35 @@ func checkValue(v string) error {
 	return nil
 }
 
-// variants are the forms of v an upstream may echo: as is, query-escaped
-// and JSON-escaped (which Go and others apply to <, > and &, and some
-// encoders to /).
-func variants(v string) [][]byte {
-	out := [][]byte{[]byte(v)}
-	add := func(s string) {
+// variants are the patterns of v an upstream may echo. The scrubber
+// matches on the decoded view (percent escapes of any subset of bytes in
+// either hex case, JSON escapes), so v itself covers it query-escaped,
+// Python's quote(), JSON-escaped and mixed; it is matched in any letter
+// case (an upper-cased echo). Added: v as the decoded view reads it when
+// v holds what looks like an escape, v in hex (any case), and v in
+// base64 and base64url at each of the 3 alignments inside a longer
+// encoded text: the characters that depend on v's bytes alone.
+func variants(v string) []pattern {
+	var out []pattern
+	add := func(s string, fold bool) {
 		for _, o := range out {
-			if string(o) == s {
+			if string(o.text) == s && o.fold == fold {
 				return
 			}
 		}
-		out = append(out, []byte(s))
+		out = append(out, pattern{text: []byte(s), fold: fold})
 	}
-	add(url.QueryEscape(v))
-	if j, err := json.Marshal(v); err == nil {
-		add(string(j[1 : len(j)-1]))
+	add(v, true)
+	var dv view
+	dv.decode([]byte(v), true, true)
+	add(string(dv.ex), true)
+	add(hex.EncodeToString([]byte(v)), true)
+	for a, skip := range []int{0, 2, 3} {
+		src := append(make([]byte, a), v...)
+		for _, e := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+			add(e.EncodeToString(src)[skip:8*len(src)/6], false)
+		}
 	}
-	add(strings.ReplaceAll(v, "/", `\/`))
 	return out
 }
 
@@ -245,4 +281,16 @@ func (s *Secrets) Redact(err error) error {
 		subs = append(subs, redact.Sub{Value: v, With: "<secret " + name + ": not shown>"})
 	}
 	return redact.Error(err, subs)
+}
+
+// Scrub returns v with every value in force, in each form the response
+// scrubber finds, replaced as in a response: for text egressd writes
+// itself and cannot vouch for (the operational log's lines, which quote
+// what libraries print).
+func (st *Store) Scrub(v string) string {
+	s := st.Load()
+	if s == nil {
+		return v
+	}
+	return s.scrub.String(v)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/netip"
 	"os"
@@ -67,6 +68,26 @@ func TestLoad(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLoadNeverEchoesFilePath: a secret pasted as secrets[].file is a path
+// that does not exist; the error names the entry and the cause, never the
+// path, and still is fs.ErrNotExist. The os error with the path was
+// wrapped whole.
+func TestLoadNeverEchoesFilePath(t *testing.T) {
+	pasted := ghValue
+	for _, path := range []string{pasted, filepath.Join(t.TempDir(), pasted)} {
+		_, err := Load(Config{{Name: "gh", File: path}}, nil)
+		if err == nil {
+			t.Fatalf("Load of a missing file succeeded")
+		}
+		if msg := err.Error(); strings.Contains(msg, pasted) || !strings.Contains(msg, `secrets[0].file (secret "gh"): no such file`) {
+			t.Errorf("Load error = %q; want the entry and \"no such file\", never the path", msg)
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("errors.Is(%v, fs.ErrNotExist) = false; want true", err)
+		}
 	}
 }
 
@@ -172,41 +193,60 @@ func TestScrubResponse(t *testing.T) {
 		t.Fatal(reason)
 	}
 	echo := `{"token":"` + ghValue + `","auth":"Basic ` + basicToken("u", ghValue) + `"}`
+	clean := []byte("\x89PNG no secret here")
 	tests := []struct {
 		name     string
-		ctype    string
+		ctype    []string
 		encoding string
 		body     []byte
-		wantErr  bool
+		// length is the declared length; 0 means len(body), -1 unknown.
+		length int64
+		// wantErr is Scrub's error; readErr the body read's.
+		wantErr, readErr error
 		// scrubbed says the body comes out scrubbed and uncompressed.
 		scrubbed bool
 		status   int
 	}{
-		{name: "json", ctype: "application/json", body: []byte(echo), scrubbed: true},
+		{name: "json", ctype: []string{"application/json"}, body: []byte(echo), scrubbed: true},
 		{name: "no type", body: []byte(echo), scrubbed: true},
-		{name: "event stream", ctype: "text/event-stream", body: []byte("data: " + echo + "\n\n"), scrubbed: true},
-		{name: "gzip json", ctype: "application/json; charset=utf-8", encoding: "gzip", body: gzipped(t, echo), scrubbed: true},
-		{name: "br refused", ctype: "text/plain", encoding: "br", body: []byte("?"), wantErr: true},
-		{name: "binary untouched", ctype: "image/png", body: []byte(echo)},
+		{name: "event stream", ctype: []string{"text/event-stream"}, body: []byte("data: " + echo + "\n\n"), scrubbed: true},
+		{name: "gzip json", ctype: []string{"application/json; charset=utf-8"}, encoding: "gzip", body: gzipped(t, echo), scrubbed: true},
+		{name: "br refused", ctype: []string{"text/plain"}, encoding: "br", body: []byte("?"), wantErr: ErrUnscrubbable},
+		{name: "binary without a secret untouched", ctype: []string{"image/png"}, body: clean},
+		{name: "streamed binary without a secret untouched", ctype: []string{"image/png"}, body: clean, length: -1},
 		{name: "upgraded connection untouched", status: http.StatusSwitchingProtocols, body: []byte(echo)},
+		// Bypasses of a scrubber that trusted the labels.
+		{name: "binary holding a secret refused", ctype: []string{"image/png"}, body: []byte(echo), wantErr: ErrSecretInBody},
+		{name: "TRACE echo as message/http refused", ctype: []string{"message/http"}, body: []byte("GET / HTTP/1.1\r\nAuthorization: Bearer " + ghValue + "\r\n\r\n"), wantErr: ErrSecretInBody},
+		{name: "two Content-Types refused", ctype: []string{"image/png", "text/plain"}, body: []byte(echo), wantErr: ErrUnscrubbable},
+		{name: "unlabelled gzip binary refused", ctype: []string{"application/octet-stream"}, body: gzipped(t, echo), wantErr: ErrSecretInBody},
+		{name: "labelled gzip binary refused", ctype: []string{"application/octet-stream"}, encoding: "gzip", body: gzipped(t, echo), wantErr: ErrSecretInBody},
+		{name: "streamed binary holding a secret cut", ctype: []string{"application/grpc"}, body: []byte(echo), length: -1, readErr: ErrSecretInBody},
+		{name: "streamed unlabelled gzip binary cut", ctype: []string{"application/octet-stream"}, body: gzipped(t, echo), length: -1, readErr: ErrSecretInBody},
+		{name: "streamed unlabelled gzip text cut", ctype: []string{"text/plain"}, body: gzipped(t, echo), length: -1, readErr: ErrSecretInBody},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			resp := &http.Response{Header: http.Header{"X-Echo": {"Bearer " + ghValue}, "Content-Length": {"99"}},
-				Body: io.NopCloser(bytes.NewReader(tt.body)), ContentLength: 99, StatusCode: tt.status}
+			length := tt.length
+			if length == 0 {
+				length = int64(len(tt.body))
+			}
+			resp := &http.Response{Header: http.Header{"X-Echo": {"Bearer " + ghValue}}, Trailer: http.Header{"Grpc-Message": {"bad " + ghValue}},
+				Body: io.NopCloser(bytes.NewReader(tt.body)), ContentLength: length, StatusCode: tt.status}
+			if length >= 0 {
+				resp.Header.Set("Content-Length", fmt.Sprint(length))
+			}
 			if resp.StatusCode == 0 {
 				resp.StatusCode = http.StatusOK
 			}
-			if tt.ctype != "" {
-				resp.Header.Set("Content-Type", tt.ctype)
-			}
+			resp.Header["Content-Type"] = tt.ctype
 			if tt.encoding != "" {
 				resp.Header.Set("Content-Encoding", tt.encoding)
 			}
 			err := plan.Scrub(resp)
-			if tt.wantErr {
-				if !errors.Is(err, ErrUnscrubbable) {
-					t.Fatalf("Scrub = %v; want ErrUnscrubbable", err)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("Scrub = %v; want %v", err, tt.wantErr)
 				}
 				return
 			}
@@ -217,17 +257,26 @@ func TestScrubResponse(t *testing.T) {
 				t.Errorf("header X-Echo = %q; holds the secret", resp.Header.Get("X-Echo"))
 			}
 			got, err := io.ReadAll(resp.Body)
-			if err != nil {
-				t.Fatal(err)
+			if tt.status != http.StatusSwitchingProtocols && (bytes.Contains(got, []byte(ghValue)) || bytes.Contains(got, []byte(basicToken("u", ghValue)))) {
+				t.Errorf("body = %q; holds the secret", got)
 			}
-			if !tt.scrubbed {
-				if !bytes.Equal(got, tt.body) || resp.Header.Get("Content-Length") != "99" {
-					t.Errorf("body = %q; want it untouched", got)
+			if tt.readErr != nil {
+				if !errors.Is(err, tt.readErr) {
+					t.Errorf("reading the body = %v; want %v", err, tt.readErr)
 				}
 				return
 			}
-			if bytes.Contains(got, []byte(ghValue)) || bytes.Contains(got, []byte(basicToken("u", ghValue))) {
-				t.Errorf("body = %q; holds the secret", got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.status != http.StatusSwitchingProtocols && strings.Contains(resp.Trailer.Get("Grpc-Message"), ghValue) {
+				t.Errorf("trailer Grpc-Message = %q; holds the secret", resp.Trailer.Get("Grpc-Message"))
+			}
+			if !tt.scrubbed {
+				if !bytes.Equal(got, tt.body) || length >= 0 && resp.Header.Get("Content-Length") != fmt.Sprint(length) {
+					t.Errorf("body = %q; want it untouched", got)
+				}
+				return
 			}
 			if !bytes.Contains(got, redacted("github")) || resp.Header.Get("Content-Encoding") != "" || resp.Header.Get("Content-Length") != "" {
 				t.Errorf("body = %q, Content-Encoding %q, Content-Length %q; want scrubbed, decoded, no length", got,
@@ -237,9 +286,6 @@ func TestScrubResponse(t *testing.T) {
 	}
 }
 
-// TestScrubResponseOverCap: a compressed body that inflates past its cap
-// ends with an error rather than inflating on; Scrub caps at
-// MaxDecompressedBytes.
 func TestScrubResponseOverCap(t *testing.T) {
 	secrets := testSecrets(t, map[string]string{"github": ghValue})
 	plan, _ := Prepare([]policy.Credential{{Secret: "github", Header: "Authorization"}}, secrets, http.Header{}, "/", "")
@@ -248,7 +294,8 @@ func TestScrubResponseOverCap(t *testing.T) {
 	if err := plan.Scrub(resp); err != nil {
 		t.Fatal(err)
 	}
-	sr := resp.Body.(readCloser).Reader.(*scrubReader)
+	// The decoded stage reads the raw stage, which reads the source.
+	sr := resp.Body.(readCloser).Reader.(*scrubReader).src.(*scrubReader)
 	if c, ok := sr.src.(*capReader); !ok || c.left != MaxDecompressedBytes {
 		t.Fatalf("Scrub's body source = %T; want a capReader of MaxDecompressedBytes", sr.src)
 	}
@@ -258,5 +305,39 @@ func TestScrubResponseOverCap(t *testing.T) {
 	n, err := io.Copy(io.Discard, c)
 	if !errors.Is(err, errOverCap) || n != limit {
 		t.Errorf("read %d bytes, error %v; want %d and errOverCap", n, err, limit)
+	}
+}
+
+// grpcMessage frames payload as one uncompressed gRPC message.
+func grpcMessage(payload string) []byte {
+	n := len(payload)
+	return append([]byte{0, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}, payload...)
+}
+
+// TestScanGRPCStreamNotHeld: a streamed gRPC body is searched message by
+// message, so a message whose last bytes could begin a secret reaches the
+// client whole before the next is sent (a bidirectional stream would
+// otherwise wait for ever), and a message holding a secret is cut.
+func TestScanGRPCStreamNotHeld(t *testing.T) {
+	secrets := testSecrets(t, map[string]string{"github": ghValue})
+	plan, _ := Prepare([]policy.Credential{{Secret: "github", Header: "Authorization"}}, secrets, http.Header{}, "/", "")
+	pr, pw := io.Pipe()
+	resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/grpc"}}, Body: pr, ContentLength: -1}
+	if err := plan.Scrub(resp); err != nil {
+		t.Fatal(err)
+	}
+	first := grpcMessage("reply ends in " + ghValue[:6])
+	go pw.Write(first)
+	got := make([]byte, len(first))
+	if _, err := io.ReadFull(resp.Body, got); err != nil || !bytes.Equal(got, first) {
+		t.Fatalf("first message = %q, %v; want it whole before the next is sent", got, err)
+	}
+	go func() {
+		pw.Write(grpcMessage("leak " + ghValue))
+		pw.Close()
+	}()
+	rest, err := io.ReadAll(resp.Body)
+	if !errors.Is(err, ErrSecretInBody) || bytes.Contains(rest, []byte(ghValue)) {
+		t.Errorf("second message = %q, %v; want it cut with ErrSecretInBody", rest, err)
 	}
 }
