@@ -308,6 +308,20 @@ func (g *Gate) Shutdown(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// Ready reports whether the upstream accepts connections, for /readyz: a
+// login would otherwise be refused upstream_unavailable. It connects
+// through the same floor-checked dialer as a login and closes at once
+// (logging in on every probe would cost the server a backend process).
+func (g *Gate) Ready(ctx context.Context) error {
+	network, addr := pgconn.NetworkAddress(g.upstream.Host, g.upstream.Port)
+	c, err := g.deps.Dial(ctx, network, addr)
+	if err != nil {
+		return fmt.Errorf("upstream %s does not accept connections: %w", addr, err)
+	}
+	c.Close()
+	return nil
+}
+
 // sessionRef is what a session's shutdown record names, copied at login:
 // the session's goroutine owns its fields.
 type sessionRef struct{ id, remote, database string }

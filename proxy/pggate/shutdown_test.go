@@ -3,6 +3,7 @@ package pggate
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,4 +64,24 @@ func TestShutdownCutsIdleSessionsWithMessageAndRecord(t *testing.T) {
 	f.audit.WaitRecord(t, func(r audit.Record) bool {
 		return r.Kind == audit.KindSQL && r.Identity == "agent-ro" && r.Reason == "shutting_down" && r.Decision == audit.DecisionDeny
 	})
+}
+
+// TestReadyFollowsUpstream: the gate is ready while its upstream accepts
+// connections and says which upstream when it does not (/readyz stayed 200
+// with the upstream down).
+func TestReadyFollowsUpstream(t *testing.T) {
+	f := startGate(t, sharedPG(t), nil)
+	if err := f.gate.Ready(ctxT(t)); err != nil {
+		t.Errorf("Ready() with the upstream up = %v; want nil", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	down := startGate(t, sharedPG(t), func(c *Config) { c.Upstream = "postgres://nobody@" + closed + "/?sslmode=disable" })
+	if err := down.gate.Ready(ctxT(t)); err == nil || !strings.Contains(err.Error(), closed) {
+		t.Errorf("Ready() with nothing at %s = %v; want an error naming it", closed, err)
+	}
 }
