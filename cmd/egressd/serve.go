@@ -466,9 +466,9 @@ loop:
 			break loop
 		}
 	}
-	d.drain(stopDNS)
 	sctx, cancel := context.WithTimeout(context.Background(), d.cfg.Proxy.DrainTimeout)
 	defer cancel()
+	d.drain(sctx, stopDNS)
 	if err := adminSrv.Shutdown(sctx); err != nil {
 		d.log.Warn("drain deadline passed; closed the admin listener's remaining connections", zap.Error(err))
 	}
@@ -484,14 +484,12 @@ loop:
 
 // drain is one drain for every client listener: /readyz fails at once,
 // the proxy and the Postgres gate stop accepting together and drain in
-// parallel under one deadline (proxy.drain_timeout), the DNS server stops;
-// each records what it cuts at the deadline. The admin listener stays up
-// meanwhile, answering /readyz 503.
-func (d *daemon) drain(stopDNS func()) {
+// parallel until ctx's deadline (proxy.drain_timeout), the DNS server
+// stops; each records what it cuts at the deadline. The admin listener
+// stays up meanwhile, answering /readyz 503.
+func (d *daemon) drain(ctx context.Context, stopDNS func()) {
 	d.draining.Store(true)
 	d.log.Info("draining", zap.Duration("deadline", d.cfg.Proxy.DrainTimeout))
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Proxy.DrainTimeout)
-	defer cancel()
 	stopDNS()
 	var wg sync.WaitGroup
 	wg.Go(func() {
