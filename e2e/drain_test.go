@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -50,6 +51,10 @@ func TestDrainStopsEveryListenerAtOnce(t *testing.T) {
 			t.Fatalf("GET %s before the drain = %d %q, %v; want 200", path, code, body, err)
 		}
 	}
+	// Released on every path: a failure below must not leave the upstream
+	// (and so the test's cleanup) waiting on the held request.
+	release := sync.OnceFunc(func() { w.HTTP.Release("order") })
+	t.Cleanup(release)
 	held := make(chan string, 1)
 	go func() {
 		resp, err := w.E.Client("", "").Get(w.url("upstream.test", "/hold?c=order"))
@@ -77,7 +82,7 @@ func TestDrainStopsEveryListenerAtOnce(t *testing.T) {
 	if w.E.Exited() {
 		t.Fatal("egressd exited with a request in flight")
 	}
-	w.HTTP.Release("order")
+	release()
 	if got := <-held; got != "200 released" {
 		t.Errorf("in-flight request across SIGTERM = %q; want 200 released", got)
 	}
