@@ -17,8 +17,10 @@ type Config struct {
 	// Sync is "interval" (fsync at least every SyncInterval) or "always"
 	// (fsync before Append returns). If empty, "interval" is used.
 	Sync string `yaml:"sync"`
-	// SyncInterval is the longest time a record may sit unsynced with
-	// Sync: interval. If zero, 10ms is used.
+	// SyncInterval bounds what a crash can lose with Sync: interval: the
+	// writer fsyncs every half interval, and an Append waits for the
+	// fsync while the oldest acknowledged record not yet fsynced is older
+	// than the interval. If zero, 10ms is used.
 	SyncInterval time.Duration `yaml:"sync_interval"`
 	// MaxSegmentBytes is the size at which the writer starts a new segment
 	// file; a segment exceeds it by at most one record. If zero, 64 MiB is

@@ -34,7 +34,10 @@ func (w *Writer) run() {
 	l := loop{spare: make([]queued, 0, w.cfg.QueueSize)}
 	var syncC <-chan time.Time
 	if !w.always {
-		t := time.NewTicker(w.cfg.SyncInterval)
+		// Every half interval, so that an fsync normally ends before
+		// the oldest record it covers is SyncInterval old and no
+		// Append has to wait for it (see Append).
+		t := time.NewTicker(max(w.cfg.SyncInterval/2, time.Microsecond))
 		defer t.Stop()
 		syncC = t.C
 	}
@@ -53,6 +56,9 @@ func (w *Writer) run() {
 		case <-w.wake:
 			if l.outage.IsZero() {
 				w.flush(&l)
+				if w.syncAsked() {
+					w.syncWritten(&l)
+				}
 			}
 		case <-retry.C:
 			armed = false
@@ -64,9 +70,7 @@ func (w *Writer) run() {
 				break
 			}
 			w.flush(&l)
-			if err := w.seg.sync(); err != nil {
-				w.fail(&l, err)
-			}
+			w.syncWritten(&l)
 		case <-cp.C:
 			w.checkpoint(&l)
 		case <-w.quit:
@@ -89,6 +93,12 @@ func (w *Writer) run() {
 func (w *Writer) flush(l *loop) {
 	w.mu.Lock()
 	l.batch, w.pending = w.pending, l.spare[:0]
+	if len(l.batch) > 0 && !w.always {
+		if w.unsyncedSince.IsZero() {
+			w.unsyncedSince = w.pendingSince
+		}
+		w.pendingSince = time.Time{}
+	}
 	w.inflight.Store(int64(len(l.batch) + len(l.retry)))
 	w.mu.Unlock()
 	defer func() {
@@ -138,6 +148,31 @@ func (w *Writer) flush(l *loop) {
 		l.outage, l.outageErr = time.Time{}, nil
 		w.setUp()
 	}
+}
+
+// syncAsked reports whether an Append waits for an fsync (sync: interval).
+func (w *Writer) syncAsked() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.syncWanted
+}
+
+// syncWritten fsyncs what the writer wrote (sync: interval); then only
+// the records it could not write, if any, and those queued since it took
+// its batch are unsynced, and the Appends waiting on the window look
+// again.
+func (w *Writer) syncWritten(l *loop) {
+	if err := w.seg.sync(); err != nil {
+		w.fail(l, err)
+		return
+	}
+	w.mu.Lock()
+	if len(l.retry) == 0 {
+		w.unsyncedSince = time.Time{}
+	}
+	w.syncWanted = false
+	w.wakeWaitersLocked()
+	w.mu.Unlock()
 }
 
 // keepForRetry acknowledges the batch and keeps the records a failed write

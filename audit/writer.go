@@ -44,6 +44,20 @@ type Writer struct {
 	closing bool     // guarded by mu
 	down    error    // guarded by mu; non-nil while writes fail
 
+	// The durability window of sync: interval, guarded by mu (see
+	// behindLocked): when the oldest record in pending was accepted, and
+	// the oldest of those the writer took but has not fsynced (records it
+	// could not write included). synced is closed and replaced when that
+	// window shrinks, the log goes down or closes, to wake the Appends
+	// waiting on it; syncWanted asks the writer to fsync at its next wake.
+	// maxSpan is the longest span of acknowledgements a crash could have
+	// lost (Stats.MaxUnsyncedSpan).
+	pendingSince  time.Time
+	unsyncedSince time.Time
+	synced        chan struct{}
+	syncWanted    bool
+	maxSpan       time.Duration
+
 	// wake asks the writer to flush now: on every Append with sync:
 	// always, once wakeAt records wait with interval (else the sync tick
 	// flushes).
@@ -81,6 +95,7 @@ func Open(cfg Config, log *zap.Logger) (*Writer, error) {
 		always: cfg.Sync == "always",
 		redact: cfg.RedactQueryParams,
 		wake:   make(chan struct{}, 1),
+		synced: make(chan struct{}),
 		wakeAt: max(1, min(cfg.QueueSize/4, 1024)),
 		quit:   make(chan struct{}),
 		done:   make(chan struct{}),
@@ -116,8 +131,12 @@ func Open(cfg Config, log *zap.Logger) (*Writer, error) {
 // Append queues a copy of r (r.Detail is shared and must not change
 // afterwards), its query redacted and its strings capped (see prepare).
 // With sync: always it returns once the record is on disk and fsynced;
-// with interval once it is queued. TS is set to now when zero; Seq, Prev
-// and Hash are assigned by the writer. An error wraps ErrUnavailable.
+// with interval once it is queued, but while the oldest acknowledged
+// record not yet fsynced is older than SyncInterval it first waits for
+// the writer's fsync: so a crash loses at most the records acknowledged
+// within one SyncInterval, however slow the disk or loaded the machine.
+// TS is set to now when zero; Seq, Prev and Hash are assigned by the
+// writer. An error wraps ErrUnavailable.
 func (w *Writer) Append(in *Record) error {
 	rec := *in
 	r := &rec
@@ -135,14 +154,38 @@ func (w *Writer) Append(in *Record) error {
 	}
 	w.mu.Lock()
 	var err error
-	switch {
-	case w.closing:
-		err = ErrClosed
-	case w.down != nil:
-		err = w.down
-	case len(w.pending) >= w.cfg.QueueSize:
-		err = ErrQueueFull
-		w.st.queueFull.Add(1)
+	now := time.Now()
+	waited := false
+	for {
+		switch {
+		case w.closing:
+			err = ErrClosed
+		case w.down != nil:
+			err = w.down
+		case len(w.pending) >= w.cfg.QueueSize:
+			err = ErrQueueFull
+			w.st.queueFull.Add(1)
+		}
+		if err != nil || w.always || !w.behindLocked(now) {
+			break
+		}
+		if !waited {
+			waited = true
+			w.st.syncWaits.Add(1)
+		}
+		synced := w.synced
+		w.syncWanted = true
+		w.mu.Unlock()
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+		select {
+		case <-synced:
+		case <-w.quit:
+		}
+		w.mu.Lock()
+		now = time.Now()
 	}
 	if err != nil {
 		w.mu.Unlock()
@@ -155,7 +198,10 @@ func (w *Writer) Append(in *Record) error {
 	w.pending = append(w.pending, queued{rec: *r, ack: ack})
 	n := len(w.pending)
 	if q := &w.pending[n-1].rec; q.TS.IsZero() {
-		q.TS = time.Now()
+		q.TS = now
+	}
+	if !w.always {
+		w.acceptedLocked(now)
 	}
 	w.mu.Unlock()
 	w.st.appended.Add(1)
@@ -179,6 +225,38 @@ func detailLen(d map[string]string) int {
 		n += len(k) + len(v)
 	}
 	return n
+}
+
+// behindLocked reports whether the oldest acknowledged record not yet
+// fsynced was accepted more than SyncInterval before now.
+func (w *Writer) behindLocked(now time.Time) bool {
+	oldest := w.oldestUnsyncedLocked()
+	return !oldest.IsZero() && now.Sub(oldest) > w.cfg.SyncInterval
+}
+
+func (w *Writer) oldestUnsyncedLocked() time.Time {
+	if w.unsyncedSince.IsZero() {
+		return w.pendingSince
+	}
+	return w.unsyncedSince
+}
+
+// acceptedLocked accounts for a record accepted at now with sync:
+// interval: the span from the oldest acknowledged record not yet fsynced
+// to now is what a crash at this moment could lose.
+func (w *Writer) acceptedLocked(now time.Time) {
+	if w.pendingSince.IsZero() {
+		w.pendingSince = now
+	}
+	if span := now.Sub(w.oldestUnsyncedLocked()); span > w.maxSpan {
+		w.maxSpan = span
+	}
+}
+
+// wakeWaitersLocked wakes the Appends waiting for an fsync, to look again.
+func (w *Writer) wakeWaitersLocked() {
+	close(w.synced)
+	w.synced = make(chan struct{})
 }
 
 // Ready returns nil when the log accepts records, for /readyz.
@@ -230,6 +308,7 @@ func (w *Writer) Head() (uint64, string) {
 type stats struct {
 	appended, written, refused, queueFull atomic.Uint64
 	writeErrors, syncErrors, syncs        atomic.Uint64
+	syncWaits                             atomic.Uint64
 	bytes, segments, seq                  atomic.Uint64
 	head                                  atomic.Pointer[[sha256.Size]byte]
 }
@@ -256,6 +335,15 @@ type Stats struct {
 	WriteErrors, SyncErrors uint64
 	// Syncs counts fsync calls.
 	Syncs uint64
+	// SyncWaits counts the Appends (sync: interval) that waited for an
+	// fsync because the oldest acknowledged record not yet fsynced was
+	// older than SyncInterval.
+	SyncWaits uint64
+	// MaxUnsyncedSpan is the longest span, since Open, between the oldest
+	// acknowledged record not yet fsynced and a record acknowledged after
+	// it: what a crash could have lost at worst, in time. The wait above
+	// holds it to SyncInterval.
+	MaxUnsyncedSpan time.Duration
 	// Bytes counts bytes written.
 	Bytes uint64
 	// Segments counts segment files this writer created.
@@ -268,18 +356,23 @@ type Stats struct {
 
 // Stats returns the counters.
 func (w *Writer) Stats() Stats {
+	w.mu.Lock()
+	span := w.maxSpan
+	w.mu.Unlock()
 	return Stats{
-		Appended:    w.st.appended.Load(),
-		Refused:     w.st.refused.Load(),
-		QueueFull:   w.st.queueFull.Load(),
-		Written:     w.st.written.Load(),
-		WriteErrors: w.st.writeErrors.Load(),
-		SyncErrors:  w.st.syncErrors.Load(),
-		Syncs:       w.st.syncs.Load(),
-		Bytes:       w.st.bytes.Load(),
-		Segments:    w.st.segments.Load(),
-		Seq:         w.st.seq.Load(),
-		QueueDepth:  w.QueueDepth(),
+		MaxUnsyncedSpan: span,
+		Appended:        w.st.appended.Load(),
+		Refused:         w.st.refused.Load(),
+		QueueFull:       w.st.queueFull.Load(),
+		Written:         w.st.written.Load(),
+		WriteErrors:     w.st.writeErrors.Load(),
+		SyncErrors:      w.st.syncErrors.Load(),
+		Syncs:           w.st.syncs.Load(),
+		SyncWaits:       w.st.syncWaits.Load(),
+		Bytes:           w.st.bytes.Load(),
+		Segments:        w.st.segments.Load(),
+		Seq:             w.st.seq.Load(),
+		QueueDepth:      w.QueueDepth(),
 	}
 }
 
@@ -287,6 +380,8 @@ func (w *Writer) setDown(err error) {
 	w.mu.Lock()
 	was := w.down
 	w.down = fmt.Errorf("%w: %v", ErrUnavailable, err)
+	// Appends waiting for an fsync now fail with the outage.
+	w.wakeWaitersLocked()
 	w.mu.Unlock()
 	if was == nil {
 		w.log.Error("audit log unwritable; denying traffic until it recovers", zap.Error(err))

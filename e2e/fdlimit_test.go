@@ -195,10 +195,12 @@ func openGate(t *testing.T, addr string) net.Conn {
 func TestFDShortageRefusesGateClients(t *testing.T) {
 	gatePort := ReservePort(t)
 	gate := gatePort.Addr()
+	// An upstream that accepts, for /readyz; no login reaches it.
+	up := gateUpstream(t)
 	e := Start(t, Options{
 		Hold: []*pgtest.Reservation{gatePort},
 		DNS:  dnstest.Start(t).Addr(),
-		YAML: fmt.Sprintf("postgres:\n  listen: %s\n  upstream: \"host=127.0.0.1 port=1 user=nobody sslmode=disable\"\n  startup_timeout: 60s\n", gate),
+		YAML: InternalAllow(up) + gateYAML(gate, up, "  startup_timeout: 60s\n"),
 		Wrap: prlimitWrap(t),
 	})
 	holdUntilRefused(t, "gate", func(int) (net.Conn, bool) {

@@ -103,11 +103,13 @@ func TestServingLineListsEveryListener(t *testing.T) {
 	if err := os.WriteFile(pw, []byte("upstream-password\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// An upstream that accepts, for /readyz; no login reaches it.
+	up := gateUpstream(t)
 	e := Start(t, Options{
 		DNS:       dnstest.Start(t).Addr(),
 		DNSListen: dnsAddr,
 		Hold:      []*pgtest.Reservation{dnsPort, pgPort},
-		YAML:      fmt.Sprintf("postgres:\n  listen: %s\n  upstream: host=127.0.0.1 port=1 user=egressd dbname=app\n  password_file: %s\n", pgAddr, pw),
+		YAML:      InternalAllow(up) + gateYAML(pgAddr, up, fmt.Sprintf("  password_file: %s\n", pw)),
 	})
 	var serving map[string]any
 	for _, l := range logLines(t, e) {

@@ -160,8 +160,13 @@ func (c *compiled) eval(ctx context.Context, e *Engine, kind Kind, in Input) (d 
 	timedOut := ec.release(stopCtx)
 	if err != nil {
 		reason := ReasonPolicyError
-		if timedOut || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		switch {
+		case timedOut || errors.Is(ctx.Err(), context.DeadlineExceeded):
 			reason = ReasonPolicyTimeout
+		case ctx.Err() != nil:
+			// The caller gave up (its client left): nothing failed in
+			// the policy, and the record says who ended it.
+			return c.deny(ReasonClientClosed), false
 		}
 		e.log.Warn("policy evaluation failed", zap.Stringer("kind", kind), zap.Stringer("reason", reason), zap.Error(err))
 		return c.deny(reason), false

@@ -66,15 +66,16 @@ decision := {"allow": true, "reason": "allowed", "rule": "slow"} if {
 
 // TestDecideStopsWhenCallerCancels: the evaluation watches the caller's
 // context as well as its own timeout, and a cancel left armed by one
-// evaluation never stops the next.
+// evaluation never stops the next. A caller that gave up (its client left)
+// is denied client_closed, not policy_error: nothing failed in the policy.
 func TestDecideStopsWhenCallerCancels(t *testing.T) {
 	dir := writeBundle(t, "", map[string]string{"http.rego": slowModule})
 	e := newTestEngine(t, Config{Dir: dir, CacheSize: -1})
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
 	in := Input{Facts: mustParse(t, "GET", "https://ok.test/")}
-	if d := e.Decide(ctx, in); d.Allow || d.Reason != string(ReasonPolicyError) {
-		t.Errorf("Decide(cancelled) = %+v; want deny %s", d, string(ReasonPolicyError))
+	if d := e.Decide(ctx, in); d.Allow || d.Reason != string(ReasonClientClosed) {
+		t.Errorf("Decide(cancelled) = %+v; want deny %s", d, string(ReasonClientClosed))
 	}
 	quick := writeBundle(t, "", map[string]string{"http.rego": "package egress.http\n\ndecision := {\"allow\": true, \"reason\": \"allowed\", \"rule\": \"q\"}\n"})
 	e = newTestEngine(t, Config{Dir: quick, CacheSize: -1})

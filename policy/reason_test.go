@@ -42,7 +42,7 @@ func TestReasonCodes(t *testing.T) {
 		{policy.ReasonUpstreamTimeout, policy.ClassUpstream, http.StatusGatewayTimeout, dns.RcodeServerFailure, "08001"},
 		{policy.ReasonUpstreamLogin, policy.ClassUpstream, http.StatusBadGateway, dns.RcodeServerFailure, "08001"},
 		{policy.ReasonAuditUnavailable, policy.ClassUnavailable, http.StatusServiceUnavailable, dns.RcodeRefused, "42501"},
-		{policy.ReasonShuttingDown, policy.ClassUnavailable, http.StatusServiceUnavailable, dns.RcodeRefused, "42501"},
+		{policy.ReasonShuttingDown, policy.ClassUnavailable, http.StatusServiceUnavailable, dns.RcodeRefused, "57P01"},
 		{policy.ReasonClientClosed, policy.ClassClient, http.StatusBadGateway, dns.RcodeRefused, "08006"},
 	}
 	for _, tt := range tests {

@@ -275,8 +275,10 @@ var reasonTable = map[Reason]reasonEntry{
 	ReasonFDExhausted:        {class: ClassLimit},
 	ReasonUpstreamTimeout:    {class: ClassUpstream, http: http.StatusGatewayTimeout},
 	ReasonUpstreamFailed:     {class: ClassUpstream},
-	ReasonShuttingDown:       {class: ClassUnavailable},
-	ReasonClientClosed:       {class: ClassClient},
+	// PostgreSQL's own code for a session ended by a shutdown
+	// (admin_shutdown), which poolers and drivers retry on.
+	ReasonShuttingDown: {class: ClassUnavailable, sqlState: "57P01"},
+	ReasonClientClosed: {class: ClassClient},
 
 	ReasonCredentialUnresolved:    {class: ClassPolicy},
 	ReasonCredentialWrongDest:     {class: ClassPolicy},

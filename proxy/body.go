@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -40,10 +41,14 @@ func (b *countingBody) Read(p []byte) (int, error) {
 
 // clientClosed completes a request the client hung up on; when says at
 // which stage, for the metric. client_closed is the completion error, not a
-// reason: nothing was refused.
+// reason: nothing was refused. A request a drain cut at its deadline is
+// recorded so (shutting_down), not as its client's doing.
 func (f *httpFlow) clientClosed(when string) {
-	f.s.metrics.clientClosed.WithLabelValues(when).Inc()
-	f.complete(0, "", string(policy.ReasonClientClosed))
+	reason, detail := f.s.cutReason()
+	if reason == "" {
+		f.s.metrics.clientClosed.WithLabelValues(when).Inc()
+	}
+	f.complete(0, reason, detail)
 }
 
 // responseBody writes the completion record when goproxy closes it after
@@ -68,14 +73,24 @@ func (b *responseBody) Close() error {
 	case b.cut == nil:
 		b.f.complete(b.status, "", "")
 	case b.f.clientCtx.Err() != nil || errors.Is(b.cut, errClientWrite):
-		b.f.s.metrics.clientClosed.WithLabelValues("response").Inc()
-		b.f.complete(b.status, "", string(policy.ReasonClientClosed))
+		reason, detail := b.f.s.cutReason()
+		if reason == "" {
+			b.f.s.metrics.clientClosed.WithLabelValues("response").Inc()
+		}
+		b.f.complete(b.status, reason, detail)
 	case errors.Is(b.cut, broker.ErrSecretInBody):
 		// Cut at a secret in a body that is not rewritten: a refusal,
 		// after the head had gone.
 		b.f.complete(b.status, policy.ReasonCredentialUnscrubbable, "response cut short: "+b.cut.Error())
 	default:
-		b.f.complete(b.status, "", "response cut short: "+b.cut.Error())
+		detail := "response cut short: " + b.cut.Error()
+		var idle *bodyIdleError
+		if errors.As(context.Cause(b.f.upCtx), &idle) {
+			// The pool's connection read fails with the close the
+			// cancel caused; the cause says why.
+			detail = idle.Error()
+		}
+		b.f.complete(b.status, "", detail)
 	}
 	return err
 }

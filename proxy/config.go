@@ -63,8 +63,9 @@ type Config struct {
 	PerSourceRefusalRate float64 `yaml:"per_source_refusal_rate"`
 	// PerSourceRefusalBurst is that bucket's size. If zero, 100 is used.
 	PerSourceRefusalBurst int `yaml:"per_source_refusal_burst"`
-	// DrainTimeout is how long SIGTERM waits for in-flight requests and
-	// tunnels before closing them. If zero, 30s is used.
+	// DrainTimeout is how long SIGTERM waits for in-flight requests,
+	// tunnels and Postgres gate sessions before cutting them (each cut is
+	// recorded shutting_down). If zero, 30s is used.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
 }
 

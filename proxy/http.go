@@ -42,8 +42,10 @@ type httpFlow struct {
 	upgrade bool
 
 	// clientCtx is the client's request context: it ends when the client
-	// hangs up, while the upstream request's also ends on idle timeouts.
+	// hangs up, while the upstream request's (upCtx) also ends on idle
+	// timeouts, with a *bodyIdleError as its cause.
 	clientCtx context.Context
+	upCtx     context.Context
 }
 
 // onRequest identifies, limits, decides and audits a plain-HTTP request, or
@@ -162,9 +164,11 @@ func (f *httpFlow) upstreamRequest(r *http.Request) *http.Request {
 		rawPath = "/"
 	}
 	f.clientCtx = r.Context()
-	ctx, cancel := context.WithCancel(f.clientCtx)
-	f.cancel = cancel
-	f.idle = time.AfterFunc(f.s.cfg.BodyIdleTimeout, cancel)
+	ctx, cancel := context.WithCancelCause(f.clientCtx)
+	f.cancel = func() { cancel(nil) }
+	idle := &bodyIdleError{after: f.s.cfg.BodyIdleTimeout}
+	f.idle = time.AfterFunc(idle.after, func() { cancel(idle) })
+	f.upCtx = ctx
 	// The pool speaks plain HTTP/1.1; inspected requests go over TLS
 	// through their identity's transport.
 	f.fast = !f.inspected && fastPathOK(r)

@@ -105,6 +105,13 @@ type Server struct {
 	tunnels   map[*tunnel]struct{}
 	tunnelsWG sync.WaitGroup
 	draining  atomic.Bool
+	// cut is set when a drain reaches its deadline: what it ends from then
+	// on is recorded shutting_down, not client_closed.
+	cut atomic.Bool
+	// serving counts the client connections net/http serves (until they
+	// close or are hijacked), for a drain past its deadline to wait for
+	// their records.
+	serving connCount
 }
 
 // New builds the proxy; Serve starts it.
@@ -222,42 +229,11 @@ func (s *Server) Serve(ln net.Listener) error {
 	return s.srv.Serve(l)
 }
 
-// Shutdown stops accepting, waits for in-flight requests and tunnels until
-// ctx is done, then closes what is left.
-func (s *Server) Shutdown(ctx context.Context) error {
-	// Set under the tunnel lock so no tunnel is tracked after Wait starts.
-	s.tunnelsMu.Lock()
-	s.draining.Store(true)
-	for t := range s.tunnels {
-		if inner := t.inner.Load(); inner != nil {
-			// Finishes the request in flight and closes the
-			// connection; ends when it is closed, at the latest when
-			// the tunnel is closed below.
-			go inner.Shutdown(context.Background()) //nolint:errcheck // no deadline: it returns nil once the connection has gone
-		}
-	}
-	s.tunnelsMu.Unlock()
-	err := s.srv.Shutdown(ctx)
-	done := make(chan struct{})
-	go func() { s.tunnelsWG.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		s.tunnelsMu.Lock()
-		for t := range s.tunnels {
-			t.close()
-		}
-		s.tunnelsMu.Unlock()
-		<-done
-	}
-	s.state.Load().closeIdle()
-	return err
-}
-
 func (s *Server) connState(c net.Conn, st http.ConnState) {
 	switch st {
 	case http.StateNew:
 		s.metrics.active.WithLabelValues("connections").Inc()
+		s.serving.add()
 	case http.StateActive:
 		if cc, ok := c.(*clientConn); ok {
 			cc.status.Store(0)
@@ -269,9 +245,11 @@ func (s *Server) connState(c net.Conn, st http.ConnState) {
 		if cc, ok := c.(*clientConn); ok && cc.unhandled.Load() {
 			s.refusedByHTTP(cc)
 		}
+		s.serving.done()
 	case http.StateHijacked:
 		// The tunnel owns the connection and its slot from here on.
 		s.metrics.active.WithLabelValues("connections").Dec()
+		s.serving.done()
 	}
 }
 

@@ -218,7 +218,11 @@ func (t *tunnel) finish() {
 	t.s.metrics.tunnelBytes.WithLabelValues("up").Add(float64(t.down2up.Load()))
 	t.s.metrics.tunnelBytes.WithLabelValues("down").Add(float64(t.up2down.Load()))
 	if r := t.revoked.Load(); r != nil {
-		t.done(0, *r, "closed by a reload")
+		detail := "closed by a reload"
+		if *r == policy.ReasonShuttingDown {
+			detail = drainCutDetail
+		}
+		t.done(0, *r, detail)
 		return
 	}
 	if t.refused != "" {

@@ -149,6 +149,9 @@ type daemon struct {
 	// logins counts gate logins (registered with or without a gate).
 	policyInfo *metrics.Policy
 	logins     *metrics.Logins
+
+	// draining is set when the drain starts: /readyz fails from then on.
+	draining atomic.Bool
 }
 
 // build makes the daemon; the secrets it loads go into store, which the
@@ -386,10 +389,32 @@ func (d *daemon) run(ctx context.Context) error {
 			return fmt.Errorf("metrics listen: %w", err)
 		}
 	}
+	running := []string{"proxy"}
+	if d.dns != nil {
+		running = append(running, "dns")
+	}
+	ready := []admin.Check{
+		// First: a load balancer must stop sending the moment the drain
+		// starts, whatever else holds.
+		{Name: "draining", Fn: func(context.Context) error {
+			if d.draining.Load() {
+				return errors.New("egressd is shutting down")
+			}
+			return nil
+		}},
+	}
+	if d.gate != nil {
+		running = append(running, "postgres")
+		// Fails readiness as a whole too: a sandbox sent here would have
+		// its logins refused upstream_unavailable. /readyz/proxy leaves
+		// it out for a balancer of the proxy alone.
+		ready = append(ready, admin.Check{Name: "postgres", Fn: d.gate.Ready, Listeners: []string{"postgres"}})
+	}
 	adminSrv := &http.Server{
 		Handler: admin.Handler(admin.Options{
-			Gatherer: d.registry,
-			Ready: []admin.Check{
+			Gatherer:  d.registry,
+			Listeners: running,
+			Ready: append(ready, []admin.Check{
 				{Name: "policy", Fn: func(context.Context) error {
 					if d.engine.Load().Digest() == "" {
 						return errors.New("no policy loaded")
@@ -398,7 +423,7 @@ func (d *daemon) run(ctx context.Context) error {
 				}},
 				{Name: "audit", Fn: func(context.Context) error { return d.audit.Ready() }},
 				admin.DNSCheck(d.cfg.DNS.Upstreams),
-			},
+			}...),
 			Reload: d.reload,
 			Log:    d.log,
 		}),
@@ -447,17 +472,9 @@ loop:
 			break loop
 		}
 	}
-	d.log.Info("draining", zap.Duration("deadline", d.cfg.Proxy.DrainTimeout))
 	sctx, cancel := context.WithTimeout(context.Background(), d.cfg.Proxy.DrainTimeout)
 	defer cancel()
-	if err := d.proxy.Shutdown(sctx); err != nil {
-		d.log.Warn("drain deadline passed; closed remaining connections", zap.Error(err))
-	}
-	if d.gate != nil {
-		if err := d.gate.Shutdown(sctx); err != nil {
-			d.log.Warn("drain deadline passed; closed remaining postgres sessions", zap.Error(err))
-		}
-	}
+	d.drain(sctx, stopDNS)
 	if err := adminSrv.Shutdown(sctx); err != nil {
 		d.log.Warn("drain deadline passed; closed the admin listener's remaining connections", zap.Error(err))
 	}
@@ -469,6 +486,31 @@ loop:
 	}
 	d.log.Info("stopped")
 	return nil
+}
+
+// drain is one drain for every client listener: /readyz fails at once,
+// the proxy and the Postgres gate stop accepting together and drain in
+// parallel until ctx's deadline (proxy.drain_timeout), the DNS server
+// stops; each records what it cuts at the deadline. The admin listener
+// stays up meanwhile, answering /readyz 503.
+func (d *daemon) drain(ctx context.Context, stopDNS func()) {
+	d.draining.Store(true)
+	d.log.Info("draining", zap.Duration("deadline", d.cfg.Proxy.DrainTimeout))
+	stopDNS()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := d.proxy.Shutdown(ctx); err != nil {
+			d.log.Warn("drain deadline passed; cut the remaining proxy connections", zap.Error(err))
+		}
+	})
+	if d.gate != nil {
+		wg.Go(func() {
+			if err := d.gate.Shutdown(ctx); err != nil {
+				d.log.Warn("drain deadline passed; ended the remaining postgres sessions", zap.Error(err))
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // reload re-reads the config file, the secrets' files and variables and

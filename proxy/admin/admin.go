@@ -8,6 +8,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/pprof"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,14 +21,21 @@ import (
 type Check struct {
 	Name string
 	Fn   func(ctx context.Context) error
+	// Listeners are the listeners it gates ("postgres"); if nil, every
+	// one.
+	Listeners []string
 }
 
 // Options configure the handler.
 type Options struct {
 	// Gatherer serves /metrics.
 	Gatherer prometheus.Gatherer
-	// Ready are the /readyz conditions, all required.
+	// Ready are the /readyz conditions, all required; /readyz/LISTENER
+	// asks only those that gate LISTENER.
 	Ready []Check
+	// Listeners name the running listeners ("proxy", "dns", "postgres"),
+	// each of which has its /readyz/LISTENER.
+	Listeners []string
 	// Reload runs on POST /-/reload; its error is reported with 500. On
 	// success it returns the config sections that changed but take effect
 	// only at a restart, which the answer names.
@@ -47,21 +56,15 @@ func Handler(o Options) http.Handler {
 		text(w, http.StatusOK, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), o.ReadyTimeout)
-		defer cancel()
-		var failed []byte
-		for _, c := range o.Ready {
-			if err := c.Fn(ctx); err != nil {
-				failed = append(failed, c.Name+": "+err.Error()+"\n"...)
-			}
-		}
-		if failed != nil {
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write(failed) // a client gone mid-response has nothing to be told
+		ready(w, r, o, "")
+	})
+	mux.HandleFunc("GET /readyz/{listener}", func(w http.ResponseWriter, r *http.Request) {
+		l := r.PathValue("listener")
+		if !slices.Contains(o.Listeners, l) {
+			text(w, http.StatusNotFound, "no listener "+strconv.Quote(l)+"; running: "+strings.Join(o.Listeners, ", ")+"\n")
 			return
 		}
-		text(w, http.StatusOK, "ready\n")
+		ready(w, r, o, l)
 	})
 	mux.Handle("GET /metrics", MetricsHandler(o.Gatherer))
 	mux.HandleFunc("POST /-/reload", func(w http.ResponseWriter, r *http.Request) {
@@ -88,6 +91,31 @@ func Handler(o Options) http.Handler {
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// ready answers /readyz (listener "": every check) or /readyz/LISTENER:
+// 200 if every check passes, else 503; the body names each check and its
+// state, failures first, so that one look says which listener is not
+// ready and why.
+func ready(w http.ResponseWriter, r *http.Request, o Options, listener string) {
+	ctx, cancel := context.WithTimeout(r.Context(), o.ReadyTimeout)
+	defer cancel()
+	var failed, passed []byte
+	for _, c := range o.Ready {
+		if listener != "" && c.Listeners != nil && !slices.Contains(c.Listeners, listener) {
+			continue
+		}
+		if err := c.Fn(ctx); err != nil {
+			failed = append(failed, c.Name+": "+err.Error()+"\n"...)
+			continue
+		}
+		passed = append(passed, c.Name+": ok\n"...)
+	}
+	if failed != nil {
+		text(w, http.StatusServiceUnavailable, string(failed)+string(passed))
+		return
+	}
+	text(w, http.StatusOK, "ready\n"+string(passed))
 }
 
 func text(w http.ResponseWriter, status int, s string) {

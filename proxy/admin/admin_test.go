@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -8,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 )
 
 // TestMetricsHandlerServesOnlyMetrics: the metrics-only listener's handler
@@ -52,5 +55,56 @@ func TestMetricsHandlerServesOnlyMetrics(t *testing.T) {
 				t.Errorf("%s %s body = %q; want the registry's series", tt.method, tt.path, string(body))
 			}
 		})
+	}
+}
+
+// TestReadyzPerListener: /readyz names every check and its state, and
+// fails while any fails; /readyz/LISTENER asks only the checks that gate
+// that listener, so a load balancer in front of the proxy is not told
+// "not ready" for the Postgres gate's upstream, nor the reverse.
+func TestReadyzPerListener(t *testing.T) {
+	gateDown := errors.New("upstream 127.0.0.1:5432 does not accept connections")
+	srv := httptest.NewServer(Handler(Options{
+		Gatherer: prometheus.NewRegistry(),
+		Ready: []Check{
+			{Name: "audit", Fn: func(context.Context) error { return nil }},
+			{Name: "postgres", Listeners: []string{"postgres"}, Fn: func(context.Context) error { return gateDown }},
+		},
+		Listeners: []string{"proxy", "postgres"},
+		Log:       zap.NewNop(),
+	}))
+	defer srv.Close()
+	tests := []struct {
+		path     string
+		want     int
+		contains []string
+	}{
+		{"/readyz", http.StatusServiceUnavailable, []string{"postgres: " + gateDown.Error(), "audit: ok"}},
+		{"/readyz/postgres", http.StatusServiceUnavailable, []string{"postgres: " + gateDown.Error(), "audit: ok"}},
+		{"/readyz/proxy", http.StatusOK, []string{"ready", "audit: ok"}},
+		{"/readyz/dns", http.StatusNotFound, []string{"proxy, postgres"}},
+	}
+	for _, tt := range tests {
+		resp, err := srv.Client().Get(srv.URL + tt.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tt.want {
+			t.Errorf("GET %s = %d %q; want %d", tt.path, resp.StatusCode, body, tt.want)
+		}
+		for _, s := range tt.contains {
+			if !strings.Contains(string(body), s) {
+				t.Errorf("GET %s body = %q; want it to name %q", tt.path, body, s)
+			}
+		}
+	}
+	if resp, err := srv.Client().Get(srv.URL + "/readyz/proxy"); err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), "postgres") {
+			t.Errorf("GET /readyz/proxy body = %q; want no postgres check", body)
+		}
 	}
 }

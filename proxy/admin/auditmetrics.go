@@ -25,6 +25,7 @@ var auditMetrics = []struct {
 	{"egressd_audit_write_errors_total", "Failed writes.", true, func(s audit.Stats) float64 { return float64(s.WriteErrors) }},
 	{"egressd_audit_sync_errors_total", "Failed fsyncs.", true, func(s audit.Stats) float64 { return float64(s.SyncErrors) }},
 	{"egressd_audit_syncs_total", "fsync calls.", true, func(s audit.Stats) float64 { return float64(s.Syncs) }},
+	{"egressd_audit_sync_waits_total", "Appends (sync: interval) that waited for an fsync: the oldest acknowledged record not yet fsynced was older than audit.sync_interval.", true, func(s audit.Stats) float64 { return float64(s.SyncWaits) }},
 	{"egressd_audit_bytes_total", "Bytes written.", true, func(s audit.Stats) float64 { return float64(s.Bytes) }},
 	{"egressd_audit_seq", "Sequence number of the last record written.", false, func(s audit.Stats) float64 { return float64(s.Seq) }},
 	{"egressd_audit_queue_depth", "Records queued and not yet written.", false, func(s audit.Stats) float64 { return float64(s.QueueDepth) }},

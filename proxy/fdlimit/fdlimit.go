@@ -69,8 +69,9 @@ const gapFactor = 20
 // Budget decides whether one more client connection fits in the
 // descriptor limit. It counts the descriptors open (see countOpen), and
 // between counts charges each admitted connection PerConn; when that
-// estimate leaves too few and the last count is recent, it refuses
-// without counting. It is safe for concurrent use.
+// estimate leaves too few it counts again, and refuses only if the count
+// does (while refusing, the estimate refuses until the gap has passed).
+// It is safe for concurrent use.
 type Budget struct {
 	limit   int
 	reserve int
@@ -116,7 +117,13 @@ func (b *Budget) Admit() bool {
 	}
 	est := b.open + PerConn*b.admitted
 	age := now.Sub(b.counted)
-	if age >= recount || (b.limit-est < need && age >= b.gap) {
+	// The estimate charges every connection admitted since the count
+	// PerConn, what a tunnel comes to hold; most hold less (a gate
+	// client before its login, one socket), and some have closed. So it
+	// only says when to count: a refusal is backed by a count, which
+	// sees what the connections really hold. Only while refusing on a
+	// count does the estimate refuse between counts, spaced by gap.
+	if age >= recount || b.limit-est < need && (!b.refusing || age >= b.gap) {
 		n, err := b.count()
 		switch {
 		case errors.Is(err, errUnsupported):

@@ -218,3 +218,40 @@ func benchCount(b *testing.B, count func() (int, error)) {
 		}
 	}
 }
+
+// TestBudgetServesBurstWithinBudget: a burst of connections that together
+// hold fewer descriptors than the limit less the reserve is served whole,
+// even when a count is slow enough (a loaded machine) that the whole burst
+// arrives within the gap after one. Each connection here holds one
+// descriptor (a gate client before its login), well below the PerConn the
+// estimate charges it: only a count, never that estimate, may refuse.
+func TestBudgetServesBurstWithinBudget(t *testing.T) {
+	const (
+		limit    = 128
+		reserve  = 32
+		baseline = 20 // descriptors an idle egressd holds
+		burst    = 64 // 20 + 64 + 32 + PerConn <= 128: within the budget
+	)
+	clk := newFakeClock()
+	held := 0
+	counts := 0
+	count := func() (int, error) {
+		counts++
+		clk.add(100 * time.Microsecond) // a 2ms gap: longer than the burst
+		return baseline + held, nil
+	}
+	b := newBudget(limit, reserve, count, clk.now)
+	for i := range burst {
+		held++ // accepted: its socket is open when Admit is asked
+		if !b.Admit() {
+			t.Fatalf("connection %d of a burst of %d refused with %d of %d descriptors open (reserve %d, %d counts)",
+				i, burst, baseline+held, limit, reserve, counts)
+		}
+	}
+	// One descriptor past the budget, at the next count, is refused.
+	held = limit - reserve - PerConn - baseline + 1
+	clk.add(recount)
+	if b.Admit() {
+		t.Errorf("Admit() with %d of %d open = true; want false", baseline+held, limit)
+	}
+}

@@ -141,7 +141,7 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 			shared = false
 		}
 		d := g.engine().Decide(ctx, policy.Input{Identity: ident, Facts: st})
-		if policy.Reason(d.Reason) == policy.ReasonPolicyTimeout || policy.Reason(d.Reason) == policy.ReasonPolicyError {
+		if r := policy.Reason(d.Reason); r == policy.ReasonPolicyTimeout || r == policy.ReasonPolicyError || r == policy.ReasonClientClosed {
 			v.cacheable = false
 		}
 		// The audit text is the statement redacted from its tokens and

@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -100,9 +101,12 @@ type Gate struct {
 	// reload without touching sessions in flight.
 	cur atomic.Pointer[current]
 
-	mu       sync.Mutex
-	lns      map[net.Listener]struct{}
-	conns    map[net.Conn]struct{}
+	mu    sync.Mutex
+	lns   map[net.Listener]struct{}
+	conns map[net.Conn]struct{}
+	// sessions are the logged-in sessions, which a drain that reaches its
+	// deadline ends with a message and a record (cutSession).
+	sessions map[*session]sessionRef
 	shutdown bool
 	wg       sync.WaitGroup
 	// refreshing counts the catalog refreshes in flight (tests wait on it).
@@ -129,7 +133,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		limits:  limitsOf(cfg),
 		cache:   newVerdictCache(cfg.CacheSize),
 		ncache:  newVerdictCache(cfg.CacheSize),
-		lns:     map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
+		lns:     map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}, sessions: map[*session]sessionRef{},
 	}
 	g.cancels.m = map[uint32]*cancelTarget{}
 	g.catalogs = catalogs{ttl: cfg.CatalogTTL, m: map[string]*dbCatalog{}}
@@ -265,7 +269,10 @@ func (g *Gate) untrack(c net.Conn) {
 }
 
 // Shutdown stops accepting, waits for sessions to end until ctx is done,
-// then closes the rest.
+// then ends the rest: each logged-in session is recorded and told, as
+// PostgreSQL tells its clients at a shutdown (FATAL 57P01, reason
+// shutting_down); a connection still logging in is closed (its login is
+// refused with the same reason if it completes first).
 func (g *Gate) Shutdown(ctx context.Context) error {
 	g.mu.Lock()
 	g.shutdown = true
@@ -281,10 +288,70 @@ func (g *Gate) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	g.mu.Lock()
+	cut := maps.Clone(g.sessions)
+	g.mu.Unlock()
+	var wg sync.WaitGroup
+	for s, ref := range cut {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g.cutSession(s, ref)
+		}()
+	}
+	wg.Wait()
+	g.mu.Lock()
 	for c := range g.conns {
 		c.Close()
 	}
 	g.mu.Unlock()
 	<-done
 	return ctx.Err()
+}
+
+// Ready reports whether the upstream accepts connections, for /readyz: a
+// login would otherwise be refused upstream_unavailable. It connects
+// through the same floor-checked dialer as a login and closes at once
+// (logging in on every probe would cost the server a backend process).
+func (g *Gate) Ready(ctx context.Context) error {
+	network, addr := pgconn.NetworkAddress(g.upstream.Host, g.upstream.Port)
+	c, err := g.deps.Dial(ctx, network, addr)
+	if err != nil {
+		return fmt.Errorf("upstream %s does not accept connections: %w", addr, err)
+	}
+	c.Close()
+	return nil
+}
+
+// sessionRef is what a session's shutdown record names, copied at login:
+// the session's goroutine owns its fields.
+type sessionRef struct{ id, remote, database string }
+
+// addSession tracks a logged-in session, unless the gate is shutting down.
+func (g *Gate) addSession(s *session) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shutdown {
+		return false
+	}
+	g.sessions[s] = sessionRef{id: s.identity.ID, remote: s.remote, database: s.database}
+	return true
+}
+
+func (g *Gate) removeSession(s *session) {
+	g.mu.Lock()
+	delete(g.sessions, s)
+	g.mu.Unlock()
+}
+
+// cutSession ends a session the drain did not see end: a record with
+// reason shutting_down, then FATAL 57P01 to the client, then both
+// connections closed.
+func (g *Gate) cutSession(s *session, ref sessionRef) {
+	r := audit.Decided(audit.KindSQL, ref.id, ref.remote, audit.Verdict{Reason: string(policy.ReasonShuttingDown), Policy: g.engine().Digest()})
+	r.Database, r.Error = ref.database, "session ended by egressd's shutdown"
+	if err := g.deps.Audit.Append(r); err != nil {
+		g.failLog.Failed(err)
+	}
+	s.sendClientFatal(sessionRefusal(policy.ReasonShuttingDown, "egressd: terminating connection because egressd is shutting down"))
+	s.close()
 }

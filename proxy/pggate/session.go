@@ -113,7 +113,6 @@ func (s *session) sendClientFatal(f *fatal) {
 
 // run serves the client until it leaves or breaks the protocol.
 func (s *session) run() {
-	s.closed = make(chan struct{})
 	defer s.close()
 	s.client.SetDeadline(time.Time{})
 	s.cw = bufio.NewWriterSize(s.client, relayBufSize)

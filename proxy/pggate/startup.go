@@ -139,6 +139,13 @@ func (g *Gate) serveConn(conn net.Conn) {
 	}
 	g.deps.Logins.Inc("")
 	defer g.slots.release(s.identity.ID)
+	if !g.addSession(s) {
+		// The drain began during this login: the session ends as those
+		// it cuts at its deadline do.
+		g.cutSession(s, sessionRef{id: s.identity.ID, remote: s.remote, database: s.database})
+		return
+	}
+	defer g.removeSession(s)
 	s.run()
 	g.log.Info("session closed", zap.String("identity", s.identity.ID), zap.String("database", s.database),
 		zap.String("client", s.remote), zap.Duration("duration", time.Since(start)))
@@ -204,7 +211,8 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 		}
 		return nil, loginRefusal(reason, "password authentication failed for user %q", user)
 	}
-	s := &session{g: g, cur: cur, verifier: entry.SCRAMSHA256, client: conn, be: be, identity: ident, database: db, remote: conn.RemoteAddr().String(), stmts: map[string]struct{}{}, objs: newObjects()}
+	s := &session{g: g, cur: cur, verifier: entry.SCRAMSHA256, client: conn, be: be, identity: ident, database: db, remote: conn.RemoteAddr().String(), stmts: map[string]struct{}{}, objs: newObjects(),
+		closed: make(chan struct{})}
 	s.keyPrefix = cacheKeyPrefix(ident, db)
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.StartupTimeout)
 	defer cancel()
