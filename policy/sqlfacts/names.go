@@ -116,6 +116,10 @@ func (w *walker) nameArgs(schema, name string, args int32) {
 	if schema != "" && schema != "pg_catalog" {
 		return
 	}
+	if name == "set_config" {
+		w.setConfig(args)
+		return
+	}
 	if name == "lastval" {
 		// It reads whichever sequence the session last advanced, which
 		// no text names: also one a column default advanced, or one a
