@@ -18,7 +18,11 @@ import (
 // facts must reach: public.app_cents(int) is allowed by qualified name in
 // udfProfile (see oracleEngine) and writes a row to public.calls, so a
 // write PostgreSQL refuses in a read-only session is witnessed by the
-// table staying empty; public.app_fmt is a pure one.
+// table staying empty; public.app_fmt is a pure one. bump and bump_check
+// count their calls in public.bumps and are reached only through a domain
+// CHECK (positive, inside the composite boxed, inside nest's row type), a
+// view (v_bump, and v_outer over it) or a row-level security policy
+// (guarded).
 var udfDB = sync.OnceValue(func() error {
 	pg := shared
 	ctx := ctxT(nopT{})
@@ -28,7 +32,19 @@ var udfDB = sync.OnceValue(func() error {
 	return pg.Exec(ctx, "udf", `
 		CREATE TABLE calls (fn text);
 		CREATE FUNCTION app_cents(n int) RETURNS int LANGUAGE sql AS $$ INSERT INTO calls VALUES ('app_cents') RETURNING n $$;
-		CREATE FUNCTION app_fmt(n int) RETURNS text LANGUAGE sql AS $$ SELECT n::text $$;`)
+		CREATE FUNCTION app_fmt(n int) RETURNS text LANGUAGE sql AS $$ SELECT n::text $$;
+		CREATE TABLE bumps (fn text);
+		CREATE FUNCTION bump_check(n int) RETURNS bool LANGUAGE plpgsql AS $$ BEGIN INSERT INTO bumps VALUES ('bump_check'); RETURN n > 0; END $$;
+		CREATE DOMAIN positive AS int CHECK (bump_check(VALUE));
+		CREATE TYPE boxed AS (x positive);
+		CREATE TABLE nest (b boxed);
+		CREATE FUNCTION bump() RETURNS int LANGUAGE plpgsql AS $$ BEGIN INSERT INTO bumps VALUES ('bump'); RETURN 1; END $$;
+		CREATE VIEW v_bump AS SELECT bump() AS n;
+		CREATE VIEW v_outer AS SELECT n FROM v_bump;
+		CREATE TABLE guarded (a int);
+		INSERT INTO guarded VALUES (1);
+		ALTER TABLE guarded ENABLE ROW LEVEL SECURITY;
+		CREATE POLICY p ON guarded USING (bump() = 1);`)
 })
 
 // nopT is a testing.TB for ctxT outside a test: only Cleanup is used, and
@@ -141,5 +157,42 @@ func TestReadOnlyPinFollowsTheProfile(t *testing.T) {
 		if got := rows(t, c, "SHOW default_transaction_read_only"); len(got) != 1 || got[0][0] != tt.want {
 			t.Errorf("%s: default_transaction_read_only = %v; want %s", tt.user, got, tt.want)
 		}
+	}
+}
+
+// TestUserFunctionsBehindTypesViewsAndPolicies is item 8 of issue 21: a
+// user function reached with no call in the text — a domain CHECK inside a
+// composite type, a view's query, a row-level security policy — is in
+// the facts, so a profile that allows no user function is refused
+// function_not_allowed, and the witness (bump's and bump_check's rows in
+// public.bumps) shows it never ran. (The gate logs in upstream as a
+// superuser, which row-level security does not apply to, so guarded's
+// policy is witnessed by the refusal alone.)
+func TestUserFunctionsBehindTypesViewsAndPolicies(t *testing.T) {
+	sharedPG(t)
+	if err := udfDB(); err != nil {
+		t.Fatalf("udf database: %v", err)
+	}
+	f := startGate(t, shared, nil)
+	super := connect(t, f.srv.DSN("udf"))
+	c := connect(t, f.dsn("agent-rw", passRW, "udf"))
+	for _, q := range []string{
+		"SELECT '5'::positive",
+		"SELECT '(5)'::boxed",
+		"SELECT ROW(5)::boxed",
+		`SELECT jsonb_populate_record(NULL::boxed, '{"x": 5}')`,
+		`SELECT jsonb_populate_record(NULL::nest, '{"b": {"x": 5}}')`,
+		`SELECT * FROM jsonb_to_record('{"x": 5}') AS r(x positive)`,
+		"SELECT CAST('{1}' AS positive[])",
+		"SELECT n FROM v_bump",
+		"SELECT n FROM v_outer",
+		"SELECT a FROM guarded",
+		"DELETE FROM guarded WHERE a = 0",
+	} {
+		wantQueryDenied(t, c, q, "function_not_allowed")
+	}
+	rows(t, c, "SELECT 1 FROM nest WHERE b IS NULL")
+	if got := rows(t, super, "SELECT count(*) FROM bumps"); got[0][0] != "0" {
+		t.Errorf("public.bumps has %s rows; want 0 (a user function ran behind a type, view or policy)", got[0][0])
 	}
 }
