@@ -28,6 +28,12 @@ import (
 // depth. information_schema is the server's own and counts as built-in, and
 // so do the members of the extensions named in $1 (trusted_extensions).
 //
+// These are resolved rather than refused: refusing every composite cast,
+// view and RLS-protected table to the profiles that allow no user function
+// would refuse most of what an analyst reads, while resolving from
+// PostgreSQL's own dependency records names exactly the functions that can
+// run, which the profile then allows or not like any other call.
+//
 // The 'c' and 'r' closures are walked backwards, from the constraints,
 // rules and policies that call a user function to the types and relations
 // that reach them, so a schema with no such function costs nothing. The
@@ -187,8 +193,10 @@ func UpstreamCatalog(ctx context.Context, cfg Config, db string) (*sqlfacts.Cata
 // catalogs caches each database's catalog. A snapshot is read again at the
 // start of a session to its database when it is older than the TTL or
 // older than the last reload; in the background after every reload, and
-// when an open session finds it older than the TTL. A session decides
-// with the newest snapshot of its database.
+// when an open session finds it older than the TTL; and before a decision
+// that finds it older than catalogMaxAge, or on a change notification
+// (catalogfresh.go). A session decides with the newest snapshot of its
+// database.
 type catalogs struct {
 	ttl time.Duration
 
@@ -197,6 +205,16 @@ type catalogs struct {
 	// stale.
 	reloads uint64
 	m       map[string]*dbCatalog
+	// listenCtx ends the LISTEN sessions (see catalogfresh.go);
+	// stopped is set once stopListeners ran.
+	listenCtx  context.Context
+	stopListen context.CancelFunc
+	stopped    bool
+	// maxAgeOverride, if set (ns), replaces catalogMaxAge; onStore, if
+	// set, is called with the database of every snapshot stored. Tests
+	// only.
+	maxAgeOverride atomic.Int64
+	onStore        atomic.Pointer[func(db string)]
 }
 
 // dbCatalog is one database's newest snapshot; sessions load it on every
@@ -210,6 +228,19 @@ type dbCatalog struct {
 	// at and reload (under catalogs.mu) say when cur was read.
 	at     time.Time
 	reload uint64
+	// readAt is when the read of cur started (Unix ns): the age
+	// freshCatalog bounds.
+	readAt atomic.Int64
+	// listening is set while a LISTEN session on the database is up
+	// (catalogfresh.go); listenBusy while one runs or starts; listenAfter
+	// (Unix ns) is when one may be tried again after it found no change
+	// trigger or failed.
+	listening   atomic.Bool
+	listenBusy  atomic.Bool
+	listenAfter atomic.Int64
+	// reread makes the sessions that need a fresh snapshot share one
+	// read.
+	reread sync.Mutex
 }
 
 // load is the newest snapshot; nil (built-ins only) for a session that
@@ -240,12 +271,20 @@ func (c *catalogs) ensure(ctx context.Context, db string, conn *pgconn.PgConn, t
 	// Read without the lock: a slow server must not hold up the logins
 	// to other databases. Two logins may both read; the later one wins
 	// unless a reload came between.
+	start := time.Now()
 	cat, err := LoadCatalog(ctx, conn, trusted)
 	if err != nil {
 		return nil, err
 	}
-	c.store(db, cat, reloads)
+	c.store(db, cat, reloads, start)
 	return e, nil
+}
+
+// reloadCount is the reload count to store a snapshot read now under.
+func (c *catalogs) reloadCount() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reloads
 }
 
 // stale makes every snapshot stale (after a reload) and returns the
@@ -264,18 +303,23 @@ func (c *catalogs) stale() ([]string, uint64) {
 	return dbs, c.reloads
 }
 
-// store makes cat db's snapshot as of reload count reload, unless a newer
-// one is there.
-func (c *catalogs) store(db string, cat *sqlfacts.Catalog, reload uint64) {
+// store makes cat, read from start on, db's snapshot as of reload count
+// reload, unless a newer one is there.
+func (c *catalogs) store(db string, cat *sqlfacts.Catalog, reload uint64, start time.Time) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	e := c.m[db]
-	if e == nil || e.reload > reload {
+	if e == nil || e.reload > reload || e.reload == reload && start.UnixNano() < e.readAt.Load() {
+		c.mu.Unlock()
 		return
 	}
 	e.cur.Store(cat)
 	e.at, e.reload = time.Now(), reload
+	e.readAt.Store(start.UnixNano())
 	e.expires.Store(e.at.Add(c.ttl).UnixNano())
+	c.mu.Unlock()
+	if f := c.onStore.Load(); f != nil {
+		(*f)(db)
+	}
 }
 
 // refreshCatalogs reads again, in the background, the catalog of every
@@ -327,12 +371,13 @@ func (g *Gate) refreshCatalog(db string, reload uint64, done ...func()) bool {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), g.cfg.StartupTimeout)
 		defer cancel()
+		start := time.Now()
 		cat, err := g.loadCatalog(ctx, db)
 		if err != nil {
 			g.log.Warn("catalog refresh failed; the next login to the database reads it", zap.String("database", db), zap.Error(err))
 			return
 		}
-		g.catalogs.store(db, cat, reload)
+		g.catalogs.store(db, cat, reload, start)
 	}()
 	return true
 }

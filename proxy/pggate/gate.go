@@ -267,6 +267,7 @@ func (g *Gate) untrack(c net.Conn) {
 // Shutdown stops accepting, waits for sessions to end until ctx is done,
 // then closes the rest.
 func (g *Gate) Shutdown(ctx context.Context) error {
+	g.catalogs.stopListeners()
 	g.mu.Lock()
 	g.shutdown = true
 	for ln := range g.lns {
