@@ -184,6 +184,7 @@ test_pinned_settings_every_form if {
 		reason_of(identity, {"command": "set", "set": {"name": "session characteristics", "action": "set_multi"}, "settings": [{"name": "default_transaction_read_only", "value": "off"}]}) == "set_denied"
 		reason_of(identity, {"command": "transaction", "transaction": "begin", "settings": [{"name": "transaction_read_only", "value": "off"}]}) == "set_denied"
 		reason_of(identity, {"command": "select", "functions": [{"schema": "", "name": "set_config"}], "settings": [{"name": "search_path", "value": "evil"}]}) == "set_denied"
+		reason_of(identity, {"command": "select", "functions": [{"schema": "", "name": "set_config"}], "settings": [{"name": "role", "value": "postgres"}]}) == "set_role_denied"
 		decide(identity, {"command": "transaction", "transaction": "begin", "settings": [{"name": "transaction_read_only", "value": "on"}, {"name": "transaction_isolation", "value": "serializable"}]}).allow
 	}
 }

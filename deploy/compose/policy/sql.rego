@@ -69,6 +69,9 @@ forbidden := r if {
 	stmt.set.name in {"role", "session_authorization"}
 } else := "set_denied" if {
 	stmt.set.name in data.sql.pinned_settings
+} else := "set_role_denied" if {
+	some c in stmt.settings
+	c.name in {"role", "session_authorization"}
 } else := "set_denied" if {
 	# Every other way to change a pinned setting: SET TRANSACTION and SET
 	# SESSION CHARACTERISTICS modes, BEGIN/START TRANSACTION modes,
