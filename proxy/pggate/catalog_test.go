@@ -329,3 +329,19 @@ func TestCatalogChangeTriggerNotifiesGate(t *testing.T) {
 	wantQueryDenied(t, c, "SELECT lower(42)", "function_not_allowed")
 	wantNothingPurged(t, db, "public.lower(int)")
 }
+
+// BenchmarkCatalogReread is what the decision that finds its snapshot
+// older than catalogMaxAge pays on a database without the change trigger
+// (a login with the gate's credentials and the catalog read), at most once
+// per catalogMaxAge per database while statements arrive.
+func BenchmarkCatalogReread(b *testing.B) {
+	pg := sharedPG(b)
+	f := startGate(b, pg, nil)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := f.gate.loadCatalog(ctx, "app"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
