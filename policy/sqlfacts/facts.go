@@ -130,7 +130,7 @@ type Statement struct {
 	Set     *Set   `json:"set,omitempty"`
 	// Settings are the settings the statement changes, by the names
 	// PostgreSQL changes (see Setting); nil when none.
-	Settings []Setting `json:"settings"`
+	Settings []Setting `json:"settings,omitempty"`
 	// Inner is the statement that EXPLAIN, PREPARE, DECLARE CURSOR and
 	// COPY (query) wrap.
 	Inner *Statement `json:"inner,omitempty"`
