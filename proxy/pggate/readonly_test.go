@@ -18,7 +18,8 @@ import (
 // facts must reach: public.app_cents(int) is allowed by qualified name in
 // udfProfile (see oracleEngine) and writes a row to public.calls, so a
 // write PostgreSQL refuses in a read-only session is witnessed by the
-// table staying empty; public.app_fmt is a pure one. bump and bump_check
+// table staying empty; public.app_fmt(int) is a pure one, app_fmt(text)
+// turns default_transaction_read_only off where no fact can see it. bump and bump_check
 // count their calls in public.bumps and are reached only through a domain
 // CHECK (positive, inside the composite boxed, inside nest's row type), a
 // view (v_bump, and v_outer over it) or a row-level security policy
@@ -33,6 +34,7 @@ var udfDB = sync.OnceValue(func() error {
 		CREATE TABLE calls (fn text);
 		CREATE FUNCTION app_cents(n int) RETURNS int LANGUAGE sql AS $$ INSERT INTO calls VALUES ('app_cents') RETURNING n $$;
 		CREATE FUNCTION app_fmt(n int) RETURNS text LANGUAGE sql AS $$ SELECT n::text $$;
+		CREATE FUNCTION app_fmt(t text) RETURNS text LANGUAGE plpgsql AS $$ BEGIN PERFORM set_config('default_transaction_read_only', 'off', false); RETURN t; END $$;
 		CREATE TABLE bumps (fn text);
 		CREATE FUNCTION bump_check(n int) RETURNS bool LANGUAGE plpgsql AS $$ BEGIN INSERT INTO bumps VALUES ('bump_check'); RETURN n > 0; END $$;
 		CREATE DOMAIN positive AS int CHECK (bump_check(VALUE));
@@ -194,5 +196,25 @@ func TestUserFunctionsBehindTypesViewsAndPolicies(t *testing.T) {
 	rows(t, c, "SELECT 1 FROM nest WHERE b IS NULL")
 	if got := rows(t, super, "SELECT count(*) FROM bumps"); got[0][0] != "0" {
 		t.Errorf("public.bumps has %s rows; want 0 (a user function ran behind a type, view or policy)", got[0][0])
+	}
+}
+
+// A read-only session whose upstream reports default_transaction_read_only
+// changed (here by an allowed user function calling set_config, which no
+// fact sees) is ended: PostgreSQL's own report is the backstop of the pin.
+func TestReadOnlyPinChangedUpstreamEndsSession(t *testing.T) {
+	f := startUDFGate(t, nil)
+	super := connect(t, f.srv.DSN("udf"))
+	c := connect(t, f.dsn("agent-udf", passRO, "udf"))
+	_, err := c.Exec(ctxT(t), "SELECT public.app_fmt('x')").ReadAll()
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Severity != "FATAL" {
+		t.Fatalf("SELECT app_fmt('x') = %v; want the session ended FATAL", err)
+	}
+	if _, err := c.Exec(ctxT(t), "SELECT public.app_cents(1)").ReadAll(); err == nil {
+		t.Error("the session went on after its upstream turned read-only off")
+	}
+	if got := rows(t, super, "SELECT count(*) FROM calls"); got[0][0] != "0" {
+		t.Errorf("public.calls has %s rows; want 0", got[0][0])
 	}
 }
