@@ -165,7 +165,12 @@ func (g *Gate) listen(ctx context.Context, db string, e *dbCatalog) error {
 	if err != nil {
 		return fmt.Errorf("connect upstream database %q: %w", db, err)
 	}
-	defer conn.Close(context.Background())
+	defer func() {
+		// ctx may have ended: close with a bound of its own.
+		cctx, cancel := context.WithTimeout(context.Background(), g.cfg.StartupTimeout)
+		defer cancel()
+		conn.Close(cctx)
+	}()
 	res := conn.ExecParams(ctx, `SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname = $1 AND evtenabled <> 'D'`,
 		[][]byte{[]byte(notifyTrigger)}, nil, nil, nil).Read()
 	if res.Err != nil {
