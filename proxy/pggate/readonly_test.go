@@ -1,11 +1,13 @@
 package pggate
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -26,7 +28,8 @@ import (
 // (guarded).
 var udfDB = sync.OnceValue(func() error {
 	pg := shared
-	ctx := ctxT(nopT{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	if err := pg.Exec(ctx, "postgres", "CREATE DATABASE udf"); err != nil {
 		return err
 	}
@@ -48,12 +51,6 @@ var udfDB = sync.OnceValue(func() error {
 		ALTER TABLE guarded ENABLE ROW LEVEL SECURITY;
 		CREATE POLICY p ON guarded USING (bump() = 1);`)
 })
-
-// nopT is a testing.TB for ctxT outside a test: only Cleanup is used, and
-// the context's timeout ends it.
-type nopT struct{ testing.TB }
-
-func (nopT) Cleanup(func()) {}
 
 // startUDFGate runs a gate on the shared server deciding with the oracle's
 // engine, with the identity agent-udf of udfProfile (password passRO).
