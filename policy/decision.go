@@ -88,6 +88,11 @@ type Decision struct {
 	// leaf of the identity's own CA and decides every request inside with
 	// the http entry point. False on every other decision.
 	Inspect bool `json:"inspect,omitempty"`
+	// ReadOnly is set on an allowed SQL "connect" whose profile may write
+	// nothing: the Postgres gate starts the upstream session with
+	// default_transaction_read_only on, so that PostgreSQL refuses a write
+	// too. False on every other decision.
+	ReadOnly bool `json:"read_only,omitempty"`
 }
 
 // DenyError is the one typed error for a refusal found outside Rego (a

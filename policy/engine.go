@@ -197,7 +197,7 @@ var (
 )
 
 // decodeDecision reads {"allow": bool, "reason": string, "rule": string,
-// "tls"?: bool, "inspect"?: bool}. A deny without a reason is malformed:
+// "tls"?: bool, "inspect"?: bool, "read_only"?: bool}. A deny without a reason is malformed:
 // every deny says why.
 func decodeDecision(v any) (Decision, bool) {
 	t, ok := v.(*ast.Term)
@@ -225,15 +225,21 @@ func decodeDecision(v any) (Decision, bool) {
 			return Decision{}, false
 		}
 	}
+	if tr := obj.Get(termReadOnly); tr != nil {
+		if d.ReadOnly, ok = termBool(tr); !ok {
+			return Decision{}, false
+		}
+	}
 	return d, true
 }
 
 var (
-	termAllow   = ast.StringTerm("allow")
-	termReason  = ast.StringTerm("reason")
-	termRule    = ast.StringTerm("rule")
-	termTLS     = ast.StringTerm("tls")
-	termInspect = ast.StringTerm("inspect")
+	termAllow    = ast.StringTerm("allow")
+	termReason   = ast.StringTerm("reason")
+	termRule     = ast.StringTerm("rule")
+	termTLS      = ast.StringTerm("tls")
+	termInspect  = ast.StringTerm("inspect")
+	termReadOnly = ast.StringTerm("read_only")
 )
 
 func termBool(t *ast.Term) (bool, bool) {

@@ -26,7 +26,12 @@ type CatalogOperator struct {
 	Func Function
 }
 
-// CatalogCast is a cast whose function is defined outside pg_catalog.
+// CatalogCast is a cast whose function is defined outside pg_catalog, or
+// a function outside pg_catalog that a domain CHECK runs whenever a value
+// of the target type is made: the target is the domain, or a composite
+// type (a table's row type among them) or array with such a domain inside,
+// since `'(5)'::t` and jsonb_populate_record(NULL::t, …) check t's
+// columns' domains.
 type CatalogCast struct {
 	// Target is the target type's name (pg_type.typname).
 	Target string
@@ -35,6 +40,18 @@ type CatalogCast struct {
 	// text (castcontext implicit or assignment).
 	Implicit bool
 }
+
+// CatalogRelation is a function outside pg_catalog that reading or
+// writing a relation runs although no statement names it: one a view's
+// query calls (or a view it reads, transitively), or a row-level security
+// policy of the relation, or a domain CHECK of a type either uses.
+type CatalogRelation struct {
+	Schema string
+	Name   string
+	Func   Function
+}
+
+type relKey struct{ schema, name string }
 
 // Catalog indexes one database's non-built-in functions, operators and
 // casts. It is immutable; the zero of a *Catalog (nil) means "built-ins
@@ -49,13 +66,17 @@ type Catalog struct {
 	casts    []CatalogCast
 	targets  map[string]bool // the casts' target types
 	implicit []Function
-	digest   string
+	// rels maps a relation to the functions it runs.
+	rels   map[relKey][]Function
+	digest string
 }
 
 // NewCatalog indexes a database's catalog: builtins are the names of the
-// functions in pg_catalog, funcs the functions in every other schema.
-func NewCatalog(builtins []string, funcs []Function, ops []CatalogOperator, casts []CatalogCast) *Catalog {
-	c := &Catalog{builtin: map[string]bool{}, funcs: map[string][]string{}, ops: map[string][]CatalogOperator{}, targets: map[string]bool{}}
+// functions in pg_catalog, funcs the functions in every other schema; a
+// cast's target may be a domain or composite type whose construction runs
+// a domain CHECK (see CatalogCast), rels the functions relations run.
+func NewCatalog(builtins []string, funcs []Function, ops []CatalogOperator, casts []CatalogCast, rels []CatalogRelation) *Catalog {
+	c := &Catalog{builtin: map[string]bool{}, funcs: map[string][]string{}, ops: map[string][]CatalogOperator{}, targets: map[string]bool{}, rels: map[relKey][]Function{}}
 	h := sha256.New()
 	b := slices.Clone(builtins)
 	slices.Sort(b)
@@ -94,6 +115,18 @@ func NewCatalog(builtins []string, funcs []Function, ops []CatalogOperator, cast
 			c.implicit = append(c.implicit, k.Func)
 		}
 	}
+	rs := slices.Clone(rels)
+	slices.SortFunc(rs, func(a, b CatalogRelation) int {
+		return strings.Compare(a.Schema+"\x00"+a.Name+"\x00"+a.Func.Schema+"\x00"+a.Func.Name, b.Schema+"\x00"+b.Name+"\x00"+b.Func.Schema+"\x00"+b.Func.Name)
+	})
+	h.Write([]byte{'r'})
+	for _, r := range rs {
+		h.Write(appendStr(appendStr(appendStr(appendStr(nil, r.Schema), r.Name), r.Func.Schema), r.Func.Name))
+		k := relKey{r.Schema, r.Name}
+		if !slices.Contains(c.rels[k], r.Func) {
+			c.rels[k] = append(c.rels[k], r.Func)
+		}
+	}
 	c.digest = hex.EncodeToString(h.Sum(nil)[:16])
 	return c
 }
@@ -114,7 +147,7 @@ func (c *Catalog) castTarget(name string) bool {
 
 // Empty reports whether the catalog defines nothing outside pg_catalog.
 func (c *Catalog) Empty() bool {
-	return c == nil || len(c.funcs) == 0 && len(c.ops) == 0 && len(c.casts) == 0
+	return c == nil || len(c.funcs) == 0 && len(c.ops) == 0 && len(c.casts) == 0 && len(c.rels) == 0
 }
 
 // noCasts are the commands that evaluate no expression, so no implicit
@@ -176,6 +209,13 @@ func (c *Catalog) resolve(st *Statement, def string) {
 			if op.Schema == schema || o.Schema == "" && op.Schema == "pg_catalog" {
 				add = append(add, op.Func)
 			}
+		}
+	}
+	// A view's query and a relation's row-level security policies run
+	// for every statement that reads or writes it.
+	if len(c.rels) > 0 {
+		for _, r := range st.Relations {
+			add = append(add, c.rels[relKey{r.Schema, r.Name}]...)
 		}
 	}
 	for _, k := range c.casts {

@@ -55,7 +55,8 @@ func testCatalog() *Catalog {
 		[]string{"lower", "upper", "int4pl", "count"},
 		[]Function{{"public", "app_purge"}, {"public", "lower"}, {"public", "app_fmt"}, {"other", "upper"}, {"public", "to_money2"}, {"public", "money2_in"}},
 		[]CatalogOperator{{Schema: "public", Name: "#!#", Func: Function{"public", "app_purge"}}, {Schema: "other", Name: "+", Func: Function{"other", "evil_add"}}},
-		[]CatalogCast{{Target: "money2", Func: Function{"public", "to_money2"}}},
+		[]CatalogCast{{Target: "money2", Func: Function{"public", "to_money2"}}, {Target: "positive", Func: Function{"public", "is_positive"}}, {Target: "boxed", Func: Function{"public", "is_positive"}}},
+		[]CatalogRelation{{Schema: "public", Name: "v_fmt", Func: Function{"public", "app_fmt"}}, {Schema: "public", Name: "guarded", Func: Function{"public", "can_see"}}},
 	)
 }
 
@@ -77,9 +78,14 @@ func TestCatalogResolve(t *testing.T) {
 		{"explicit user cast", "SELECT 1::money2", testCatalog(), []Function{{"public", "to_money2"}}},
 		{"function-style cast", "SELECT money2(1)", testCatalog(), []Function{{"", "money2"}, {"public", "to_money2"}}},
 		{"inner of explain", "EXPLAIN SELECT 1 #!# 2", testCatalog(), []Function{{"public", "app_purge"}}},
+		{"view calls a user function", "SELECT * FROM v_fmt", testCatalog(), []Function{{"public", "app_fmt"}}},
+		{"row-level security policy", "UPDATE guarded SET a = 1 WHERE b = 2", testCatalog(), []Function{{"public", "can_see"}}},
+		{"composite with a checked domain", "SELECT '(5)'::boxed", testCatalog(), []Function{{"public", "is_positive"}}},
+		{"populate a composite", "SELECT jsonb_populate_record(NULL::boxed, '{}')", testCatalog(), []Function{{"", "jsonb_populate_record"}, {"public", "is_positive"}}},
+		{"column definition list of a domain", "SELECT * FROM jsonb_to_record('{}') AS x(a positive)", testCatalog(), []Function{{"", "jsonb_to_record"}, {"public", "is_positive"}}},
 		{"no catalog assumes built-ins", "SELECT lower(42), 1 #!# 2", nil, []Function{{"", "lower"}}},
-		{"implicit user cast reaches every query", "SELECT 1", NewCatalog(nil, nil, nil, []CatalogCast{{Target: "t", Func: Function{"public", "conv"}, Implicit: true}}), []Function{{"public", "conv"}}},
-		{"implicit user cast and a transaction", "BEGIN", NewCatalog(nil, nil, nil, []CatalogCast{{Target: "t", Func: Function{"public", "conv"}, Implicit: true}}), []Function{}},
+		{"implicit user cast reaches every query", "SELECT 1", NewCatalog(nil, nil, nil, []CatalogCast{{Target: "t", Func: Function{"public", "conv"}, Implicit: true}}, nil), []Function{{"public", "conv"}}},
+		{"implicit user cast and a transaction", "BEGIN", NewCatalog(nil, nil, nil, []CatalogCast{{Target: "t", Func: Function{"public", "conv"}, Implicit: true}}, nil), []Function{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -102,7 +108,7 @@ func TestCatalogDigest(t *testing.T) {
 	if a.Digest() != b.Digest() || a.Digest() == "" {
 		t.Fatalf("Digest of equal catalogs = %q, %q; want equal and non-empty", a.Digest(), b.Digest())
 	}
-	c := NewCatalog([]string{"lower"}, []Function{{"public", "app_purge"}}, nil, nil)
+	c := NewCatalog([]string{"lower"}, []Function{{"public", "app_purge"}}, nil, nil, nil)
 	if c.Digest() == a.Digest() {
 		t.Errorf("Digest of different catalogs = %q for both; want different", c.Digest())
 	}

@@ -128,6 +128,9 @@ type Statement struct {
 	Channel string `json:"channel,omitempty"`
 	Copy    *Copy  `json:"copy,omitempty"`
 	Set     *Set   `json:"set,omitempty"`
+	// Settings are the settings the statement changes, by the names
+	// PostgreSQL changes (see Setting); nil when none.
+	Settings []Setting `json:"settings,omitempty"`
 	// Inner is the statement that EXPLAIN, PREPARE, DECLARE CURSOR and
 	// COPY (query) wrap.
 	Inner *Statement `json:"inner,omitempty"`
@@ -199,6 +202,10 @@ func (s *Statement) appendKey(dst []byte) []byte {
 	} else {
 		dst = append(dst, '-')
 	}
+	dst = binary.AppendUvarint(dst, uint64(len(s.Settings)))
+	for _, c := range s.Settings {
+		dst = appendStr(appendStr(dst, c.Name), c.Value)
+	}
 	if s.Inner != nil {
 		dst = append(dst, 'i')
 		return s.Inner.appendKey(dst)
@@ -257,6 +264,13 @@ func (s *Statement) object() ast.Object {
 			ast.Item(ast.StringTerm("name"), ast.StringTerm(op.Name)),
 		)
 	}
+	settings := make([]*ast.Term, len(s.Settings))
+	for i, c := range s.Settings {
+		settings[i] = ast.ObjectTerm(
+			ast.Item(ast.StringTerm("name"), ast.StringTerm(c.Name)),
+			ast.Item(ast.StringTerm("value"), ast.StringTerm(c.Value)),
+		)
+	}
 	o := ast.NewObject(
 		ast.Item(ast.StringTerm("command"), ast.StringTerm(s.Command)),
 		ast.Item(ast.StringTerm("ddl"), ast.BooleanTerm(s.DDL)),
@@ -272,6 +286,7 @@ func (s *Statement) object() ast.Object {
 		ast.Item(ast.StringTerm("explain_analyze"), ast.BooleanTerm(s.ExplainAnalyze)),
 		ast.Item(ast.StringTerm("transaction"), ast.StringTerm(s.Transaction)),
 		ast.Item(ast.StringTerm("channel"), ast.StringTerm(s.Channel)),
+		ast.Item(ast.StringTerm("settings"), ast.ArrayTerm(settings...)),
 	)
 	if c := s.Copy; c != nil {
 		o.Insert(ast.StringTerm("copy"), ast.ObjectTerm(

@@ -1,6 +1,7 @@
 package sqlfacts
 
 import (
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -79,9 +80,16 @@ func builtinType(schema, name string) bool {
 }
 
 // typeName records the relation whose row type the TypeName object tn
-// names, if it is not a built-in type.
+// names, if it is not a built-in type, and the type as a cast target if a
+// user cast or a domain CHECK is reached by making a value of it. Every
+// TypeName counts, not only a cast's: a column definition list
+// (jsonb_to_record(…) AS x(a d)), a PREPARE's parameter types and a
+// function's argument types make values of their types too.
 func (w *walker) typeName(tn int32) {
 	schema, name, n := lastTwo(w.d, w.d.Get(tn, keyNames))
+	if n > 0 && w.cat.castTarget(name) && !slices.Contains(w.st.casts, name) {
+		w.st.casts = append(w.st.casts, strings.Clone(name))
+	}
 	if n == 0 || builtinType(schema, name) {
 		return
 	}
@@ -114,6 +122,10 @@ func (w *walker) cast(arg, tn int32) {
 // to_regclass.
 func (w *walker) nameArgs(schema, name string, args int32) {
 	if schema != "" && schema != "pg_catalog" {
+		return
+	}
+	if name == "set_config" {
+		w.setConfig(args)
 		return
 	}
 	if name == "lastval" {

@@ -1,7 +1,6 @@
 package sqlfacts
 
 import (
-	"slices"
 	"strings"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
@@ -29,7 +28,6 @@ var (
 	typeSubLink  = string((&pg_query.SubLink{}).ProtoReflect().Descriptor().Name())
 	typeSortBy   = string((&pg_query.SortBy{}).ProtoReflect().Descriptor().Name())
 	typeCaseExpr = string((&pg_query.CaseExpr{}).ProtoReflect().Descriptor().Name())
-	typeTypeCast = string((&pg_query.TypeCast{}).ProtoReflect().Descriptor().Name())
 	typeJoinExpr = string((&pg_query.JoinExpr{}).ProtoReflect().Descriptor().Name())
 
 	// impliedOps are the operators of the A_Expr kinds whose name field
@@ -44,7 +42,7 @@ var (
 )
 
 // operators records the operators (or cast type) of the A_Expr, SubLink,
-// SortBy, JoinExpr, CaseExpr or TypeCast object v.
+// SortBy, JoinExpr or CaseExpr object v.
 func (w *walker) operators(mi *msgInfo, v int32) {
 	d := w.d
 	switch mi.typeName {
@@ -78,13 +76,6 @@ func (w *walker) operators(mi *msgInfo, v int32) {
 		// CASE x WHEN y compares x = y.
 		if d.Present(d.Get(v, keyCaseArg)) {
 			w.operator("", "=")
-		}
-	case typeTypeCast:
-		// Only casts to a type a user cast targets matter; recording
-		// just those keeps the list (and its de-duplication) bounded by
-		// the catalog, not by the text.
-		if _, name := listName(d, d.Get(d.Get(v, keyTypeName), keyNames)); w.cat.castTarget(name) && !slices.Contains(w.st.casts, name) {
-			w.st.casts = append(w.st.casts, strings.Clone(name))
 		}
 	}
 }

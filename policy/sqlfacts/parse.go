@@ -98,6 +98,7 @@ func ParseContext(ctx context.Context, sql string, opt Options) ([]*Statement, e
 			}
 			setQuantities(st.Set, c.setArgs)
 		}
+		setSettings(st)
 		st.Database = opt.Database
 		opt.Catalog.resolve(st, def)
 		if st.Text, err = stmtText(d, sql, raw); err != nil {
@@ -207,6 +208,9 @@ func (c *classifier) classify(n int32) (*Statement, error) {
 		setQuantities(st.Set, c.setArgs)
 		// The value is a fact from a constant (see Statement.ConstantFacts).
 		st.ConstantFacts = c.setArgs > 0
+		if prefix, ok := multiSettings[st.Set.Name]; ok && action == "set_multi" {
+			modeSettings(d, st, d.Get(v, keySetArgs), prefix)
+		}
 	case nodeTransactionStmt:
 		k := d.Str(d.Get(v, keyTransKind))
 		if k == "" {
@@ -217,6 +221,7 @@ func (c *classifier) classify(n int32) (*Statement, error) {
 		if st.Transaction, ok = transactionKinds[k]; !ok {
 			st.Transaction = strings.ToLower(strings.TrimPrefix(k, "TRANS_STMT_"))
 		}
+		modeSettings(d, st, d.Get(v, keyTransOptions), "")
 	case nodeListenStmt, nodeUnlistenStmt, nodeNotifyStmt:
 		st.Channel = strings.Clone(d.Str(d.Get(v, keyCondition)))
 	case nodeExplainStmt:

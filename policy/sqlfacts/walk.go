@@ -301,8 +301,8 @@ func (w *walker) msg(mi *msgInfo, v int32) error {
 		w.typeName(v)
 		return w.fields(mi, v, "", "")
 	case kindTypeCast:
+		// The cast target is recorded by the TypeName walked below.
 		w.cast(d.Get(v, keyArg), d.Get(v, keyTypeName))
-		w.operators(mi, v)
 		return w.fields(mi, v, "", "")
 	}
 	mark := len(w.ctes)

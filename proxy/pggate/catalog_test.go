@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -214,6 +215,132 @@ func BenchmarkLoadCatalog(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := LoadCatalog(ctx, conn, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// createShadowLower adds public.lower(int), an overload of the built-in
+// that writes to purged, to db behind the gate's back.
+func createShadowLower(t *testing.T, db string) {
+	t.Helper()
+	if err := sharedPG(t).Exec(ctxT(t), db, `
+		CREATE FUNCTION public.lower(int) RETURNS text LANGUAGE sql AS $$ INSERT INTO purged VALUES ('lower') RETURNING 'x' $$;`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dbCatalogOf is the gate's catalog holder of db.
+func dbCatalogOf(t *testing.T, g *Gate, db string) *dbCatalog {
+	t.Helper()
+	g.catalogs.mu.Lock()
+	defer g.catalogs.mu.Unlock()
+	e := g.catalogs.m[db]
+	if e == nil {
+		t.Fatalf("the gate holds no catalog of %s", db)
+	}
+	return e
+}
+
+// Item 9 of issue 21, without the change trigger: a function created
+// after login was unseen for catalog_ttl, so a read_only `SELECT
+// lower(42)` ran a new public.lower(int). A decision whose snapshot is
+// older than catalogMaxAge now reads the catalog first. (The snapshot is
+// made older by moving its read time back, not by waiting.)
+func TestCatalogChangeSeenWithoutTrigger(t *testing.T) {
+	db := catalogDB(t, "")
+	f := startGate(t, sharedPG(t), func(c *Config) { c.CatalogTTL = time.Hour })
+	c := connect(t, f.dsn("agent-ro", passRO, db))
+	if got := rows(t, c, "SELECT lower('A')"); got[0][0] != "a" {
+		t.Fatalf("SELECT lower('A') = %v; want a", got)
+	}
+	createShadowLower(t, db)
+	e := dbCatalogOf(t, f.gate, db)
+	// A snapshot younger than the bound is used as it is.
+	if got := rows(t, c, "SELECT lower('B')"); got[0][0] != "b" {
+		t.Fatalf("SELECT lower('B') = %v; want b", got)
+	}
+	e.readAt.Store(time.Now().Add(-catalogMaxAge).UnixNano())
+	wantQueryDenied(t, c, "SELECT lower(42)", "function_not_allowed")
+	wantNothingPurged(t, db, "public.lower(int)")
+}
+
+// A catalog that cannot be read again when it is due denies the
+// statement catalog_unavailable (audited) rather than deciding with the
+// old one.
+func TestCatalogRereadFailureDenies(t *testing.T) {
+	db := catalogDB(t, "")
+	f := startGate(t, sharedPG(t), func(c *Config) { c.CatalogTTL = time.Hour })
+	c := connect(t, f.dsn("agent-ro", passRO, db))
+	rows(t, c, "SELECT 1")
+	// The gate's logins to db now fail; the open session is unaffected.
+	if err := sharedPG(t).Exec(ctxT(t), "postgres", "ALTER DATABASE "+db+" WITH ALLOW_CONNECTIONS false"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = sharedPG(t).Exec(context.Background(), "postgres", "ALTER DATABASE "+db+" WITH ALLOW_CONNECTIONS true")
+	})
+	dbCatalogOf(t, f.gate, db).readAt.Store(time.Now().Add(-catalogMaxAge).UnixNano())
+	wantQueryDenied(t, c, "SELECT 1", string(policy.ReasonCatalogUnavailable))
+	var audited bool
+	for _, r := range f.audit.Records() {
+		audited = audited || r.Reason == string(policy.ReasonCatalogUnavailable) && r.Database == db
+	}
+	if !audited {
+		t.Errorf("audit records = %+v; want a catalog_unavailable deny for %s", f.audit.Records(), db)
+	}
+}
+
+// Item 9 of issue 21, with the change trigger of deploy/catalog-notify.sql:
+// the gate LISTENs on the database and reads the catalog again when the
+// DBA's CREATE FUNCTION commits, so the next `SELECT lower(42)` is denied
+// with no re-read on the decision path (the max age is set out of reach).
+func TestCatalogChangeTriggerNotifiesGate(t *testing.T) {
+	install, err := os.ReadFile("../../deploy/catalog-notify.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := catalogDB(t, string(install))
+	f := startGate(t, sharedPG(t), func(c *Config) { c.CatalogTTL = time.Hour })
+	f.gate.catalogs.maxAgeOverride.Store(int64(time.Hour))
+	stored := make(chan struct{}, 16)
+	hook := func(d string) {
+		if d == db {
+			stored <- struct{}{}
+		}
+	}
+	f.gate.catalogs.onStore.Store(&hook)
+	waitStored := func(what string) {
+		t.Helper()
+		select {
+		case <-stored:
+		case <-ctxT(t).Done():
+			t.Fatalf("no catalog of %s stored %s", db, what)
+		}
+	}
+	c := connect(t, f.dsn("agent-ro", passRO, db))
+	waitStored("at login")
+	// The first decision starts the listener, which reads the catalog
+	// after its LISTEN.
+	rows(t, c, "SELECT 1")
+	waitStored("by the listener")
+	createShadowLower(t, db)
+	waitStored("after the notification")
+	wantQueryDenied(t, c, "SELECT lower(42)", "function_not_allowed")
+	wantNothingPurged(t, db, "public.lower(int)")
+}
+
+// BenchmarkCatalogReread is what the decision that finds its snapshot
+// older than catalogMaxAge pays on a database without the change trigger
+// (a login with the gate's credentials and the catalog read), at most once
+// per catalogMaxAge per database while statements arrive.
+func BenchmarkCatalogReread(b *testing.B) {
+	pg := sharedPG(b)
+	f := startGate(b, pg, nil)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := f.gate.loadCatalog(ctx, "app"); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -74,7 +74,10 @@ type Config struct {
 	// operators and casts outside pg_catalog) is used before it is read
 	// again: by the next login to that database, or in the background when
 	// an open session finds it older; a reload reads every snapshot again.
-	// If zero, 1m is used.
+	// Decisions also re-read a snapshot older than catalogMaxAge unless the
+	// change trigger is installed (catalogfresh.go); then CatalogTTL is
+	// also how long a failed or trigger-less LISTEN attempt waits to be
+	// tried again. If zero, 1m is used.
 	CatalogTTL time.Duration `yaml:"catalog_ttl"`
 	// TrustedExtensions are extensions whose functions, operators and casts
 	// count as built-ins: a call or operator that reaches them needs no

@@ -51,7 +51,9 @@ type stmtAudit struct {
 // exact text's own (see forText).
 func (s *session) decide(text string) *verdict {
 	g := s.g
-	s.catalogExpired()
+	if v := s.freshCatalog(); v != nil {
+		return v
+	}
 	cat := s.catalog.load()
 	key := cacheKey{prefix: s.keyPrefix, digest: g.engine().Digest(), catalog: cat.Digest(), text: text}
 	v, ok := g.cache.get(key)

@@ -274,6 +274,7 @@ func (g *Gate) untrack(c net.Conn) {
 // shutting_down); a connection still logging in is closed (its login is
 // refused with the same reason if it completes first).
 func (g *Gate) Shutdown(ctx context.Context) error {
+	g.catalogs.stopListeners()
 	g.mu.Lock()
 	g.shutdown = true
 	for ln := range g.lns {

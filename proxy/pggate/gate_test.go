@@ -123,7 +123,7 @@ func TestDangerousConstructsDenied(t *testing.T) {
 		{"lo_import", "agent-ro", passRO, "SELECT lo_import('/etc/passwd')", "function_not_allowed"},
 		{"dblink", "agent-ro", passRO, "SELECT * FROM dblink('host=x', 'select 1') AS t(a int)", "function_not_allowed"},
 		{"pg_terminate_backend", "agent-ro", passRO, "SELECT pg_terminate_backend(1)", "function_not_allowed"},
-		{"set_config", "agent-ro", passRO, "SELECT set_config('role', 'x', false)", "function_not_allowed"},
+		{"set_config", "agent-ro", passRO, "SELECT set_config('role', 'x', false)", "set_role_denied"},
 		{"nextval", "agent-ro", passRO, "SELECT nextval('s')", "write_denied"},
 		{"pg_sleep", "agent-ro", passRO, "SELECT pg_sleep(10)", "function_not_allowed"},
 		{"query_to_xml", "agent-ro", passRO, "SELECT query_to_xml('select * from private.secrets', true, true, '')", "function_not_allowed"},

@@ -12,7 +12,10 @@ import (
 // DELETE and MERGE with and without WHERE and RETURNING; COPY (query) TO
 // STDOUT; WITH, including writable CTEs and CTEs named like the tables
 // they shadow; EXPLAIN [ANALYZE]; built-in and user functions, user
-// operators and casts, ::regclass, typed NULLs of row types, sequences.
+// operators and casts, ::regclass, typed NULLs of row types, sequences;
+// a view and a row-level security policy calling a user function, a
+// domain CHECK reached through a composite type; every form of changing a
+// pinned setting.
 // The same seed yields the same statements.
 type sqlGen struct {
 	r *rand.Rand
@@ -39,6 +42,10 @@ var genRels = []genRel{
 	{name: "v_t", cols: []genCol{{"id", "i"}, {"a", "i"}}, writable: true, insert: []genCol{{"id", "i"}, {"a", "i"}}},
 	{name: "users", cols: []genCol{{"id", "i"}, {"name", "t"}}, writable: true, insert: []genCol{{"id", "i"}, {"name", "t"}}},
 	{name: "pg_catalog.pg_class", cols: []genCol{{"relname", "t"}, {"relpages", "i"}}},
+	// A view whose query calls a user function, a table whose row-level
+	// security policy does.
+	{name: "v_fmt", cols: []genCol{{"id", "i"}, {"f", "t"}}},
+	{name: "guarded", cols: []genCol{{"id", "i"}, {"v", "t"}}, writable: true, insert: []genCol{{"id", "i"}, {"v", "t"}}},
 }
 
 // scope is what a generated expression may refer to: an alias and its
@@ -86,7 +93,16 @@ func (g *sqlGen) statement() string {
 func (g *sqlGen) misc() string {
 	rel := genRels[g.pick(len(genRels))]
 	sc := []scope{{alias: "w", cols: rel.cols}}
-	switch g.pick(8) {
+	switch g.pick(9) {
+	case 8:
+		// Every way to change a setting the profiles pin, and the
+		// transaction modes (the harness runs them inside its own
+		// transaction; the pinned-settings witness checks the rest).
+		return oneOf(g, "SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE", "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED",
+			"SET TRANSACTION READ WRITE", "SET TRANSACTION READ ONLY", "BEGIN READ WRITE", "START TRANSACTION ISOLATION LEVEL SERIALIZABLE, READ WRITE",
+			"SET default_transaction_read_only = off", "SET LOCAL default_transaction_read_only TO DEFAULT", "RESET default_transaction_read_only",
+			"RESET ALL", "SET transaction_read_only = off", "SELECT set_config('default_transaction_read_only', 'off', false)",
+			"SELECT set_config('search_path', 'private', true)", "SET search_path = private", "SET application_name = 'oracle'")
 	case 0:
 		return "TABLE " + rel.name
 	case 1:
@@ -255,7 +271,10 @@ func (g *sqlGen) expr(depth int, typ string, scopes []scope) string {
 	case 6:
 		return "(" + g.expr(depth+1, "t", scopes) + " || " + g.expr(depth+1, "t", scopes) + ")"
 	case 7:
-		return oneOf(g, "(NULL::private.vault).v", "jsonb_populate_record(NULL::private.vault, '{}')::text", "(NULL::t).b", "(SELECT v FROM private.vault LIMIT 1)")
+		return oneOf(g, "(NULL::private.vault).v", "jsonb_populate_record(NULL::private.vault, '{}')::text", "(NULL::t).b", "(SELECT v FROM private.vault LIMIT 1)",
+			// A domain CHECK made through a composite type.
+			"('(y)'::boxed).x::text", `(jsonb_populate_record(NULL::boxed, '{"x": "z"}')).x::text`,
+			`(SELECT x FROM jsonb_to_record('{"x": "w"}') AS r(x checked_text))::text`)
 	default:
 		return g.col(scopes, "i") + "::text"
 	}

@@ -32,9 +32,12 @@ type oracle struct {
 	dsn  string
 	db   string
 	role string
-	conn *pgconn.PgConn
-	g    *Gate
-	cat  *sqlfacts.Catalog
+	// conn is the harness session a run uses: rw, or ro (started with
+	// default_transaction_read_only on) for the profiles that may write
+	// nothing.
+	conn, rw, ro *pgconn.PgConn
+	g            *Gate
+	cat          *sqlfacts.Catalog
 	// relkind is pg_class.relkind by "schema.name".
 	relkind map[string]byte
 	// viewBase maps an auto-updatable view to the table its writes land
@@ -45,8 +48,11 @@ type oracle struct {
 	ownedSeqs map[string][]string
 	// funcs are the regprocedure signatures by "schema.name".
 	funcs map[string][]string
-	found map[string]discrepancy
-	stats oracleStats
+	// pinnedQuery lists data.sql.pinned_settings with their current
+	// values, one row each.
+	pinnedQuery string
+	found       map[string]discrepancy
+	stats       oracleStats
 }
 
 type discrepancy struct {
@@ -96,8 +102,10 @@ func newOracle(t *testing.T) *oracle {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if o.conn != nil {
-			o.conn.Close(ctx)
+		for _, c := range []*pgconn.PgConn{o.rw, o.ro} {
+			if c != nil {
+				c.Close(ctx)
+			}
 		}
 		// Clean-up of a shared server: a leftover is harmless.
 		_ = pg.Exec(ctx, "postgres", "DROP DATABASE "+o.db)
@@ -126,6 +134,7 @@ func newOracle(t *testing.T) *oracle {
 	for _, r := range o.query("SELECT n.nspname || '.' || p.proname, p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname IN ('public', 'private')") {
 		o.funcs[r[0]] = append(o.funcs[r[0]], r[1])
 	}
+	o.pinnedQuery = pinnedQuery(t)
 	cfg := DefaultConfig()
 	cfg.Upstream = "postgres://oracle@127.0.0.1:1/?sslmode=disable"
 	// The gate is used for its decisions only: it never dials.
@@ -187,15 +196,36 @@ func oracleEngine(t *testing.T) *policy.Engine {
 func (o *oracle) connect() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := pgconn.Connect(ctx, o.dsn)
-	if err != nil {
-		o.t.Fatalf("oracle: connect: %v", err)
+	for _, c := range []*pgconn.PgConn{o.rw, o.ro} {
+		if c != nil {
+			c.Close(ctx)
+		}
 	}
-	// A superuser setting: the restricted role cannot turn it off.
-	if _, err := c.Exec(ctx, "SET track_functions = 'all'").ReadAll(); err != nil {
-		o.t.Fatalf("oracle: %v", err)
+	for _, readOnly := range []bool{false, true} {
+		cfg, err := pgconn.ParseConfig(o.dsn)
+		if err != nil {
+			o.t.Fatalf("oracle: %v", err)
+		}
+		if readOnly {
+			// As the gate starts the sessions of a profile that may
+			// write nothing: the pin is the session's starting value.
+			cfg.RuntimeParams[readOnlyParam] = "on"
+		}
+		c, err := pgconn.ConnectConfig(ctx, cfg)
+		if err != nil {
+			o.t.Fatalf("oracle: connect: %v", err)
+		}
+		// A superuser setting: the restricted role cannot turn it off.
+		if _, err := c.Exec(ctx, "SET track_functions = 'all'").ReadAll(); err != nil {
+			o.t.Fatalf("oracle: %v", err)
+		}
+		if readOnly {
+			o.ro = c
+		} else {
+			o.rw = c
+		}
 	}
-	o.conn = c
+	o.conn = o.rw
 }
 
 func (o *oracle) query(sql string) [][]string {
@@ -264,15 +294,27 @@ func (o *oracle) run(profile, text string, sts []*sqlfacts.Statement, copyFrom b
 	// The function counters are the backend's unflushed ones: they are
 	// flushed only between transactions, not per transaction, so the
 	// witness is their growth within this one.
-	pre := "BEGIN; SET LOCAL statement_timeout = '5s'; SET LOCAL lock_timeout = '1s'; " + o.grants(sts) + funcCalls +
-		"; SET LOCAL oracle.active = 'on'; SET LOCAL ROLE " + o.role
+	// The pinned settings are read as the restricted role, just before
+	// and just after the statement. The transaction is read-write on
+	// either session, so that the write witnesses see what the facts
+	// missed rather than PostgreSQL's refusal.
+	o.conn = o.rw
+	if profileWrites[profile] == "\x00" {
+		o.conn = o.ro
+	}
+	pre := "BEGIN READ WRITE; SET LOCAL statement_timeout = '5s'; SET LOCAL lock_timeout = '1s'; " + o.grants(sts) + funcCalls +
+		"; SET LOCAL oracle.active = 'on'; SET LOCAL ROLE " + o.role + "; " + o.pinnedQuery
 	res, err := o.conn.Exec(ctxT(o.t), pre).ReadAll()
-	if err != nil || len(res) < 3 {
+	if err != nil || len(res) < 4 {
 		o.t.Fatalf("oracle: harness setup %q: %v", pre, err)
 	}
 	before := map[string]string{}
-	for _, row := range res[len(res)-3].Rows {
+	for _, row := range res[len(res)-4].Rows {
 		before[string(row[0])] = string(row[1])
+	}
+	pinnedBefore := map[string]string{}
+	for _, row := range res[len(res)-1].Rows {
+		pinnedBefore[string(row[0])] = string(row[1])
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	if copyFrom {
@@ -300,14 +342,23 @@ func (o *oracle) run(profile, text string, sts []*sqlfacts.Statement, copyFrom b
 		o.rollback()
 		return
 	}
-	// The statement under test may have set a timeout of a few
-	// milliseconds (SET statement_timeout = 2.5): the witnesses run under
-	// the harness's own.
-	post := "RESET ROLE; SET LOCAL statement_timeout = '5s'; SET LOCAL oracle.active = 'off'; SELECT tbl, op FROM oracle.writes; SELECT tag FROM oracle.ddl; " + funcCalls
+	// The statement may have set a timeout the witnesses cannot meet.
+	post := "SET LOCAL statement_timeout = '5s'; " + o.pinnedQuery + "; RESET ROLE; SET LOCAL oracle.active = 'off'; SELECT tbl, op FROM oracle.writes; SELECT tag FROM oracle.ddl; " + funcCalls
 	res, err = o.conn.Exec(ctxT(o.t), post).ReadAll()
-	if err != nil || len(res) != 6 {
+	if err != nil || len(res) != 7 {
 		o.t.Fatalf("oracle: harness witnesses after %q: %d results, %v", text, len(res), err)
 	}
+	// Independent of the facts: no allowed statement changes a setting
+	// the bundle pins (data.sql.pinned_settings), in any form, except to
+	// narrow a transaction or session to read-only.
+	for _, row := range res[1].Rows {
+		name, now := string(row[0]), string(row[1])
+		narrowed := (name == "transaction_read_only" || name == readOnlyParam) && now == "on"
+		if was := pinnedBefore[name]; now != was && !narrowed {
+			report("pinned_setting", name+" "+was+" -> "+now)
+		}
+	}
+	res = res[2:]
 	writes, funcs := map[string]bool{}, map[string]bool{}
 	for _, st := range sts {
 		for _, r := range st.Relations {
@@ -322,7 +373,7 @@ func (o *oracle) run(profile, text string, sts []*sqlfacts.Statement, copyFrom b
 			funcs[f.Schema+"."+f.Name] = true
 		}
 	}
-	for _, row := range res[3].Rows {
+	for _, row := range res[2].Rows {
 		tbl := string(row[0])
 		if !writes[tbl] {
 			report("write", tbl+" "+string(row[1]))
@@ -332,10 +383,10 @@ func (o *oracle) run(profile, text string, sts []*sqlfacts.Statement, copyFrom b
 			report("profile_write", tbl+" "+string(row[1]))
 		}
 	}
-	for _, row := range res[4].Rows {
+	for _, row := range res[3].Rows {
 		report("ddl", string(row[0]))
 	}
-	for _, row := range res[5].Rows {
+	for _, row := range res[4].Rows {
 		fn := string(row[0])
 		if before[fn] == string(row[1]) {
 			continue
@@ -379,7 +430,9 @@ func (o *oracle) grants(sts []*sqlfacts.Statement) string {
 		for _, r := range st.Relations {
 			key := r.Schema + "." + r.Name
 			kind, ok := o.relkind[key]
-			if !ok {
+			if !ok || kind == 'c' {
+				// A composite type needs no grant: its row type is
+				// usable by every role.
 				continue
 			}
 			schemas[r.Schema] = true
@@ -415,4 +468,25 @@ func (o *oracle) grants(sts []*sqlfacts.Statement) string {
 		}
 	}
 	return b.String()
+}
+
+// pinnedQuery selects each of the shipped bundle's pinned settings with its
+// value.
+func pinnedQuery(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../rego/sql/data.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var data struct {
+		Pinned []string `json:"pinned_settings"`
+	}
+	if err := json.Unmarshal(b, &data); err != nil {
+		t.Fatal(err)
+	}
+	var parts []string
+	for _, n := range data.Pinned {
+		parts = append(parts, fmt.Sprintf("SELECT '%s', current_setting('%s')", n, n))
+	}
+	return strings.Join(parts, " UNION ALL ")
 }

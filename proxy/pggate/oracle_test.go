@@ -169,6 +169,10 @@ func TestOracleWitnesses(t *testing.T) {
 			"function", "public.app_fmt"},
 		{"ddl", "SELECT app_definer_ddl()", sqlfacts.Statement{Command: "select", Functions: []sqlfacts.Function{fn("app_definer_ddl")}},
 			"ddl", "CREATE TABLE"},
+		{"pinned setting", "SET search_path = private", sqlfacts.Statement{Command: "set"},
+			"pinned_setting", `search_path "$user", public -> private`},
+		{"policy function", "SELECT id FROM guarded", sqlfacts.Statement{Command: "select", Relations: []sqlfacts.Relation{{Schema: "public", Name: "guarded", Role: sqlfacts.RoleRead}}},
+			"permission", "permission denied for function app_check"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

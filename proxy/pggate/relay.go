@@ -140,7 +140,7 @@ func (s *session) inspect(typ byte, msg []byte) ([]byte, *fatal) {
 		if err := m.Decode(body); err != nil {
 			return nil, fatalf(codeProtocolViolation, "egressd: malformed parameter report from upstream; session ended")
 		}
-		if want, pinned := pinnedParams[m.Name]; pinned && !strings.EqualFold(m.Value, want) {
+		if want, pinned := s.pinnedValue(m.Name); pinned && !strings.EqualFold(m.Value, want) {
 			s.g.log.Warn("upstream changed a pinned parameter; ending session",
 				zap.String("identity", s.identity.ID), zap.String("parameter", m.Name), zap.String("value", m.Value))
 			return nil, fatalf(codeFeatureUnsupported, "egressd: upstream changed %s; session ended", m.Name)

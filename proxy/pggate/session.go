@@ -44,6 +44,10 @@ type session struct {
 	// catalog is the session's database's catalog holder: decisions use
 	// its newest snapshot.
 	catalog *dbCatalog
+	// readOnly is set when the identity's profile may write nothing (the
+	// connect decision's ReadOnly): the upstream session was started with
+	// default_transaction_read_only on, which it must keep.
+	readOnly bool
 
 	// stmts are the prepared statements this session had vetted; Bind
 	// may name only these.

@@ -263,5 +263,12 @@ func (s *session) decideConnect(ctx context.Context) *fatal {
 	if !d.Allow {
 		return sessionRefusal(policy.Reason(d.Reason), "egressd: denied: %s", d.Reason)
 	}
+	if s.upstream == nil {
+		// At login only: a session whose profile a reload narrowed is
+		// held to the new profile by its decisions (its prepared
+		// statements and cursors are decided again), and keeps the
+		// upstream session it started with.
+		s.readOnly = d.ReadOnly
+	}
 	return nil
 }

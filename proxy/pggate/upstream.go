@@ -23,13 +23,33 @@ var pinnedParams = map[string]string{
 	"client_encoding":             "UTF8",
 }
 
+// readOnlyParam is pinned on for the sessions of a profile that may write
+// nothing. PostgreSQL 14 and later report it in ParameterStatus, so a
+// change the facts missed ends the session (see the relay); every way to
+// change it is denied by the policy (data.sql.pinned_settings).
+const readOnlyParam = "default_transaction_read_only"
+
+// pinnedValue is the value the session's upstream must keep for the
+// parameter name, if it pins one.
+func (s *session) pinnedValue(name string) (string, bool) {
+	if name == readOnlyParam && s.readOnly {
+		return "on", true
+	}
+	v, ok := pinnedParams[name]
+	return v, ok
+}
+
 // connectUpstream logs in upstream with the gate's credentials (pgconn
 // does SCRAM, MD5 or cleartext as the server asks), takes over the raw
 // connection, and sends the client its login answer: AuthenticationOk, the
 // server's ParameterStatus, a gate-issued BackendKeyData, ReadyForQuery.
 func (s *session) connectUpstream(ctx context.Context, params map[string]string) error {
 	g := s.g
-	pc, err := pgconn.ConnectConfig(ctx, g.upstreamConfig(s.database, params))
+	cfg := g.upstreamConfig(s.database, params)
+	if s.readOnly {
+		cfg.RuntimeParams[readOnlyParam] = "on"
+	}
+	pc, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("connect upstream: %w", err)
 	}
@@ -51,6 +71,10 @@ func (s *session) connectUpstream(ctx context.Context, params map[string]string)
 			hc.Conn.Close()
 			return fatalf(codeFeatureUnsupported, "egressd: upstream reports %s = %q; the gate needs %q", k, got, want)
 		}
+	}
+	if got, ok := hc.ParameterStatuses[readOnlyParam]; ok && s.readOnly && got != "on" {
+		hc.Conn.Close()
+		return fatalf(codeFeatureUnsupported, "egressd: upstream reports %s = %q; the gate needs \"on\"", readOnlyParam, got)
 	}
 	s.upstream = hc.Conn
 	s.fe = pgproto3.NewFrontend(hc.Conn, hc.Conn)

@@ -41,9 +41,10 @@ decision := base.deny("sql_no_profile", "") if {
 	not profile
 } else := base.deny("sql_database_denied", rule_id) if {
 	not database_ok
-} else := base.allow(rule_id) if {
+} else := object.union(base.allow(rule_id), {"read_only": read_only_profile}) if {
 	# The gate asks once per login whether the identity may use the
-	# database at all.
+	# database at all, and starts the upstream session read-only when the
+	# profile may write nothing.
 	stmt.command == "connect"
 } else := base.deny(reason, "sql.always") if {
 	reason := forbidden
@@ -68,6 +69,24 @@ forbidden := r if {
 	stmt.set.name in {"role", "session_authorization"}
 } else := "set_denied" if {
 	stmt.set.name in data.sql.pinned_settings
+} else := "set_role_denied" if {
+	some c in stmt.settings
+	c.name in {"role", "session_authorization"}
+} else := "set_denied" if {
+	# Every other way to change a pinned setting: SET TRANSACTION and SET
+	# SESSION CHARACTERISTICS modes, BEGIN/START TRANSACTION modes,
+	# set_config(), as the facts name what PostgreSQL changes.
+	some c in stmt.settings
+	c.name in data.sql.pinned_settings
+	not read_only_mode(c)
+}
+
+# read_only_mode: READ ONLY only narrows what a session may do (pg_dump's
+# `START TRANSACTION …, READ ONLY`), so it is allowed where READ WRITE,
+# which would undo a pinned read-only session, is not.
+read_only_mode(c) if {
+	c.name in {"transaction_read_only", "default_transaction_read_only"}
+	c.value == "on"
 }
 
 # always_refused maps the commands and the flags refused in every profile
@@ -149,6 +168,23 @@ derived_flag contains "unfiltered_write" if {
 derived_flag contains "user_operator" if {
 	some o in stmt.operators
 	not o.schema in {"", "pg_catalog"}
+}
+
+# read_only_profile: a profile with no write command and an empty write
+# list may write nothing, so the gate starts its sessions with
+# default_transaction_read_only on and PostgreSQL refuses a write the facts
+# missed (a user function that writes, say); the settings that would undo
+# it are pinned (data.sql.pinned_settings, settings above).
+default read_only_profile := false
+
+read_only_profile if {
+	count(object.get(profile, "write", [])) == 0
+	not profile_writes
+}
+
+profile_writes if {
+	some c in profile.commands
+	c in write_commands
 }
 
 write_commands := {"insert", "update", "delete", "merge", "lock", "notify"}

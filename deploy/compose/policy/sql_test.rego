@@ -99,6 +99,8 @@ test_read_write if {
 
 test_connect if {
 	decide(ro, {"command": "connect"}).allow
+	decide(ro, {"command": "connect"}).read_only
+	not decide(rw, {"command": "connect"}).read_only
 	d := decide_in(json.patch(fixtures.sql, [{"op": "replace", "path": "/profiles/read_only/databases", "value": ["other"]}]), ro, {"command": "connect"})
 	d.reason == "sql_database_denied"
 	reason_of({"id": "nobody"}, {"command": "connect"}) == "sql_no_profile"
@@ -173,4 +175,16 @@ test_qualified_user_operator_denied if {
 	reason_of(ro, {"command": "select", "operators": [{"schema": "public", "name": "#!#"}]}) == "function_not_allowed"
 	d := decide(ro, {"command": "select", "operators": [{"schema": "pg_catalog", "name": "+"}, {"schema": "", "name": "="}]})
 	d.allow
+}
+
+# Every way to change a pinned setting is denied in every profile, except
+# narrowing a transaction to READ ONLY.
+test_pinned_settings_every_form if {
+	every identity in [ro, rw] {
+		reason_of(identity, {"command": "set", "set": {"name": "session characteristics", "action": "set_multi"}, "settings": [{"name": "default_transaction_read_only", "value": "off"}]}) == "set_denied"
+		reason_of(identity, {"command": "transaction", "transaction": "begin", "settings": [{"name": "transaction_read_only", "value": "off"}]}) == "set_denied"
+		reason_of(identity, {"command": "select", "functions": [{"schema": "", "name": "set_config"}], "settings": [{"name": "search_path", "value": "evil"}]}) == "set_denied"
+		reason_of(identity, {"command": "select", "functions": [{"schema": "", "name": "set_config"}], "settings": [{"name": "role", "value": "postgres"}]}) == "set_role_denied"
+		decide(identity, {"command": "transaction", "transaction": "begin", "settings": [{"name": "transaction_read_only", "value": "on"}, {"name": "transaction_isolation", "value": "serializable"}]}).allow
+	}
 }

@@ -65,6 +65,16 @@ CREATE CAST (int AS public.cents) WITH FUNCTION public.to_cents(int);
 CREATE FUNCTION public.app_check(text) RETURNS bool LANGUAGE plpgsql AS $$ BEGIN RETURN $1 <> 'bad'; END $$;
 CREATE DOMAIN public.checked_text AS text CHECK (public.app_check(VALUE));
 
+-- User functions reached with no call in the text: a domain CHECK inside
+-- a composite type, a view's query, a row-level security policy (which
+-- holds for the restricted role the statements run as).
+CREATE TYPE public.boxed AS (x public.checked_text);
+CREATE VIEW public.v_fmt AS SELECT id, public.app_fmt(id) AS f FROM public.t;
+CREATE TABLE public.guarded (id int, v text);
+INSERT INTO public.guarded VALUES (1, 'g1'), (2, 'bad');
+ALTER TABLE public.guarded ENABLE ROW LEVEL SECURITY;
+CREATE POLICY guarded_ok ON public.guarded USING (public.app_check(v));
+
 -- Functions that act as their owner, for TestOracleWitnesses: each does
 -- what one witness must see although the caller's facts do not say it.
 CREATE FUNCTION public.app_definer_purge() RETURNS int LANGUAGE plpgsql SECURITY DEFINER AS $$ BEGIN DELETE FROM public.x WHERE id = 1; RETURN 1; END $$;
