@@ -104,7 +104,10 @@ func TestDrainDeadlineCutsInspectedRequest(t *testing.T) {
 		t.Errorf("Shutdown past its deadline = nil; want the context's error")
 	}
 	select {
-	case <-errc:
+	case err := <-errc:
+		if err == nil {
+			t.Error("inspected GET cut by the drain succeeded; want the cut as an error")
+		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("client still waiting 20s after the drain cut its tunnel")
 	}

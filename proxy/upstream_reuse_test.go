@@ -362,7 +362,7 @@ func TestBodylessResponseDeclaringBodyClosesConnection(t *testing.T) {
 			]}`
 			ids := identity.Config{{ID: "sbx-a", TokenSHA256: hashHex("tok-a")}}
 			f := &reuseFixture{inspectFixture: startInspect(t, http.NotFoundHandler(), inspectOptions{rules: rules, ids: ids})}
-			var l net.Listener = ln
+			l := net.Listener(ln)
 			if tt.tls {
 				l = tls.NewListener(ln, &tls.Config{Certificates: f.up.TLS.Certificates, NextProtos: []string{"http/1.1"}})
 			}

@@ -238,7 +238,7 @@ func (ss *sideScan) end() {
 	if ss == nil {
 		return
 	}
-	ss.pw.Close()
+	ss.pw.Close() //nolint:errcheck // an io.PipeWriter's Close always returns nil
 	<-ss.done
 }
 
