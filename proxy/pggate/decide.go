@@ -88,20 +88,30 @@ func (s *session) decide(text string) *verdict {
 // through package sqlparse, which keeps a crash of libpg_query out of this
 // process; ctx ends a parse in a worker.
 func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix string, cat *sqlfacts.Catalog, text string) *verdict {
-	if err := sqlfacts.Prescan(text, g.limits); err != nil {
-		return g.refused(ctx, err, text)
-	}
 	digest := g.engine().Digest()
-	// The Go-computed shape saves the cgo Normalize for texts of a known
-	// shape (see shapeOf for why that is sound).
+	// The Go-computed shape saves every cgo call for texts of a known
+	// shape (see shapeOf for why that is sound): a text of a cached shape
+	// has the brackets, operators and words, and so the pre-scan's
+	// outcome, of the text that was scanned and parsed to fill it; only
+	// its length differs.
 	var skey cacheKey
+	var byShape *verdict
 	var buf [256]byte
 	if shape, ok := shapeOf(text, buf[:0]); ok {
 		skey = cacheKey{prefix: prefix, digest: digest, catalog: cat.Digest(), text: string(shape), shape: true}
 		if v, ok := g.ncache.get(skey); ok {
-			if tv := forText(v, text); tv != nil {
+			if tv := forShape(v, skey.text); tv != nil && len(text) <= g.cfg.MaxQueryBytes {
 				return tv
 			}
+			byShape = v
+		}
+	}
+	if err := sqlfacts.Prescan(text, g.limits); err != nil {
+		return g.refused(ctx, err, text)
+	}
+	if byShape != nil {
+		if tv := forText(byShape, text); tv != nil {
+			return tv
 		}
 	}
 	// The normalized form keys verdicts only for texts parsed in-process:

@@ -1,6 +1,7 @@
 package pggate
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -98,4 +99,63 @@ func hasFoldPrefix(s, w string) bool {
 // of the same constants, so they normalize alike.
 func shapeMatches(shape, norm string) bool {
 	return shape == norm || strings.Contains(shape, "-$") && strings.ReplaceAll(shape, "-$", "$") == norm
+}
+
+// forShape is v, a verdict cached under shape, made the verdict of a text
+// of that shape without a scan: its audit SQL is the shape itself, cut into
+// statements at its `;` and numbered from $1 in each, as PostgreSQL's
+// scanner would redact the text. The shape is the text with each integer
+// token replaced, and a verdict is cached under it only when it is what
+// pg_query's Normalize made of the text that filled it (shapeMatches), so
+// it holds no literal: it is this text's own redaction, not another's. A
+// verdict whose statements create or drop named objects, or whose
+// statements do not line up with the shape's, is left to forText (nil).
+func forShape(v *verdict, shape string) *verdict {
+	if len(v.effects) > 0 {
+		return nil
+	}
+	out := *v
+	out.stmts = slices.Clone(v.stmts)
+	n, params := 0, 0
+	for part := range strings.SplitSeq(shape, ";") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if n == len(out.stmts) {
+			return nil
+		}
+		out.stmts[n].sql = auditSQL(renumber(part, params))
+		params += strings.Count(part, "$")
+		n++
+	}
+	if n != len(out.stmts) {
+		return nil
+	}
+	return &out
+}
+
+// renumber numbers the $n of one statement of a shape from $1, in order,
+// given how many the shape's earlier statements took (a shape numbers them
+// across the whole text; the only '$' of a shape are its own).
+func renumber(stmt string, before int) string {
+	if before == 0 {
+		return stmt
+	}
+	var b strings.Builder
+	b.Grow(len(stmt))
+	n := 0
+	for i := 0; i < len(stmt); i++ {
+		if stmt[i] != '$' {
+			b.WriteByte(stmt[i])
+			continue
+		}
+		for i+1 < len(stmt) && stmt[i+1] >= '0' && stmt[i+1] <= '9' {
+			i++
+		}
+		n++
+		b.WriteByte('$')
+		b.WriteString(strconv.Itoa(n))
+	}
+	return b.String()
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/policy/sqlfacts"
+	"github.com/egressd/egressd/policy/sqlparse"
 )
 
 func TestShapeOf(t *testing.T) {
@@ -212,5 +214,47 @@ func TestVerdictCacheBoundedInBytes(t *testing.T) {
 	}
 	if held != c.bytes || held > cacheMaxBytes {
 		t.Errorf("cache holds %d bytes, counts %d; want equal and at most %d", held, c.bytes, cacheMaxBytes)
+	}
+}
+
+// TestForShapeIsTheTextsRedaction: a shape hit's audit SQL, made without
+// a scan, is what PostgreSQL's scanner makes of the text, statement by
+// statement.
+func TestForShapeIsTheTextsRedaction(t *testing.T) {
+	for _, text := range []string{
+		"SELECT abalance FROM pgbench_accounts WHERE aid = 12345",
+		"SELECT abalance FROM pgbench_accounts WHERE aid = 12345;",
+		"UPDATE pgbench_accounts SET abalance = abalance + -17 WHERE aid = 3; SELECT abalance FROM pgbench_accounts WHERE aid = 3",
+		"SELECT 1, 2;; SELECT 3 , t.c1 FROM t WHERE x IN (4, 5)",
+	} {
+		var buf [256]byte
+		shape, ok := shapeOf(text, buf[:0])
+		if !ok {
+			t.Fatalf("shapeOf(%q) not ok", text)
+		}
+		stmts, err := sqlfacts.Split(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := &verdict{allow: true, stmts: make([]stmtAudit, len(stmts))}
+		got := forShape(v, string(shape))
+		if got == nil {
+			t.Fatalf("forShape(%q) = nil; want a verdict", shape)
+		}
+		for i, st := range stmts {
+			red, err := sqlparse.Redact(st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := strings.TrimSpace(red); got.stmts[i].sql != want {
+				t.Errorf("forShape(%q) statement %d = %q; the scanner's redaction is %q", shape, i, got.stmts[i].sql, want)
+			}
+		}
+	}
+	if got := forShape(&verdict{stmts: make([]stmtAudit, 1)}, "SELECT $1; SELECT $2"); got != nil {
+		t.Errorf("forShape of two statements for a one-statement verdict = %+v; want nil", got)
+	}
+	if got := forShape(&verdict{stmts: make([]stmtAudit, 1), effects: []effect{{kind: effPrepare}}}, "PREPARE p AS SELECT $1"); got != nil {
+		t.Errorf("forShape of a verdict with effects = %+v; want nil (the scanner reads names)", got)
 	}
 }
