@@ -7,8 +7,8 @@
 # An allowed decision carries "tls": when true the proxy must refuse a
 # tunnel whose first bytes are not a TLS ClientHello (and one whose SNI
 # names another host). A rule's "tls" defaults to true on every port: a
-# plaintext tunnel is bound to nothing the proxy can check reliably (its
-# first HTTP request's Host is checked, but any other protocol passes), so
+# plaintext tunnel is bound to nothing the proxy can check reliably (each
+# HTTP request's Host is checked, but any other protocol passes), so
 # a rule must ask for one with "tls": false. Plain HTTP to a port-80 host
 # goes through the proxy path instead, decided request by request.
 package egress.connect

@@ -137,7 +137,8 @@ path_ok(_, null)
 
 path_ok(r, path) if {
 	some p in r.paths
-	glob.match(fold(r, p), ["/"], fold(r, path))
+	some form in forms(r, path)
+	glob.match(fold(r, p), ["/"], form)
 }
 
 # "/p/**" also matches "/p" itself.
@@ -146,12 +147,32 @@ path_ok(r, path) if {
 	endswith(p, "/**")
 	root := trim_suffix(p, "/**")
 	root != ""
-	glob.match(fold(r, root), ["/"], fold(r, path))
+	some form in forms(r, path)
+	glob.match(fold(r, root), ["/"], form)
 }
 
 # Deny rules match paths in any case.
 fold(r, s) := lower(s) if r.deny
 else := s
+
+# Deny rules also match the path as a Windows-backed server reads it,
+# without the trailing dots and spaces of each segment (windowsForm).
+forms(r, path) := {lower(path), windows_form(lower(path))} if r.deny
+else := {path}
+
+windows_form(p) := w if {
+	w := concat("/", [t |
+		some seg in split(p, "/")
+		t := trim_right(seg, ". ")
+		not dropped(seg, t)
+	])
+	w != ""
+} else := "/"
+
+dropped(seg, t) if {
+	t == ""
+	seg != ""
+}
 
 host_keys(host) := array.concat([host], [concat("", ["*.", concat(".", array.slice(parts, i, count(parts)))]) |
 	parts := split(host, ".")

@@ -82,6 +82,14 @@ test_path_scoped_deny if {
 	allowed_by(get("exact.test", "/public"), "exact")
 }
 
+# A deny matches the path in any case and without the trailing dots and
+# spaces of a segment, as a Windows-backed server reads it.
+test_path_deny_windows_form if {
+	denied_for(get("exact.test", "/ADMIN./users"), "rule_deny")
+	denied_for(get("exact.test", "/admin /users"), "rule_deny")
+	allowed_by(get("exact.test", "/admin.x/users"), "exact")
+}
+
 test_redirect_uses_the_same_rules if {
 	allowed_by(object.union(get("exact.test", "/"), {"kind": "redirect"}), "exact")
 	denied_for(object.union(get("nowhere.test", "/"), {"kind": "redirect"}), "no_matching_rule")
