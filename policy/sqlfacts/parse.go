@@ -23,6 +23,10 @@ type Options struct {
 	SearchPath []string
 	// Limits bound the text given to the parser.
 	Limits Limits
+	// Tokens, if set, are the text's tokens from PrescanTokens with these
+	// Limits: the caller pre-scanned it, and the scan (a cgo call) is not
+	// repeated. If nil, ParseContext pre-scans the text itself.
+	Tokens []sqlparse.Token
 
 	// work, if not nil, is added the walkers' lookups (walker.work), for
 	// the test of the extraction's linear bound.
@@ -49,8 +53,12 @@ func Parse(sql string, opt Options) ([]*Statement, error) {
 // pg_query's JSON output is read rather than its protobuf: the protobuf-c
 // serializer and the Go unmarshalling cost several times the parse itself.
 func ParseContext(ctx context.Context, sql string, opt Options) ([]*Statement, error) {
-	if err := Prescan(sql, opt.Limits); err != nil {
-		return nil, err
+	toks := opt.Tokens
+	if toks == nil {
+		var err error
+		if toks, err = PrescanTokens(sql, opt.Limits); err != nil {
+			return nil, err
+		}
 	}
 	tree, err := sqlparse.ParseToJSON(ctx, sql)
 	if err != nil {
@@ -76,7 +84,7 @@ func ParseContext(ctx context.Context, sql string, opt Options) ([]*Statement, e
 		return nil, parseError(treeErr("parse tree has no statement list"))
 	}
 	out := []*Statement{}
-	var toks *tokens // scanned on first need, for every statement's audit text
+	all := &tokens{src: sql, toks: toks} // every statement's audit text is redacted from these
 	pb := &protoTree{ctx: ctx, sql: sql}
 	err = d.Items(stmts, func(raw int32) error {
 		c := classifier{d: d, defSchema: def, cat: opt.Catalog}
@@ -101,13 +109,14 @@ func ParseContext(ctx context.Context, sql string, opt Options) ([]*Statement, e
 		setSettings(st)
 		st.Database = opt.Database
 		opt.Catalog.resolve(st, def)
-		if st.Text, err = stmtText(d, sql, raw); err != nil {
+		var from, to int
+		if st.Text, from, to, err = stmtText(d, sql, raw); err != nil {
 			return err
 		}
 		if c := st.Copy; c != nil && !c.File {
 			c.File = copiesToString(st.Text)
 		}
-		st.AuditSQL = auditText(d, &toks, sql, raw, st.Text)
+		st.AuditSQL = auditText(d, all, raw, all.within(from, to))
 		out = append(out, st)
 		return nil
 	})
@@ -129,14 +138,14 @@ func parseError(err error) error {
 
 // stmtText is the statement's slice of sql. pg_query gives byte offsets; a
 // zero length means "to the end".
-func stmtText(d *jsontree.Doc, sql string, raw int32) (string, error) {
+func stmtText(d *jsontree.Doc, sql string, raw int32) (text string, from, to int, err error) {
 	loc, err := d.Int(d.Get(raw, keyStmtLocation))
 	if err != nil {
-		return "", err
+		return "", 0, 0, err
 	}
 	n, err := d.Int(d.Get(raw, keyStmtLen))
 	if err != nil {
-		return "", err
+		return "", 0, 0, err
 	}
 	// The protobuf fields are int32.
 	start, end := int(int32(loc)), len(sql)
@@ -144,9 +153,9 @@ func stmtText(d *jsontree.Doc, sql string, raw int32) (string, error) {
 		end = start + int(int32(n))
 	}
 	if start < 0 || start > end || end > len(sql) {
-		return sql, nil
+		return sql, 0, len(sql), nil
 	}
-	return strings.TrimSpace(sql[start:end]), nil
+	return strings.TrimSpace(sql[start:end]), start, end, nil
 }
 
 // classifier builds the facts of one statement.

@@ -52,16 +52,23 @@ func tooComplex(format string, a ...any) error {
 // (sql_parse_error), as the server would. A nil error means the text may
 // be given to package sqlparse (which still decides where it is parsed).
 func Prescan(sql string, lim Limits) error {
+	_, err := PrescanTokens(sql, lim)
+	return err
+}
+
+// PrescanTokens is Prescan, returning the text's tokens for the caller's
+// further use (a scan is a cgo call with a fixed cost: scan once).
+func PrescanTokens(sql string, lim Limits) ([]sqlparse.Token, error) {
 	lim = lim.withDefaults()
 	if len(sql) > lim.MaxLen {
-		return tooComplex("query is %d bytes, limit %d", len(sql), lim.MaxLen)
+		return nil, tooComplex("query is %d bytes, limit %d", len(sql), lim.MaxLen)
 	}
 	if !utf8.ValidString(sql) {
-		return &policy.DenyError{Reason: policy.ReasonSQLBadUTF8, Detail: "query text is not valid UTF-8"}
+		return nil, &policy.DenyError{Reason: policy.ReasonSQLBadUTF8, Detail: "query text is not valid UTF-8"}
 	}
 	toks, err := sqlparse.Scan(sql)
 	if err != nil {
-		return &policy.DenyError{Reason: policy.ReasonSQLParseError, Err: err}
+		return nil, &policy.DenyError{Reason: policy.ReasonSQLParseError, Err: err}
 	}
 	depth, ops := 0, 0
 	for _, t := range toks {
@@ -69,7 +76,7 @@ func Prescan(sql string, lim Limits) error {
 		case sqlparse.Open:
 			depth++
 			if depth > lim.MaxDepth {
-				return tooComplex("nesting deeper than %d", lim.MaxDepth)
+				return nil, tooComplex("nesting deeper than %d", lim.MaxDepth)
 			}
 		case sqlparse.Close:
 			if depth > 0 {
@@ -83,10 +90,10 @@ func Prescan(sql string, lim Limits) error {
 			}
 		}
 		if ops > lim.MaxOps {
-			return tooComplex("more than %d operators", lim.MaxOps)
+			return nil, tooComplex("more than %d operators", lim.MaxOps)
 		}
 	}
-	return nil
+	return toks, nil
 }
 
 // opKeywords are the keywords that build expression or set-operation trees

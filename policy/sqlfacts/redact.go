@@ -39,14 +39,14 @@ type tokens struct {
 	toks []sqlparse.Token
 }
 
-// scanTokens scans sql once for every statement's checks; nil when the
-// scanner refuses it (a text that parsed always scans).
-func scanTokens(sql string) *tokens {
-	toks, err := sqlparse.Scan(sql)
-	if err != nil {
-		return nil
+// within is the tokens that lie wholly inside sql[from:to].
+func (t *tokens) within(from, to int) []sqlparse.Token {
+	i := sort.Search(len(t.toks), func(i int) bool { return t.toks[i].Start >= from })
+	j := i
+	for j < len(t.toks) && t.toks[j].End <= to {
+		j++
 	}
-	return &tokens{src: sql, toks: toks}
+	return t.toks[i:j]
 }
 
 // at is the index of the token starting exactly at byte off, or -1.
@@ -67,15 +67,11 @@ func (t *tokens) text(i int) string { return t.toks[i].Text(t.src) }
 // written as: SET x = on, a typmod's DAY), and no string constant of a
 // utility statement may be left in the redacted text. A contradiction
 // means the tree and PostgreSQL's scanner disagree about where a literal
-// is, and the statement is logged as RedactionFailed. toks is the whole
-// text's tokens, scanned on first need and shared by every statement, so
-// a query of many statements is scanned once.
-func auditText(d *jsontree.Doc, toks **tokens, sql string, raw int32, text string) string {
-	red, err := sqlparse.Redact(text)
-	if err != nil {
-		return RedactionFailed
-	}
-	red = strings.TrimRight(strings.TrimSpace(red), ";")
+// is, and the statement is logged as RedactionFailed. all is the whole
+// text's tokens, scanned once for every statement; stmt is this
+// statement's.
+func auditText(d *jsontree.Doc, all *tokens, raw int32, stmt []sqlparse.Token) string {
+	red := strings.TrimRight(strings.TrimSpace(sqlparse.RedactTokens(all.src, stmt)), ";")
 	var buf [32]int
 	locs := buf[:0]
 	checks := 0
@@ -101,21 +97,13 @@ func auditText(d *jsontree.Doc, toks **tokens, sql string, raw int32, text strin
 				if checks++; checks > maxStringChecks {
 					return RedactionFailed
 				}
-				if key == keyDefElem && !defElemRedacted(d, toks, sql, val, red) || key != keyDefElem && containsBounded(red, d.Str(val)) {
+				if key == keyDefElem && !defElemRedacted(d, all, val, red) || key != keyDefElem && containsBounded(red, d.Str(val)) {
 					return RedactionFailed
 				}
 			}
 		}
 	}
-	if len(locs) == 0 {
-		return red
-	}
-	if *toks == nil {
-		if *toks = scanTokens(sql); *toks == nil {
-			return RedactionFailed
-		}
-	}
-	if !constantsOnLiterals(*toks, locs) {
+	if !constantsOnLiterals(all, locs) {
 		return RedactionFailed
 	}
 	return red
@@ -150,7 +138,7 @@ func constantsOnLiterals(t *tokens, locs []int) bool {
 // defElemRedacted checks a DefElem's String argument: absent from the
 // redacted text, or written as the identifier after the option name
 // (FORMAT csv, which the tree cannot tell from FORMAT 'csv').
-func defElemRedacted(d *jsontree.Doc, toks **tokens, sql string, de int32, red string) bool {
+func defElemRedacted(d *jsontree.Doc, t *tokens, de int32, red string) bool {
 	val := d.Str(d.Get(d.Get(d.Get(de, keyArg), nodeString), keySval))
 	if val == "" || !containsBounded(red, val) {
 		return true
@@ -159,12 +147,6 @@ func defElemRedacted(d *jsontree.Doc, toks **tokens, sql string, de int32, red s
 	if err != nil || loc < 0 {
 		return false
 	}
-	if *toks == nil {
-		if *toks = scanTokens(sql); *toks == nil {
-			return false
-		}
-	}
-	t := *toks
 	i := t.at(int(loc))
 	if i < 0 || !strings.EqualFold(t.text(i), d.Str(d.Get(de, keyDefname))) {
 		return false

@@ -9,22 +9,23 @@ import (
 )
 
 // Split returns the top-level statements of sql without parsing it: the
-// text between the `;` tokens of PostgreSQL's own scanner, trimmed, with
-// empty statements (only whitespace and comments) left out. The scan is
-// linear and safe in-process, so it can bound a query before the parser
-// sees it. A `;` inside a BEGIN ATOMIC function body counts as a separator
-// here, so Split may count more statements than the parser does, never
-// fewer. A text the scanner refuses has no statements: its error is
-// returned, and PostgreSQL would refuse the text too.
+// text between the `;` tokens of PostgreSQL's own scanner, from the first
+// token to the last, with empty statements (only whitespace and comments)
+// left out. The scan is linear and safe in-process, so it can bound a
+// query before the parser sees it. A `;` inside a BEGIN ATOMIC function
+// body counts as a separator here, so Split may count more statements than
+// the parser does, never fewer. A text the scanner refuses has no
+// statements: its error is returned, and PostgreSQL would refuse the text
+// too.
 func Split(sql string) ([]string, error) {
 	toks, err := sqlparse.Scan(sql)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	statements(sql, toks, func(from, to int) {
-		out = append(out, strings.TrimSpace(sql[from:to]))
-	})
+	for _, st := range Statements(sql, toks) {
+		out = append(out, st.Text)
+	}
 	return out, nil
 }
 
@@ -36,28 +37,45 @@ func CountStatements(sql string) (int, error) {
 		return 0, err
 	}
 	n := 0
-	statements(sql, toks, func(int, int) { n++ })
+	statements(sql, toks, func([]sqlparse.Token) { n++ })
 	return n, nil
 }
 
-// statements calls yield with the span of every non-empty statement of
+// Stmt is one statement of a scanned text: its text, from its first token
+// to its last, and those tokens (spans in the whole text).
+type Stmt struct {
+	Text string
+	Toks []sqlparse.Token
+}
+
+// Statements is Split of sql given its tokens (Scan's), each statement
+// with its tokens.
+func Statements(sql string, toks []sqlparse.Token) []Stmt {
+	var out []Stmt
+	statements(sql, toks, func(st []sqlparse.Token) {
+		out = append(out, Stmt{Text: sql[st[0].Start:st[len(st)-1].End], Toks: st})
+	})
+	return out
+}
+
+// statements calls yield with the tokens of every non-empty statement of
 // sql, given its tokens.
-func statements(sql string, toks []sqlparse.Token, yield func(from, to int)) {
+func statements(sql string, toks []sqlparse.Token, yield func([]sqlparse.Token)) {
 	start, nonEmpty := 0, false
-	for _, t := range toks {
+	for i, t := range toks {
 		switch {
 		case t.Kind == sqlparse.Comment:
 		case t.Kind == sqlparse.Punct && sql[t.Start] == ';':
 			if nonEmpty {
-				yield(start, t.Start)
+				yield(toks[start:i])
 			}
-			start, nonEmpty = t.End, false
+			start, nonEmpty = i+1, false
 		default:
 			nonEmpty = true
 		}
 	}
 	if nonEmpty {
-		yield(start, len(sql))
+		yield(toks[start:])
 	}
 }
 
@@ -74,16 +92,21 @@ func Words(stmt string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return WordsOf(stmt, toks), nil
+}
+
+// WordsOf is Words of the statement whose tokens (spans in sql) are toks.
+func WordsOf(sql string, toks []sqlparse.Token) []string {
 	var out []string
 	for i := 0; i < len(toks); i++ {
 		t := toks[i]
 		switch t.Kind {
 		case sqlparse.Word:
-			out = append(out, truncateIdent(asciiLower(t.Text(stmt))))
+			out = append(out, truncateIdent(asciiLower(t.Text(sql))))
 		case sqlparse.QuotedIdent:
-			tok := t.Text(stmt)
+			tok := t.Text(sql)
 			if tok[0] != '"' {
-				esc, used := uescape(stmt, toks[i+1:])
+				esc, used := uescape(sql, toks[i+1:])
 				i += used
 				out = append(out, truncateIdent(unicodeIdent(tok[2:], esc)))
 				continue
@@ -91,7 +114,7 @@ func Words(stmt string) ([]string, error) {
 			out = append(out, truncateIdent(unquote(tok)))
 		}
 	}
-	return out, nil
+	return out
 }
 
 // unquote is the name a "quoted" identifier token spells.

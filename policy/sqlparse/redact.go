@@ -22,8 +22,18 @@ func Redact(sql string) (string, error) {
 	return RedactTokens(sql, toks), nil
 }
 
-// RedactTokens is Redact of sql given its tokens (Scan's result).
+// RedactTokens is Redact of the text toks span in sql, from the first
+// token to the last: the whole of a scanned text (Scan's tokens), or one
+// statement of it, numbered on its own.
 func RedactTokens(sql string, toks []Token) string {
+	if len(toks) == 0 {
+		return ""
+	}
+	return redactRange(sql, toks, toks[0].Start, toks[len(toks)-1].End)
+}
+
+// redactRange redacts sql[from:to], whose tokens are toks.
+func redactRange(sql string, toks []Token, from, to int) string {
 	next := 1
 	for _, t := range toks {
 		if t.Kind == Param {
@@ -33,8 +43,8 @@ func RedactTokens(sql string, toks []Token) string {
 		}
 	}
 	var b strings.Builder
-	b.Grow(len(sql))
-	prev := 0
+	b.Grow(to - from)
+	prev := from
 	for _, t := range toks {
 		b.WriteString(sql[prev:t.Start])
 		prev = t.End
@@ -55,7 +65,7 @@ func RedactTokens(sql string, toks []Token) string {
 			b.WriteString(sql[t.Start:t.End])
 		}
 	}
-	b.WriteString(sql[prev:])
+	b.WriteString(sql[prev:to])
 	return b.String()
 }
 

@@ -14,7 +14,12 @@ import (
 // record, not a parse and a record per statement; the check after evaluate
 // holds the cap even where the scan and the parser disagree.
 func (g *Gate) verdictFor(ctx context.Context, ident policy.Identity, db, prefix string, cat *sqlfacts.Catalog, text string) *verdict {
-	// Without a ';' there is at most one statement: no scan needed.
+	// A text of a cached shape has the statements of the text that
+	// filled it; without a ';' there is at most one statement: no scan
+	// needed.
+	if _, _, hit := g.shapeHit(prefix, g.engine().Digest(), cat, text); hit != nil && len(hit.stmts) <= g.cfg.MaxStatements {
+		return hit
+	}
 	if strings.IndexByte(text, ';') >= 0 {
 		n, err := sqlfacts.CountStatements(text)
 		if err != nil {

@@ -94,23 +94,16 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 	// has the brackets, operators and words, and so the pre-scan's
 	// outcome, of the text that was scanned and parsed to fill it; only
 	// its length differs.
-	var skey cacheKey
-	var byShape *verdict
-	var buf [256]byte
-	if shape, ok := shapeOf(text, buf[:0]); ok {
-		skey = cacheKey{prefix: prefix, digest: digest, catalog: cat.Digest(), text: string(shape), shape: true}
-		if v, ok := g.ncache.get(skey); ok {
-			if tv := forShape(v, skey.text); tv != nil && len(text) <= g.cfg.MaxQueryBytes {
-				return tv
-			}
-			byShape = v
-		}
+	skey, byShape, hit := g.shapeHit(prefix, digest, cat, text)
+	if hit != nil {
+		return hit
 	}
-	if err := sqlfacts.Prescan(text, g.limits); err != nil {
+	toks, err := sqlfacts.PrescanTokens(text, g.limits)
+	if err != nil {
 		return g.refused(ctx, err, text)
 	}
 	if byShape != nil {
-		if tv := forText(byShape, text); tv != nil {
+		if tv := forText(byShape, text, toks); tv != nil {
 			return tv
 		}
 	}
@@ -131,13 +124,15 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 		// here (see below).
 		nkey = cacheKey{prefix: prefix, digest: digest, catalog: cat.Digest(), text: norm, normalized: true}
 		if v, ok := g.ncache.get(nkey); ok {
-			if tv := forText(v, text); tv != nil {
+			if tv := forText(v, text, toks); tv != nil {
 				g.addShape(skey, norm, v)
 				return tv
 			}
 		}
 	}
-	sts, err := sqlfacts.ParseContext(ctx, text, g.parseOptions(db, cat))
+	opt := g.parseOptions(db, cat)
+	opt.Tokens = toks
+	sts, err := sqlfacts.ParseContext(ctx, text, opt)
 	if err != nil {
 		return g.refused(ctx, err, text)
 	}
@@ -178,8 +173,8 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 				v.stmts[i].allow, v.stmts[i].reason = false, policy.ReasonOtherStatement
 			}
 		}
-	} else if v.effects, err = effectsOf(text); err != nil {
-		return g.refused(ctx, &policy.DenyError{Reason: policy.ReasonSQLParseError, Err: err}, text)
+	} else {
+		v.effects = statementEffects(text, sqlfacts.Statements(text, toks))
 	}
 	if v.cacheable && shared && nkey.normalized {
 		g.ncache.add(nkey, v)
@@ -212,32 +207,47 @@ func auditSQL(red string) string {
 	return red[:cut] + "…"
 }
 
+// shapeHit looks text up by its shape (shapeOf): its key (zero when the
+// text is outside the shape's subset), the verdict cached under it, and
+// that verdict made this text's own without a scan (forShape), if it can
+// be.
+func (g *Gate) shapeHit(prefix, digest string, cat *sqlfacts.Catalog, text string) (skey cacheKey, cached, hit *verdict) {
+	var buf [256]byte
+	shape, ok := shapeOf(text, buf[:0])
+	if !ok {
+		return cacheKey{}, nil, nil
+	}
+	skey = cacheKey{prefix: prefix, digest: digest, catalog: cat.Digest(), text: string(shape), shape: true}
+	cached, ok = g.ncache.get(skey)
+	if !ok {
+		return skey, nil, nil
+	}
+	if len(text) <= g.cfg.MaxQueryBytes {
+		hit = forShape(cached, skey.text)
+	}
+	return skey, cached, hit
+}
+
 // forText is v, a verdict cached under a shape or normalized form, made
-// the verdict of this exact text: its audit SQL redacted from this text's
-// own statements by PostgreSQL's scanner — never the SQL of the text that
-// first filled the shared key, whose literals are not this text's — and
-// the objects this text creates. nil when this text's statements do not
-// line up with v's (a BEGIN ATOMIC body holds `;`): the caller then
-// decides the text whole.
-func forText(v *verdict, text string) *verdict {
-	stmts, err := sqlfacts.Split(text)
-	if err != nil || len(stmts) != len(v.stmts) {
+// the verdict of this exact text, given its tokens: its audit SQL redacted
+// from this text's own statements by PostgreSQL's scanner — never the SQL
+// of the text that first filled the shared key, whose literals are not
+// this text's — and the objects this text creates. nil when this text's
+// statements do not line up with v's (a BEGIN ATOMIC body holds `;`): the
+// caller then decides the text whole.
+func forText(v *verdict, text string, toks []sqlparse.Token) *verdict {
+	stmts := sqlfacts.Statements(text, toks)
+	if len(stmts) != len(v.stmts) {
 		return nil
 	}
 	out := *v
 	out.stmts = slices.Clone(v.stmts)
 	for i, st := range stmts {
-		red, err := sqlparse.Redact(st)
-		if err != nil {
-			return nil
-		}
-		out.stmts[i].sql = auditSQL(strings.TrimRight(strings.TrimSpace(red), ";"))
+		out.stmts[i].sql = auditSQL(strings.TrimRight(strings.TrimSpace(sqlparse.RedactTokens(text, st.Toks)), ";"))
 	}
 	out.effects = nil
 	if out.allow {
-		if out.effects, err = statementEffects(stmts); err != nil {
-			return nil
-		}
+		out.effects = statementEffects(text, stmts)
 	}
 	return &out
 }

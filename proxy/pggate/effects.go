@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/egressd/egressd/policy/sqlfacts"
+	"github.com/egressd/egressd/policy/sqlparse"
 )
 
 // effectKind is what one statement does to the session's prepared
@@ -59,21 +60,19 @@ func (e effect) tag() string {
 // grammar fixes where the name is. A text the scanner refuses has no
 // effects to read: its error is returned, and the caller refuses it.
 func effectsOf(text string) ([]effect, error) {
-	stmts, err := sqlfacts.Split(text)
+	toks, err := sqlparse.Scan(text)
 	if err != nil {
 		return nil, err
 	}
-	return statementEffects(stmts)
+	return statementEffects(text, sqlfacts.Statements(text, toks)), nil
 }
 
-// statementEffects is effectsOf a text split into its statements.
-func statementEffects(stmts []string) ([]effect, error) {
+// statementEffects is effectsOf a scanned text, given its statements.
+func statementEffects(text string, stmts []sqlfacts.Stmt) []effect {
 	var out []effect
-	for _, stmt := range stmts {
-		words, err := sqlfacts.Words(stmt)
-		if err != nil {
-			return nil, err
-		}
+	for _, st := range stmts {
+		stmt := st.Text
+		words := sqlfacts.WordsOf(text, st.Toks)
 		if len(words) < 2 || !isEffectVerb(words[0]) {
 			continue
 		}
@@ -107,7 +106,7 @@ func statementEffects(stmts []string) ([]effect, error) {
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // isEffectVerb reports whether w, in any case, is a verb that creates or
@@ -127,15 +126,12 @@ func isEffectVerb(w string) bool {
 // revoked objects. A text the scanner refuses returns its error: the
 // caller refuses it.
 func usesOf(text string, use func(portal bool, name string) bool) error {
-	stmts, err := sqlfacts.Split(text)
+	toks, err := sqlparse.Scan(text)
 	if err != nil {
 		return err
 	}
-	for _, stmt := range stmts {
-		words, err := sqlfacts.Words(stmt)
-		if err != nil {
-			return err
-		}
+	for _, st := range sqlfacts.Statements(text, toks) {
+		words := sqlfacts.WordsOf(text, st.Toks)
 		for i := 1; i < len(words); i++ {
 			if words[i-1] == "execute" && !use(false, words[i]) {
 				return nil
