@@ -8,29 +8,8 @@ import (
 	"github.com/egressd/egressd/policy/sqlparse"
 )
 
-// Split returns the top-level statements of sql without parsing it: the
-// text between the `;` tokens of PostgreSQL's own scanner, from the first
-// token to the last, with empty statements (only whitespace and comments)
-// left out. The scan is linear and safe in-process, so it can bound a
-// query before the parser sees it. A `;` inside a BEGIN ATOMIC function
-// body counts as a separator here, so Split may count more statements than
-// the parser does, never fewer. A text the scanner refuses has no
-// statements: its error is returned, and PostgreSQL would refuse the text
-// too.
-func Split(sql string) ([]string, error) {
-	toks, err := sqlparse.Scan(sql)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, st := range Statements(sql, toks) {
-		out = append(out, st.Text)
-	}
-	return out, nil
-}
-
-// CountStatements returns how many statements Split finds in sql, without
-// building them.
+// CountStatements returns how many statements Statements finds in sql,
+// without building them.
 func CountStatements(sql string) (int, error) {
 	toks, err := sqlparse.Scan(sql)
 	if err != nil {
@@ -48,8 +27,14 @@ type Stmt struct {
 	Toks []sqlparse.Token
 }
 
-// Statements is Split of sql given its tokens (Scan's), each statement
-// with its tokens.
+// Statements returns the top-level statements of sql without parsing it,
+// given its tokens (sqlparse.Scan's): the text between the `;` tokens of
+// PostgreSQL's own scanner, from the first token to the last, each with
+// its tokens, and empty statements (only comments) left out. The scan is
+// linear and safe in-process, so it can bound a query before the parser
+// sees it. A `;` inside a BEGIN ATOMIC function body counts as a
+// separator here, so Statements may count more statements than the parser
+// does, never fewer.
 func Statements(sql string, toks []sqlparse.Token) []Stmt {
 	var out []Stmt
 	statements(sql, toks, func(st []sqlparse.Token) {
@@ -79,23 +64,15 @@ func statements(sql string, toks []sqlparse.Token, yield func([]sqlparse.Token))
 	}
 }
 
-// Words returns the words of one statement in order — keywords and
-// identifiers as PostgreSQL's scanner and grammar name them: folded to
-// lower case, quoted identifiers unquoted, U&"…" escapes decoded, every
-// name truncated to the server's 63 bytes — skipping literals, numbers,
-// operators and comments. It lets the gate name the prepared statement or
-// cursor a PREPARE, EXECUTE, DECLARE or FETCH refers to without a parse:
-// a name spelled differently from the server's (a 70-byte name the server
-// cut to 63, U&"d\0065l" for del) would let a revoked object run.
-func Words(stmt string) ([]string, error) {
-	toks, err := sqlparse.Scan(stmt)
-	if err != nil {
-		return nil, err
-	}
-	return WordsOf(stmt, toks), nil
-}
-
-// WordsOf is Words of the statement whose tokens (spans in sql) are toks.
+// WordsOf returns the words of the statement whose tokens (spans in sql)
+// are toks, in order — keywords and identifiers as PostgreSQL's scanner
+// and grammar name them: folded to lower case, quoted identifiers
+// unquoted, U&"…" escapes decoded, every name truncated to the server's 63
+// bytes — skipping literals, numbers, operators and comments. It lets the
+// gate name the prepared statement or cursor a PREPARE, EXECUTE, DECLARE
+// or FETCH refers to without a parse: a name spelled differently from the
+// server's (a 70-byte name the server cut to 63, U&"d\0065l" for del)
+// would let a revoked object run.
 func WordsOf(sql string, toks []sqlparse.Token) []string {
 	var out []string
 	for i := 0; i < len(toks); i++ {

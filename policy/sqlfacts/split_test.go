@@ -10,6 +10,28 @@ import (
 	pg_query "github.com/pganalyze/pg_query_go/v5"
 )
 
+// split is the statements' texts of sql.
+func split(sql string) ([]string, error) {
+	toks, err := sqlparse.Scan(sql)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, st := range Statements(sql, toks) {
+		out = append(out, st.Text)
+	}
+	return out, nil
+}
+
+// words is WordsOf one statement's text.
+func words(stmt string) ([]string, error) {
+	toks, err := sqlparse.Scan(stmt)
+	if err != nil {
+		return nil, err
+	}
+	return WordsOf(stmt, toks), nil
+}
+
 func TestSplit(t *testing.T) {
 	tests := []struct {
 		name, sql string
@@ -35,9 +57,9 @@ func TestSplit(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Split(tt.sql)
+			got, err := split(tt.sql)
 			if err != nil || !slices.Equal(got, tt.want) {
-				t.Errorf("Split(%q) = %q, %v; want %q", tt.sql, got, err, tt.want)
+				t.Errorf("Statements(%q) = %q, %v; want %q", tt.sql, got, err, tt.want)
 			}
 			if n, err := CountStatements(tt.sql); err != nil || n != len(tt.want) {
 				t.Errorf("CountStatements(%q) = %d, %v; want %d", tt.sql, n, err, len(tt.want))
@@ -46,10 +68,10 @@ func TestSplit(t *testing.T) {
 	}
 }
 
-func TestSplitRefusesWhatDoesNotScan(t *testing.T) {
+func TestCountStatementsRefusesWhatDoesNotScan(t *testing.T) {
 	for _, sql := range []string{"SELECT 'a; SELECT 2", "SELECT 1; /* open"} {
-		if got, err := Split(sql); err == nil {
-			t.Errorf("Split(%q) = %q; want the scanner's error", sql, got)
+		if got, err := CountStatements(sql); err == nil {
+			t.Errorf("CountStatements(%q) = %d; want the scanner's error", sql, got)
 		}
 	}
 }
@@ -73,14 +95,14 @@ func TestWords(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got, err := Words(tt.stmt); err != nil || !slices.Equal(got, tt.want) {
-				t.Errorf("Words(%q) = %q, %v; want %q", tt.stmt, got, err, tt.want)
+			if got, err := words(tt.stmt); err != nil || !slices.Equal(got, tt.want) {
+				t.Errorf("WordsOf(%q) = %q, %v; want %q", tt.stmt, got, err, tt.want)
 			}
 		})
 	}
 }
 
-// FuzzSplit checks Split against the parser: it never finds fewer
+// FuzzSplit checks CountStatements against the parser: it never finds fewer
 // statements than pg_query does, so a cap on its count bounds the parse.
 func FuzzSplit(f *testing.F) {
 	for _, s := range []string{"SELECT 1; SELECT 2", "SELECT ';'", `SELECT E'\\';'`, "SELECT $a$;$a$", "/* ; */ SELECT 1;;", `SELECT "a;"`} {
@@ -94,8 +116,8 @@ func FuzzSplit(f *testing.F) {
 		if err != nil {
 			t.Fatalf("CountStatements(%q) = %v; Prescan accepted it", sql, err)
 		}
-		if _, err := Words(sql); err != nil {
-			t.Fatalf("Words(%q) = %v; Prescan accepted it", sql, err)
+		if _, err := words(sql); err != nil {
+			t.Fatalf("WordsOf(%q) = %v; Prescan accepted it", sql, err)
 		}
 		res, err := pg_query.Parse(sql)
 		if err != nil {

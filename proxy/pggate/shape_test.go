@@ -232,17 +232,18 @@ func TestForShapeIsTheTextsRedaction(t *testing.T) {
 		if !ok {
 			t.Fatalf("shapeOf(%q) not ok", text)
 		}
-		stmts, err := sqlfacts.Split(text)
+		toks, err := sqlparse.Scan(text)
 		if err != nil {
 			t.Fatal(err)
 		}
+		stmts := sqlfacts.Statements(text, toks)
 		v := &verdict{allow: true, stmts: make([]stmtAudit, len(stmts))}
 		got := forShape(v, string(shape))
 		if got == nil {
 			t.Fatalf("forShape(%q) = nil; want a verdict", shape)
 		}
 		for i, st := range stmts {
-			red, err := sqlparse.Redact(st)
+			red, err := sqlparse.Redact(st.Text)
 			if err != nil {
 				t.Fatal(err)
 			}
