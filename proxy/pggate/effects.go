@@ -55,7 +55,7 @@ func (e effect) tag() string {
 
 // effectsOf lists what the statements of text do to named objects, in
 // order; nil for the common text that creates or drops none. It reads only
-// the first words of each statement (sqlfacts.Words, on PostgreSQL's
+// the first words of each statement (sqlfacts.WordsOf, on PostgreSQL's
 // scanner's tokens, names as the server truncates them), as the server's
 // grammar fixes where the name is. A text the scanner refuses has no
 // effects to read: its error is returned, and the caller refuses it.
