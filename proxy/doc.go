@@ -43,7 +43,7 @@
 //	         → audit.Appender.Append → the reply (its record is the completion)
 //	SQL      pggate.Gate.serveConn → pggate.Gate.login (SCRAM: identity)
 //	         → pggate.session.decideConnect → pggate.session.handle
-//	         → pggate.session.decide → pggate.Gate.evaluate (sqlfacts.Prescan;
+//	         → pggate.session.decide → pggate.Gate.evaluate (sqlfacts.PrescanTokens;
 //	           sqlfacts.ParseContext; policy.Engine.Decide per statement)
 //	         → audit.Appender.Append per statement → upstream, or 42501
 //	           (the upstream was dialled at login by dnsguard.Dialer.DialContext)
