@@ -13,6 +13,8 @@ var fuzzSeeds = []string{
 	"SELECT e'\\\\' 'x'", "SELECT 'it''s'", "SELECT x'1'", `SELECT U&"a" 'b'`, "SELECT */* x */ 1", "NOTIFY ch, 'p'",
 	"SELECT 1 --x\r, 2", "SELECT E'x'\n'\\' secret '", "SELECT 'a'\r'b'", `SELECT U&"d\0065l"   UESCAPE '!'`, "U&'x'",
 	"$'a'", "a$'x'", "1'a'b", "SELECT .5.5..5", "a := 1 => 2 .. 3", "SELECT 1\f+\t2\v",
+	// The old Go lexer disagreed with PostgreSQL on these (issue 22).
+	"0_0..", "..0.",
 }
 
 // FuzzScan checks Scan against PostgreSQL's scanner as pg_query's own
