@@ -21,9 +21,13 @@ type pattern struct {
 
 // Scrubber replaces secret values in response headers and bodies. Matching
 // is leftmost, then longest, exactly as if the whole text were seen at
-// once, in two stages: over the raw bytes, then over the decoded view of
-// what the first stage left, so a secret is found as written (after a
-// stray '%' too) and escaped. Yet a body streams through: each stage
+// once, in three stages: over the raw bytes, then over the view with
+// percent escapes decoded, then over the view with percent and JSON
+// escapes decoded, each over what the stage before left, so a secret is
+// found as written (after a stray '%' too) and escaped. The percent-only
+// stage finds a secret that itself holds a JSON escape (`a\"b`) written
+// with percent escapes around it (`a\%22b`), which a URL decoder turns
+// back into the secret but the combined view reads as `\` and `"`. Yet a body streams through: each stage
 // holds back only the bytes at the end of what it has read that could
 // still begin a secret (at most the longest pattern less one unit, and
 // an escape cut short), so a server-sent event or chunk ending in a
@@ -31,8 +35,8 @@ type pattern struct {
 // raw bytes it spans, escapes and all.
 type Scrubber struct {
 	pats []pattern
-	// decoded matches over the decoded view, else over the raw bytes.
-	decoded bool
+	// esc is the escapes the view this stage matches over decodes.
+	esc escapes
 	// then is the decoded stage after the raw one; nil on the last.
 	then *Scrubber
 }
@@ -66,9 +70,17 @@ func newScrubber(pats []pattern) *Scrubber {
 		p.border = borders(p.text)
 		s.pats[i] = p
 	}
-	s.then = &Scrubber{pats: s.pats, decoded: true}
+	s.then = &Scrubber{pats: s.pats, esc: percentEscapes, then: &Scrubber{pats: s.pats, esc: percentEscapes | jsonEscapes}}
 	return s
 }
+
+// escapes are the escapes a view decodes.
+type escapes uint8
+
+const (
+	percentEscapes escapes = 1 << iota // %XX
+	jsonEscapes                        // \uXXXX below 0x80, \/, \", \\
+)
 
 // String returns v with every pattern replaced.
 func (s *Scrubber) String(v string) string {
@@ -103,11 +115,11 @@ func (v *view) at(i int) int {
 // unit decodes the escape or byte at buf[i]: its value and raw length.
 // ok is false when buf ends inside what may be an escape and more input
 // may follow (eof false): the unit is not decided yet.
-func unit(buf []byte, i int, eof bool) (c byte, n int, ok bool) {
+func unit(buf []byte, i int, eof bool, esc escapes) (c byte, n int, ok bool) {
 	c = buf[i]
 	rest := buf[i+1:]
-	switch c {
-	case '%':
+	switch {
+	case c == '%' && esc&percentEscapes != 0:
 		if len(rest) >= 2 {
 			if hexVal(rest[0]) >= 0 && hexVal(rest[1]) >= 0 {
 				return byte(hexVal(rest[0])<<4 | hexVal(rest[1])), 3, true
@@ -120,7 +132,7 @@ func unit(buf []byte, i int, eof bool) (c byte, n int, ok bool) {
 			}
 		}
 		return c, 1, eof
-	case '\\':
+	case c == '\\' && esc&jsonEscapes != 0:
 		if len(rest) == 0 {
 			return c, 1, eof
 		}
@@ -163,9 +175,9 @@ func hexVal(c byte) int {
 }
 
 // decode fills v with buf's decided units and returns how many there are;
-// each byte is a unit unless escapes are decoded and buf holds one.
-func (v *view) decode(buf []byte, eof, escapes bool) int {
-	if !escapes || bytes.IndexByte(buf, '%') < 0 && bytes.IndexByte(buf, '\\') < 0 {
+// each byte is a unit unless buf holds an escape esc decodes.
+func (v *view) decode(buf []byte, eof bool, esc escapes) int {
+	if (esc&percentEscapes == 0 || bytes.IndexByte(buf, '%') < 0) && (esc&jsonEscapes == 0 || bytes.IndexByte(buf, '\\') < 0) {
 		v.ex, v.off = buf, nil
 		v.fo = append(v.fo[:0], buf...)
 		for i, c := range v.fo {
@@ -182,7 +194,7 @@ func (v *view) decode(buf []byte, eof, escapes bool) int {
 	v.ex, v.fo, v.off = v.ex[:0], v.fo[:0], v.off[:0]
 	i := 0
 	for i < len(buf) {
-		c, n, ok := unit(buf, i, eof)
+		c, n, ok := unit(buf, i, eof, esc)
 		if !ok {
 			break
 		}
@@ -214,7 +226,7 @@ func (v *view) of(p *pattern) []byte {
 // (each pattern's next occurrence is found once and kept until passed)
 // plus the patterns' total length for the hold-back point (emitLimit).
 func (s *Scrubber) process(buf []byte, eof bool, out []byte, v *view) ([]byte, int) {
-	n := v.decode(buf, eof, s.decoded)
+	n := v.decode(buf, eof, s.esc)
 	var stack [16]int
 	next := stack[:0]
 	for range s.pats {

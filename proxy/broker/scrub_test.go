@@ -13,16 +13,17 @@ import (
 )
 
 // naiveScrub is the whole-text witness: a stage over the raw bytes, then
-// one over the decoded view of what it left.
+// one over the percent-decoded view of what it left, then one over the
+// percent- and JSON-decoded view of what that left.
 func naiveScrub(pats []pattern, in []byte) []byte {
-	return naiveStage(pats, naiveStage(pats, in, false), true)
+	return naiveStage(pats, naiveStage(pats, naiveStage(pats, in, false, false), true, false), true, true)
 }
 
-// naiveStage decodes the input into units (with escapes, by its own
-// reading of them: a percent escape, \uXXXX below 0x80, \/ \" \\), then
+// naiveStage decodes the input into units (with the escapes asked for, by
+// its own reading of them: a percent escape; \uXXXX below 0x80, \/ \" \\), then
 // at each unit replaces the longest pattern matching the decoded bytes
 // there (folded for a fold pattern), spanning its raw bytes.
-func naiveStage(pats []pattern, in []byte, escapes bool) []byte {
+func naiveStage(pats []pattern, in []byte, percent, json bool) []byte {
 	type u struct {
 		c    byte
 		raw  int
@@ -31,13 +32,13 @@ func naiveStage(pats []pattern, in []byte, escapes bool) []byte {
 	var units []u
 	for i := 0; i < len(in); {
 		c, n := in[i], 1
-		if escapes && c == '%' && i+2 < len(in) {
+		if percent && c == '%' && i+2 < len(in) {
 			if v, err := strconv.ParseUint(string(in[i+1:i+3]), 16, 8); err == nil && !strings.ContainsAny(string(in[i+1:i+3]), "+-") {
 				c, n = byte(v), 3
 			}
-		} else if escapes && c == '\\' && i+1 < len(in) && strings.IndexByte(`/"\`, in[i+1]) >= 0 {
+		} else if json && c == '\\' && i+1 < len(in) && strings.IndexByte(`/"\`, in[i+1]) >= 0 {
 			c, n = in[i+1], 2
-		} else if escapes && c == '\\' && i+5 < len(in) && in[i+1] == 'u' {
+		} else if json && c == '\\' && i+5 < len(in) && in[i+1] == 'u' {
 			if v, err := strconv.ParseUint(string(in[i+2:i+6]), 16, 16); err == nil && v < 0x80 && !strings.ContainsAny(string(in[i+2:i+6]), "+-") {
 				c, n = byte(v), 6
 			}

@@ -188,11 +188,11 @@ func checkValue(v string) error {
 }
 
 // variants are the patterns of v an upstream may echo. The scrubber
-// matches on the decoded view (percent escapes of any subset of bytes in
-// either hex case, JSON escapes), so v itself covers it query-escaped,
-// Python's quote(), JSON-escaped and mixed; it is matched in any letter
-// case (an upper-cased echo). Added: v as the decoded view reads it when
-// v holds what looks like an escape, v in hex (any case), and v in
+// matches on the decoded views (percent escapes of any subset of bytes in
+// either hex case; those and JSON escapes), so v itself covers it
+// query-escaped, Python's quote(), JSON-escaped and mixed; it is matched
+// in any letter case (an upper-cased echo). Added: v as each decoded view
+// reads it when v holds what looks like an escape, v in hex (any case), and v in
 // base64 and base64url at each of the 3 alignments inside a longer
 // encoded text: the characters that depend on v's bytes alone.
 func variants(v string) []pattern {
@@ -206,9 +206,11 @@ func variants(v string) []pattern {
 		out = append(out, pattern{text: []byte(s), fold: fold})
 	}
 	add(v, true)
-	var dv view
-	dv.decode([]byte(v), true, true)
-	add(string(dv.ex), true)
+	for _, esc := range []escapes{percentEscapes, percentEscapes | jsonEscapes} {
+		var dv view
+		dv.decode([]byte(v), true, esc)
+		add(string(dv.ex), true)
+	}
 	add(hex.EncodeToString([]byte(v)), true)
 	for a, skip := range []int{0, 2, 3} {
 		src := append(make([]byte, a), v...)

@@ -294,8 +294,19 @@ func TestScrubResponseOverCap(t *testing.T) {
 	if err := plan.Scrub(resp); err != nil {
 		t.Fatal(err)
 	}
-	// The decoded stage reads the raw stage, which reads the source.
-	sr := resp.Body.(readCloser).Reader.(*scrubReader).src.(*scrubReader)
+	// Each decoded stage reads the stage before; the raw stage reads the
+	// source.
+	sr := resp.Body.(readCloser).Reader.(*scrubReader)
+	for stages := 1; ; stages++ {
+		next, ok := sr.src.(*scrubReader)
+		if !ok {
+			if stages != 3 {
+				t.Fatalf("Scrub's body has %d stages; want 3 (raw, percent, percent and JSON)", stages)
+			}
+			break
+		}
+		sr = next
+	}
 	if c, ok := sr.src.(*capReader); !ok || c.left != MaxDecompressedBytes {
 		t.Fatalf("Scrub's body source = %T; want a capReader of MaxDecompressedBytes", sr.src)
 	}
