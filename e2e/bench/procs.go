@@ -128,6 +128,14 @@ func (p *proc) stop() {
 	}
 	p.signal(syscall.SIGKILL)
 	<-p.done
+	// A process of another session (setsid) dies when its signal is
+	// delivered, which can be after the group leader has been reaped: wait
+	// (bounded; there is no exit to wait on for a process that is not
+	// our child) until none of p's processes is left.
+	for deadline := time.Now().Add(5 * time.Second); len(p.pids()) > 0 && time.Now().Before(deadline); {
+		p.signal(syscall.SIGKILL)
+		time.Sleep(10 * time.Millisecond)
+	}
 	registry.Lock()
 	delete(registry.procs, p)
 	registry.Unlock()
