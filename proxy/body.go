@@ -58,7 +58,22 @@ type responseBody struct {
 	f      *httpFlow
 	status int
 	// cut is the error that ended the copy before the upstream's EOF.
+	// Guarded by mu: goproxy's WebSocket relay copies the body on a
+	// goroutine of its own while its handler closes it.
+	mu  sync.Mutex
 	cut error
+}
+
+func (b *responseBody) setCut(err error) {
+	b.mu.Lock()
+	b.cut = err
+	b.mu.Unlock()
+}
+
+func (b *responseBody) cutErr() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cut
 }
 
 // Close completes the request: a copy that ended early is recorded as cut
@@ -69,21 +84,22 @@ func (b *responseBody) Close() error {
 		// goproxy closes the body twice; the request is complete.
 		return err
 	}
+	cut := b.cutErr()
 	switch {
-	case b.cut == nil:
+	case cut == nil:
 		b.f.complete(b.status, "", "")
-	case b.f.clientCtx.Err() != nil || errors.Is(b.cut, errClientWrite):
+	case b.f.clientCtx.Err() != nil || errors.Is(cut, errClientWrite):
 		reason, detail := b.f.s.cutReason()
 		if reason == "" {
 			b.f.s.metrics.clientClosed.WithLabelValues("response").Inc()
 		}
 		b.f.complete(b.status, reason, detail)
-	case errors.Is(b.cut, broker.ErrSecretInBody):
+	case errors.Is(cut, broker.ErrSecretInBody):
 		// Cut at a secret in a body that is not rewritten: a refusal,
 		// after the head had gone.
-		b.f.complete(b.status, policy.ReasonCredentialUnscrubbable, "response cut short: "+b.cut.Error())
+		b.f.complete(b.status, policy.ReasonCredentialUnscrubbable, "response cut short: "+cut.Error())
 	default:
-		detail := "response cut short: " + b.cut.Error()
+		detail := "response cut short: " + cut.Error()
 		var idle *bodyIdleError
 		if errors.As(context.Cause(b.f.upCtx), &idle) {
 			// The pool's connection read fails with the close the
@@ -117,7 +133,7 @@ func (b *responseBody) WriteTo(w io.Writer) (int64, error) {
 			m, werr := w.Write(buf[:n])
 			total += int64(m)
 			if werr != nil {
-				b.cut = fmt.Errorf("%w: %w", errClientWrite, werr)
+				b.setCut(fmt.Errorf("%w: %w", errClientWrite, werr))
 				return total, werr
 			}
 			if n < len(buf) && f != nil && rerr == nil {
@@ -128,7 +144,7 @@ func (b *responseBody) WriteTo(w io.Writer) (int64, error) {
 			return total, nil
 		}
 		if rerr != nil {
-			b.cut = rerr
+			b.setCut(rerr)
 			return total, rerr
 		}
 	}
