@@ -110,15 +110,22 @@ func FuzzShapeOf(f *testing.F) {
 	})
 }
 
-// TestShapeCacheVerdicts: texts of one shape get the verdict and audit
-// SQL their own evaluation would give, from the cache.
-func TestShapeCacheVerdicts(t *testing.T) {
+// cachingSession is a read_only session of a gate with both verdict
+// caches on, auditing to the returned recorder.
+func cachingSession(t *testing.T) (*session, *audittest.Recorder) {
 	g := fuzzGate(t)
 	g.cache, g.ncache = newVerdictCache(100), newVerdictCache(100)
 	a := &audittest.Recorder{}
 	g.deps.Audit = a
 	id := policy.Identity{ID: "agent-ro", Attributes: map[string]string{"sql_profile": "read_only"}}
-	s := &session{g: g, identity: id, database: "app", remote: "test", keyPrefix: cacheKeyPrefix(id, "app")}
+	return &session{g: g, identity: id, database: "app", remote: "test", keyPrefix: cacheKeyPrefix(id, "app")}, a
+}
+
+// TestShapeCacheVerdicts: texts of one shape get the verdict and audit
+// SQL their own evaluation would give, from the cache.
+func TestShapeCacheVerdicts(t *testing.T) {
+	s, a := cachingSession(t)
+	g := s.g
 	tests := []struct {
 		name, text, sql string
 		allow           bool
@@ -152,17 +159,12 @@ func TestShapeCacheVerdicts(t *testing.T) {
 }
 
 // TestAuditSQLIsTheTextsOwn is the reported leak: a string continued on
-// the next line (lexed by PostgreSQL in the first part's E” state) put
+// the next line (lexed by PostgreSQL in the first part's E'' state) put
 // its literal in the audit SQL, and the normalized and shape caches then
 // logged that text for every later statement of the same form. Audit SQL
 // now comes from PostgreSQL's scanner, and from the exact text decided.
 func TestAuditSQLIsTheTextsOwn(t *testing.T) {
-	g := fuzzGate(t)
-	g.cache, g.ncache = newVerdictCache(100), newVerdictCache(100)
-	a := &audittest.Recorder{}
-	g.deps.Audit = a
-	id := policy.Identity{ID: "agent-ro", Attributes: map[string]string{"sql_profile": "read_only"}}
-	s := &session{g: g, identity: id, database: "app", remote: "test", keyPrefix: cacheKeyPrefix(id, "app")}
+	s, a := cachingSession(t)
 	tests := []struct{ text, sql string }{
 		{"SELECT name FROM users WHERE name = E'x'\n'\\' secret-one '", "SELECT name FROM users WHERE name = $1"},
 		{"SELECT name FROM users WHERE name = 'y'", "SELECT name FROM users WHERE name = $1"},
