@@ -159,7 +159,7 @@ func TestShapeCacheVerdicts(t *testing.T) {
 }
 
 // TestAuditSQLIsTheTextsOwn is the reported leak: a string continued on
-// the next line (lexed by PostgreSQL in the first part's E'' state) put
+// the next line (lexed by PostgreSQL in the first part's E-string state) put
 // its literal in the audit SQL, and the normalized and shape caches then
 // logged that text for every later statement of the same form. Audit SQL
 // now comes from PostgreSQL's scanner, and from the exact text decided.
