@@ -10,9 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/egressd/egressd/proxy/identity"
 	"gopkg.in/yaml.v3"
-
-	"github.com/egressd/egressd/proxy/pggate"
 )
 
 // compose is the subset of the Compose specification this deployment uses,
@@ -226,7 +225,7 @@ func recomputeVerifier(t *testing.T, verifier, password string) string {
 	if err1 != nil || err2 != nil {
 		t.Fatalf("verifier %q: want SCRAM-SHA-256$<iter>:<salt>$…", verifier)
 	}
-	v, err := pggate.SCRAMVerifier(password, salt, iter)
+	v, err := identity.SCRAMVerifier(password, salt, iter)
 	if err != nil {
 		t.Fatal(err)
 	}

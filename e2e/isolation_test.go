@@ -11,7 +11,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
-	"github.com/egressd/egressd/proxy/pggate"
+	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
@@ -51,7 +51,7 @@ func TestIsolation(t *testing.T) {
 
 	pg := startAppDB(t, "CREATE TABLE items (id int PRIMARY KEY, name text); INSERT INTO items VALUES (1, 'one')")
 	expose(t, topo.upstream, "tcp", upstreamAddr+":5432", pg.Addr())
-	verifier, err := pggate.SCRAMVerifier(sandboxPGPassword, nil, 0)
+	verifier, err := identity.SCRAMVerifier(sandboxPGPassword, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

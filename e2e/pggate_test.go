@@ -13,7 +13,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
-	"github.com/egressd/egressd/proxy/pggate"
+	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
@@ -142,7 +142,7 @@ func startGateUnder(t *testing.T, wrap []string, schema string, ids ...gateIdent
 	}
 	var idYAML strings.Builder
 	for _, id := range ids {
-		ver, err := pggate.SCRAMVerifier(id.password, nil, 0)
+		ver, err := identity.SCRAMVerifier(id.password, nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

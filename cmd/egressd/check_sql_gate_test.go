@@ -36,7 +36,7 @@ func TestCheckSQLMatchesGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	const pass = "check-sql-gate-pw"
-	verifier, err := pggate.SCRAMVerifier(pass, nil, 0)
+	verifier, err := identity.SCRAMVerifier(pass, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/egressd/egressd/proxy/pggate"
+	"github.com/egressd/egressd/proxy/identity"
 )
 
 // runIdentity is `egressd identity hash`: it turns a sandbox's secret, read
@@ -57,7 +57,7 @@ func runIdentityFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) e
 		return usageErrorf("identity hash: the secret must be at least 16 characters, got %d", len(secret))
 	}
 	sum := sha256.Sum256([]byte(secret))
-	scram, err := pggate.SCRAMVerifier(secret, nil, 0)
+	scram, err := identity.SCRAMVerifier(secret, nil, 0)
 	if err != nil {
 		return err
 	}

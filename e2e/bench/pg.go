@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/egressd/egressd/proxy/pggate"
+	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
@@ -179,7 +179,7 @@ func portOf(addr string) int {
 // startGate runs egressd with its Postgres gate in front of pg: agent-ro
 // (read_only profile) and agent-rw (read_write), one password.
 func (b *bench) startGate(pg *pgtest.Server) (*running, error) {
-	ver, err := pggate.SCRAMVerifier(gatePassword, nil, 0)
+	ver, err := identity.SCRAMVerifier(gatePassword, nil, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -317,7 +317,7 @@ func TestUpdateResolvesIdentityForLiveSessions(t *testing.T) {
 		f.gate.Reload(testEngine(t), testIdentities(t))
 		c := connect(t, f.dsn("agent-rw", passRW, "app"))
 		rows(t, c, "SELECT id FROM users WHERE id = -1")
-		rotated, err := SCRAMVerifier("n3w-"+passRW, nil, 0)
+		rotated, err := identity.SCRAMVerifier("n3w-"+passRW, nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -138,11 +138,11 @@ func newTestEngine(cacheSize int) (*policy.Engine, error) {
 // verifier has a random salt, and a reload with a different one is a
 // rotated password.
 var testVerifiers = sync.OnceValues(func() ([2]string, error) {
-	ro, err := SCRAMVerifier(passRO, nil, 0)
+	ro, err := identity.SCRAMVerifier(passRO, nil, 0)
 	if err != nil {
 		return [2]string{}, err
 	}
-	rw, err := SCRAMVerifier(passRW, nil, 0)
+	rw, err := identity.SCRAMVerifier(passRW, nil, 0)
 	return [2]string{ro, rw}, err
 })
 

@@ -2,7 +2,6 @@ package pggate
 
 import (
 	"crypto/hmac"
-	"crypto/pbkdf2"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -56,29 +55,6 @@ func parseVerifier(s string) (*verifier, error) {
 		return nil, errors.New("malformed verifier ServerKey")
 	}
 	return v, nil
-}
-
-// SCRAMVerifier builds the verifier PostgreSQL would store for password,
-// for identities' scram_sha256 field. If salt is nil, 16 random bytes are
-// used; if iter is zero, 4096.
-func SCRAMVerifier(password string, salt []byte, iter int) (string, error) {
-	if salt == nil {
-		salt = make([]byte, 16)
-		rand.Read(salt)
-	}
-	if iter == 0 {
-		iter = 4096
-	}
-	salted, err := pbkdf2.Key(sha256.New, password, salt, iter, sha256.Size)
-	if err != nil {
-		return "", fmt.Errorf("derive key: %w", err)
-	}
-	clientKey := hmacSum(salted, "Client Key")
-	stored := sha256.Sum256(clientKey)
-	serverKey := hmacSum(salted, "Server Key")
-	enc := base64.StdEncoding
-	return fmt.Sprintf("%s$%d:%s$%s:%s", scramMechanism, iter, enc.EncodeToString(salt),
-		enc.EncodeToString(stored[:]), enc.EncodeToString(serverKey)), nil
 }
 
 func hmacSum(key []byte, msg string) []byte {
