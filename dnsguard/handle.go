@@ -99,7 +99,7 @@ func (s *Server) handle(ctx context.Context, client netip.Addr, req *dns.Msg) *d
 		if errors.Is(err, audit.ErrOverBudget) {
 			// The client's identity spent its audit budget: the allow
 			// becomes a refusal, which the meter counts.
-			out.rec.SetVerdict(audit.Verdict{Reason: string(policy.ReasonAuditBudget), Policy: out.rec.Policy})
+			out.rec.SetVerdict(audit.Verdict{Reason: string(policy.ReasonAuditBudgetExceeded), Policy: out.rec.Policy})
 			out.rec.IP = ""
 			err = s.audit.Append(&out.rec)
 		}

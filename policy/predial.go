@@ -54,7 +54,7 @@ func (d *PreDial) DecideHTTP(ctx context.Context, id Identity, kind Kind, method
 		// TLS the client cannot verify; clients must CONNECT instead. A
 		// redirect to https:// is decided: the client follows it with a
 		// CONNECT that is decided again.
-		return refusedOutcome(f, true, &DenyError{Reason: ReasonAbsoluteHTTPS})
+		return refusedOutcome(f, true, &DenyError{Reason: ReasonHTTPSRequiresConnect})
 	}
 	return d.decide(ctx, id, f, f.IP, f.Port)
 }

@@ -125,15 +125,15 @@ func (s *Server) recordRefusedByHTTP(remote string, status int, t *tunnel) {
 func refusedReason(status int) policy.Reason {
 	switch status {
 	case 0:
-		return policy.ReasonIncomplete
+		return policy.ReasonIncompleteRequest
 	case http.StatusRequestHeaderFieldsTooLarge:
 		return policy.ReasonHeadersTooLarge
 	case http.StatusHTTPVersionNotSupported:
-		return policy.ReasonHTTPVersion
+		return policy.ReasonUnsupportedHTTPVersion
 	case http.StatusNotImplemented:
-		return policy.ReasonTransferEncoding
+		return policy.ReasonUnsupportedTransferEncoding
 	case http.StatusExpectationFailed:
-		return policy.ReasonExpectation
+		return policy.ReasonExpectationFailed
 	}
 	return policy.ReasonMalformedRequest
 }

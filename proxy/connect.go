@@ -33,7 +33,7 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 		return
 	}
 	if s.sources.exhausted(f.client) {
-		s.refuseConn(f, client, refusalOf(policy.ReasonSourceLimited))
+		s.refuseConn(f, client, refusalOf(policy.ReasonSourceRateLimited))
 		return
 	}
 	id, cred, reason := authenticate(st.ids, r, f.client)

@@ -70,7 +70,7 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		id = inner.identity
 	} else {
 		if s.sources.exhausted(f.client) {
-			return r, s.refuse(f, r, refusalOf(policy.ReasonSourceLimited))
+			return r, s.refuse(f, r, refusalOf(policy.ReasonSourceRateLimited))
 		}
 		var cred credential
 		var reason policy.Reason
@@ -113,7 +113,7 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	if smuggledBody(r) {
 		// Refused after the decision so that the record names the target.
 		f.finish()
-		return r, s.refuse(f, r, refusalOf(policy.ReasonBodyNotAllowed))
+		return r, s.refuse(f, r, refusalOf(policy.ReasonRequestBodyNotAllowed))
 	}
 	if rf, denied := f.prepareCredentials(r, &out.Decision); denied {
 		f.finish()

@@ -92,11 +92,11 @@ func (s *Server) decided(f *flowInfo, allow bool, reason policy.Reason, rule, po
 		if allow && errors.Is(err, audit.ErrOverBudget) {
 			// The identity spent its audit budget: the allow becomes a
 			// refusal, which the meter counts rather than writes.
-			d := f.decisionRecord(audit.Verdict{Reason: string(policy.ReasonAuditBudget), Rule: rule, Policy: pol})
+			d := f.decisionRecord(audit.Verdict{Reason: string(policy.ReasonAuditBudgetExceeded), Rule: rule, Policy: pol})
 			if derr := s.appendFlow(f, d); derr != nil {
 				s.failLog.Failed(derr, zap.String("request", f.id))
 			}
-			s.metrics.decided(kind, audit.DecisionDeny, policy.ReasonAuditBudget)
+			s.metrics.decided(kind, audit.DecisionDeny, policy.ReasonAuditBudgetExceeded)
 			return err
 		}
 		s.metrics.decided(kind, audit.DecisionDeny, policy.ReasonAuditUnavailable)
@@ -122,7 +122,7 @@ func (s *Server) appendFlow(f *flowInfo, r *audit.Record) error {
 // take: over the identity's audit budget, or the log is unavailable.
 func auditRefusal(err error) refusal {
 	if errors.Is(err, audit.ErrOverBudget) {
-		return refusalOf(policy.ReasonAuditBudget)
+		return refusalOf(policy.ReasonAuditBudgetExceeded)
 	}
 	return refusalOf(policy.ReasonAuditUnavailable)
 }

@@ -109,8 +109,8 @@ func TestLogins(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	l := NewLogins(reg)
 	l.Inc("")
-	l.Inc(policy.ReasonAuthFailed.String())
-	l.Inc(policy.ReasonAuthFailed.String())
+	l.Inc(policy.ReasonAuthenticationFailed.String())
+	l.Inc(policy.ReasonAuthenticationFailed.String())
 	got := gather(t, reg)
 	if want := 1 + len(policy.Reasons()); len(got) != want {
 		t.Errorf("series = %d; want %d", len(got), want)

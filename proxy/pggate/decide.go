@@ -170,7 +170,7 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 	if !v.allow {
 		for i := range v.stmts {
 			if v.stmts[i].allow {
-				v.stmts[i].allow, v.stmts[i].reason = false, policy.ReasonOtherStatement
+				v.stmts[i].allow, v.stmts[i].reason = false, policy.ReasonOtherStatementDenied
 			}
 		}
 	} else {
@@ -297,10 +297,10 @@ func (g *Gate) refused(ctx context.Context, err error, text string) *verdict {
 // failure is audit_unavailable.
 func (s *session) auditFailed(err error, a *stmtAudit) *verdict {
 	if errors.Is(err, audit.ErrOverBudget) {
-		if derr := s.audit(policy.Decision{Reason: string(policy.ReasonAuditBudget), Rule: a.rule, Policy: a.policyID}, a.sql, a.fingerprint); derr != nil && !errors.Is(derr, audit.ErrOverBudget) {
+		if derr := s.audit(policy.Decision{Reason: string(policy.ReasonAuditBudgetExceeded), Rule: a.rule, Policy: a.policyID}, a.sql, a.fingerprint); derr != nil && !errors.Is(derr, audit.ErrOverBudget) {
 			s.g.failLog.Failed(derr)
 		}
-		return &verdict{reason: policy.ReasonAuditBudget}
+		return &verdict{reason: policy.ReasonAuditBudgetExceeded}
 	}
 	s.g.failLog.Failed(err)
 	return &verdict{reason: policy.ReasonAuditUnavailable}

@@ -189,7 +189,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 		case passedParams[lk]:
 			params[lk] = v
 		default:
-			return nil, loginRefusal(policy.ReasonStartupParameter, "egressd: denied: %s (%s)", policy.ReasonStartupParameter, lk)
+			return nil, loginRefusal(policy.ReasonStartupParameterDenied, "egressd: denied: %s (%s)", policy.ReasonStartupParameterDenied, lk)
 		}
 	}
 	cur := g.cur.Load()
@@ -205,7 +205,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 		if !errors.Is(err, errAuthFailed) {
 			g.log.Debug("authentication exchange failed", zap.String("identity", user), zap.Error(err))
 		}
-		reason := policy.ReasonAuthFailed
+		reason := policy.ReasonAuthenticationFailed
 		if !known {
 			reason = policy.ReasonUnknownIdentity
 		}
@@ -229,7 +229,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 		var f *fatal
 		if errors.As(err, &f) {
 			if f.reason == "" {
-				f.reason = policy.ReasonUpstreamLogin
+				f.reason = policy.ReasonUpstreamUnavailable
 			}
 			return nil, f
 		}
@@ -239,7 +239,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 			return nil, loginFatalf(de.Reason, floorSQLState, "egressd: denied: %s", de.Reason)
 		}
 		g.log.Warn("upstream login failed", zap.String("identity", ident.ID), zap.Error(err))
-		return nil, loginRefusal(policy.ReasonUpstreamLogin, "egressd: upstream unavailable")
+		return nil, loginRefusal(policy.ReasonUpstreamUnavailable, "egressd: upstream unavailable")
 	}
 	return s, nil
 }
