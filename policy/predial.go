@@ -148,9 +148,9 @@ func refusedOutcome(f Facts, parse bool, err error) Outcome {
 	o := Outcome{Facts: f, Err: err, ParseRefused: parse}
 	var de *DenyError
 	if errors.As(err, &de) {
-		o.Decision.Reason = de.Reason.String()
+		o.Decision.Reason = de.Reason
 	} else {
-		o.Decision.Reason = string(ReasonMalformedRequest)
+		o.Decision.Reason = ReasonMalformedRequest
 	}
 	return o
 }

@@ -17,6 +17,9 @@ const (
 	ReasonPolicyTimeout     Reason = "policy_timeout"
 	// ReasonNoMatchingRule is a deny whose decision named no reason.
 	ReasonNoMatchingRule Reason = "no_matching_rule"
+	// ReasonRuleDeny is the reason of a rule with action "deny": the rule
+	// index writes it into the rule's view (see buildIndex).
+	ReasonRuleDeny Reason = "rule_deny"
 
 	// Reasons of the URL and CONNECT target parsers.
 	ReasonMalformedURL      Reason = "malformed_url"
@@ -182,7 +185,13 @@ const (
 // reasonEntry is a reason's class and the codes in which it differs from
 // its class.
 type reasonEntry struct {
-	class    Class
+	class Class
+	// refuses are the entry points whose decisions can be denied with
+	// the reason; none for a reason that never refuses a decision.
+	refuses Kinds
+	// ends are the entry points whose allowed requests can end denied
+	// with the reason (an http_done or connect_done record).
+	ends     Kinds
 	http     int
 	rcode    *int
 	sqlState string
@@ -190,118 +199,138 @@ type reasonEntry struct {
 
 func rcode(n int) *int { return &n }
 
+// Sets of entry points for the table's refuses and ends columns.
+const (
+	inHTTP     = Kinds(1) << KindHTTP
+	inConnect  = Kinds(1) << KindConnect
+	inRedirect = Kinds(1) << KindRedirect
+	inDNS      = Kinds(1) << KindDNS
+	inSQL      = Kinds(1) << KindSQL
+	// inEntries: every entry point asks the engine and appends to the
+	// audit log, and has a destination the address floor checks.
+	inEntries = inHTTP | inConnect | inRedirect | inDNS | inSQL
+	// inTargets: the parsers of a requested host and port.
+	inTargets = inHTTP | inConnect | inRedirect
+	// inURLs: the parser of a request URL.
+	inURLs = inHTTP | inRedirect
+	// inDials: the dial of an allowed request; the Postgres gate dials
+	// before its login is allowed, so it refuses instead.
+	inDials = inHTTP | inConnect
+)
+
 // reasonTable is the one table of declared reasons.
 var reasonTable = map[Reason]reasonEntry{
-	ReasonNoFacts:           {class: ClassPolicy},
-	ReasonNoDecision:        {class: ClassPolicy},
-	ReasonMalformedDecision: {class: ClassPolicy},
-	ReasonPolicyError:       {class: ClassPolicy},
-	ReasonPolicyTimeout:     {class: ClassPolicy},
-	ReasonNoMatchingRule:    {class: ClassPolicy},
+	ReasonNoFacts:           {class: ClassPolicy, refuses: inEntries},
+	ReasonNoDecision:        {class: ClassPolicy, refuses: inEntries},
+	ReasonMalformedDecision: {class: ClassPolicy, refuses: inEntries},
+	ReasonPolicyError:       {class: ClassPolicy, refuses: inEntries},
+	ReasonPolicyTimeout:     {class: ClassPolicy, refuses: inEntries},
+	ReasonNoMatchingRule:    {class: ClassPolicy, refuses: inEntries},
+	ReasonRuleDeny:          {class: ClassPolicy, refuses: inTargets},
 
-	ReasonMalformedURL:      {class: ClassMalformed},
-	ReasonMalformedHost:     {class: ClassMalformed},
-	ReasonMalformedPort:     {class: ClassMalformed},
-	ReasonMalformedMethod:   {class: ClassMalformed},
-	ReasonUnsupportedScheme: {class: ClassMalformed},
-	ReasonTargetTooLong:     {class: ClassMalformed},
-	ReasonHostTooLong:       {class: ClassMalformed},
-	ReasonPathTooLong:       {class: ClassMalformed},
+	ReasonMalformedURL:      {class: ClassMalformed, refuses: inTargets},
+	ReasonMalformedHost:     {class: ClassMalformed, refuses: inTargets},
+	ReasonMalformedPort:     {class: ClassMalformed, refuses: inTargets},
+	ReasonMalformedMethod:   {class: ClassMalformed, refuses: inURLs},
+	ReasonUnsupportedScheme: {class: ClassMalformed, refuses: inURLs},
+	ReasonTargetTooLong:     {class: ClassMalformed, refuses: inURLs},
+	ReasonHostTooLong:       {class: ClassMalformed, refuses: inTargets},
+	ReasonPathTooLong:       {class: ClassMalformed, refuses: inURLs},
 
-	ReasonLoopbackAddress:        {class: ClassPolicy},
-	ReasonPrivateAddress:         {class: ClassPolicy},
-	ReasonLinkLocalAddress:       {class: ClassPolicy},
-	ReasonCGNATAddress:           {class: ClassPolicy},
-	ReasonULAAddress:             {class: ClassPolicy},
-	ReasonMulticastAddress:       {class: ClassPolicy},
-	ReasonUnspecifiedAddress:     {class: ClassPolicy},
-	ReasonBroadcastAddress:       {class: ClassPolicy},
-	ReasonDocumentationAddress:   {class: ClassPolicy},
-	ReasonBenchmarkingAddress:    {class: ClassPolicy},
-	ReasonReservedAddress:        {class: ClassPolicy},
-	ReasonThisNetworkAddress:     {class: ClassPolicy},
-	ReasonMetadataAddress:        {class: ClassPolicy},
-	ReasonUnknownAddress:         {class: ClassPolicy},
-	ReasonZonedAddress:           {class: ClassPolicy},
-	ReasonInternalDenied:         {class: ClassPolicy},
-	ReasonInternalPortNotAllowed: {class: ClassPolicy},
-	ReasonMalformedAddress:       {class: ClassMalformed},
-	ReasonInvalidPort:            {class: ClassMalformed},
-	ReasonAddressDenied:          {class: ClassPolicy},
+	ReasonLoopbackAddress:        {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonPrivateAddress:         {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonLinkLocalAddress:       {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonCGNATAddress:           {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonULAAddress:             {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonMulticastAddress:       {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonUnspecifiedAddress:     {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonBroadcastAddress:       {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonDocumentationAddress:   {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonBenchmarkingAddress:    {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonReservedAddress:        {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonThisNetworkAddress:     {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonMetadataAddress:        {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonUnknownAddress:         {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonZonedAddress:           {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonInternalDenied:         {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonInternalPortNotAllowed: {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonMalformedAddress:       {class: ClassMalformed, refuses: inSQL, ends: inDials},
+	ReasonInvalidPort:            {class: ClassMalformed, refuses: inSQL, ends: inDials},
+	ReasonAddressDenied:          {class: ClassPolicy, refuses: inSQL},
 
-	ReasonMetadataName:      {class: ClassPolicy},
-	ReasonIPLiteralName:     {class: ClassPolicy},
-	ReasonMalformedName:     {class: ClassMalformed},
-	ReasonNameTooLong:       {class: ClassMalformed},
-	ReasonLabelTooLong:      {class: ClassMalformed},
-	ReasonPolicyDenied:      {class: ClassPolicy},
-	ReasonQTypeNotAllowed:   {class: ClassPolicy},
-	ReasonQClassNotAllowed:  {class: ClassPolicy},
-	ReasonUnknownClient:     {class: ClassIdentity},
-	ReasonCNAMEChainTooLong: {class: ClassPolicy},
-	ReasonDNSFailure:        {class: ClassUpstream},
-	ReasonDNSNXDomain:       {class: ClassUpstream, rcode: rcode(dns.RcodeNameError)},
+	ReasonMetadataName:      {class: ClassPolicy, refuses: inDNS | inSQL, ends: inDials},
+	ReasonIPLiteralName:     {class: ClassPolicy, refuses: inDNS},
+	ReasonMalformedName:     {class: ClassMalformed, refuses: inDNS},
+	ReasonNameTooLong:       {class: ClassMalformed, refuses: inDNS},
+	ReasonLabelTooLong:      {class: ClassMalformed, refuses: inDNS},
+	ReasonPolicyDenied:      {class: ClassPolicy, refuses: inDNS},
+	ReasonQTypeNotAllowed:   {class: ClassPolicy, refuses: inDNS},
+	ReasonQClassNotAllowed:  {class: ClassPolicy, refuses: inDNS},
+	ReasonUnknownClient:     {class: ClassIdentity, refuses: inDNS},
+	ReasonCNAMEChainTooLong: {class: ClassPolicy, refuses: inDNS | inSQL, ends: inDials},
+	ReasonDNSFailure:        {class: ClassUpstream, refuses: inDNS | inSQL, ends: inDials},
+	ReasonDNSNXDomain:       {class: ClassUpstream, refuses: inDNS | inSQL, ends: inDials, rcode: rcode(dns.RcodeNameError)},
 	// An allowed name without addresses is an empty answer, not an error.
-	ReasonDNSNoAddress: {class: ClassUpstream, rcode: rcode(dns.RcodeSuccess)},
+	ReasonDNSNoAddress: {class: ClassUpstream, refuses: inSQL, ends: inDials, rcode: rcode(dns.RcodeSuccess)},
 
-	ReasonProxyAuthRequired: {class: ClassIdentity},
-	ReasonProxyAuthInvalid:  {class: ClassIdentity},
+	ReasonProxyAuthRequired: {class: ClassIdentity, refuses: inHTTP | inConnect},
+	ReasonProxyAuthInvalid:  {class: ClassIdentity, refuses: inHTTP | inConnect},
 	// A revoked identity authenticated: 407 would ask it for credentials
 	// it already sent. A session of it ends 28000.
-	ReasonIdentityRevoked:      {class: ClassIdentity, http: http.StatusForbidden, sqlState: sqlInvalidAuthorization},
-	ReasonHTTPSRequiresConnect: {class: ClassMalformed},
-	ReasonNotProxyRequest:      {class: ClassMalformed},
-	ReasonMalformedRequest:     {class: ClassMalformed},
+	ReasonIdentityRevoked:      {class: ClassIdentity, refuses: inHTTP | inConnect | inSQL, ends: inConnect, http: http.StatusForbidden, sqlState: sqlInvalidAuthorization},
+	ReasonHTTPSRequiresConnect: {class: ClassMalformed, refuses: inHTTP},
+	ReasonNotProxyRequest:      {class: ClassMalformed, refuses: inHTTP},
+	ReasonMalformedRequest:     {class: ClassMalformed, refuses: inTargets},
 	// net/http answers these itself, with its own statuses.
-	ReasonHeadersTooLarge:             {class: ClassMalformed, http: http.StatusRequestHeaderFieldsTooLarge},
-	ReasonUnsupportedHTTPVersion:      {class: ClassMalformed, http: http.StatusHTTPVersionNotSupported},
-	ReasonUnsupportedTransferEncoding: {class: ClassMalformed, http: http.StatusNotImplemented},
-	ReasonExpectationFailed:           {class: ClassMalformed, http: http.StatusExpectationFailed},
-	ReasonIncompleteRequest:           {class: ClassMalformed},
-	ReasonRequestBodyNotAllowed:       {class: ClassMalformed},
-	ReasonRedirectDenied:              {class: ClassPolicy},
-	ReasonSNIMismatch:                 {class: ClassPolicy},
-	ReasonTLSRequired:                 {class: ClassPolicy},
-	ReasonMalformedClientHello:        {class: ClassMalformed},
-	ReasonTunnelHostMismatch:          {class: ClassPolicy},
-	ReasonEncryptedClientHello:        {class: ClassPolicy},
-	ReasonHostMismatch:                {class: ClassPolicy},
-	ReasonInspectionRequired:          {class: ClassPolicy},
-	ReasonUpstreamTLS:                 {class: ClassUpstream},
-	ReasonInspectUnavailable:          {class: ClassUnavailable},
-	ReasonRateLimited:                 {class: ClassLimit},
-	ReasonIdentityConnLimit:           {class: ClassLimit},
-	ReasonSourceRateLimited:           {class: ClassLimit},
+	ReasonHeadersTooLarge:             {class: ClassMalformed, refuses: inHTTP, http: http.StatusRequestHeaderFieldsTooLarge},
+	ReasonUnsupportedHTTPVersion:      {class: ClassMalformed, refuses: inHTTP, http: http.StatusHTTPVersionNotSupported},
+	ReasonUnsupportedTransferEncoding: {class: ClassMalformed, refuses: inHTTP, http: http.StatusNotImplemented},
+	ReasonExpectationFailed:           {class: ClassMalformed, refuses: inHTTP, http: http.StatusExpectationFailed},
+	ReasonIncompleteRequest:           {class: ClassMalformed, refuses: inHTTP},
+	ReasonRequestBodyNotAllowed:       {class: ClassMalformed, refuses: inHTTP},
+	ReasonRedirectDenied:              {class: ClassPolicy, refuses: inRedirect},
+	ReasonSNIMismatch:                 {class: ClassPolicy, refuses: inConnect, ends: inConnect},
+	ReasonTLSRequired:                 {class: ClassPolicy, refuses: inConnect, ends: inConnect},
+	ReasonMalformedClientHello:        {class: ClassMalformed, refuses: inConnect, ends: inConnect},
+	ReasonTunnelHostMismatch:          {class: ClassPolicy, refuses: inConnect, ends: inConnect},
+	ReasonEncryptedClientHello:        {class: ClassPolicy, refuses: inConnect, ends: inConnect},
+	ReasonHostMismatch:                {class: ClassPolicy, refuses: inHTTP},
+	ReasonInspectionRequired:          {class: ClassPolicy, ends: inConnect},
+	ReasonUpstreamTLS:                 {class: ClassUpstream, ends: inHTTP},
+	ReasonInspectUnavailable:          {class: ClassUnavailable, refuses: inConnect},
+	ReasonRateLimited:                 {class: ClassLimit, refuses: inHTTP | inConnect | inDNS},
+	ReasonIdentityConnLimit:           {class: ClassLimit, refuses: inHTTP | inConnect},
+	ReasonSourceRateLimited:           {class: ClassLimit, refuses: inHTTP | inConnect},
 	ReasonFDExhausted:                 {class: ClassLimit},
-	ReasonUpstreamTimeout:             {class: ClassUpstream, http: http.StatusGatewayTimeout},
-	ReasonUpstreamUnreachable:         {class: ClassUpstream},
+	ReasonUpstreamTimeout:             {class: ClassUpstream, ends: inDials, http: http.StatusGatewayTimeout},
+	ReasonUpstreamUnreachable:         {class: ClassUpstream, ends: inDials},
 	// PostgreSQL's own code for a session ended by a shutdown
 	// (admin_shutdown), which poolers and drivers retry on.
-	ReasonShuttingDown: {class: ClassUnavailable, sqlState: "57P01"},
+	ReasonShuttingDown: {class: ClassUnavailable, refuses: inHTTP | inConnect | inSQL, ends: inDials, sqlState: "57P01"},
 	ReasonClientClosed: {class: ClassClient},
 
-	ReasonCredentialUnresolved:       {class: ClassPolicy},
-	ReasonCredentialWrongDestination: {class: ClassPolicy},
-	ReasonCredentialLiteral:          {class: ClassPolicy},
-	ReasonCredentialCleartext:        {class: ClassPolicy},
-	ReasonCredentialUnsafeRequest:    {class: ClassPolicy},
-	ReasonCredentialUnscrubbable:     {class: ClassUpstream},
+	ReasonCredentialUnresolved:       {class: ClassPolicy, refuses: inHTTP},
+	ReasonCredentialWrongDestination: {class: ClassPolicy, refuses: inHTTP},
+	ReasonCredentialLiteral:          {class: ClassPolicy, refuses: inHTTP},
+	ReasonCredentialCleartext:        {class: ClassPolicy, refuses: inHTTP, ends: inHTTP},
+	ReasonCredentialUnsafeRequest:    {class: ClassPolicy, refuses: inHTTP},
+	ReasonCredentialUnscrubbable:     {class: ClassUpstream, ends: inHTTP},
 
-	ReasonAuditUnavailable:    {class: ClassUnavailable},
-	ReasonAuditBudgetExceeded: {class: ClassLimit},
+	ReasonAuditUnavailable:    {class: ClassUnavailable, refuses: inEntries},
+	ReasonAuditBudgetExceeded: {class: ClassLimit, refuses: inEntries},
 
-	ReasonSQLTooComplex:          {class: ClassLimit},
-	ReasonSQLParseError:          {class: ClassMalformed},
-	ReasonSQLInvalidUTF8:         {class: ClassMalformed},
-	ReasonSQLTooManyStatements:   {class: ClassLimit},
-	ReasonSessionLimit:           {class: ClassLimit},
-	ReasonFunctionCallDenied:     {class: ClassPolicy},
-	ReasonStatementNotVetted:     {class: ClassPolicy},
-	ReasonOtherStatementDenied:   {class: ClassPolicy},
-	ReasonStartupInvalid:         {class: ClassMalformed},
-	ReasonStartupParameterDenied: {class: ClassPolicy},
-	ReasonUnknownIdentity:        {class: ClassIdentity},
-	ReasonAuthenticationFailed:   {class: ClassIdentity},
-	ReasonUpstreamUnavailable:    {class: ClassUpstream},
-	ReasonCatalogUnavailable:     {class: ClassUpstream},
+	ReasonSQLTooComplex:          {class: ClassLimit, refuses: inSQL},
+	ReasonSQLParseError:          {class: ClassMalformed, refuses: inSQL},
+	ReasonSQLInvalidUTF8:         {class: ClassMalformed, refuses: inSQL},
+	ReasonSQLTooManyStatements:   {class: ClassLimit, refuses: inSQL},
+	ReasonSessionLimit:           {class: ClassLimit, refuses: inSQL},
+	ReasonFunctionCallDenied:     {class: ClassPolicy, refuses: inSQL},
+	ReasonStatementNotVetted:     {class: ClassPolicy, refuses: inSQL},
+	ReasonOtherStatementDenied:   {class: ClassPolicy, refuses: inSQL},
+	ReasonStartupInvalid:         {class: ClassMalformed, refuses: inSQL},
+	ReasonStartupParameterDenied: {class: ClassPolicy, refuses: inSQL},
+	ReasonUnknownIdentity:        {class: ClassIdentity, refuses: inSQL},
+	ReasonAuthenticationFailed:   {class: ClassIdentity, refuses: inSQL},
+	ReasonUpstreamUnavailable:    {class: ClassUpstream, refuses: inSQL},
+	ReasonCatalogUnavailable:     {class: ClassUpstream, refuses: inSQL},
 }

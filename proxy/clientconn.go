@@ -114,7 +114,7 @@ func (s *Server) recordRefusedByHTTP(remote string, status int, t *tunnel) {
 		s.sources.refused(f.client)
 	}
 	reason := refusedReason(status)
-	r := f.decisionRecord(audit.Verdict{Reason: string(reason)})
+	r := f.decisionRecord(audit.Verdict{Reason: reason})
 	r.Status = max(status, 0)
 	if err := s.audit.Append(r); err != nil {
 		s.failLog.Failed(err, zap.String("request", f.id))

@@ -69,7 +69,7 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 		s.refuseConn(f, client, rf)
 		return
 	}
-	if err := s.decided(f, true, policy.Reason(out.Decision.Reason), out.Decision.Rule, out.Decision.Policy, ""); err != nil {
+	if err := s.decided(f, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
 		s.denyConn(f, client, auditRefusal(err))
 		return
 	}

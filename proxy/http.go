@@ -119,7 +119,7 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		f.finish()
 		return r, s.refuse(f, r, rf)
 	}
-	if err := s.decided(&f.flowInfo, true, policy.Reason(out.Decision.Reason), out.Decision.Rule, out.Decision.Policy, ""); err != nil {
+	if err := s.decided(&f.flowInfo, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
 		f.finish()
 		return r, s.deny(f, r, auditRefusal(err))
 	}
@@ -327,13 +327,13 @@ func (f *httpFlow) checkRedirect(req *http.Request, code int, loc string) (refus
 	out := f.st.decider.DecideHTTP(req.Context(), f.identity, policy.KindRedirect, method, next.String(), "")
 	rinfo.target = targetOf(out.Facts)
 	if out.Decision.Allow {
-		if err := s.decided(&rinfo, true, policy.Reason(out.Decision.Reason), out.Decision.Rule, out.Decision.Policy, ""); err != nil {
+		if err := s.decided(&rinfo, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
 			return auditRefusal(err), true
 		}
 		return refusal{}, false
 	}
 	rf.rule = out.Decision.Rule
-	if err := s.decided(&rinfo, false, policy.ReasonRedirectDenied, out.Decision.Rule, out.Decision.Policy, "policy reason: "+out.Decision.Reason); err != nil {
+	if err := s.decided(&rinfo, false, policy.ReasonRedirectDenied, out.Decision.Rule, out.Decision.Policy, "policy reason: "+out.Decision.Reason.String()); err != nil {
 		return refusalOf(policy.ReasonAuditUnavailable), true
 	}
 	return rf, true

@@ -86,13 +86,13 @@ func recordKind(k policy.Kind) audit.Kind { return audit.Kind(k.String()) }
 // decision is in the log.
 func (s *Server) decided(f *flowInfo, allow bool, reason policy.Reason, rule, pol, detail string) error {
 	kind := recordKind(f.kind)
-	r := f.decisionRecord(audit.Verdict{Allow: allow, Reason: string(reason), Rule: rule, Policy: pol})
+	r := f.decisionRecord(audit.Verdict{Allow: allow, Reason: reason, Rule: rule, Policy: pol})
 	r.Error = detail
 	if err := s.appendFlow(f, r); err != nil {
 		if allow && errors.Is(err, audit.ErrOverBudget) {
 			// The identity spent its audit budget: the allow becomes a
 			// refusal, which the meter counts rather than writes.
-			d := f.decisionRecord(audit.Verdict{Reason: string(policy.ReasonAuditBudgetExceeded), Rule: rule, Policy: pol})
+			d := f.decisionRecord(audit.Verdict{Reason: policy.ReasonAuditBudgetExceeded, Rule: rule, Policy: pol})
 			if derr := s.appendFlow(f, d); derr != nil {
 				s.failLog.Failed(derr, zap.String("request", f.id))
 			}

@@ -41,7 +41,7 @@ type refusal struct {
 // status and reason.
 func refusalFor(st stage, d policy.Decision, err error) refusal {
 	if err == nil {
-		rf := deniedRefusal(cmp.Or(policy.Reason(d.Reason), policy.ReasonNoMatchingRule))
+		rf := deniedRefusal(cmp.Or(d.Reason, policy.ReasonNoMatchingRule))
 		rf.rule, rf.policy = d.Rule, d.Policy
 		return rf
 	}

@@ -130,7 +130,7 @@ func (g *Gate) serveConn(conn net.Conn) {
 	if f != nil {
 		// Every refusal login returns names a reason; no_decision only
 		// if a new one forgot to, rather than counting it as allowed.
-		g.deps.Logins.Inc(string(cmp.Or(f.reason, f.ended, policy.ReasonNoDecision)))
+		g.deps.Logins.Inc(cmp.Or(f.reason, f.ended, policy.ReasonNoDecision))
 		g.log.Info("login refused", zap.String("client", conn.RemoteAddr().String()),
 			zap.String("user", startup.Parameters["user"]), zap.String("code", f.code), zap.String("error", f.msg))
 		g.auditLogin(conn.RemoteAddr().String(), startup.Parameters, f.reason)
@@ -258,10 +258,10 @@ func (s *session) decideConnect(ctx context.Context) *fatal {
 	st := connectStatement(s.database)
 	d := s.g.engine().Decide(ctx, policy.Input{Identity: s.identity, Facts: st})
 	if err := s.audit(d, "", ""); err != nil {
-		d = policy.Deny(string(policy.ReasonAuditUnavailable), "")
+		d = policy.Deny(policy.ReasonAuditUnavailable, "")
 	}
 	if !d.Allow {
-		return sessionRefusal(policy.Reason(d.Reason), "egressd: denied: %s", d.Reason)
+		return sessionRefusal(d.Reason, "egressd: denied: %s", d.Reason)
 	}
 	if s.upstream == nil {
 		// At login only: a session whose profile a reload narrowed is
