@@ -1,6 +1,10 @@
 package audit
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/egressd/egressd/policy"
+)
 
 // Kind is the kind of a record: the entry point that decided ("http",
 // "connect", "dns", "sql", "redirect", "accept"), a completion of an
@@ -57,12 +61,18 @@ func (d Decision) String() string { return string(d) }
 // Verdict is what a decider answered, as the record carries it.
 type Verdict struct {
 	Allow bool
-	// Reason is the stable snake_case reason; set on every deny.
-	Reason string
+	// Reason is set on every deny.
+	Reason policy.Reason
 	// Rule is the id of the rule that decided, empty when none matched.
 	Rule string
 	// Policy is the digest of the bundle that decided.
 	Policy string
+}
+
+// VerdictOf is the verdict of decision d: the one place a decision's
+// fields become a record's.
+func VerdictOf(d policy.Decision) Verdict {
+	return Verdict{Allow: d.Allow, Reason: d.Reason, Rule: d.Rule, Policy: d.Policy}
 }
 
 // Decided is the record of one decision: what kind, who asked (identity
@@ -80,5 +90,5 @@ func Decided(kind Kind, identity, client string, v Verdict) *Record {
 // record built before the decision was known.
 func (r *Record) SetVerdict(v Verdict) {
 	r.Decision = DecisionOf(v.Allow)
-	r.Reason, r.Rule, r.Policy = v.Reason, v.Rule, v.Policy
+	r.Reason, r.Rule, r.Policy = v.Reason.String(), v.Rule, v.Policy
 }

@@ -144,7 +144,7 @@ func (f *Floor) Update(internal InternalConfig) error {
 // Check returns nil if a may be dialled on port, else a *policy.DenyError
 // whose reason names the category (policy.ReasonMetadataAddress,
 // policy.ReasonPrivateAddress, …) or the internal: rule that refused it
-// (policy.ReasonInternalDenied, policy.ReasonInternalPortDenied).
+// (policy.ReasonInternalDenied, policy.ReasonInternalPortNotAllowed).
 func (f *Floor) Check(a netip.Addr, port uint16) error {
 	return f.check(a, port, true)
 }
@@ -197,7 +197,7 @@ func (f *Floor) check(a netip.Addr, port uint16, withPort bool) error {
 		}
 	}
 	if inPrefix {
-		return &policy.DenyError{Reason: policy.ReasonInternalPortDenied, Detail: fmt.Sprintf("%s is %s; port %d is not allowed by internal", a, cat, port)}
+		return &policy.DenyError{Reason: policy.ReasonInternalPortNotAllowed, Detail: fmt.Sprintf("%s is %s; port %d is not allowed by internal", a, cat, port)}
 	}
 	return categoryDeny(a, cat)
 }

@@ -41,10 +41,10 @@ func Decide(ctx context.Context, d policy.Decider, id policy.Identity, name stri
 	}
 	dec := d.Decide(ctx, policy.Input{Identity: id, Facts: facts})
 	if !dec.Allow && dec.Reason == "" {
-		dec.Reason = string(policy.ReasonPolicyDenied)
+		dec.Reason = policy.ReasonPolicyDenied
 	}
 	if dec.Allow && !answerable(qtype) {
-		dec.Allow, dec.Reason = false, string(policy.ReasonQTypeNotAllowed)
+		dec.Allow, dec.Reason = false, policy.ReasonQTypeNotAllowed
 	}
 	return facts, dec, nil
 }
@@ -81,7 +81,7 @@ func (s *Server) handle(ctx context.Context, client netip.Addr, req *dns.Msg) *d
 	if !s.limits.allow(client) {
 		// Not audited: a flood would otherwise become an audit-log flood.
 		// Counted, so that the flood shows.
-		s.decisions.Inc(audit.KindDNS, audit.DecisionDeny, policy.ReasonRateLimited.String())
+		s.decisions.Inc(audit.KindDNS, audit.DecisionDeny, policy.ReasonRateLimited)
 		if ce := s.log.Check(zap.DebugLevel, "dns rate limited"); ce != nil {
 			ce.Write(zap.Stringer("client", client))
 		}
@@ -99,7 +99,7 @@ func (s *Server) handle(ctx context.Context, client netip.Addr, req *dns.Msg) *d
 		if errors.Is(err, audit.ErrOverBudget) {
 			// The client's identity spent its audit budget: the allow
 			// becomes a refusal, which the meter counts.
-			out.rec.SetVerdict(audit.Verdict{Reason: string(policy.ReasonAuditBudget), Policy: out.rec.Policy})
+			out.rec.SetVerdict(audit.Verdict{Reason: policy.ReasonAuditBudgetExceeded, Policy: out.rec.Policy})
 			out.rec.IP = ""
 			err = s.audit.Append(&out.rec)
 		}
@@ -127,11 +127,11 @@ func (s *Server) decide(ctx context.Context, client netip.Addr, q dns.Question) 
 	st := s.state.Load()
 	id, ok := st.identify(client)
 	if !ok {
-		return s.refused(out, string(policy.ReasonUnknownClient), "")
+		return s.refused(out, policy.ReasonUnknownClient, "")
 	}
 	out.rec.Identity = id.ID
 	if q.Qclass != dns.ClassINET {
-		return s.refused(out, string(policy.ReasonQClassNotAllowed), "")
+		return s.refused(out, policy.ReasonQClassNotAllowed, "")
 	}
 	facts, d, err := Decide(ctx, st.decider, id, q.Name, q.Qtype)
 	if err != nil {
@@ -147,7 +147,7 @@ func (s *Server) decide(ctx context.Context, client netip.Addr, q dns.Question) 
 	if ans.err != nil {
 		return s.failed(out, ans)
 	}
-	out.rec.SetVerdict(audit.Verdict{Allow: true, Reason: d.Reason, Rule: d.Rule, Policy: d.Policy})
+	out.rec.SetVerdict(audit.VerdictOf(d))
 	out.rcode = dns.RcodeSuccess
 	out.rrs = s.records(q, ans)
 	out.rec.IP = joinAddrs(out.rrs)
@@ -155,7 +155,7 @@ func (s *Server) decide(ctx context.Context, client netip.Addr, q dns.Question) 
 }
 
 // refused answers locally: REFUSED, or NXDOMAIN when so configured.
-func (s *Server) refused(out outcome, reason, rule string) outcome {
+func (s *Server) refused(out outcome, reason policy.Reason, rule string) outcome {
 	out.rec.SetVerdict(audit.Verdict{Reason: reason, Rule: rule, Policy: out.rec.Policy})
 	out.rcode = s.rcodeFor(reason)
 	return out
@@ -163,8 +163,8 @@ func (s *Server) refused(out outcome, reason, rule string) outcome {
 
 // rcodeFor is the rcode policy's reason table gives reason, with REFUSED
 // answered as this server's configured refusal.
-func (s *Server) rcodeFor(reason string) int {
-	rc := policy.Reason(reason).Codes().Rcode
+func (s *Server) rcodeFor(reason policy.Reason) int {
+	rc := reason.Codes().Rcode
 	if rc == dns.RcodeRefused {
 		return s.refuse
 	}
@@ -174,9 +174,9 @@ func (s *Server) rcodeFor(reason string) int {
 func (s *Server) refusedErr(out outcome, err error) outcome {
 	var de *policy.DenyError
 	if errors.As(err, &de) {
-		return s.refused(out, de.Reason.String(), "")
+		return s.refused(out, de.Reason, "")
 	}
-	return s.refused(out, string(policy.ReasonMalformedName), "")
+	return s.refused(out, policy.ReasonMalformedName, "")
 }
 
 // failed maps a resolution that gave no vetted address: an allowed name
@@ -185,15 +185,15 @@ func (s *Server) refusedErr(out outcome, err error) outcome {
 // failure is SERVFAIL.
 func (s *Server) failed(out outcome, ans *answer) outcome {
 	var de *policy.DenyError
-	reason := string(policy.ReasonDNSFailure)
+	reason := policy.ReasonDNSFailure
 	if errors.As(ans.err, &de) {
-		reason = de.Reason.String()
+		reason = de.Reason
 	}
 	// An allowed name without addresses is an allow with an empty answer.
-	allow := reason == string(policy.ReasonDNSNoAddress)
+	allow := reason == policy.ReasonDNSNoAddress
 	out.rec.SetVerdict(audit.Verdict{Allow: allow, Reason: reason, Rule: out.rec.Rule, Policy: out.rec.Policy})
 	out.rcode = s.rcodeFor(reason)
-	if policy.Reason(reason).Codes().Rcode == dns.RcodeRefused && de != nil {
+	if reason.Codes().Rcode == dns.RcodeRefused && de != nil {
 		out.rec.Detail = map[string]string{"detail": de.Detail}
 	}
 	return out

@@ -44,7 +44,7 @@ func TestRateLimitedQueriesCounted(t *testing.T) {
 		t.Fatalf("refused %d of 5 queries with burst 2; want 3", refused)
 	}
 	var m dto.Metric
-	if err := d.With(audit.KindDNS, audit.DecisionDeny, policy.ReasonRateLimited.String()).Write(&m); err != nil {
+	if err := d.With(audit.KindDNS, audit.DecisionDeny, policy.ReasonRateLimited).Write(&m); err != nil {
 		t.Fatal(err)
 	}
 	if got := m.GetCounter().GetValue(); got != 3 {

@@ -230,7 +230,7 @@ func (r *Resolver) lookupType(ctx context.Context, name string, qtype uint16) ty
 				break
 			}
 			if len(res.chain) >= r.cfg.MaxCNAME {
-				res.err = &policy.DenyError{Reason: policy.ReasonCNAMEChain, Detail: fmt.Sprintf("%s: more than %d CNAMEs", name, r.cfg.MaxCNAME)}
+				res.err = &policy.DenyError{Reason: policy.ReasonCNAMEChainTooLong, Detail: fmt.Sprintf("%s: more than %d CNAMEs", name, r.cfg.MaxCNAME)}
 				return res
 			}
 			if IsMetadataName(target) {

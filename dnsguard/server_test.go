@@ -345,12 +345,12 @@ func TestAuditBudgetRefusesQueries(t *testing.T) {
 	m.Close()
 	var over int64
 	for _, r := range ts.audit.Records() {
-		if r.Reason == string(policy.ReasonAuditBudget) && r.Decision == "deny" {
+		if r.Reason == string(policy.ReasonAuditBudgetExceeded) && r.Decision == "deny" {
 			over += max(1, r.Count)
 		}
 	}
 	if over != int64(refused) {
-		t.Errorf("%s refusals recorded = %d; want %d", string(policy.ReasonAuditBudget), over, refused)
+		t.Errorf("%s refusals recorded = %d; want %d", string(policy.ReasonAuditBudgetExceeded), over, refused)
 	}
 }
 

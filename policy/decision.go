@@ -66,9 +66,9 @@ type Input struct {
 // Decision is the answer of an entry point.
 type Decision struct {
 	Allow bool `json:"allow"`
-	// Reason is a stable snake_case string; it is set on every deny and may
-	// be set on an allow.
-	Reason string `json:"reason"`
+	// Reason is set on every deny and may be set on an allow
+	// (ReasonAllowed, the bundle's).
+	Reason Reason `json:"reason"`
 	// Rule is the id of the rule that decided, empty when none matched.
 	Rule string `json:"rule"`
 	// Policy is the digest of the bundle that decided.

@@ -106,13 +106,13 @@ func (e *Engine) Decide(ctx context.Context, in Input) Decision {
 	keyPool.Put(bp)
 	if ce := e.log.Check(zap.DebugLevel, "decision"); ce != nil {
 		ce.Write(zap.Stringer("kind", kind), zap.String("identity", in.Identity.ID),
-			zap.Bool("allow", d.Allow), zap.String("reason", d.Reason), zap.String("rule", d.Rule), zap.Bool("cached", ok))
+			zap.Bool("allow", d.Allow), zap.Stringer("reason", d.Reason), zap.String("rule", d.Rule), zap.Bool("cached", ok))
 	}
 	return d
 }
 
 func (c *compiled) deny(reason Reason) Decision {
-	return Decision{Reason: string(reason), Policy: c.digest}
+	return Decision{Reason: reason, Policy: c.digest}
 }
 
 // appendInputKey encodes the kind, the identity (attributes in key order,
@@ -214,7 +214,7 @@ func decodeDecision(v any) (Decision, bool) {
 	if !ok1 || !ok2 || !ok3 || (!allow && reason == "") {
 		return Decision{}, false
 	}
-	d := Decision{Allow: allow, Reason: reason, Rule: rule}
+	d := Decision{Allow: allow, Reason: Reason(reason), Rule: rule}
 	if tt := obj.Get(termTLS); tt != nil {
 		if d.TLS, ok = termBool(tt); !ok {
 			return Decision{}, false

@@ -32,7 +32,7 @@ func TestDecideDefaultBundle(t *testing.T) {
 		method string
 		url    string
 		allow  bool
-		reason string
+		reason Reason
 	}{
 		{"pypi", "GET", "https://pypi.org/simple/requests/", true, "allowed"},
 		{"github read", "GET", "https://api.github.com/repos/a/b", true, "allowed"},
@@ -74,8 +74,8 @@ func TestDecideStopsWhenCallerCancels(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
 	in := Input{Facts: mustParse(t, "GET", "https://ok.test/")}
-	if d := e.Decide(ctx, in); d.Allow || d.Reason != string(ReasonClientClosed) {
-		t.Errorf("Decide(cancelled) = %+v; want deny %s", d, string(ReasonClientClosed))
+	if d := e.Decide(ctx, in); d.Allow || d.Reason != ReasonClientClosed {
+		t.Errorf("Decide(cancelled) = %+v; want deny %s", d, ReasonClientClosed)
 	}
 	quick := writeBundle(t, "", map[string]string{"http.rego": "package egress.http\n\ndecision := {\"allow\": true, \"reason\": \"allowed\", \"rule\": \"q\"}\n"})
 	e = newTestEngine(t, Config{Dir: quick, CacheSize: -1})

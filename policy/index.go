@@ -277,9 +277,9 @@ func (r *ruleSpec) view(index int) *ast.Term {
 	}
 	deny := r.Action == "deny"
 	hostWide := len(r.Methods) == 0 && len(r.Paths) == 0
-	reason := "allowed"
+	reason := ReasonAllowed
 	if deny {
-		reason = "rule_deny"
+		reason = ReasonRuleDeny
 	}
 	items := [][2]*ast.Term{
 		ast.Item(ast.StringTerm("id"), ast.StringTerm(r.ID)),
@@ -296,7 +296,7 @@ func (r *ruleSpec) view(index int) *ast.Term {
 		ast.Item(ast.StringTerm("paths"), ast.ArrayTerm(paths...)),
 		ast.Item(ast.StringTerm("decision"), ast.ObjectTerm(
 			ast.Item(ast.StringTerm("allow"), ast.BooleanTerm(!deny)),
-			ast.Item(ast.StringTerm("reason"), ast.StringTerm(reason)),
+			ast.Item(ast.StringTerm("reason"), ast.StringTerm(reason.String())),
 			ast.Item(ast.StringTerm("rule"), ast.StringTerm(r.ID)),
 		)),
 	}

@@ -116,7 +116,7 @@ func TestPathFlagsInvalidUTF8(t *testing.T) {
 	}
 	checkPathFlags(t, tests)
 	e := newTestEngine(t, Config{Dir: modulesWithData(t, pathRules)})
-	for path, reason := range map[string]string{
+	for path, reason := range map[string]Reason{
 		"/docs%C0%AF..%C0%AFadmin": "encoded_separator",
 		"/docs/%C0%AE%C0%AE":       "encoded_dot",
 		"/docs/%FF":                "invalid_utf8",
@@ -135,8 +135,9 @@ func TestPathFlagsInvalidUTF8(t *testing.T) {
 func TestDenyPathTrailingDotsAndSpaces(t *testing.T) {
 	e := newTestEngine(t, Config{Dir: modulesWithData(t, pathRules)})
 	tests := []struct {
-		name, path, rule, reason string
-		allow                    bool
+		name, path, rule string
+		reason           Reason
+		allow            bool
 	}{
 		{"trailing dot", "/admin./x", "no-admin", "rule_deny", false},
 		{"trailing dots", "/admin../x", "no-admin", "rule_deny", false},

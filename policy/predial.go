@@ -54,7 +54,7 @@ func (d *PreDial) DecideHTTP(ctx context.Context, id Identity, kind Kind, method
 		// TLS the client cannot verify; clients must CONNECT instead. A
 		// redirect to https:// is decided: the client follows it with a
 		// CONNECT that is decided again.
-		return refusedOutcome(f, true, &DenyError{Reason: ReasonAbsoluteHTTPS})
+		return refusedOutcome(f, true, &DenyError{Reason: ReasonHTTPSRequiresConnect})
 	}
 	return d.decide(ctx, id, f, f.IP, f.Port)
 }
@@ -148,9 +148,9 @@ func refusedOutcome(f Facts, parse bool, err error) Outcome {
 	o := Outcome{Facts: f, Err: err, ParseRefused: parse}
 	var de *DenyError
 	if errors.As(err, &de) {
-		o.Decision.Reason = de.Reason.String()
+		o.Decision.Reason = de.Reason
 	} else {
-		o.Decision.Reason = string(ReasonMalformedRequest)
+		o.Decision.Reason = ReasonMalformedRequest
 	}
 	return o
 }

@@ -16,6 +16,11 @@ type Reason string
 
 func (r Reason) String() string { return string(r) }
 
+// ReasonAllowed is the reason of every allow the bundle gives (a rule's
+// view and base.allow carry it). It refuses nothing, so it has no class and
+// is not in the reason table.
+const ReasonAllowed Reason = "allowed"
+
 // Class groups reasons by what a client can do about them; it chooses the
 // HTTP status, DNS rcode and SQLSTATE of a refusal.
 type Class uint8
@@ -125,6 +130,21 @@ func (r Reason) Codes() Codes {
 	return c
 }
 
+// Kinds is a set of entry points.
+type Kinds uint8
+
+// Has reports whether k is in s.
+func (s Kinds) Has(k Kind) bool { return k < 8 && s&(1<<k) != 0 }
+
+// Refuses reports whether a decision of entry point k can be denied with
+// r. False for a reason only the bundle spells: those are counted where
+// they occur, not foreseen.
+func (r Reason) Refuses(k Kind) bool { return reasonTable[r].refuses.Has(k) }
+
+// Ends reports whether an allowed request of entry point k can end denied
+// with r: its completion record (http_done, connect_done) carries r.
+func (r Reason) Ends(k Kind) bool { return reasonTable[r].ends.Has(k) }
+
 // Declared reports whether Go code declares r (as opposed to a reason only
 // the Rego bundle spells).
 func (r Reason) Declared() bool {
@@ -143,6 +163,6 @@ func Reasons() []Reason {
 }
 
 // Deny builds a deny decision with a reason.
-func Deny(reason, rule string) Decision {
+func Deny(reason Reason, rule string) Decision {
 	return Decision{Reason: reason, Rule: rule}
 }

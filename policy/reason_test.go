@@ -30,17 +30,17 @@ func TestReasonCodes(t *testing.T) {
 		{"write_denied", policy.ClassPolicy, http.StatusForbidden, dns.RcodeRefused, "42501"},
 		{policy.ReasonMetadataAddress, policy.ClassPolicy, http.StatusForbidden, dns.RcodeRefused, "42501"},
 		{policy.ReasonMalformedURL, policy.ClassMalformed, http.StatusBadRequest, dns.RcodeRefused, "08004"},
-		{policy.ReasonAuthRequired, policy.ClassIdentity, http.StatusProxyAuthRequired, dns.RcodeRefused, "28P01"},
-		{policy.ReasonAuthFailed, policy.ClassIdentity, http.StatusProxyAuthRequired, dns.RcodeRefused, "28P01"},
+		{policy.ReasonProxyAuthRequired, policy.ClassIdentity, http.StatusProxyAuthRequired, dns.RcodeRefused, "28P01"},
+		{policy.ReasonAuthenticationFailed, policy.ClassIdentity, http.StatusProxyAuthRequired, dns.RcodeRefused, "28P01"},
 		{policy.ReasonIdentityRevoked, policy.ClassIdentity, http.StatusForbidden, dns.RcodeRefused, "28000"},
 		{policy.ReasonRateLimited, policy.ClassLimit, http.StatusTooManyRequests, dns.RcodeRefused, "53300"},
-		{policy.ReasonAuditBudget, policy.ClassLimit, http.StatusTooManyRequests, dns.RcodeRefused, "53300"},
+		{policy.ReasonAuditBudgetExceeded, policy.ClassLimit, http.StatusTooManyRequests, dns.RcodeRefused, "53300"},
 		{policy.ReasonSessionLimit, policy.ClassLimit, http.StatusTooManyRequests, dns.RcodeRefused, "53300"},
 		{policy.ReasonDNSFailure, policy.ClassUpstream, http.StatusBadGateway, dns.RcodeServerFailure, "08001"},
 		{policy.ReasonDNSNXDomain, policy.ClassUpstream, http.StatusBadGateway, dns.RcodeNameError, "08001"},
 		{policy.ReasonDNSNoAddress, policy.ClassUpstream, http.StatusBadGateway, dns.RcodeSuccess, "08001"},
 		{policy.ReasonUpstreamTimeout, policy.ClassUpstream, http.StatusGatewayTimeout, dns.RcodeServerFailure, "08001"},
-		{policy.ReasonUpstreamLogin, policy.ClassUpstream, http.StatusBadGateway, dns.RcodeServerFailure, "08001"},
+		{policy.ReasonUpstreamUnavailable, policy.ClassUpstream, http.StatusBadGateway, dns.RcodeServerFailure, "08001"},
 		{policy.ReasonAuditUnavailable, policy.ClassUnavailable, http.StatusServiceUnavailable, dns.RcodeRefused, "42501"},
 		{policy.ReasonShuttingDown, policy.ClassUnavailable, http.StatusServiceUnavailable, dns.RcodeRefused, "57P01"},
 		{policy.ReasonClientClosed, policy.ClassClient, http.StatusBadGateway, dns.RcodeRefused, "08006"},
@@ -62,6 +62,59 @@ func TestReasonCodes(t *testing.T) {
 // TestReasonsDeclaredOnce checks that every Reason constant of reasons.go
 // is in the table, and the table holds nothing else.
 func TestReasonsDeclaredOnce(t *testing.T) {
+	declared := reasonConstants(t)
+	for r, n := range declared {
+		if !r.Declared() {
+			t.Errorf("%s (%q) is not in the reason table", n, r)
+		}
+	}
+	for _, r := range policy.Reasons() {
+		if _, ok := declared[r]; !ok {
+			t.Errorf("table reason %q is not a constant of reasons.go", r)
+		}
+	}
+}
+
+// TestReasonNamesFollowValues holds each constant's name to its value: the
+// value's snake_case words in CamelCase after "Reason", an initialism in
+// capitals or not (ReasonSQLParseError for sql_parse_error), so that
+// reading a name tells the reason a client sees.
+func TestReasonNamesFollowValues(t *testing.T) {
+	for r, name := range reasonConstants(t) {
+		t.Run(r.String(), func(t *testing.T) {
+			if want := camelName(r); !strings.EqualFold(name, want) || !wordsStartUpper(name, r) {
+				t.Errorf("constant for %q is %s; want %s (capitals of an initialism may differ)", r, name, want)
+			}
+		})
+	}
+}
+
+// camelName is "Reason" and r's words, each capitalised.
+func camelName(r policy.Reason) string {
+	var b strings.Builder
+	b.WriteString("Reason")
+	for _, w := range strings.Split(r.String(), "_") {
+		b.WriteString(strings.ToUpper(w[:1]) + w[1:])
+	}
+	return b.String()
+}
+
+// wordsStartUpper reports whether each word of r starts with a capital in
+// name, which EqualFold with camelName already matched letter by letter.
+func wordsStartUpper(name string, r policy.Reason) bool {
+	i := len("Reason")
+	for _, w := range strings.Split(r.String(), "_") {
+		if i >= len(name) || name[i] < 'A' || name[i] > 'Z' {
+			return false
+		}
+		i += len(w)
+	}
+	return i == len(name)
+}
+
+// reasonConstants maps each Reason constant of reasons.go to its name.
+func reasonConstants(t *testing.T) map[policy.Reason]string {
+	t.Helper()
 	f, err := parser.ParseFile(token.NewFileSet(), "reasons.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -89,16 +142,7 @@ func TestReasonsDeclaredOnce(t *testing.T) {
 			}
 		}
 	}
-	for r, n := range declared {
-		if !r.Declared() {
-			t.Errorf("%s (%q) is not in the reason table", n, r)
-		}
-	}
-	for _, r := range policy.Reasons() {
-		if _, ok := declared[r]; !ok {
-			t.Errorf("table reason %q is not a constant of reasons.go", r)
-		}
-	}
+	return declared
 }
 
 const (

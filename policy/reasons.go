@@ -17,6 +17,9 @@ const (
 	ReasonPolicyTimeout     Reason = "policy_timeout"
 	// ReasonNoMatchingRule is a deny whose decision named no reason.
 	ReasonNoMatchingRule Reason = "no_matching_rule"
+	// ReasonRuleDeny is the reason of a rule with action "deny": the rule
+	// index writes it into the rule's view (see buildIndex).
+	ReasonRuleDeny Reason = "rule_deny"
 
 	// Reasons of the URL and CONNECT target parsers.
 	ReasonMalformedURL      Reason = "malformed_url"
@@ -30,23 +33,23 @@ const (
 
 	// Reasons of the address floor: one per category of address it
 	// refuses, and the internal: rules.
-	ReasonLoopbackAddress      Reason = "loopback_address"
-	ReasonPrivateAddress       Reason = "private_address"
-	ReasonLinkLocalAddress     Reason = "link_local_address"
-	ReasonCGNATAddress         Reason = "cgnat_address"
-	ReasonULAAddress           Reason = "ula_address"
-	ReasonMulticastAddress     Reason = "multicast_address"
-	ReasonUnspecifiedAddress   Reason = "unspecified_address"
-	ReasonBroadcastAddress     Reason = "broadcast_address"
-	ReasonDocumentationAddress Reason = "documentation_address"
-	ReasonBenchmarkingAddress  Reason = "benchmarking_address"
-	ReasonReservedAddress      Reason = "reserved_address"
-	ReasonThisNetworkAddress   Reason = "this_network_address"
-	ReasonMetadataAddress      Reason = "metadata_address"
-	ReasonUnknownAddress       Reason = "unknown_address"
-	ReasonZonedAddress         Reason = "zoned_address"
-	ReasonInternalDenied       Reason = "internal_denied"
-	ReasonInternalPortDenied   Reason = "internal_port_not_allowed"
+	ReasonLoopbackAddress        Reason = "loopback_address"
+	ReasonPrivateAddress         Reason = "private_address"
+	ReasonLinkLocalAddress       Reason = "link_local_address"
+	ReasonCGNATAddress           Reason = "cgnat_address"
+	ReasonULAAddress             Reason = "ula_address"
+	ReasonMulticastAddress       Reason = "multicast_address"
+	ReasonUnspecifiedAddress     Reason = "unspecified_address"
+	ReasonBroadcastAddress       Reason = "broadcast_address"
+	ReasonDocumentationAddress   Reason = "documentation_address"
+	ReasonBenchmarkingAddress    Reason = "benchmarking_address"
+	ReasonReservedAddress        Reason = "reserved_address"
+	ReasonThisNetworkAddress     Reason = "this_network_address"
+	ReasonMetadataAddress        Reason = "metadata_address"
+	ReasonUnknownAddress         Reason = "unknown_address"
+	ReasonZonedAddress           Reason = "zoned_address"
+	ReasonInternalDenied         Reason = "internal_denied"
+	ReasonInternalPortNotAllowed Reason = "internal_port_not_allowed"
 	// ReasonMalformedAddress and ReasonInvalidPort refuse an address the
 	// dialer cannot read.
 	ReasonMalformedAddress Reason = "malformed_address"
@@ -56,50 +59,50 @@ const (
 	ReasonAddressDenied Reason = "address_denied"
 
 	// Reasons of DNS names and lookups.
-	ReasonMetadataName     Reason = "metadata_name"
-	ReasonIPLiteralName    Reason = "ip_literal_name"
-	ReasonMalformedName    Reason = "malformed_name"
-	ReasonNameTooLong      Reason = "name_too_long"
-	ReasonLabelTooLong     Reason = "label_too_long"
-	ReasonPolicyDenied     Reason = "policy_denied"
-	ReasonQTypeNotAllowed  Reason = "qtype_not_allowed"
-	ReasonQClassNotAllowed Reason = "qclass_not_allowed"
-	ReasonUnknownClient    Reason = "unknown_client"
-	ReasonCNAMEChain       Reason = "cname_chain_too_long"
-	ReasonDNSFailure       Reason = "dns_failure"
-	ReasonDNSNXDomain      Reason = "dns_nxdomain"
-	ReasonDNSNoAddress     Reason = "dns_no_address"
+	ReasonMetadataName      Reason = "metadata_name"
+	ReasonIPLiteralName     Reason = "ip_literal_name"
+	ReasonMalformedName     Reason = "malformed_name"
+	ReasonNameTooLong       Reason = "name_too_long"
+	ReasonLabelTooLong      Reason = "label_too_long"
+	ReasonPolicyDenied      Reason = "policy_denied"
+	ReasonQTypeNotAllowed   Reason = "qtype_not_allowed"
+	ReasonQClassNotAllowed  Reason = "qclass_not_allowed"
+	ReasonUnknownClient     Reason = "unknown_client"
+	ReasonCNAMEChainTooLong Reason = "cname_chain_too_long"
+	ReasonDNSFailure        Reason = "dns_failure"
+	ReasonDNSNXDomain       Reason = "dns_nxdomain"
+	ReasonDNSNoAddress      Reason = "dns_no_address"
 
 	// Reasons of the HTTP proxy.
-	ReasonAuthRequired     Reason = "proxy_auth_required"
-	ReasonAuthInvalid      Reason = "proxy_auth_invalid"
-	ReasonIdentityRevoked  Reason = "identity_revoked"
-	ReasonAbsoluteHTTPS    Reason = "https_requires_connect"
-	ReasonNotProxyRequest  Reason = "not_proxy_request"
-	ReasonMalformedRequest Reason = "malformed_request"
-	ReasonHeadersTooLarge  Reason = "headers_too_large"
-	ReasonHTTPVersion      Reason = "unsupported_http_version"
-	ReasonTransferEncoding Reason = "unsupported_transfer_encoding"
-	ReasonExpectation      Reason = "expectation_failed"
-	ReasonIncomplete       Reason = "incomplete_request"
-	// ReasonBodyNotAllowed: a GET, HEAD, OPTIONS or TRACE that carries a
+	ReasonProxyAuthRequired           Reason = "proxy_auth_required"
+	ReasonProxyAuthInvalid            Reason = "proxy_auth_invalid"
+	ReasonIdentityRevoked             Reason = "identity_revoked"
+	ReasonHTTPSRequiresConnect        Reason = "https_requires_connect"
+	ReasonNotProxyRequest             Reason = "not_proxy_request"
+	ReasonMalformedRequest            Reason = "malformed_request"
+	ReasonHeadersTooLarge             Reason = "headers_too_large"
+	ReasonUnsupportedHTTPVersion      Reason = "unsupported_http_version"
+	ReasonUnsupportedTransferEncoding Reason = "unsupported_transfer_encoding"
+	ReasonExpectationFailed           Reason = "expectation_failed"
+	ReasonIncompleteRequest           Reason = "incomplete_request"
+	// ReasonRequestBodyNotAllowed: a GET, HEAD, OPTIONS or TRACE that carries a
 	// body an upstream may ignore and read as a second request.
-	ReasonBodyNotAllowed  Reason = "request_body_not_allowed"
-	ReasonRedirectDenied  Reason = "redirect_denied"
-	ReasonSNIMismatch     Reason = "sni_mismatch"
-	ReasonTLSRequired     Reason = "tls_required"
-	ReasonMalformedHello  Reason = "malformed_client_hello"
-	ReasonTunnelHostDiffs Reason = "tunnel_host_mismatch"
+	ReasonRequestBodyNotAllowed Reason = "request_body_not_allowed"
+	ReasonRedirectDenied        Reason = "redirect_denied"
+	ReasonSNIMismatch           Reason = "sni_mismatch"
+	ReasonTLSRequired           Reason = "tls_required"
+	ReasonMalformedClientHello  Reason = "malformed_client_hello"
+	ReasonTunnelHostMismatch    Reason = "tunnel_host_mismatch"
 	// ReasonHostMismatch: a request's Host names another host or port
 	// than its target, or than its inspected tunnel (domain fronting).
 	// The bundle refuses the flag of the same name for plain requests;
 	// inside an inspected tunnel Go refuses it before the bundle.
 	ReasonHostMismatch Reason = "host_mismatch"
-	// ReasonECH refuses an inspected tunnel whose ClientHello carries
+	// ReasonEncryptedClientHello refuses an inspected tunnel whose ClientHello carries
 	// Encrypted Client Hello without an outer server name to check against
 	// the CONNECT host (an ECH whose outer name is the CONNECT host is
 	// served: egressd terminates TLS and answers the outer name).
-	ReasonECH Reason = "encrypted_client_hello"
+	ReasonEncryptedClientHello Reason = "encrypted_client_hello"
 	// ReasonUpstreamTLS: the TLS handshake with the upstream of an
 	// inspected tunnel failed (certificate not valid for the host, not
 	// signed by a trusted root); never downgraded to plaintext.
@@ -108,19 +111,19 @@ const (
 	// when no leaf can be minted for it (no CA configured, or minting
 	// failed): it is not opened as an opaque tunnel instead.
 	ReasonInspectUnavailable Reason = "inspect_unavailable"
-	// ReasonInspectRequired closes an opaque tunnel when a reload made a
+	// ReasonInspectionRequired closes an opaque tunnel when a reload made a
 	// rule inspect its host: its requests must now be decided one by one,
 	// so the client reconnects into an inspected tunnel.
-	ReasonInspectRequired Reason = "inspection_required"
-	ReasonRateLimited     Reason = "rate_limited"
-	ReasonConnLimit       Reason = "identity_conn_limit"
-	// ReasonSourceLimited refuses a client address that was refused before
+	ReasonInspectionRequired Reason = "inspection_required"
+	ReasonRateLimited        Reason = "rate_limited"
+	ReasonIdentityConnLimit  Reason = "identity_conn_limit"
+	// ReasonSourceRateLimited refuses a client address that was refused before
 	// authentication more than proxy.per_source_refusal_rate allows.
-	ReasonSourceLimited   Reason = "source_rate_limited"
-	ReasonFDExhausted     Reason = "fd_exhausted"
-	ReasonUpstreamTimeout Reason = "upstream_timeout"
-	ReasonUpstreamFailed  Reason = "upstream_unreachable"
-	ReasonShuttingDown    Reason = "shutting_down"
+	ReasonSourceRateLimited   Reason = "source_rate_limited"
+	ReasonFDExhausted         Reason = "fd_exhausted"
+	ReasonUpstreamTimeout     Reason = "upstream_timeout"
+	ReasonUpstreamUnreachable Reason = "upstream_unreachable"
+	ReasonShuttingDown        Reason = "shutting_down"
 	// ReasonClientClosed completes a request whose client hung up.
 	ReasonClientClosed Reason = "client_closed"
 
@@ -131,9 +134,9 @@ const (
 	// (egressd:secret:NAME) that no action of its rule substitutes there,
 	// or the rule's secret is not loaded.
 	ReasonCredentialUnresolved Reason = "credential_unresolved"
-	// ReasonCredentialWrongDest: a placeholder names a secret the rule
+	// ReasonCredentialWrongDestination: a placeholder names a secret the rule
 	// that allowed the request does not bind: it is not for this host.
-	ReasonCredentialWrongDest Reason = "credential_wrong_destination"
+	ReasonCredentialWrongDestination Reason = "credential_wrong_destination"
 	// ReasonCredentialLiteral: a "require" action's place carries a value
 	// of the sandbox's own instead of the placeholder (a pasted real key).
 	ReasonCredentialLiteral Reason = "credential_literal"
@@ -156,33 +159,39 @@ const (
 
 	// Reasons of every entry point's audit log.
 	ReasonAuditUnavailable Reason = "audit_unavailable"
-	// ReasonAuditBudget refuses an allow the identity's audit budget
+	// ReasonAuditBudgetExceeded refuses an allow the identity's audit budget
 	// (audit.identity_rate) cannot pay for.
-	ReasonAuditBudget Reason = "audit_budget_exceeded"
+	ReasonAuditBudgetExceeded Reason = "audit_budget_exceeded"
 
 	// Reasons of the SQL pre-scan, parser and Postgres gate.
-	ReasonSQLTooComplex     Reason = "sql_too_complex"
-	ReasonSQLParseError     Reason = "sql_parse_error"
-	ReasonSQLBadUTF8        Reason = "sql_invalid_utf8"
-	ReasonTooManyStatements Reason = "sql_too_many_statements"
-	ReasonSessionLimit      Reason = "session_limit"
-	ReasonFunctionCall      Reason = "function_call_denied"
-	ReasonStatementNotVet   Reason = "statement_not_vetted"
-	// ReasonOtherStatement: an allowed statement not run because another
+	ReasonSQLTooComplex        Reason = "sql_too_complex"
+	ReasonSQLParseError        Reason = "sql_parse_error"
+	ReasonSQLInvalidUTF8       Reason = "sql_invalid_utf8"
+	ReasonSQLTooManyStatements Reason = "sql_too_many_statements"
+	ReasonSessionLimit         Reason = "session_limit"
+	ReasonFunctionCallDenied   Reason = "function_call_denied"
+	ReasonStatementNotVetted   Reason = "statement_not_vetted"
+	// ReasonOtherStatementDenied: an allowed statement not run because another
 	// statement of its query was denied.
-	ReasonOtherStatement     Reason = "other_statement_denied"
-	ReasonStartupInvalid     Reason = "startup_invalid"
-	ReasonStartupParameter   Reason = "startup_parameter_denied"
-	ReasonUnknownIdentity    Reason = "unknown_identity"
-	ReasonAuthFailed         Reason = "authentication_failed"
-	ReasonUpstreamLogin      Reason = "upstream_unavailable"
-	ReasonCatalogUnavailable Reason = "catalog_unavailable"
+	ReasonOtherStatementDenied   Reason = "other_statement_denied"
+	ReasonStartupInvalid         Reason = "startup_invalid"
+	ReasonStartupParameterDenied Reason = "startup_parameter_denied"
+	ReasonUnknownIdentity        Reason = "unknown_identity"
+	ReasonAuthenticationFailed   Reason = "authentication_failed"
+	ReasonUpstreamUnavailable    Reason = "upstream_unavailable"
+	ReasonCatalogUnavailable     Reason = "catalog_unavailable"
 )
 
 // reasonEntry is a reason's class and the codes in which it differs from
 // its class.
 type reasonEntry struct {
-	class    Class
+	class Class
+	// refuses are the entry points whose decisions can be denied with
+	// the reason; none for a reason that never refuses a decision.
+	refuses Kinds
+	// ends are the entry points whose allowed requests can end denied
+	// with the reason (an http_done or connect_done record).
+	ends     Kinds
 	http     int
 	rcode    *int
 	sqlState string
@@ -190,118 +199,138 @@ type reasonEntry struct {
 
 func rcode(n int) *int { return &n }
 
+// Sets of entry points for the table's refuses and ends columns.
+const (
+	inHTTP     = Kinds(1) << KindHTTP
+	inConnect  = Kinds(1) << KindConnect
+	inRedirect = Kinds(1) << KindRedirect
+	inDNS      = Kinds(1) << KindDNS
+	inSQL      = Kinds(1) << KindSQL
+	// inEntries: every entry point asks the engine and appends to the
+	// audit log, and has a destination the address floor checks.
+	inEntries = inHTTP | inConnect | inRedirect | inDNS | inSQL
+	// inTargets: the parsers of a requested host and port.
+	inTargets = inHTTP | inConnect | inRedirect
+	// inURLs: the parser of a request URL.
+	inURLs = inHTTP | inRedirect
+	// inDials: the dial of an allowed request; the Postgres gate dials
+	// before its login is allowed, so it refuses instead.
+	inDials = inHTTP | inConnect
+)
+
 // reasonTable is the one table of declared reasons.
 var reasonTable = map[Reason]reasonEntry{
-	ReasonNoFacts:           {class: ClassPolicy},
-	ReasonNoDecision:        {class: ClassPolicy},
-	ReasonMalformedDecision: {class: ClassPolicy},
-	ReasonPolicyError:       {class: ClassPolicy},
-	ReasonPolicyTimeout:     {class: ClassPolicy},
-	ReasonNoMatchingRule:    {class: ClassPolicy},
+	ReasonNoFacts:           {class: ClassPolicy, refuses: inEntries},
+	ReasonNoDecision:        {class: ClassPolicy, refuses: inEntries},
+	ReasonMalformedDecision: {class: ClassPolicy, refuses: inEntries},
+	ReasonPolicyError:       {class: ClassPolicy, refuses: inEntries},
+	ReasonPolicyTimeout:     {class: ClassPolicy, refuses: inEntries},
+	ReasonNoMatchingRule:    {class: ClassPolicy, refuses: inEntries},
+	ReasonRuleDeny:          {class: ClassPolicy, refuses: inTargets},
 
-	ReasonMalformedURL:      {class: ClassMalformed},
-	ReasonMalformedHost:     {class: ClassMalformed},
-	ReasonMalformedPort:     {class: ClassMalformed},
-	ReasonMalformedMethod:   {class: ClassMalformed},
-	ReasonUnsupportedScheme: {class: ClassMalformed},
-	ReasonTargetTooLong:     {class: ClassMalformed},
-	ReasonHostTooLong:       {class: ClassMalformed},
-	ReasonPathTooLong:       {class: ClassMalformed},
+	ReasonMalformedURL:      {class: ClassMalformed, refuses: inTargets},
+	ReasonMalformedHost:     {class: ClassMalformed, refuses: inTargets},
+	ReasonMalformedPort:     {class: ClassMalformed, refuses: inTargets},
+	ReasonMalformedMethod:   {class: ClassMalformed, refuses: inURLs},
+	ReasonUnsupportedScheme: {class: ClassMalformed, refuses: inURLs},
+	ReasonTargetTooLong:     {class: ClassMalformed, refuses: inURLs},
+	ReasonHostTooLong:       {class: ClassMalformed, refuses: inTargets},
+	ReasonPathTooLong:       {class: ClassMalformed, refuses: inURLs},
 
-	ReasonLoopbackAddress:      {class: ClassPolicy},
-	ReasonPrivateAddress:       {class: ClassPolicy},
-	ReasonLinkLocalAddress:     {class: ClassPolicy},
-	ReasonCGNATAddress:         {class: ClassPolicy},
-	ReasonULAAddress:           {class: ClassPolicy},
-	ReasonMulticastAddress:     {class: ClassPolicy},
-	ReasonUnspecifiedAddress:   {class: ClassPolicy},
-	ReasonBroadcastAddress:     {class: ClassPolicy},
-	ReasonDocumentationAddress: {class: ClassPolicy},
-	ReasonBenchmarkingAddress:  {class: ClassPolicy},
-	ReasonReservedAddress:      {class: ClassPolicy},
-	ReasonThisNetworkAddress:   {class: ClassPolicy},
-	ReasonMetadataAddress:      {class: ClassPolicy},
-	ReasonUnknownAddress:       {class: ClassPolicy},
-	ReasonZonedAddress:         {class: ClassPolicy},
-	ReasonInternalDenied:       {class: ClassPolicy},
-	ReasonInternalPortDenied:   {class: ClassPolicy},
-	ReasonMalformedAddress:     {class: ClassMalformed},
-	ReasonInvalidPort:          {class: ClassMalformed},
-	ReasonAddressDenied:        {class: ClassPolicy},
+	ReasonLoopbackAddress:        {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonPrivateAddress:         {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonLinkLocalAddress:       {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonCGNATAddress:           {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonULAAddress:             {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonMulticastAddress:       {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonUnspecifiedAddress:     {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonBroadcastAddress:       {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonDocumentationAddress:   {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonBenchmarkingAddress:    {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonReservedAddress:        {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonThisNetworkAddress:     {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonMetadataAddress:        {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonUnknownAddress:         {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonZonedAddress:           {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonInternalDenied:         {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonInternalPortNotAllowed: {class: ClassPolicy, refuses: inEntries, ends: inDials},
+	ReasonMalformedAddress:       {class: ClassMalformed, refuses: inSQL, ends: inDials},
+	ReasonInvalidPort:            {class: ClassMalformed, refuses: inSQL, ends: inDials},
+	ReasonAddressDenied:          {class: ClassPolicy, refuses: inSQL},
 
-	ReasonMetadataName:     {class: ClassPolicy},
-	ReasonIPLiteralName:    {class: ClassPolicy},
-	ReasonMalformedName:    {class: ClassMalformed},
-	ReasonNameTooLong:      {class: ClassMalformed},
-	ReasonLabelTooLong:     {class: ClassMalformed},
-	ReasonPolicyDenied:     {class: ClassPolicy},
-	ReasonQTypeNotAllowed:  {class: ClassPolicy},
-	ReasonQClassNotAllowed: {class: ClassPolicy},
-	ReasonUnknownClient:    {class: ClassIdentity},
-	ReasonCNAMEChain:       {class: ClassPolicy},
-	ReasonDNSFailure:       {class: ClassUpstream},
-	ReasonDNSNXDomain:      {class: ClassUpstream, rcode: rcode(dns.RcodeNameError)},
+	ReasonMetadataName:      {class: ClassPolicy, refuses: inDNS | inSQL, ends: inDials},
+	ReasonIPLiteralName:     {class: ClassPolicy, refuses: inDNS},
+	ReasonMalformedName:     {class: ClassMalformed, refuses: inDNS},
+	ReasonNameTooLong:       {class: ClassMalformed, refuses: inDNS},
+	ReasonLabelTooLong:      {class: ClassMalformed, refuses: inDNS},
+	ReasonPolicyDenied:      {class: ClassPolicy, refuses: inDNS},
+	ReasonQTypeNotAllowed:   {class: ClassPolicy, refuses: inDNS},
+	ReasonQClassNotAllowed:  {class: ClassPolicy, refuses: inDNS},
+	ReasonUnknownClient:     {class: ClassIdentity, refuses: inDNS},
+	ReasonCNAMEChainTooLong: {class: ClassPolicy, refuses: inDNS | inSQL, ends: inDials},
+	ReasonDNSFailure:        {class: ClassUpstream, refuses: inDNS | inSQL, ends: inDials},
+	ReasonDNSNXDomain:       {class: ClassUpstream, refuses: inDNS | inSQL, ends: inDials, rcode: rcode(dns.RcodeNameError)},
 	// An allowed name without addresses is an empty answer, not an error.
-	ReasonDNSNoAddress: {class: ClassUpstream, rcode: rcode(dns.RcodeSuccess)},
+	ReasonDNSNoAddress: {class: ClassUpstream, refuses: inSQL, ends: inDials, rcode: rcode(dns.RcodeSuccess)},
 
-	ReasonAuthRequired: {class: ClassIdentity},
-	ReasonAuthInvalid:  {class: ClassIdentity},
+	ReasonProxyAuthRequired: {class: ClassIdentity, refuses: inHTTP | inConnect},
+	ReasonProxyAuthInvalid:  {class: ClassIdentity, refuses: inHTTP | inConnect},
 	// A revoked identity authenticated: 407 would ask it for credentials
 	// it already sent. A session of it ends 28000.
-	ReasonIdentityRevoked:  {class: ClassIdentity, http: http.StatusForbidden, sqlState: sqlInvalidAuthorization},
-	ReasonAbsoluteHTTPS:    {class: ClassMalformed},
-	ReasonNotProxyRequest:  {class: ClassMalformed},
-	ReasonMalformedRequest: {class: ClassMalformed},
+	ReasonIdentityRevoked:      {class: ClassIdentity, refuses: inHTTP | inConnect | inSQL, ends: inConnect, http: http.StatusForbidden, sqlState: sqlInvalidAuthorization},
+	ReasonHTTPSRequiresConnect: {class: ClassMalformed, refuses: inHTTP},
+	ReasonNotProxyRequest:      {class: ClassMalformed, refuses: inHTTP},
+	ReasonMalformedRequest:     {class: ClassMalformed, refuses: inTargets},
 	// net/http answers these itself, with its own statuses.
-	ReasonHeadersTooLarge:    {class: ClassMalformed, http: http.StatusRequestHeaderFieldsTooLarge},
-	ReasonHTTPVersion:        {class: ClassMalformed, http: http.StatusHTTPVersionNotSupported},
-	ReasonTransferEncoding:   {class: ClassMalformed, http: http.StatusNotImplemented},
-	ReasonExpectation:        {class: ClassMalformed, http: http.StatusExpectationFailed},
-	ReasonIncomplete:         {class: ClassMalformed},
-	ReasonBodyNotAllowed:     {class: ClassMalformed},
-	ReasonRedirectDenied:     {class: ClassPolicy},
-	ReasonSNIMismatch:        {class: ClassPolicy},
-	ReasonTLSRequired:        {class: ClassPolicy},
-	ReasonMalformedHello:     {class: ClassMalformed},
-	ReasonTunnelHostDiffs:    {class: ClassPolicy},
-	ReasonECH:                {class: ClassPolicy},
-	ReasonHostMismatch:       {class: ClassPolicy},
-	ReasonInspectRequired:    {class: ClassPolicy},
-	ReasonUpstreamTLS:        {class: ClassUpstream},
-	ReasonInspectUnavailable: {class: ClassUnavailable},
-	ReasonRateLimited:        {class: ClassLimit},
-	ReasonConnLimit:          {class: ClassLimit},
-	ReasonSourceLimited:      {class: ClassLimit},
-	ReasonFDExhausted:        {class: ClassLimit},
-	ReasonUpstreamTimeout:    {class: ClassUpstream, http: http.StatusGatewayTimeout},
-	ReasonUpstreamFailed:     {class: ClassUpstream},
+	ReasonHeadersTooLarge:             {class: ClassMalformed, refuses: inHTTP, http: http.StatusRequestHeaderFieldsTooLarge},
+	ReasonUnsupportedHTTPVersion:      {class: ClassMalformed, refuses: inHTTP, http: http.StatusHTTPVersionNotSupported},
+	ReasonUnsupportedTransferEncoding: {class: ClassMalformed, refuses: inHTTP, http: http.StatusNotImplemented},
+	ReasonExpectationFailed:           {class: ClassMalformed, refuses: inHTTP, http: http.StatusExpectationFailed},
+	ReasonIncompleteRequest:           {class: ClassMalformed, refuses: inHTTP},
+	ReasonRequestBodyNotAllowed:       {class: ClassMalformed, refuses: inHTTP},
+	ReasonRedirectDenied:              {class: ClassPolicy, refuses: inRedirect},
+	ReasonSNIMismatch:                 {class: ClassPolicy, refuses: inConnect, ends: inConnect},
+	ReasonTLSRequired:                 {class: ClassPolicy, refuses: inConnect, ends: inConnect},
+	ReasonMalformedClientHello:        {class: ClassMalformed, refuses: inConnect, ends: inConnect},
+	ReasonTunnelHostMismatch:          {class: ClassPolicy, refuses: inConnect, ends: inConnect},
+	ReasonEncryptedClientHello:        {class: ClassPolicy, refuses: inConnect, ends: inConnect},
+	ReasonHostMismatch:                {class: ClassPolicy, refuses: inHTTP},
+	ReasonInspectionRequired:          {class: ClassPolicy, ends: inConnect},
+	ReasonUpstreamTLS:                 {class: ClassUpstream, ends: inHTTP},
+	ReasonInspectUnavailable:          {class: ClassUnavailable, refuses: inConnect},
+	ReasonRateLimited:                 {class: ClassLimit, refuses: inHTTP | inConnect | inDNS},
+	ReasonIdentityConnLimit:           {class: ClassLimit, refuses: inHTTP | inConnect},
+	ReasonSourceRateLimited:           {class: ClassLimit, refuses: inHTTP | inConnect},
+	ReasonFDExhausted:                 {class: ClassLimit},
+	ReasonUpstreamTimeout:             {class: ClassUpstream, ends: inDials, http: http.StatusGatewayTimeout},
+	ReasonUpstreamUnreachable:         {class: ClassUpstream, ends: inDials},
 	// PostgreSQL's own code for a session ended by a shutdown
 	// (admin_shutdown), which poolers and drivers retry on.
-	ReasonShuttingDown: {class: ClassUnavailable, sqlState: "57P01"},
+	ReasonShuttingDown: {class: ClassUnavailable, refuses: inHTTP | inConnect | inSQL, ends: inDials, sqlState: "57P01"},
 	ReasonClientClosed: {class: ClassClient},
 
-	ReasonCredentialUnresolved:    {class: ClassPolicy},
-	ReasonCredentialWrongDest:     {class: ClassPolicy},
-	ReasonCredentialLiteral:       {class: ClassPolicy},
-	ReasonCredentialCleartext:     {class: ClassPolicy},
-	ReasonCredentialUnsafeRequest: {class: ClassPolicy},
-	ReasonCredentialUnscrubbable:  {class: ClassUpstream},
+	ReasonCredentialUnresolved:       {class: ClassPolicy, refuses: inHTTP},
+	ReasonCredentialWrongDestination: {class: ClassPolicy, refuses: inHTTP},
+	ReasonCredentialLiteral:          {class: ClassPolicy, refuses: inHTTP},
+	ReasonCredentialCleartext:        {class: ClassPolicy, refuses: inHTTP, ends: inHTTP},
+	ReasonCredentialUnsafeRequest:    {class: ClassPolicy, refuses: inHTTP},
+	ReasonCredentialUnscrubbable:     {class: ClassUpstream, ends: inHTTP},
 
-	ReasonAuditUnavailable: {class: ClassUnavailable},
-	ReasonAuditBudget:      {class: ClassLimit},
+	ReasonAuditUnavailable:    {class: ClassUnavailable, refuses: inEntries},
+	ReasonAuditBudgetExceeded: {class: ClassLimit, refuses: inEntries},
 
-	ReasonSQLTooComplex:      {class: ClassLimit},
-	ReasonSQLParseError:      {class: ClassMalformed},
-	ReasonSQLBadUTF8:         {class: ClassMalformed},
-	ReasonTooManyStatements:  {class: ClassLimit},
-	ReasonSessionLimit:       {class: ClassLimit},
-	ReasonFunctionCall:       {class: ClassPolicy},
-	ReasonStatementNotVet:    {class: ClassPolicy},
-	ReasonOtherStatement:     {class: ClassPolicy},
-	ReasonStartupInvalid:     {class: ClassMalformed},
-	ReasonStartupParameter:   {class: ClassPolicy},
-	ReasonUnknownIdentity:    {class: ClassIdentity},
-	ReasonAuthFailed:         {class: ClassIdentity},
-	ReasonUpstreamLogin:      {class: ClassUpstream},
-	ReasonCatalogUnavailable: {class: ClassUpstream},
+	ReasonSQLTooComplex:          {class: ClassLimit, refuses: inSQL},
+	ReasonSQLParseError:          {class: ClassMalformed, refuses: inSQL},
+	ReasonSQLInvalidUTF8:         {class: ClassMalformed, refuses: inSQL},
+	ReasonSQLTooManyStatements:   {class: ClassLimit, refuses: inSQL},
+	ReasonSessionLimit:           {class: ClassLimit, refuses: inSQL},
+	ReasonFunctionCallDenied:     {class: ClassPolicy, refuses: inSQL},
+	ReasonStatementNotVetted:     {class: ClassPolicy, refuses: inSQL},
+	ReasonOtherStatementDenied:   {class: ClassPolicy, refuses: inSQL},
+	ReasonStartupInvalid:         {class: ClassMalformed, refuses: inSQL},
+	ReasonStartupParameterDenied: {class: ClassPolicy, refuses: inSQL},
+	ReasonUnknownIdentity:        {class: ClassIdentity, refuses: inSQL},
+	ReasonAuthenticationFailed:   {class: ClassIdentity, refuses: inSQL},
+	ReasonUpstreamUnavailable:    {class: ClassUpstream, refuses: inSQL},
+	ReasonCatalogUnavailable:     {class: ClassUpstream, refuses: inSQL},
 }

@@ -107,25 +107,25 @@ func TestDecideFailsClosed(t *testing.T) {
 		name    string
 		module  string
 		timeout time.Duration
-		reason  string
+		reason  Reason
 	}{
-		{"undefined", "package egress.http\n\ndecision := 1 if false\n", 0, string(ReasonNoDecision)},
-		{"no decision rule", "package egress.http\n\nx := 1\n", 0, string(ReasonNoDecision)},
-		{"not an object", "package egress.http\n\ndecision := true\n", 0, string(ReasonMalformedDecision)},
+		{"undefined", "package egress.http\n\ndecision := 1 if false\n", 0, ReasonNoDecision},
+		{"no decision rule", "package egress.http\n\nx := 1\n", 0, ReasonNoDecision},
+		{"not an object", "package egress.http\n\ndecision := true\n", 0, ReasonMalformedDecision},
 		{"allow not bool", `package egress.http
 
 decision := {"allow": "yes", "reason": "", "rule": ""}
-`, 0, string(ReasonMalformedDecision)},
+`, 0, ReasonMalformedDecision},
 		{"deny without reason", `package egress.http
 
 decision := {"allow": false, "reason": "", "rule": ""}
-`, 0, string(ReasonMalformedDecision)},
+`, 0, ReasonMalformedDecision},
 		{"eval conflict", `package egress.http
 
 decision := {"allow": true, "reason": "allowed", "rule": "a"} if input.host
 
 decision := {"allow": false, "reason": "no", "rule": "b"} if input.port
-`, 0, string(ReasonPolicyError)},
+`, 0, ReasonPolicyError},
 		{"timeout", `package egress.http
 
 decision := {"allow": true, "reason": "allowed", "rule": "slow"} if {
@@ -133,7 +133,7 @@ decision := {"allow": true, "reason": "allowed", "rule": "slow"} if {
 	some j in numbers.range(1, 3000)
 	i * j == -1
 }
-`, time.Millisecond, string(ReasonPolicyTimeout)},
+`, time.Millisecond, ReasonPolicyTimeout},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -149,15 +149,15 @@ decision := {"allow": true, "reason": "allowed", "rule": "slow"} if {
 
 func TestDecideWithoutFactsOrEntryPoint(t *testing.T) {
 	e := newTestEngine(t, Config{Dir: writeBundle(t, "", map[string]string{"http.rego": miniHTTP})})
-	if d := e.Decide(context.Background(), Input{}); d.Allow || d.Reason != string(ReasonNoFacts) {
-		t.Errorf("Decide(no facts) = %+v; want deny %s", d, string(ReasonNoFacts))
+	if d := e.Decide(context.Background(), Input{}); d.Allow || d.Reason != ReasonNoFacts {
+		t.Errorf("Decide(no facts) = %+v; want deny %s", d, ReasonNoFacts)
 	}
 	c, err := ParseConnect("ok.test:443")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := e.Decide(context.Background(), Input{Facts: c}); d.Allow || d.Reason != string(ReasonNoDecision) {
-		t.Errorf("Decide(connect without egress.connect) = %+v; want deny %s", d, string(ReasonNoDecision))
+	if d := e.Decide(context.Background(), Input{Facts: c}); d.Allow || d.Reason != ReasonNoDecision {
+		t.Errorf("Decide(connect without egress.connect) = %+v; want deny %s", d, ReasonNoDecision)
 	}
 }
 

@@ -40,12 +40,12 @@ func authenticate(ids *identity.Store, r *http.Request, client netip.Addr) (poli
 	if v := r.Header.Get("Proxy-Authorization"); v != "" {
 		user, token, ok := parseBasic(v)
 		if !ok {
-			return policy.Identity{}, cred, policy.ReasonAuthInvalid
+			return policy.Identity{}, cred, policy.ReasonProxyAuthInvalid
 		}
 		cred.tokenSum, cred.basic, cred.user = sha256.Sum256([]byte(token)), true, user
 		id, ok := ids.AuthenticateSum(user, cred.tokenSum)
 		if !ok {
-			return policy.Identity{}, cred, policy.ReasonAuthInvalid
+			return policy.Identity{}, cred, policy.ReasonProxyAuthInvalid
 		}
 		return id, cred, ""
 	}
@@ -69,7 +69,7 @@ func reauthenticate(ids *identity.Store, id string, cred credential) (policy.Ide
 		return nid, cred, ""
 	}
 	if id == anonymous.ID {
-		return policy.Identity{}, cred, policy.ReasonAuthRequired
+		return policy.Identity{}, cred, policy.ReasonProxyAuthRequired
 	}
 	return policy.Identity{}, cred, policy.ReasonIdentityRevoked
 }

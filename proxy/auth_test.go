@@ -33,12 +33,12 @@ func TestAuthenticate(t *testing.T) {
 	}{
 		{name: "no identities is anonymous", ids: empty, client: "10.9.9.9", wantID: "anonymous"},
 		{name: "good token", ids: ids, auth: basic("sbx-1:s3cret"), client: "10.9.9.9", wantID: "sbx-1"},
-		{name: "wrong token", ids: ids, auth: basic("sbx-1:nope"), client: "10.9.9.9", wantReason: policy.ReasonAuthInvalid},
-		{name: "wrong token from mapped source", ids: ids, auth: basic("sbx-1:nope"), client: "10.1.2.3", wantReason: policy.ReasonAuthInvalid},
-		{name: "not basic", ids: ids, auth: "Bearer x", client: "10.9.9.9", wantReason: policy.ReasonAuthInvalid},
-		{name: "bad base64", ids: ids, auth: "Basic !!!", client: "10.9.9.9", wantReason: policy.ReasonAuthInvalid},
+		{name: "wrong token", ids: ids, auth: basic("sbx-1:nope"), client: "10.9.9.9", wantReason: policy.ReasonProxyAuthInvalid},
+		{name: "wrong token from mapped source", ids: ids, auth: basic("sbx-1:nope"), client: "10.1.2.3", wantReason: policy.ReasonProxyAuthInvalid},
+		{name: "not basic", ids: ids, auth: "Bearer x", client: "10.9.9.9", wantReason: policy.ReasonProxyAuthInvalid},
+		{name: "bad base64", ids: ids, auth: "Basic !!!", client: "10.9.9.9", wantReason: policy.ReasonProxyAuthInvalid},
 		{name: "source mapping", ids: ids, client: "10.1.2.3", wantID: "sbx-2"},
-		{name: "nothing", ids: ids, client: "10.9.9.9", wantReason: policy.ReasonAuthRequired},
+		{name: "nothing", ids: ids, client: "10.9.9.9", wantReason: policy.ReasonProxyAuthRequired},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -114,7 +114,7 @@ func (s *Server) recordRefusedByHTTP(remote string, status int, t *tunnel) {
 		s.sources.refused(f.client)
 	}
 	reason := refusedReason(status)
-	r := f.decisionRecord(audit.Verdict{Reason: string(reason)})
+	r := f.decisionRecord(audit.Verdict{Reason: reason})
 	r.Status = max(status, 0)
 	if err := s.audit.Append(r); err != nil {
 		s.failLog.Failed(err, zap.String("request", f.id))
@@ -125,15 +125,15 @@ func (s *Server) recordRefusedByHTTP(remote string, status int, t *tunnel) {
 func refusedReason(status int) policy.Reason {
 	switch status {
 	case 0:
-		return policy.ReasonIncomplete
+		return policy.ReasonIncompleteRequest
 	case http.StatusRequestHeaderFieldsTooLarge:
 		return policy.ReasonHeadersTooLarge
 	case http.StatusHTTPVersionNotSupported:
-		return policy.ReasonHTTPVersion
+		return policy.ReasonUnsupportedHTTPVersion
 	case http.StatusNotImplemented:
-		return policy.ReasonTransferEncoding
+		return policy.ReasonUnsupportedTransferEncoding
 	case http.StatusExpectationFailed:
-		return policy.ReasonExpectation
+		return policy.ReasonExpectationFailed
 	}
 	return policy.ReasonMalformedRequest
 }

@@ -35,9 +35,9 @@ func TestRefusedByHTTPIsAudited(t *testing.T) {
 		{"garbage request line", "NOT A REQUEST\r\n\r\n", "HTTP/1.1 400", "http:deny:" + string(policy.ReasonMalformedRequest)},
 		{"headers over the limit", "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nX-Big: " +
 			strings.Repeat("a", 8<<10) + "\r\n\r\n", "HTTP/1.1 431", "http:deny:" + string(policy.ReasonHeadersTooLarge)},
-		{"unsupported version", "GET http://example.com/ HTTP/2.7\r\nHost: example.com\r\n\r\n", "HTTP/1.1 505", "http:deny:" + string(policy.ReasonHTTPVersion)},
-		{"unknown expectation", "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nExpect: magic\r\n\r\n", "HTTP/1.1 417", "http:deny:" + string(policy.ReasonExpectation)},
-		{"incomplete at timeout", "GET http://example.com/ HTTP/1.1\r\nHost: exa", "", "http:deny:" + string(policy.ReasonIncomplete)},
+		{"unsupported version", "GET http://example.com/ HTTP/2.7\r\nHost: example.com\r\n\r\n", "HTTP/1.1 505", "http:deny:" + string(policy.ReasonUnsupportedHTTPVersion)},
+		{"unknown expectation", "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nExpect: magic\r\n\r\n", "HTTP/1.1 417", "http:deny:" + string(policy.ReasonExpectationFailed)},
+		{"incomplete at timeout", "GET http://example.com/ HTTP/1.1\r\nHost: exa", "", "http:deny:" + string(policy.ReasonIncompleteRequest)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -66,7 +66,7 @@ func TestClientClosedBeforeResponse(t *testing.T) {
 	if n := counterValue(t, s.metrics.clientClosed.WithLabelValues("waiting")); n != 1 {
 		t.Errorf("client_closed{when=waiting} = %v; want 1", n)
 	}
-	if n := counterValue(t, s.metrics.Decisions.With(audit.KindHTTPDone, audit.DecisionDeny, string(policy.ReasonUpstreamFailed))); n != 0 {
+	if n := counterValue(t, s.metrics.Decisions.With(audit.KindHTTPDone, audit.DecisionDeny, policy.ReasonUpstreamUnreachable)); n != 0 {
 		t.Errorf("upstream failures = %v; want 0", n)
 	}
 }

@@ -33,7 +33,7 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 		return
 	}
 	if s.sources.exhausted(f.client) {
-		s.refuseConn(f, client, refusalOf(policy.ReasonSourceLimited))
+		s.refuseConn(f, client, refusalOf(policy.ReasonSourceRateLimited))
 		return
 	}
 	id, cred, reason := authenticate(st.ids, r, f.client)
@@ -69,7 +69,7 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 		s.refuseConn(f, client, rf)
 		return
 	}
-	if err := s.decided(f, true, policy.Reason(out.Decision.Reason), out.Decision.Rule, out.Decision.Policy, ""); err != nil {
+	if err := s.decided(f, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
 		s.denyConn(f, client, auditRefusal(err))
 		return
 	}

@@ -26,11 +26,11 @@ import (
 func (f *httpFlow) prepareCredentials(r *http.Request, d *policy.Decision) (refusal, bool) {
 	plan, reason := broker.Prepare(d.Credentials, f.s.secrets.Load(), r.Header, f.target.Path, f.target.Query)
 	if reason != "" {
-		return refusalFor(stagePolicy, policy.Decision{Reason: string(reason), Rule: d.Rule, Policy: d.Policy}, nil), true
+		return refusalFor(stagePolicy, policy.Decision{Reason: reason, Rule: d.Rule, Policy: d.Policy}, nil), true
 	}
 	if plan != nil {
 		if reason := plan.Refuse(r.Method, r.Header); reason != "" {
-			return refusalFor(stagePolicy, policy.Decision{Reason: string(reason), Rule: d.Rule, Policy: d.Policy}, nil), true
+			return refusalFor(stagePolicy, policy.Decision{Reason: reason, Rule: d.Rule, Policy: d.Policy}, nil), true
 		}
 		f.cred = plan
 		f.credentials = plan.Applied

@@ -205,7 +205,7 @@ func TestCredentialPlaceholderWrongDestination(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden || reasonOf(resp.Header) != string(policy.ReasonCredentialWrongDest)+"; rule=other" {
+	if resp.StatusCode != http.StatusForbidden || reasonOf(resp.Header) != string(policy.ReasonCredentialWrongDestination)+"; rule=other" {
 		t.Errorf("status %d reason %q; want 403 credential_wrong_destination", resp.StatusCode, reasonOf(resp.Header))
 	}
 	if n := hits.Load(); n != 0 {

@@ -29,7 +29,7 @@ func TestDecider(t *testing.T) {
 		kind       policy.Kind
 		target     string
 		wantAllow  bool
-		wantReason string
+		wantReason policy.Reason
 		wantStatus int // of the refusal
 		wantEval   bool
 		wantHost   string

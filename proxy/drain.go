@@ -77,7 +77,7 @@ func (s *Server) cutReason() (policy.Reason, string) {
 	if s.cut.Load() {
 		return policy.ReasonShuttingDown, drainCutDetail
 	}
-	return "", string(policy.ReasonClientClosed)
+	return "", policy.ReasonClientClosed.String()
 }
 
 // connCount counts connections and lets a drain wait for it to reach

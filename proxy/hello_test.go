@@ -125,7 +125,7 @@ func TestConnectHelloWorstCaseIsLinear(t *testing.T) {
 			}
 			t.Logf("checking a %d-byte flight of %d records allocated %d bytes", len(flight), tt.records, alloc)
 			if !tt.wantSent {
-				ft.wantRefused(t, policy.ReasonMalformedHello)
+				ft.wantRefused(t, policy.ReasonMalformedClientHello)
 			}
 		})
 	}

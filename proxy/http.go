@@ -70,7 +70,7 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		id = inner.identity
 	} else {
 		if s.sources.exhausted(f.client) {
-			return r, s.refuse(f, r, refusalOf(policy.ReasonSourceLimited))
+			return r, s.refuse(f, r, refusalOf(policy.ReasonSourceRateLimited))
 		}
 		var cred credential
 		var reason policy.Reason
@@ -113,13 +113,13 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	if smuggledBody(r) {
 		// Refused after the decision so that the record names the target.
 		f.finish()
-		return r, s.refuse(f, r, refusalOf(policy.ReasonBodyNotAllowed))
+		return r, s.refuse(f, r, refusalOf(policy.ReasonRequestBodyNotAllowed))
 	}
 	if rf, denied := f.prepareCredentials(r, &out.Decision); denied {
 		f.finish()
 		return r, s.refuse(f, r, rf)
 	}
-	if err := s.decided(&f.flowInfo, true, policy.Reason(out.Decision.Reason), out.Decision.Rule, out.Decision.Policy, ""); err != nil {
+	if err := s.decided(&f.flowInfo, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
 		f.finish()
 		return r, s.deny(f, r, auditRefusal(err))
 	}
@@ -327,13 +327,13 @@ func (f *httpFlow) checkRedirect(req *http.Request, code int, loc string) (refus
 	out := f.st.decider.DecideHTTP(req.Context(), f.identity, policy.KindRedirect, method, next.String(), "")
 	rinfo.target = targetOf(out.Facts)
 	if out.Decision.Allow {
-		if err := s.decided(&rinfo, true, policy.Reason(out.Decision.Reason), out.Decision.Rule, out.Decision.Policy, ""); err != nil {
+		if err := s.decided(&rinfo, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
 			return auditRefusal(err), true
 		}
 		return refusal{}, false
 	}
 	rf.rule = out.Decision.Rule
-	if err := s.decided(&rinfo, false, policy.ReasonRedirectDenied, out.Decision.Rule, out.Decision.Policy, "policy reason: "+out.Decision.Reason); err != nil {
+	if err := s.decided(&rinfo, false, policy.ReasonRedirectDenied, out.Decision.Rule, out.Decision.Policy, "policy reason: "+out.Decision.Reason.String()); err != nil {
 		return refusalOf(policy.ReasonAuditUnavailable), true
 	}
 	return rf, true

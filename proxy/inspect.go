@@ -57,7 +57,7 @@ func (t *tunnel) serveInspected() {
 	if hello.ech && hello.sni == "" {
 		// An ECH names its client-facing server in the outer server_name;
 		// without one there is no name the CONNECT host was checked with.
-		t.refuseFlight(policy.ReasonECH, "no outer server name")
+		t.refuseFlight(policy.ReasonEncryptedClientHello, "no outer server name")
 		t.close()
 		t.finish()
 		return

@@ -143,7 +143,7 @@ func TestInspectAcceptsECHWithOuterName(t *testing.T) {
 
 	recs := f.audit.Wait(t, func(all []audit.Record) bool { return count(all, audit.KindConnectDone) == 2 })
 	for _, r := range recs {
-		if (r.Kind == audit.KindConnect && (r.Decision != audit.DecisionAllow || r.Rule != "insp")) || r.Reason == string(policy.ReasonECH) {
+		if (r.Kind == audit.KindConnect && (r.Decision != audit.DecisionAllow || r.Rule != "insp")) || r.Reason == string(policy.ReasonEncryptedClientHello) {
 			t.Errorf("record %+v; want the tunnels allowed by insp and nothing refused for ECH", r)
 		}
 	}

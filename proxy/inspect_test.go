@@ -194,10 +194,10 @@ func TestInspectRefusesBadHellos(t *testing.T) {
 		name, send, want string
 	}{
 		{"sni of another host", string(clientHello(t, "evil.example")), string(policy.ReasonSNIMismatch)},
-		{"encrypted client hello without outer sni", string(withExtension(t, clientHello(t, ""), tlsExtECH)), string(policy.ReasonECH)},
-		{"draft esni without sni", string(withExtension(t, clientHello(t, ""), tlsExtESNI)), string(policy.ReasonECH)},
+		{"encrypted client hello without outer sni", string(withExtension(t, clientHello(t, ""), tlsExtECH)), string(policy.ReasonEncryptedClientHello)},
+		{"draft esni without sni", string(withExtension(t, clientHello(t, ""), tlsExtESNI)), string(policy.ReasonEncryptedClientHello)},
 		{"encrypted client hello of another public name", string(withExtension(t, clientHello(t, "cloudflare-ech.com"), tlsExtECH)), string(policy.ReasonSNIMismatch)},
-		{"garbage record", "\x16\x03\x01\x00\x05hello", string(policy.ReasonMalformedHello)},
+		{"garbage record", "\x16\x03\x01\x00\x05hello", string(policy.ReasonMalformedClientHello)},
 		{"plaintext", "GET /ok/a HTTP/1.1\r\nHost: example.com\r\n\r\n", string(policy.ReasonTLSRequired)},
 	}
 	for _, tt := range tests {
@@ -510,7 +510,7 @@ func TestReloadToInspectClosesOpaqueTunnel(t *testing.T) {
 	ids, _ := identity.New(nil)
 	f.srv.Reload(inspectEngine(t, `{"rules": [{"id": "insp", "hosts": ["example.com"], "ports": [`+f.port+`], "paths": ["/ok/**"], "inspect": true}]}`), ids)
 	f.audit.WaitRecord(t, func(r audit.Record) bool {
-		return r.Kind == audit.KindConnectDone && r.Reason == string(policy.ReasonInspectRequired)
+		return r.Kind == audit.KindConnectDone && r.Reason == string(policy.ReasonInspectionRequired)
 	})
 	io.ReadAll(tc)
 	f.dialInner(t, "example.com:"+f.port, "example.com", "http/1.1").Close()

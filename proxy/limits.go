@@ -72,7 +72,7 @@ func (l *limiter) acquire(id string) (func(), policy.Reason) {
 	}
 	if e.active.Add(1) > l.maxConc {
 		e.active.Add(-1)
-		return nil, policy.ReasonConnLimit
+		return nil, policy.ReasonIdentityConnLimit
 	}
 	return func() { e.active.Add(-1) }, ""
 }

@@ -80,5 +80,5 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 func (m *Metrics) decided(kind audit.Kind, decision audit.Decision, reason policy.Reason) {
-	m.Decisions.Inc(kind, decision, string(reason))
+	m.Decisions.Inc(kind, decision, reason)
 }

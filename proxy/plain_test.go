@@ -56,7 +56,7 @@ func TestPlaintextTunnelBoundToHost(t *testing.T) {
 				t.Errorf("upstream received %q; want the flight %v and nothing else", b, tt.wantSent)
 			}
 			if !tt.wantSent {
-				ft.wantRefused(t, policy.ReasonTunnelHostDiffs)
+				ft.wantRefused(t, policy.ReasonTunnelHostMismatch)
 			}
 		})
 	}
@@ -119,11 +119,11 @@ func TestPlaintextTunnelBindsEveryRequest(t *testing.T) {
 		{"pipelined, another host", func(p string) (string, int) {
 			first := req(p, "", "")
 			return first + req(p, "other-tenant.cdn.example", ""), len(first)
-		}, policy.ReasonTunnelHostDiffs},
+		}, policy.ReasonTunnelHostMismatch},
 		{"another host after a body", func(p string) (string, int) {
 			first := req(p, "", "Content-Length: 5\r\n") + "hello"
 			return first + req(p, "other-tenant.cdn.example", ""), len(first)
-		}, policy.ReasonTunnelHostDiffs},
+		}, policy.ReasonTunnelHostMismatch},
 		{"a request-shaped chunk is body", func(p string) (string, int) {
 			chunk := req(p, "other-tenant.cdn.example", "")
 			f := req(p, "", "Transfer-Encoding: chunked\r\n") + strconv.FormatInt(int64(len(chunk)), 16) + "\r\n" + chunk + "\r\n0\r\n\r\n"
@@ -136,21 +136,21 @@ func TestPlaintextTunnelBindsEveryRequest(t *testing.T) {
 		{"empty line before another host", func(p string) (string, int) {
 			first := req(p, "", "")
 			return first + "\r\n" + req(p, "other-tenant.cdn.example", ""), len(first)
-		}, policy.ReasonTunnelHostDiffs},
+		}, policy.ReasonTunnelHostMismatch},
 		{"whitespace before a later request", func(p string) (string, int) {
 			first := req(p, "", "")
 			return first + " " + req(p, "other-tenant.cdn.example", ""), len(first)
-		}, policy.ReasonTunnelHostDiffs},
+		}, policy.ReasonTunnelHostMismatch},
 		{"garbage after a request", func(p string) (string, int) {
 			first := req(p, "", "")
 			return first + "\x00\x01", len(first)
-		}, policy.ReasonTunnelHostDiffs},
+		}, policy.ReasonTunnelHostMismatch},
 		{"Content-Length beside Transfer-Encoding", func(p string) (string, int) {
 			return req(p, "", "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n") + "0\r\n\r\n", 0
-		}, policy.ReasonTunnelHostDiffs},
+		}, policy.ReasonTunnelHostMismatch},
 		{"GET with a body", func(p string) (string, int) {
 			return "GET / HTTP/1.1\r\nHost: 127.0.0.1:" + p + "\r\nContent-Length: 3\r\n\r\nabc", 0
-		}, policy.ReasonBodyNotAllowed},
+		}, policy.ReasonRequestBodyNotAllowed},
 		{"upgrade, then another protocol", func(p string) (string, int) {
 			f := "GET / HTTP/1.1\r\nHost: 127.0.0.1:" + p + "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n\x81\x85mask-hello"
 			return f, len(f)
@@ -158,7 +158,7 @@ func TestPlaintextTunnelBindsEveryRequest(t *testing.T) {
 		{"upgrade ignored, then another host", func(p string) (string, int) {
 			first := "GET / HTTP/1.1\r\nHost: 127.0.0.1:" + p + "\r\nUpgrade: x\r\n\r\n"
 			return first + req(p, "other-tenant.cdn.example", ""), len(first)
-		}, policy.ReasonTunnelHostDiffs},
+		}, policy.ReasonTunnelHostMismatch},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -204,7 +204,7 @@ func TestPlaintextTunnelBindsKeepAliveRequests(t *testing.T) {
 	if b, err := io.ReadAll(br); len(b) != 0 || err != nil {
 		t.Errorf("client got %q, %v; want the tunnel closed", b, err)
 	}
-	waitRecords(t, a, "connect:allow:allowed,connect:deny:"+string(policy.ReasonTunnelHostDiffs)+",connect_done:deny:"+string(policy.ReasonTunnelHostDiffs))
+	waitRecords(t, a, "connect:allow:allowed,connect:deny:"+string(policy.ReasonTunnelHostMismatch)+",connect_done:deny:"+string(policy.ReasonTunnelHostMismatch))
 	select {
 	case h := <-hosts:
 		t.Errorf("upstream got a request for %q; want none after the refusal", h)

@@ -86,17 +86,17 @@ func recordKind(k policy.Kind) audit.Kind { return audit.Kind(k.String()) }
 // decision is in the log.
 func (s *Server) decided(f *flowInfo, allow bool, reason policy.Reason, rule, pol, detail string) error {
 	kind := recordKind(f.kind)
-	r := f.decisionRecord(audit.Verdict{Allow: allow, Reason: string(reason), Rule: rule, Policy: pol})
+	r := f.decisionRecord(audit.Verdict{Allow: allow, Reason: reason, Rule: rule, Policy: pol})
 	r.Error = detail
 	if err := s.appendFlow(f, r); err != nil {
 		if allow && errors.Is(err, audit.ErrOverBudget) {
 			// The identity spent its audit budget: the allow becomes a
 			// refusal, which the meter counts rather than writes.
-			d := f.decisionRecord(audit.Verdict{Reason: string(policy.ReasonAuditBudget), Rule: rule, Policy: pol})
+			d := f.decisionRecord(audit.Verdict{Reason: policy.ReasonAuditBudgetExceeded, Rule: rule, Policy: pol})
 			if derr := s.appendFlow(f, d); derr != nil {
 				s.failLog.Failed(derr, zap.String("request", f.id))
 			}
-			s.metrics.decided(kind, audit.DecisionDeny, policy.ReasonAuditBudget)
+			s.metrics.decided(kind, audit.DecisionDeny, policy.ReasonAuditBudgetExceeded)
 			return err
 		}
 		s.metrics.decided(kind, audit.DecisionDeny, policy.ReasonAuditUnavailable)
@@ -122,7 +122,7 @@ func (s *Server) appendFlow(f *flowInfo, r *audit.Record) error {
 // take: over the identity's audit budget, or the log is unavailable.
 func auditRefusal(err error) refusal {
 	if errors.Is(err, audit.ErrOverBudget) {
-		return refusalOf(policy.ReasonAuditBudget)
+		return refusalOf(policy.ReasonAuditBudgetExceeded)
 	}
 	return refusalOf(policy.ReasonAuditUnavailable)
 }

@@ -294,8 +294,8 @@ func TestAuditBudgetRefusesAllows(t *testing.T) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusTooManyRequests && reasonOf(resp.Header) != string(policy.ReasonAuditBudget) {
-			t.Errorf("429 reason = %q; want %s", reasonOf(resp.Header), policy.ReasonAuditBudget)
+		if resp.StatusCode == http.StatusTooManyRequests && reasonOf(resp.Header) != string(policy.ReasonAuditBudgetExceeded) {
+			t.Errorf("429 reason = %q; want %s", reasonOf(resp.Header), policy.ReasonAuditBudgetExceeded)
 		}
 		return resp.StatusCode
 	}
@@ -314,7 +314,7 @@ func TestAuditBudgetRefusesAllows(t *testing.T) {
 	m.Close()
 	var folded int64
 	for _, r := range a.Records() {
-		if r.Reason == string(policy.ReasonAuditBudget) {
+		if r.Reason == string(policy.ReasonAuditBudgetExceeded) {
 			folded += max(1, r.Count)
 		}
 	}

@@ -41,7 +41,7 @@ type refusal struct {
 // status and reason.
 func refusalFor(st stage, d policy.Decision, err error) refusal {
 	if err == nil {
-		rf := deniedRefusal(cmp.Or(policy.Reason(d.Reason), policy.ReasonNoMatchingRule))
+		rf := deniedRefusal(cmp.Or(d.Reason, policy.ReasonNoMatchingRule))
 		rf.rule, rf.policy = d.Rule, d.Policy
 		return rf
 	}
@@ -54,7 +54,7 @@ func refusalFor(st stage, d policy.Decision, err error) refusal {
 		return refusal{status: statusForReason(status, de.Reason), reason: de.Reason, detail: de.Error()}
 	}
 	var dnsErr *net.DNSError
-	rf := refusalOf(policy.ReasonUpstreamFailed)
+	rf := refusalOf(policy.ReasonUpstreamUnreachable)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), isTimeout(err):
 		rf = refusalOf(policy.ReasonUpstreamTimeout)
@@ -135,7 +135,7 @@ func (r refusal) header(h http.Header, requestID string) {
 // one connection, each costing a decision and a record.
 func (r refusal) closes() bool {
 	return r.status == http.StatusBadRequest || r.status == http.StatusProxyAuthRequired ||
-		r.reason == policy.ReasonSourceLimited
+		r.reason == policy.ReasonSourceRateLimited
 }
 
 // response builds the refusal as an *http.Response for goproxy's request

@@ -24,21 +24,21 @@ func TestRefusalFor(t *testing.T) {
 	}{
 		{"policy deny", stagePolicy, policy.Deny("no_matching_rule", ""), nil, http.StatusForbidden, "no_matching_rule"},
 		{"deny without reason", stagePolicy, policy.Decision{}, nil, http.StatusForbidden, "no_matching_rule"},
-		{"auth", stagePolicy, policy.Deny(string(policy.ReasonAuthRequired), ""), nil, http.StatusProxyAuthRequired, policy.ReasonAuthRequired},
+		{"auth", stagePolicy, policy.Deny(policy.ReasonProxyAuthRequired, ""), nil, http.StatusProxyAuthRequired, policy.ReasonProxyAuthRequired},
 		{"parse", stageParse, policy.Decision{}, &policy.DenyError{Reason: "malformed_url"}, http.StatusBadRequest, "malformed_url"},
 		{"floor at dial", stageDial, policy.Decision{}, fmt.Errorf("dial: %w", deny), http.StatusForbidden, "private_address"},
 		{"timeout", stageDial, policy.Decision{}, context.DeadlineExceeded, http.StatusGatewayTimeout, policy.ReasonUpstreamTimeout},
 		{"dns", stageDial, policy.Decision{}, &net.DNSError{Err: "no such host", Name: "x"}, http.StatusBadGateway, policy.ReasonDNSFailure},
 		{"nxdomain from the guard", stageDial, policy.Decision{}, &policy.DenyError{Reason: "dns_nxdomain"}, http.StatusBadGateway, "dns_nxdomain"},
 		{"guard resolver failure", stageDial, policy.Decision{}, &policy.DenyError{Reason: policy.ReasonDNSFailure}, http.StatusBadGateway, policy.ReasonDNSFailure},
-		{"refused", stageDial, policy.Decision{}, errors.New("connection refused"), http.StatusBadGateway, policy.ReasonUpstreamFailed},
-		{"audit", stagePolicy, policy.Deny(string(policy.ReasonAuditUnavailable), ""), nil, http.StatusServiceUnavailable, policy.ReasonAuditUnavailable},
+		{"refused", stageDial, policy.Decision{}, errors.New("connection refused"), http.StatusBadGateway, policy.ReasonUpstreamUnreachable},
+		{"audit", stagePolicy, policy.Deny(policy.ReasonAuditUnavailable, ""), nil, http.StatusServiceUnavailable, policy.ReasonAuditUnavailable},
 		{"no address from the guard", stageDial, policy.Decision{}, &policy.DenyError{Reason: policy.ReasonDNSNoAddress}, http.StatusBadGateway, policy.ReasonDNSNoAddress},
-		{"revoked identity", stagePolicy, policy.Deny(string(policy.ReasonIdentityRevoked), ""), nil, http.StatusForbidden, policy.ReasonIdentityRevoked},
-		{"rate limited", stagePolicy, policy.Deny(string(policy.ReasonRateLimited), ""), nil, http.StatusTooManyRequests, policy.ReasonRateLimited},
-		{"https absolute form", stageParse, policy.Decision{}, &policy.DenyError{Reason: policy.ReasonAbsoluteHTTPS}, http.StatusBadRequest, policy.ReasonAbsoluteHTTPS},
+		{"revoked identity", stagePolicy, policy.Deny(policy.ReasonIdentityRevoked, ""), nil, http.StatusForbidden, policy.ReasonIdentityRevoked},
+		{"rate limited", stagePolicy, policy.Deny(policy.ReasonRateLimited, ""), nil, http.StatusTooManyRequests, policy.ReasonRateLimited},
+		{"https absolute form", stageParse, policy.Decision{}, &policy.DenyError{Reason: policy.ReasonHTTPSRequiresConnect}, http.StatusBadRequest, policy.ReasonHTTPSRequiresConnect},
 		{"unreadable address at dial", stageDial, policy.Decision{}, &policy.DenyError{Reason: policy.ReasonMalformedAddress}, http.StatusForbidden, policy.ReasonMalformedAddress},
-		{"limit at parse keeps 429", stageParse, policy.Decision{}, &policy.DenyError{Reason: policy.ReasonConnLimit}, http.StatusTooManyRequests, policy.ReasonConnLimit},
+		{"limit at parse keeps 429", stageParse, policy.Decision{}, &policy.DenyError{Reason: policy.ReasonIdentityConnLimit}, http.StatusTooManyRequests, policy.ReasonIdentityConnLimit},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -88,10 +88,10 @@ func TestBodyOnBodylessMethodRefused(t *testing.T) {
 				t.Errorf("upstream saw %q; want %q", got, tt.wantSeen)
 			}
 			if tt.wantStatus == 400 {
-				if got := resp.Header.Get("X-Egressd-Decision"); got != "deny; reason="+string(policy.ReasonBodyNotAllowed) {
-					t.Errorf("X-Egressd-Decision = %q; want reason %s", got, policy.ReasonBodyNotAllowed)
+				if got := resp.Header.Get("X-Egressd-Decision"); got != "deny; reason="+string(policy.ReasonRequestBodyNotAllowed) {
+					t.Errorf("X-Egressd-Decision = %q; want reason %s", got, policy.ReasonRequestBodyNotAllowed)
 				}
-				waitRecords(t, a, "http:deny:"+string(policy.ReasonBodyNotAllowed))
+				waitRecords(t, a, "http:deny:"+string(policy.ReasonRequestBodyNotAllowed))
 			}
 		})
 	}

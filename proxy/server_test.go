@@ -102,7 +102,7 @@ func TestServerRefusals(t *testing.T) {
 		{name: "allowed", url: up.URL + "/", requests: 1, wantStatus: 200, wantHits: 1},
 		{name: "audit unavailable", failAudit: true, url: up.URL + "/", requests: 1, wantStatus: 503, wantReason: string(policy.ReasonAuditUnavailable)},
 		{name: "rate limited", cfg: func(c *Config) { c.PerIdentityRate, c.PerIdentityBurst = 0.001, 1 }, url: up.URL + "/", requests: 2, wantStatus: 429, wantReason: string(policy.ReasonRateLimited), wantHits: 1},
-		{name: "upstream down", url: deadURL, requests: 1, wantStatus: 502, wantReason: string(policy.ReasonUpstreamFailed)},
+		{name: "upstream down", url: deadURL, requests: 1, wantStatus: 502, wantReason: string(policy.ReasonUpstreamUnreachable)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -107,21 +107,21 @@ func (t *tunnel) firstFlight(tlsOnly bool, onHello func(flight []byte, early *by
 	hello, ferr := a.feed(flight)
 	for hello == nil && ferr == nil {
 		if err != nil {
-			return t.refuseFlight(policy.ReasonMalformedHello, "incomplete ClientHello: "+err.Error())
+			return t.refuseFlight(policy.ReasonMalformedClientHello, "incomplete ClientHello: "+err.Error())
 		}
 		if len(flight) >= maxHelloFlight {
-			return t.refuseFlight(policy.ReasonMalformedHello, errHelloTooLarge.Error())
+			return t.refuseFlight(policy.ReasonMalformedClientHello, errHelloTooLarge.Error())
 		}
 		n := len(flight)
 		flight, err = readSome(flight, src)
 		hello, ferr = a.feed(flight[n:])
 	}
 	if ferr != nil {
-		return t.refuseFlight(policy.ReasonMalformedHello, ferr.Error())
+		return t.refuseFlight(policy.ReasonMalformedClientHello, ferr.Error())
 	}
 	h, err := parseHello(hello)
 	if err != nil {
-		return t.refuseFlight(policy.ReasonMalformedHello, err.Error())
+		return t.refuseFlight(policy.ReasonMalformedClientHello, err.Error())
 	}
 	if h.sni != "" && !sniMatches(h.sni, t.f.target.Host) {
 		return t.refuseFlight(policy.ReasonSNIMismatch, "sni "+h.sni)
@@ -322,7 +322,7 @@ func (t *tunnel) recheck(ctx context.Context, st *state) policy.Reason {
 	if out.Decision.Inspect && !t.f.inspected {
 		// The host-wide rule that opened it may be gone: an inspecting
 		// rule allows requests, not an opaque tunnel.
-		return policy.ReasonInspectRequired
+		return policy.ReasonInspectionRequired
 	}
 	if !t.addr.IsValid() {
 		// An inspected tunnel dials per request, and each dial is vetted.

@@ -46,7 +46,7 @@ func (f *httpFlow) switched(req *http.Request, resp *http.Response) (*http.Respo
 	rw, ok := resp.Body.(io.ReadWriteCloser)
 	if !f.upgrade || !ok {
 		resp.Body.Close()
-		rf := refusalOf(policy.ReasonUpstreamFailed)
+		rf := refusalOf(policy.ReasonUpstreamUnreachable)
 		f.complete(rf.status, rf.reason, "unexpected 101 Switching Protocols")
 		return rf.response(req, f.id), nil
 	}

@@ -44,12 +44,12 @@ var checkKinds = map[string]checkKind{
 
 // checkOutput is the one JSON object a check prints.
 type checkOutput struct {
-	Kind     string `json:"kind"`
-	Identity string `json:"identity"`
-	Allow    bool   `json:"allow"`
-	Reason   string `json:"reason"`
-	Rule     string `json:"rule"`
-	Policy   string `json:"policy"`
+	Kind     string        `json:"kind"`
+	Identity string        `json:"identity"`
+	Allow    bool          `json:"allow"`
+	Reason   policy.Reason `json:"reason"`
+	Rule     string        `json:"rule"`
+	Policy   string        `json:"policy"`
 	// TLS is set on an allowed CONNECT whose tunnel must carry TLS.
 	TLS bool `json:"tls,omitempty"`
 	// Credentials are the credential actions of the allowing rule: which
@@ -106,10 +106,10 @@ func credentialsOf(cs []policy.Credential) []checkCredential {
 
 // refusedBeforePolicy is the output for input that never reaches Rego.
 func refusedBeforePolicy(kind policy.Kind, env *decideEnv, err error) checkOutput {
-	out := checkOutput{Kind: kind.String(), Identity: env.identity.ID, Policy: env.engine.Digest(), Reason: string(policy.ReasonMalformedRequest)}
+	out := checkOutput{Kind: kind.String(), Identity: env.identity.ID, Policy: env.engine.Digest(), Reason: policy.ReasonMalformedRequest}
 	var de *policy.DenyError
 	if errors.As(err, &de) {
-		out.Reason, out.Detail = de.Reason.String(), de.Detail
+		out.Reason, out.Detail = de.Reason, de.Detail
 	} else {
 		out.Detail = err.Error()
 	}

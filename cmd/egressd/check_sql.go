@@ -95,9 +95,9 @@ var checkSQL = checkKind{
 				// Say which bound refused, when it was the pre-scan's,
 				// or what the parser found wrong, and where.
 				var de *policy.DenyError
-				if err := sqlfacts.Prescan(args[0], limits); errors.As(err, &de) && de.Reason.String() == qd.Reason {
+				if err := sqlfacts.Prescan(args[0], limits); errors.As(err, &de) && de.Reason == qd.Reason {
 					out.Detail = de.Detail
-				} else if qd.Reason == policy.ReasonSQLParseError.String() {
+				} else if qd.Reason == policy.ReasonSQLParseError {
 					_, err := sqlfacts.ParseContext(ctx, args[0], opts)
 					out.Detail = parseDetail(args[0], err)
 				}

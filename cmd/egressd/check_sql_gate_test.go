@@ -121,7 +121,7 @@ func TestCheckSQLMatchesGate(t *testing.T) {
 			}
 			var checkStmts []string
 			for _, f := range out.Facts {
-				checkStmts = append(checkStmts, audit.DecisionOf(f.Decision.Allow).String()+" "+f.Decision.Reason)
+				checkStmts = append(checkStmts, audit.DecisionOf(f.Decision.Allow).String()+" "+f.Decision.Reason.String())
 			}
 			if len(checkStmts) == 0 && !out.Allow {
 				// A refusal before the parser is one record with the query's reason.

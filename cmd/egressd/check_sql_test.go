@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
@@ -122,7 +123,7 @@ func TestCheckSQLResolvesAgainstUpstream(t *testing.T) {
 	tests := []struct {
 		name, cfg, sql string
 		code           int
-		reason         string
+		reason         policy.Reason
 		builtinsOnly   bool
 	}{
 		{"operator without upstream", plain, "SELECT 1 #!# 2", 0, "allowed", true},

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/cmd/egressd/config"
+	"github.com/egressd/egressd/policy"
 )
 
 func TestCheckIdentityFromConfig(t *testing.T) {
@@ -159,7 +160,7 @@ func TestCheckInspected(t *testing.T) {
 		name               string
 		args               []string
 		code               int
-		reason             string
+		reason             policy.Reason
 		inspect, inspected bool
 	}{
 		{"connect inspected", []string{"connect", "api.github.com:443"}, 0, "allowed", true, false},

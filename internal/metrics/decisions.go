@@ -13,16 +13,30 @@ import (
 	"github.com/egressd/egressd/policy"
 )
 
-// reasonAllowed is the reason of every allow the bundle gives.
-const reasonAllowed = "allowed"
+// counted are the record kinds whose decisions are counted, and so are
+// zero-initialised: every entry point, and the completions of allowed HTTP
+// requests that end refused. A tunnel's completion is counted under
+// connect (the proxy counts it so), so connect_done has no series.
+// Connections refused on accept (kind accept) are counted apart, in
+// egressd_proxy_connections_rejected_total.
+var counted = []struct {
+	kind audit.Kind
+	// possible reports whether a deny of the kind can carry reason r.
+	possible func(r policy.Reason) bool
+	// allows is false for a completion, which is counted only when it
+	// refuses.
+	allows bool
+}{
+	{audit.KindHTTP, refuses(policy.KindHTTP), true},
+	{audit.KindConnect, func(r policy.Reason) bool { return r.Refuses(policy.KindConnect) || r.Ends(policy.KindConnect) }, true},
+	{audit.KindRedirect, refuses(policy.KindRedirect), true},
+	{audit.KindDNS, refuses(policy.KindDNS), true},
+	{audit.KindSQL, refuses(policy.KindSQL), true},
+	{audit.KindHTTPDone, func(r policy.Reason) bool { return r.Ends(policy.KindHTTP) }, false},
+}
 
-// Kinds are the record kinds whose decisions are counted, and so are
-// zero-initialised: every entry point, and the completions that can turn an
-// allowed request into a refusal. Connections refused on accept (kind
-// accept) are counted apart, in egressd_proxy_connections_rejected_total.
-var Kinds = []audit.Kind{
-	audit.KindHTTP, audit.KindConnect, audit.KindRedirect, audit.KindDNS, audit.KindSQL,
-	audit.KindHTTPDone, audit.KindConnectDone,
+func refuses(k policy.Kind) func(policy.Reason) bool {
+	return func(r policy.Reason) bool { return r.Refuses(k) }
 }
 
 // Decisions counts every decision of every entry point in one vector,
@@ -32,34 +46,39 @@ type Decisions struct {
 }
 
 // NewDecisions registers the counter on reg with one series at zero for
-// each kind's allow and for each kind's deny by every reason Go declares
-// (policy.Reasons): reasons are a closed set, and a series that exists
-// from the start lets rate() and alerts see its first refusal. Reasons only
-// the bundle spells appear on first use.
+// each entry point's allow and for each kind's deny by every declared reason
+// the kind can be denied with (policy.Reason.Refuses and Ends): a series
+// that exists from the start lets rate() and alerts see its first refusal.
+// Reasons only the bundle spells, and client_closed of a decision whose
+// caller left, appear on first use.
 func NewDecisions(reg prometheus.Registerer) *Decisions {
 	d := &Decisions{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "egressd_decisions_total",
 		Help: "Decisions of every entry point (http, connect, redirect, dns, sql, and refusals of allowed requests in http_done/connect_done) by decision and reason.",
 	}, []string{"kind", "decision", "reason"})}
 	reasons := policy.Reasons()
-	for _, k := range Kinds {
-		zeroDecisions(d.vec, reasons, k.String())
+	for _, c := range counted {
+		if c.allows {
+			d.vec.WithLabelValues(c.kind.String(), audit.DecisionAllow.String(), policy.ReasonAllowed.String())
+		}
+		zeroDenies(d.vec, reasons, c.possible, c.kind.String())
 	}
 	reg.MustRegister(d.vec)
 	return d
 }
 
-// zeroDecisions creates at zero the series of vec whose labels are
-// labels followed by the allow, and by a deny for each of reasons.
-func zeroDecisions(vec *prometheus.CounterVec, reasons []policy.Reason, labels ...string) {
-	vec.WithLabelValues(append(labels, audit.DecisionAllow.String(), reasonAllowed)...)
+// zeroDenies creates at zero the series of vec whose labels are labels
+// followed by a deny for each of reasons that is possible.
+func zeroDenies(vec *prometheus.CounterVec, reasons []policy.Reason, possible func(policy.Reason) bool, labels ...string) {
 	for _, r := range reasons {
-		vec.WithLabelValues(append(labels, audit.DecisionDeny.String(), r.String())...)
+		if possible(r) {
+			vec.WithLabelValues(append(labels, audit.DecisionDeny.String(), r.String())...)
+		}
 	}
 }
 
 // Inc counts one decision. A nil *Decisions counts nothing.
-func (d *Decisions) Inc(kind audit.Kind, decision audit.Decision, reason string) {
+func (d *Decisions) Inc(kind audit.Kind, decision audit.Decision, reason policy.Reason) {
 	if d == nil {
 		return
 	}
@@ -67,8 +86,8 @@ func (d *Decisions) Inc(kind audit.Kind, decision audit.Decision, reason string)
 }
 
 // With is the series of one kind, decision and reason.
-func (d *Decisions) With(kind audit.Kind, decision audit.Decision, reason string) prometheus.Counter {
-	return d.vec.WithLabelValues(kind.String(), decision.String(), reason)
+func (d *Decisions) With(kind audit.Kind, decision audit.Decision, reason policy.Reason) prometheus.Counter {
+	return d.vec.WithLabelValues(kind.String(), decision.String(), reason.String())
 }
 
 // Counting returns an Appender that appends to next and counts every
@@ -93,10 +112,10 @@ func (c countingAppender) Append(r *audit.Record) error {
 	switch {
 	case r.Decision == "":
 	case err == nil:
-		c.d.Inc(r.Kind, r.Decision, r.Reason)
+		c.d.Inc(r.Kind, r.Decision, policy.Reason(r.Reason))
 	case errors.Is(err, audit.ErrOverBudget):
 	default:
-		c.d.Inc(r.Kind, audit.DecisionDeny, policy.ReasonAuditUnavailable.String())
+		c.d.Inc(r.Kind, audit.DecisionDeny, policy.ReasonAuditUnavailable)
 	}
 	return err
 }

@@ -15,26 +15,28 @@ type Logins struct {
 }
 
 // NewLogins registers the counter on reg, zero-initialised like
-// NewDecisions: the allow and a deny by every declared reason.
+// NewDecisions: the allow and a deny by every declared reason a Postgres
+// decision can be denied with.
 func NewLogins(reg prometheus.Registerer) *Logins {
 	l := &Logins{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "egressd_postgres_logins_total",
 		Help: "Postgres gate logins by decision and, for refused ones, reason.",
 	}, []string{"decision", "reason"})}
-	zeroDecisions(l.vec, policy.Reasons())
+	l.vec.WithLabelValues(audit.DecisionAllow.String(), policy.ReasonAllowed.String())
+	zeroDenies(l.vec, policy.Reasons(), refuses(policy.KindSQL))
 	reg.MustRegister(l.vec)
 	return l
 }
 
 // Inc counts one login: refused with reason, or allowed when reason is
 // empty. A nil *Logins counts nothing.
-func (l *Logins) Inc(reason string) {
+func (l *Logins) Inc(reason policy.Reason) {
 	if l == nil {
 		return
 	}
 	if reason == "" {
-		l.vec.WithLabelValues(audit.DecisionAllow.String(), reasonAllowed).Inc()
+		l.vec.WithLabelValues(audit.DecisionAllow.String(), policy.ReasonAllowed.String()).Inc()
 		return
 	}
-	l.vec.WithLabelValues(audit.DecisionDeny.String(), reason).Inc()
+	l.vec.WithLabelValues(audit.DecisionDeny.String(), reason.String()).Inc()
 }

@@ -37,23 +37,57 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	return out
 }
 
-// TestDecisionsZeroInitialised: before any decision every kind's allow and
-// every kind's deny by every declared reason is exported at zero.
+// TestDecisionsZeroInitialised: before any decision each entry point's
+// allow and each kind's deny by every declared reason it can be denied
+// with is exported at zero, and no impossible pair is.
 func TestDecisionsZeroInitialised(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	NewDecisions(reg)
 	got := gather(t, reg)
-	if want := len(Kinds) * (1 + len(policy.Reasons())); len(got) != want {
-		t.Errorf("series = %d; want %d (kinds × (allow + declared reasons))", len(got), want)
+	want := 0
+	for _, c := range counted {
+		if c.allows {
+			want++
+		}
+		for _, r := range policy.Reasons() {
+			if c.possible(r) {
+				want++
+			}
+		}
 	}
+	if len(got) != want {
+		t.Errorf("series = %d; want %d (allows + possible kind × reason pairs)", len(got), want)
+	}
+	t.Logf("%d series", len(got))
 	for _, key := range []string{
 		"egressd_decisions_total{allow,dns,allowed}",
 		"egressd_decisions_total{deny,dns,policy_denied}",
 		"egressd_decisions_total{deny,sql,sql_parse_error}",
 		"egressd_decisions_total{deny,http,audit_unavailable}",
+		"egressd_decisions_total{deny,http,loopback_address}",
+		"egressd_decisions_total{deny,http_done,upstream_unreachable}",
+		"egressd_decisions_total{deny,connect,sni_mismatch}",
+		"egressd_decisions_total{deny,connect,upstream_timeout}",
 	} {
 		if v, ok := got[key]; !ok || v != 0 {
 			t.Errorf("%s = %v, %v; want 0, present", key, v, ok)
+		}
+	}
+	for _, key := range []string{
+		"egressd_decisions_total{deny,dns,sql_parse_error}",
+		"egressd_decisions_total{deny,sql,sni_mismatch}",
+		"egressd_decisions_total{deny,http,client_closed}",
+		"egressd_decisions_total{deny,http_done,client_closed}",
+		"egressd_decisions_total{allow,http_done,allowed}",
+		"egressd_decisions_total{deny,http,fd_exhausted}",
+	} {
+		if _, ok := got[key]; ok {
+			t.Errorf("%s is exported; want no series for an impossible pair", key)
+		}
+	}
+	for key := range got {
+		if strings.Contains(key, "connect_done") {
+			t.Errorf("%s is exported; want none: a tunnel's completion is counted under connect", key)
 		}
 	}
 }
@@ -109,11 +143,20 @@ func TestLogins(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	l := NewLogins(reg)
 	l.Inc("")
-	l.Inc(policy.ReasonAuthFailed.String())
-	l.Inc(policy.ReasonAuthFailed.String())
+	l.Inc(policy.ReasonAuthenticationFailed)
+	l.Inc(policy.ReasonAuthenticationFailed)
 	got := gather(t, reg)
-	if want := 1 + len(policy.Reasons()); len(got) != want {
-		t.Errorf("series = %d; want %d", len(got), want)
+	want := 1
+	for _, r := range policy.Reasons() {
+		if r.Refuses(policy.KindSQL) {
+			want++
+		}
+	}
+	if len(got) != want {
+		t.Errorf("series = %d; want %d (allow + the reasons a Postgres decision can be denied with)", len(got), want)
+	}
+	if _, ok := got["egressd_postgres_logins_total{deny,sni_mismatch}"]; ok {
+		t.Error("egressd_postgres_logins_total{deny,sni_mismatch} is exported; want no series for a reason no login has")
 	}
 	for key, want := range map[string]float64{
 		"egressd_postgres_logins_total{allow,allowed}":              1,

@@ -164,7 +164,7 @@ func TestDenials(t *testing.T) {
 		{"deep cast", "SELECT 1" + strings.Repeat("::int", 5000), policy.ReasonSQLTooComplex},
 		{"deep union", "SELECT 1" + strings.Repeat(" UNION SELECT 1", 5000), policy.ReasonSQLTooComplex},
 		{"too long", "SELECT '" + strings.Repeat("a", 2<<20) + "'", policy.ReasonSQLTooComplex},
-		{"invalid utf8", "SELECT '\xff'", policy.ReasonSQLBadUTF8},
+		{"invalid utf8", "SELECT '\xff'", policy.ReasonSQLInvalidUTF8},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

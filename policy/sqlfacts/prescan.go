@@ -64,7 +64,7 @@ func PrescanTokens(sql string, lim Limits) ([]sqlparse.Token, error) {
 		return nil, tooComplex("query is %d bytes, limit %d", len(sql), lim.MaxLen)
 	}
 	if !utf8.ValidString(sql) {
-		return nil, &policy.DenyError{Reason: policy.ReasonSQLBadUTF8, Detail: "query text is not valid UTF-8"}
+		return nil, &policy.DenyError{Reason: policy.ReasonSQLInvalidUTF8, Detail: "query text is not valid UTF-8"}
 	}
 	toks, err := sqlparse.Scan(sql)
 	if err != nil {

@@ -98,7 +98,7 @@ type Plan struct {
 // returns nil and no reason for a request that neither has actions nor
 // carries a placeholder, and a reason for a request that must be refused:
 //
-//   - policy.ReasonCredentialWrongDest: a placeholder names a secret the
+//   - policy.ReasonCredentialWrongDestination: a placeholder names a secret the
 //     rule does not bind;
 //   - policy.ReasonCredentialLiteral: a require action's place holds a
 //     value without its placeholder;
@@ -233,7 +233,7 @@ func (c *checker) require(kind, name, value string) {
 			continue
 		}
 		if k, n := a.Place(); k == kind && n == name && !strings.Contains(value, Marker+a.Secret) {
-			if c.reason != policy.ReasonCredentialWrongDest {
+			if c.reason != policy.ReasonCredentialWrongDestination {
 				c.reason = policy.ReasonCredentialLiteral
 			}
 		}
@@ -261,7 +261,7 @@ func (c *checker) placeholderFor(kind, name, secret string) int {
 // outranks every other reason.
 func (c *checker) fail(secret string) {
 	if !c.binds(secret) {
-		c.reason = policy.ReasonCredentialWrongDest
+		c.reason = policy.ReasonCredentialWrongDestination
 		return
 	}
 	if c.reason == "" {

@@ -148,7 +148,7 @@ func (l *Listener) refuse(addr net.Addr) {
 	if !first {
 		return
 	}
-	r := audit.Decided(audit.KindAccept, "", "", audit.Verdict{Reason: policy.ReasonFDExhausted.String()})
+	r := audit.Decided(audit.KindAccept, "", "", audit.Verdict{Reason: policy.ReasonFDExhausted})
 	r.Detail = map[string]string{"listener": l.Name}
 	if ap, err := netip.ParseAddrPort(addr.String()); err == nil {
 		r.Client = ap.Addr().Unmap().String()

@@ -26,12 +26,12 @@ func (g *Gate) verdictFor(ctx context.Context, ident policy.Identity, db, prefix
 			return g.refused(ctx, &policy.DenyError{Reason: policy.ReasonSQLParseError, Err: err}, text)
 		}
 		if n > g.cfg.MaxStatements {
-			return g.refused(ctx, &policy.DenyError{Reason: policy.ReasonTooManyStatements}, text)
+			return g.refused(ctx, &policy.DenyError{Reason: policy.ReasonSQLTooManyStatements}, text)
 		}
 	}
 	v := g.evaluate(ctx, ident, db, prefix, cat, text)
 	if len(v.stmts) > g.cfg.MaxStatements {
-		return g.refused(ctx, &policy.DenyError{Reason: policy.ReasonTooManyStatements}, text)
+		return g.refused(ctx, &policy.DenyError{Reason: policy.ReasonSQLTooManyStatements}, text)
 	}
 	return v
 }

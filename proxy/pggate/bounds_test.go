@@ -31,13 +31,13 @@ func TestTooManyStatementsDeniedWithOneRecord(t *testing.T) {
 				}
 				return
 			}
-			wantDenied(t, err, string(policy.ReasonTooManyStatements))
-			if len(recs) != 1 || recs[0].Reason != string(policy.ReasonTooManyStatements) || recs[0].Decision != "deny" {
-				t.Fatalf("audit records for a denied %d-byte query = %+v; want one deny %s", len(tt.sql), recs, policy.ReasonTooManyStatements)
+			wantDenied(t, err, string(policy.ReasonSQLTooManyStatements))
+			if len(recs) != 1 || recs[0].Reason != string(policy.ReasonSQLTooManyStatements) || recs[0].Decision != "deny" {
+				t.Fatalf("audit records for a denied %d-byte query = %+v; want one deny %s", len(tt.sql), recs, policy.ReasonSQLTooManyStatements)
 			}
 			// The extended protocol is bounded the same way.
 			err = c.ExecParams(ctxT(t), tt.sql, nil, nil, nil, nil).Read().Err
-			wantDenied(t, err, string(policy.ReasonTooManyStatements))
+			wantDenied(t, err, string(policy.ReasonSQLTooManyStatements))
 		})
 	}
 }

@@ -25,7 +25,7 @@ func TestAuditBudgetRefusesStatements(t *testing.T) {
 	for i := 0; i < 10 && err == nil; i++ {
 		_, err = ro.Exec(ctxT(t), "SELECT 1").ReadAll()
 	}
-	wantDenied(t, err, string(policy.ReasonAuditBudget))
+	wantDenied(t, err, string(policy.ReasonAuditBudgetExceeded))
 
 	rw := connect(t, f.dsn("agent-rw", passRW, "app"))
 	if _, err := rw.Exec(ctxT(t), "SELECT 1").ReadAll(); err != nil {

@@ -46,9 +46,9 @@ func DecideQuery(ctx context.Context, cfg Config, engine policy.Decider, ident p
 		return out
 	}
 	v := g.verdictFor(ctx, ident, db, cacheKeyPrefix(ident, db), cat, text)
-	out.Decision = policy.Decision{Allow: v.allow, Reason: string(v.reason), Policy: engine.Digest()}
+	out.Decision = policy.Decision{Allow: v.allow, Reason: v.reason, Policy: engine.Digest()}
 	if v.allow {
-		out.Reason = "allowed"
+		out.Reason = policy.ReasonAllowed
 	}
 	for _, a := range v.stmts {
 		if v.refused {
@@ -56,7 +56,7 @@ func DecideQuery(ctx context.Context, cfg Config, engine policy.Decider, ident p
 			out.Policy = a.policyID
 			break
 		}
-		d := policy.Decision{Allow: a.allow, Reason: string(a.reason), Rule: a.rule, Policy: a.policyID}
+		d := policy.Decision{Allow: a.allow, Reason: a.reason, Rule: a.rule, Policy: a.policyID}
 		if !v.allow && out.Rule == "" && a.reason == v.reason {
 			out.Rule = a.rule
 		}

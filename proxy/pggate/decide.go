@@ -76,7 +76,7 @@ func (s *session) decide(text string) *verdict {
 	for i := range v.stmts {
 		a := &v.stmts[i]
 		if err := g.deps.Audit.Append(s.record(audit.Verdict{
-			Allow: a.allow, Reason: string(a.reason), Rule: a.rule, Policy: a.policyID,
+			Allow: a.allow, Reason: a.reason, Rule: a.rule, Policy: a.policyID,
 		}, a.sql, a.fingerprint)); err != nil {
 			return s.auditFailed(err, a)
 		}
@@ -148,14 +148,14 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 			shared = false
 		}
 		d := g.engine().Decide(ctx, policy.Input{Identity: ident, Facts: st})
-		if r := policy.Reason(d.Reason); r == policy.ReasonPolicyTimeout || r == policy.ReasonPolicyError || r == policy.ReasonClientClosed {
+		if r := d.Reason; r == policy.ReasonPolicyTimeout || r == policy.ReasonPolicyError || r == policy.ReasonClientClosed {
 			v.cacheable = false
 		}
 		// The audit text is the statement redacted from its tokens and
 		// checked against its tree (Normalize keeps the literals of
 		// utility statements); the fingerprint is of that text, since a
 		// fingerprint of the literals would let a reader test guesses.
-		a := stmtAudit{allow: d.Allow, reason: policy.Reason(d.Reason), rule: d.Rule, policyID: d.Policy, sql: auditSQL(st.AuditSQL)}
+		a := stmtAudit{allow: d.Allow, reason: d.Reason, rule: d.Rule, policyID: d.Policy, sql: auditSQL(st.AuditSQL)}
 		if a.sql != sqlfacts.RedactionFailed && sqlparse.InProcess(st.AuditSQL) {
 			a.fingerprint, _ = sqlparse.Fingerprint(ctx, st.AuditSQL)
 		}
@@ -170,7 +170,7 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 	if !v.allow {
 		for i := range v.stmts {
 			if v.stmts[i].allow {
-				v.stmts[i].allow, v.stmts[i].reason = false, policy.ReasonOtherStatement
+				v.stmts[i].allow, v.stmts[i].reason = false, policy.ReasonOtherStatementDenied
 			}
 		}
 	} else {
@@ -297,10 +297,10 @@ func (g *Gate) refused(ctx context.Context, err error, text string) *verdict {
 // failure is audit_unavailable.
 func (s *session) auditFailed(err error, a *stmtAudit) *verdict {
 	if errors.Is(err, audit.ErrOverBudget) {
-		if derr := s.audit(policy.Decision{Reason: string(policy.ReasonAuditBudget), Rule: a.rule, Policy: a.policyID}, a.sql, a.fingerprint); derr != nil && !errors.Is(derr, audit.ErrOverBudget) {
+		if derr := s.audit(policy.Decision{Reason: policy.ReasonAuditBudgetExceeded, Rule: a.rule, Policy: a.policyID}, a.sql, a.fingerprint); derr != nil && !errors.Is(derr, audit.ErrOverBudget) {
 			s.g.failLog.Failed(derr)
 		}
-		return &verdict{reason: policy.ReasonAuditBudget}
+		return &verdict{reason: policy.ReasonAuditBudgetExceeded}
 	}
 	s.g.failLog.Failed(err)
 	return &verdict{reason: policy.ReasonAuditUnavailable}
@@ -309,15 +309,13 @@ func (s *session) auditFailed(err error, a *stmtAudit) *verdict {
 // auditRefusal records a deny that has no SQL (a fast-path call, a Bind of
 // an unknown statement).
 func (s *session) auditRefusal(reason policy.Reason) {
-	if err := s.audit(policy.Decision{Reason: string(reason), Policy: s.g.engine().Digest()}, "", ""); err != nil {
+	if err := s.audit(policy.Decision{Reason: reason, Policy: s.g.engine().Digest()}, "", ""); err != nil {
 		s.g.failLog.Failed(err)
 	}
 }
 
 func (s *session) audit(d policy.Decision, sql, fp string) error {
-	return s.g.deps.Audit.Append(s.record(audit.Verdict{
-		Allow: d.Allow, Reason: d.Reason, Rule: d.Rule, Policy: d.Policy,
-	}, sql, fp))
+	return s.g.deps.Audit.Append(s.record(audit.VerdictOf(d), sql, fp))
 }
 
 // record is the audit record of one decision on the session's statement
@@ -329,10 +327,12 @@ func (s *session) record(v audit.Verdict, sql, fp string) *audit.Record {
 }
 
 // sanitizeReason keeps a reason to [a-z0-9_]: it travels inside the marker
-// identifier the server echoes back, and into the client's message.
+// identifier the server echoes back, and into the client's message. A deny
+// without a reason (which the engine never gives) is no_matching_rule, as
+// the proxy answers it.
 func sanitizeReason(r policy.Reason) policy.Reason {
 	if r == "" {
-		return "denied"
+		return policy.ReasonNoMatchingRule
 	}
 	ok := true
 	for i := 0; i < len(r); i++ {

@@ -348,7 +348,7 @@ func (g *Gate) removeSession(s *session) {
 // reason shutting_down, then FATAL 57P01 to the client, then both
 // connections closed.
 func (g *Gate) cutSession(s *session, ref sessionRef) {
-	r := audit.Decided(audit.KindSQL, ref.id, ref.remote, audit.Verdict{Reason: string(policy.ReasonShuttingDown), Policy: g.engine().Digest()})
+	r := audit.Decided(audit.KindSQL, ref.id, ref.remote, audit.Verdict{Reason: policy.ReasonShuttingDown, Policy: g.engine().Digest()})
 	r.Database, r.Error = ref.database, "session ended by egressd's shutdown"
 	if err := g.deps.Audit.Append(r); err != nil {
 		g.failLog.Failed(err)

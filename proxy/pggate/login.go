@@ -25,7 +25,7 @@ func (g *Gate) auditLogin(client string, params map[string]string, reason policy
 	if db == "" {
 		db = params["user"]
 	}
-	r := audit.Decided(audit.KindSQL, user, client, audit.Verdict{Reason: string(reason), Policy: g.engine().Digest()})
+	r := audit.Decided(audit.KindSQL, user, client, audit.Verdict{Reason: reason, Policy: g.engine().Digest()})
 	r.Database = capClaimed(db)
 	if err := g.deps.Audit.Append(r); err != nil {
 		g.failLog.Failed(err, zap.String("refused", "login"))

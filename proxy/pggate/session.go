@@ -203,8 +203,8 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 			return nil
 		}
 		if _, ok := s.stmts[m.PreparedStatement]; !ok {
-			s.auditRefusal(policy.ReasonStatementNotVet)
-			s.failExtended(policy.ReasonStatementNotVet)
+			s.auditRefusal(policy.ReasonStatementNotVetted)
+			s.failExtended(policy.ReasonStatementNotVetted)
 			return nil
 		}
 		if reason := s.objs.revokedReason(false, m.PreparedStatement); reason != "" {
@@ -256,8 +256,8 @@ func (s *session) handle(msg pgproto3.FrontendMessage) *fatal {
 	case *pgproto3.FunctionCall:
 		// The fast-path call names a function by OID with no SQL to
 		// inspect: refused in every profile.
-		s.auditRefusal(policy.ReasonFunctionCall)
-		s.failQuery(policy.ReasonFunctionCall)
+		s.auditRefusal(policy.ReasonFunctionCallDenied)
+		s.failQuery(policy.ReasonFunctionCallDenied)
 		s.objs.synced()
 		return s.flushUpstream()
 	case *pgproto3.CopyData:

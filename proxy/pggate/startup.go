@@ -130,7 +130,7 @@ func (g *Gate) serveConn(conn net.Conn) {
 	if f != nil {
 		// Every refusal login returns names a reason; no_decision only
 		// if a new one forgot to, rather than counting it as allowed.
-		g.deps.Logins.Inc(string(cmp.Or(f.reason, f.ended, policy.ReasonNoDecision)))
+		g.deps.Logins.Inc(cmp.Or(f.reason, f.ended, policy.ReasonNoDecision))
 		g.log.Info("login refused", zap.String("client", conn.RemoteAddr().String()),
 			zap.String("user", startup.Parameters["user"]), zap.String("code", f.code), zap.String("error", f.msg))
 		g.auditLogin(conn.RemoteAddr().String(), startup.Parameters, f.reason)
@@ -189,7 +189,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 		case passedParams[lk]:
 			params[lk] = v
 		default:
-			return nil, loginRefusal(policy.ReasonStartupParameter, "egressd: denied: %s (%s)", policy.ReasonStartupParameter, lk)
+			return nil, loginRefusal(policy.ReasonStartupParameterDenied, "egressd: denied: %s (%s)", policy.ReasonStartupParameterDenied, lk)
 		}
 	}
 	cur := g.cur.Load()
@@ -205,7 +205,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 		if !errors.Is(err, errAuthFailed) {
 			g.log.Debug("authentication exchange failed", zap.String("identity", user), zap.Error(err))
 		}
-		reason := policy.ReasonAuthFailed
+		reason := policy.ReasonAuthenticationFailed
 		if !known {
 			reason = policy.ReasonUnknownIdentity
 		}
@@ -229,7 +229,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 		var f *fatal
 		if errors.As(err, &f) {
 			if f.reason == "" {
-				f.reason = policy.ReasonUpstreamLogin
+				f.reason = policy.ReasonUpstreamUnavailable
 			}
 			return nil, f
 		}
@@ -239,7 +239,7 @@ func (g *Gate) login(conn net.Conn, be *pgproto3.Backend, m *pgproto3.StartupMes
 			return nil, loginFatalf(de.Reason, floorSQLState, "egressd: denied: %s", de.Reason)
 		}
 		g.log.Warn("upstream login failed", zap.String("identity", ident.ID), zap.Error(err))
-		return nil, loginRefusal(policy.ReasonUpstreamLogin, "egressd: upstream unavailable")
+		return nil, loginRefusal(policy.ReasonUpstreamUnavailable, "egressd: upstream unavailable")
 	}
 	return s, nil
 }
@@ -258,10 +258,10 @@ func (s *session) decideConnect(ctx context.Context) *fatal {
 	st := connectStatement(s.database)
 	d := s.g.engine().Decide(ctx, policy.Input{Identity: s.identity, Facts: st})
 	if err := s.audit(d, "", ""); err != nil {
-		d = policy.Deny(string(policy.ReasonAuditUnavailable), "")
+		d = policy.Deny(policy.ReasonAuditUnavailable, "")
 	}
 	if !d.Allow {
-		return sessionRefusal(policy.Reason(d.Reason), "egressd: denied: %s", d.Reason)
+		return sessionRefusal(d.Reason, "egressd: denied: %s", d.Reason)
 	}
 	if s.upstream == nil {
 		// At login only: a session whose profile a reload narrowed is
