@@ -73,18 +73,18 @@ func (f *engineFlags) load(ctx context.Context) (*decideEnv, error) {
 // client is "anonymous"; otherwise the id must be a configured one, and its
 // attributes come along.
 func (f *engineFlags) resolveIdentity(cfg *config.Config) (policy.Identity, error) {
-	if len(cfg.Identities) == 0 {
+	store, err := identity.New(cfg.Identities)
+	if err != nil {
+		return policy.Identity{}, err
+	}
+	if store.AllAnonymous() {
 		if f.identity == "" {
-			return policy.Identity{ID: "anonymous"}, nil
+			return identity.Anonymous, nil
 		}
 		return policy.Identity{ID: f.identity}, nil
 	}
 	if f.identity == "" {
 		return policy.Identity{}, usageErrorf("--identity is required: the config lists identities")
-	}
-	store, err := identity.New(cfg.Identities)
-	if err != nil {
-		return policy.Identity{}, err
 	}
 	_, id, ok := store.Lookup(f.identity)
 	if !ok {
