@@ -62,8 +62,6 @@ type serverState struct {
 	identify func(netip.Addr) (policy.Identity, bool)
 }
 
-var anonymous = policy.Identity{ID: "anonymous"}
-
 // NewServer builds a server; it listens only once Serve or ListenAndServe
 // is called.
 func NewServer(o ServerOptions) (*Server, error) {
@@ -94,8 +92,8 @@ func NewServer(o ServerOptions) (*Server, error) {
 // flight finish with the old ones. With no identities every client is
 // "anonymous"; otherwise an unmapped source is refused.
 func (s *Server) Reload(d policy.Decider, ids *identity.Store) {
-	identify := func(netip.Addr) (policy.Identity, bool) { return anonymous, true }
-	if ids != nil && ids.Len() > 0 {
+	identify := func(netip.Addr) (policy.Identity, bool) { return identity.Anonymous, true }
+	if !ids.AllAnonymous() {
 		identify = ids.BySource
 	}
 	s.state.Store(&serverState{decider: d, identify: identify})

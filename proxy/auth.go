@@ -11,10 +11,6 @@ import (
 	"github.com/egressd/egressd/proxy/identity"
 )
 
-// anonymous is the identity of every client when no identities are
-// configured at all.
-var anonymous = policy.Identity{ID: "anonymous"}
-
 // credential is how a client proved its identity, kept so that a reload can
 // ask again: the SHA-256 of its Basic token (never the token), or its
 // source address.
@@ -34,8 +30,8 @@ type credential struct {
 // mapping, so a mapped address cannot mask a guessing client.
 func authenticate(ids *identity.Store, r *http.Request, client netip.Addr) (policy.Identity, credential, policy.Reason) {
 	cred := credential{source: client}
-	if ids == nil || ids.Len() == 0 {
-		return anonymous, cred, ""
+	if ids.AllAnonymous() {
+		return identity.Anonymous, cred, ""
 	}
 	if v := r.Header.Get("Proxy-Authorization"); v != "" {
 		user, token, ok := parseBasic(v)
@@ -49,7 +45,7 @@ func authenticate(ids *identity.Store, r *http.Request, client netip.Addr) (poli
 		}
 		return id, cred, ""
 	}
-	return reauthenticate(ids, anonymous.ID, cred)
+	return reauthenticate(ids, identity.Anonymous.ID, cred)
 }
 
 // reauthenticate answers authenticate again for a client that proved it was
@@ -57,18 +53,18 @@ func authenticate(ids *identity.Store, r *http.Request, client netip.Addr) (poli
 // token or a source now mapped elsewhere is refused.
 func reauthenticate(ids *identity.Store, id string, cred credential) (policy.Identity, credential, policy.Reason) {
 	switch {
-	case ids == nil || ids.Len() == 0:
-		return anonymous, cred, ""
+	case ids.AllAnonymous():
+		return identity.Anonymous, cred, ""
 	case cred.basic:
 		if nid, ok := ids.AuthenticateSum(id, cred.tokenSum); ok {
 			return nid, cred, ""
 		}
 		return policy.Identity{}, cred, policy.ReasonIdentityRevoked
 	}
-	if nid, ok := ids.BySource(cred.source); ok && (id == anonymous.ID || nid.ID == id) {
+	if nid, ok := ids.BySource(cred.source); ok && (id == identity.Anonymous.ID || nid.ID == id) {
 		return nid, cred, ""
 	}
-	if id == anonymous.ID {
+	if id == identity.Anonymous.ID {
 		return policy.Identity{}, cred, policy.ReasonProxyAuthRequired
 	}
 	return policy.Identity{}, cred, policy.ReasonIdentityRevoked

@@ -7,6 +7,7 @@ import (
 
 	"github.com/egressd/egressd/dnsguard"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy/identity"
 )
 
 // countingEngine allows everything and counts evaluations.
@@ -50,9 +51,9 @@ func TestDecider(t *testing.T) {
 			d := &policy.PreDial{Engine: e, Floor: floor}
 			var o policy.Outcome
 			if tt.kind == policy.KindConnect {
-				o = d.DecideConnect(context.Background(), anonymous, tt.target)
+				o = d.DecideConnect(context.Background(), identity.Anonymous, tt.target)
 			} else {
-				o = d.DecideHTTP(context.Background(), anonymous, tt.kind, http.MethodGet, tt.target, "")
+				o = d.DecideHTTP(context.Background(), identity.Anonymous, tt.kind, http.MethodGet, tt.target, "")
 			}
 			if o.Decision.Allow != tt.wantAllow || (tt.wantReason != "" && o.Decision.Reason != tt.wantReason) {
 				t.Errorf("decide(%q) = %+v; want allow %v reason %q", tt.target, o.Decision, tt.wantAllow, tt.wantReason)

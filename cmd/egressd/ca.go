@@ -13,6 +13,7 @@ import (
 
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/proxy/ca"
+	"github.com/egressd/egressd/proxy/identity"
 )
 
 var caActions = map[string]helpText{
@@ -34,10 +35,6 @@ var caActions = map[string]helpText{
 		exit: "0 written, 1 the root could not be read or written, 2 usage error",
 	},
 }
-
-// anonymousID is the identity of every proxy client when the config lists
-// no identities (proxy.anonymous).
-const anonymousID = "anonymous"
 
 // trustStorePassword is the password of an exported PKCS#12 trust store:
 // the JDK's default, so `-Djavax.net.ssl.trustStore=FILE` works without
@@ -76,7 +73,7 @@ func runCAInit(args []string, stdout, stderr io.Writer) error {
 func runCAExport(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ca export", flag.ContinueOnError)
 	caActions[strings.TrimPrefix(fs.Name(), "ca ")].install(fs)
-	id := fs.String("identity", anonymousID, "identity `ID` whose root to export")
+	id := fs.String("identity", identity.Anonymous.ID, "identity `ID` whose root to export")
 	format := fs.String("format", "pem", "pem or pkcs12")
 	cfgPath := fs.String("config", "", "config `FILE` whose inspect.ca_dir and identities to use")
 	caDir := fs.String("ca-dir", "", "CA `DIR` to export from, instead of --config's")
@@ -142,10 +139,14 @@ func runCAExport(args []string, stdout, stderr io.Writer) error {
 // not list: a typo would otherwise make a root no sandbox is ever served
 // from.
 func knownIdentity(cfg *config.Config, cfgPath, id string) error {
-	if len(cfg.Identities) == 0 {
-		if id != anonymousID {
+	store, err := identity.New(cfg.Identities)
+	if err != nil {
+		return err
+	}
+	if store.AllAnonymous() {
+		if anon := identity.Anonymous.ID; id != anon {
 			return usageErrorf("ca export: the config lists no identities, so every client is %q; "+
-				"export --identity %s, or add %q to identities", anonymousID, anonymousID, id)
+				"export --identity %s, or add %q to identities", anon, anon, id)
 		}
 		return nil
 	}

@@ -10,16 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"software.sslmate.com/src/go-pkcs12"
 
-	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/proxy/ca"
-	"github.com/egressd/egressd/proxy/identity"
 )
 
 func TestCAInit(t *testing.T) {
@@ -173,27 +169,6 @@ func TestServeRefusesReadableCAKey(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(tmp, "audit")); err == nil {
 		t.Errorf("serve created the audit log before refusing the CA; want the refusal first")
-	}
-}
-
-// TestReloadNamesInspectAsNeedingRestart: the CA section is read at start
-// only, so a reload that changes it says so rather than seeming applied.
-func TestReloadNamesInspectAsNeedingRestart(t *testing.T) {
-	running := config.Default()
-	loaded := config.Default()
-	loaded.Inspect.LeafTTL = 2 * time.Hour
-	loaded.Inspect.CADir = "/elsewhere"
-	if got := restartNeeded(running, loaded, nil); !slices.Equal(got, []string{"inspect"}) {
-		t.Errorf("restartNeeded(inspect changed) = %v; want [inspect]", got)
-	}
-	withRoot := config.Default()
-	withRoot.Identities = identity.Config{{ID: "a", Sources: []string{"10.0.0.0/8"}, CACert: "/c.pem", CAKey: "/k.pem"}}
-	if got := restartNeeded(running, withRoot, nil); !slices.Equal(got, []string{"identities ca_cert/ca_key"}) {
-		t.Errorf("restartNeeded(configured root added) = %v; want [identities ca_cert/ca_key]", got)
-	}
-	opened := map[string]ca.Files{"a": {Cert: "/c.pem", Key: "/k.pem"}}
-	if got := restartNeeded(withRoot, withRoot, opened); len(got) != 0 {
-		t.Errorf("restartNeeded(same configured root) = %v; want none", got)
 	}
 }
 

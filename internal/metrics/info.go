@@ -5,9 +5,20 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/egressd/egressd/internal/version"
 )
+
+// NewRegistry is the registry /metrics serves, with the Go runtime's and
+// the process's collectors and the build info registered; every other
+// collector is registered on it by the package that owns it.
+func NewRegistry(in version.Info) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	RegisterBuildInfo(reg, in)
+	return reg
+}
 
 // RegisterBuildInfo registers egressd_build_info{version, commit,
 // go_version, pg_query_version} 1, the same fields `egressd version`

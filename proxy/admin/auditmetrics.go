@@ -31,13 +31,22 @@ var auditMetrics = []struct {
 	{"egressd_audit_queue_depth", "Records queued and not yet written.", false, func(s audit.Stats) float64 { return float64(s.QueueDepth) }},
 }
 
-// AuditCollector returns a collector of the writer's Stats.
-func AuditCollector(stats func() audit.Stats) prometheus.Collector {
-	c := &auditCollector{stats: stats, descs: make(map[string]*prometheus.Desc, len(auditMetrics))}
+// RegisterAudit registers on reg the audit writer's Stats and the meter's
+// (the one every entry point appends through), read at scrape time.
+func RegisterAudit(reg prometheus.Registerer, writer func() audit.Stats, meter func() audit.MeterStats) {
+	c := &auditCollector{stats: writer, descs: make(map[string]*prometheus.Desc, len(auditMetrics))}
 	for _, m := range auditMetrics {
 		c.descs[m.name] = prometheus.NewDesc(m.name, m.help, nil, nil)
 	}
-	return c
+	reg.MustRegister(c,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "egressd_audit_refusals_folded_total",
+			Help: "Refusals counted into aggregate audit records (audit.refusal_samples) instead of written in full.",
+		}, func() float64 { return float64(meter().Folded) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "egressd_audit_over_budget_total",
+			Help: "Allows refused with audit_budget_exceeded because their identity spent its audit budget.",
+		}, func() float64 { return float64(meter().OverBudget) }))
 }
 
 func (c *auditCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -86,6 +86,11 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// Anonymous is the identity of every client when no identities are
+// configured (see AllAnonymous): the proxy, the DNS server, check and
+// `ca export` all name it so.
+var Anonymous = policy.Identity{ID: "anonymous"}
+
 // Store answers identity questions. It is immutable once built; a reload
 // builds a new one.
 type Store struct {
@@ -174,6 +179,11 @@ func (s *Store) Lookup(id string) (Entry, policy.Identity, bool) {
 	}
 	return r.entry, r.identity, true
 }
+
+// AllAnonymous reports whether every client is Anonymous: s is nil or
+// lists no identities. Once any identity is listed, a client must prove
+// it is one of them (credentials or a source mapping).
+func (s *Store) AllAnonymous() bool { return s == nil || len(s.byID) == 0 }
 
 // Len is the number of identities.
 func (s *Store) Len() int { return len(s.byID) }

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/cmd/egressd/config"
+	"github.com/egressd/egressd/cmd/egressd/generation"
+	"github.com/egressd/egressd/dnsguard"
+	"github.com/egressd/egressd/internal/metrics"
+	"github.com/egressd/egressd/internal/version"
+	"github.com/egressd/egressd/proxy"
+	"github.com/egressd/egressd/proxy/admin"
+	"github.com/egressd/egressd/proxy/broker"
+	"github.com/egressd/egressd/proxy/ca"
+	"github.com/egressd/egressd/proxy/fdlimit"
+	"github.com/egressd/egressd/proxy/pggate"
+)
+
+// daemon is the running serve command.
+type daemon struct {
+	// cfg is the config at start; gen holds the reloadable part in force.
+	cfg      *config.Config
+	gen      *generation.Running
+	log      *zap.Logger
+	audit    *audit.Writer
+	meter    *audit.Meter // what every entry point appends through
+	metrics  *proxy.Metrics
+	registry *prometheus.Registry
+	proxy    *proxy.Server
+	dns      *dnsguard.Server // nil unless dns.listen is set
+	gate     *pggate.Gate     // nil unless postgres.listen is set
+	fds      *fdlimit.Budget  // nil if the limit could not be read
+
+	// draining is set when the drain starts: /readyz fails from then on.
+	draining atomic.Bool
+}
+
+// build makes the daemon; the secrets it loads go into store, which the
+// logger already scrubs with.
+func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Logger, store *broker.Store) (*daemon, error) {
+	gen, err := generation.Build(ctx, cfg, cfgPath, log)
+	if err != nil {
+		return nil, err
+	}
+	res, err := dnsguard.NewResolver(cfg.DNS, gen.Floor, log)
+	if err != nil {
+		return nil, err
+	}
+	store.Set(gen.Secrets)
+	// Opened before the audit log: a CA key others can read stops start-up
+	// before anything is served or recorded. Inspected CONNECTs are
+	// terminated with the identity's own root, and their upstreams
+	// verified against inspect.upstream_ca_file (or the system roots);
+	// inspect: is read at start only.
+	caOpts := cfg.InspectOptions()
+	authority, err := ca.Open(cfg.Inspect.CADir, caOpts)
+	if err != nil {
+		return nil, fmt.Errorf("inspect.ca_dir: %w", err)
+	}
+	upstreamRoots, err := ca.UpstreamRoots(cfg.Inspect.UpstreamCAFile)
+	if err != nil {
+		return nil, err
+	}
+	caDir, err := filepath.Abs(cfg.Inspect.CADir)
+	if err != nil {
+		caDir = cfg.Inspect.CADir
+	}
+	log.Info("HTTPS inspection CA directory (one root per identity; `egressd ca export --identity ID` gives a sandbox its root)",
+		zap.String("dir", caDir))
+	ac := cfg.Audit
+	ac.Started = startedDetail(cfgPath, gen.Engine.Digest())
+	aw, err := audit.Open(ac, log)
+	if err != nil {
+		return nil, fmt.Errorf("open audit log: %w", err)
+	}
+	// One meter for all entry points: an identity's budget is shared by
+	// its HTTP, DNS and SQL records.
+	meter := audit.NewMeter(aw, cfg.Audit)
+	reg := metrics.NewRegistry(version.Get())
+	admin.RegisterAudit(reg, aw.Stats, meter.Stats)
+	authority.Register(reg)
+	d := &daemon{cfg: cfg, log: log, audit: aw, meter: meter, registry: reg, metrics: proxy.NewMetrics(reg), fds: descriptorBudget(log)}
+	// Registered without a gate too, so a dashboard's gate panels read 0.
+	logins := metrics.NewLogins(reg)
+	// DNS queries and SQL statements are counted as they are audited, in
+	// the proxy's decision counter.
+	counted := metrics.Counting(meter, d.metrics.Decisions)
+	if gen.Secrets.Len() > 0 {
+		log.Info("secrets loaded", zap.Int("secrets", gen.Secrets.Len()))
+	}
+	fail := func(err error) (*daemon, error) {
+		meter.Close()
+		return nil, errors.Join(err, aw.Close())
+	}
+	dialer := dnsguard.NewDialer(res, gen.Floor, cfg.Proxy.DialTimeout)
+	d.proxy, err = proxy.New(proxy.Options{
+		Config: cfg.Proxy, Decider: gen.Engine, Floor: gen.Floor, Identities: gen.Identities, Dialer: dialer,
+		Audit: meter, Metrics: d.metrics, Log: log, FDs: d.fds, Secrets: store,
+		Leaves: authority, UpstreamRoots: upstreamRoots,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	reloaders := []generation.Reloader{d.proxy}
+	if cfg.DNS.Listen != "" {
+		d.dns, err = dnsguard.NewServer(dnsguard.ServerOptions{
+			Config: cfg.DNS, Decider: gen.Engine, Resolver: res, Audit: counted,
+			Identities: gen.Identities, Log: log, Decisions: d.metrics.Decisions,
+		})
+		if err != nil {
+			return fail(err)
+		}
+		reloaders = append(reloaders, d.dns)
+	}
+	if cfg.Postgres.Listen != "" {
+		// The gate dials its upstream through the same pinned dialer as the
+		// proxy, so the address floor and `internal:` apply to it too.
+		d.gate, err = pggate.New(cfg.Postgres, pggate.Deps{
+			Engine: gen.Engine, Identities: gen.Identities, Audit: counted, Dial: dialer.DialContext, Floor: gen.Floor, Log: log,
+			Logins: logins,
+		})
+		if err != nil {
+			return fail(fmt.Errorf("postgres: %w", err))
+		}
+		reloaders = append(reloaders, d.gate)
+	}
+	d.gen = generation.NewRunning(gen, generation.Options{
+		Path: cfgPath, Log: log, Flush: res.Flush, Secrets: store, Listeners: reloaders,
+		Policy: metrics.NewPolicy(reg), Reloads: d.metrics.Reloads, OpenedRoots: caOpts.Configured,
+	})
+	return d, nil
+}

@@ -1,0 +1,94 @@
+// Package generation builds what one config yields: the address floor, the
+// policy engine, the identities and the brokered secrets, each checked
+// against the others. `serve` builds one at start and one on every reload,
+// and `check` builds one to answer for, with the same function (Build), so
+// that a check added for one applies to all three. Running holds the
+// generation in force and swaps in the next on a reload, or refuses it and
+// keeps the one in force.
+//
+// It lives under cmd/egressd, beside config, because it composes the
+// listeners' packages (proxy/broker among them) around config.Config; config
+// itself stays decoding and validation without I/O.
+package generation
+
+import (
+	"context"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/egressd/egressd/cmd/egressd/config"
+	"github.com/egressd/egressd/dnsguard"
+	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy/broker"
+	"github.com/egressd/egressd/proxy/identity"
+)
+
+// Generation is one config's reloadable state, checked as a whole.
+type Generation struct {
+	// Config is the config it was built from.
+	Config *config.Config
+	// Floor is the address floor of Config.Internal.
+	Floor *dnsguard.Floor
+	// Engine is the policy bundle of Config.Policy.
+	Engine *policy.Engine
+	// Identities is Config.Identities as a store.
+	Identities *identity.Store
+	// Secrets are the values of Config.Secrets, read from their files and
+	// environment variables when the generation was built.
+	Secrets *broker.Secrets
+}
+
+// Build builds the generation of cfg, read from path ("" for the embedded
+// defaults; errors name it). log is the policy engine's logger. The steps
+// run in one order wherever a config is loaded: internal: (the floor), the
+// policy bundle, the identities, the identities' attributes against the
+// bundle, the bundle's credential rules against the secrets and the floor,
+// then the secrets' values. The first failure is returned.
+func Build(ctx context.Context, cfg *config.Config, path string, log *zap.Logger) (*Generation, error) {
+	floor, err := dnsguard.NewFloor(cfg.Internal)
+	if err != nil {
+		return nil, fmt.Errorf("internal: %w", err)
+	}
+	engine, err := policy.New(ctx, cfg.Policy, log)
+	if err != nil {
+		return nil, fmt.Errorf("load policy: %w", err)
+	}
+	ids, err := identity.New(cfg.Identities)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkIdentities(path, cfg.Identities, engine); err != nil {
+		return nil, err
+	}
+	if err := checkCredentials(path, cfg, engine, floor); err != nil {
+		return nil, err
+	}
+	secrets, err := cfg.LoadSecrets()
+	if err != nil {
+		return nil, err
+	}
+	return &Generation{Config: cfg, Floor: floor, Engine: engine, Identities: ids, Secrets: secrets}, nil
+}
+
+// checkIdentities reports the first identity whose attributes the bundle
+// cannot honour (an sql_profile it lacks), naming the config file and the
+// key.
+func checkIdentities(path string, ids identity.Config, eng *policy.Engine) error {
+	for i, e := range ids {
+		if err := eng.CheckIdentity(policy.Identity{ID: e.ID, Attributes: e.Attributes}); err != nil {
+			return fmt.Errorf("config %s: identities[%d].%w", path, i, err)
+		}
+	}
+	return nil
+}
+
+// checkCredentials refuses a bundle whose credential rules name a secret
+// the config lacks or would send one in cleartext to a public address
+// (broker.CheckRules).
+func checkCredentials(path string, cfg *config.Config, eng *policy.Engine, floor broker.InternalFloor) error {
+	if err := broker.CheckRules(eng.CredentialRules(), cfg.Secrets, floor); err != nil {
+		return fmt.Errorf("policy bundle with config %s: %w", path, err)
+	}
+	return nil
+}
