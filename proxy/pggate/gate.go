@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -54,18 +53,13 @@ type Deps struct {
 	// Floor, if set, is asked again after an Update whether each open
 	// session's upstream address may still be reached: an `internal:`
 	// allowance removed by a reload ends the sessions it let through.
-	Floor Floor
+	Floor policy.Floor
 	// Log is the operational logger; if nil, nothing is logged.
 	Log *zap.Logger
 	// Logins counts logins by decision and reason; if nil, they are not
 	// counted. (Statement decisions are counted by the Audit appender the
 	// caller gives, see metrics.Counting.)
 	Logins *metrics.Logins
-}
-
-// Floor is what the gate needs of *dnsguard.Floor.
-type Floor interface {
-	Check(a netip.Addr, port uint16) error
 }
 
 // Gate serves Postgres clients. It is safe for concurrent use.
