@@ -78,11 +78,10 @@ type Gate struct {
 	// statement; it is random per process so no client text can forge it.
 	marker   string
 	fakeSalt []byte
-	// cache holds verdicts by exact text; ncache by normalized text, kept
-	// apart so that a stream of one-off literals cannot evict the shapes.
-	cache   *verdictCache
-	ncache  *verdictCache
-	cancels cancelTable
+	// verdicts caches decisions (Gate.verdict); nil when
+	// postgres.cache_size is off.
+	verdicts *verdictCache
+	cancels  cancelTable
 	// slots counts open sessions for the session caps; upstreamMaxConns
 	// is the upstream's max_connections once read (0 before), learnMu
 	// lets one login read it (learnMaxConns).
@@ -123,11 +122,10 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	}
 	g := &Gate{
 		cfg: cfg, deps: deps, log: log.Named("pggate"),
-		failLog: audit.NewFailLog(log.Named("pggate"), 0),
-		limits:  limitsOf(cfg),
-		cache:   newVerdictCache(cfg.CacheSize),
-		ncache:  newVerdictCache(cfg.CacheSize),
-		lns:     map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}, sessions: map[*session]sessionRef{},
+		failLog:  audit.NewFailLog(log.Named("pggate"), 0),
+		limits:   limitsOf(cfg),
+		verdicts: newVerdictCache(cfg.CacheSize),
+		lns:      map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}, sessions: map[*session]sessionRef{},
 	}
 	g.cancels.m = map[uint32]*cancelTarget{}
 	g.catalogs = catalogs{ttl: cfg.CatalogTTL, m: map[string]*dbCatalog{}}
