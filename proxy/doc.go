@@ -43,8 +43,11 @@
 //	         → audit.Appender.Append → the reply (its record is the completion)
 //	SQL      pggate.Gate.serveConn → pggate.Gate.login (SCRAM: identity)
 //	         → pggate.session.decideConnect → pggate.session.handle
-//	         → pggate.session.decide → pggate.Gate.evaluate (sqlfacts.PrescanTokens;
-//	           sqlfacts.ParseContext; policy.Engine.Decide per statement)
+//	         → pggate.session.decide → pggate.Gate.verdict (pggate.verdictCache
+//	           by exact text, then shape; pggate.Gate.capped: the statement cap)
+//	         → pggate.Gate.evaluate (sqlfacts.PrescanTokens; the normalized
+//	           form's cached verdict; sqlfacts.ParseContext;
+//	           policy.Engine.Decide per statement)
 //	         → audit.Appender.Append per statement → upstream, or 42501
 //	           (the upstream was dialled at login by dnsguard.Dialer.DialContext)
 //

@@ -31,7 +31,7 @@ const benchQuery = "SELECT u.id, u.name, lower(u.name) AS lname, count(i.id) AS 
 func benchSession(b *testing.B, cacheSize int) *session {
 	g := fuzzGate(b)
 	g.cfg.CacheSize = cacheSize
-	g.cache, g.ncache = newVerdictCache(cacheSize), newVerdictCache(cacheSize)
+	g.verdicts = newVerdictCache(cacheSize)
 	g.deps.Audit = nopAudit{}
 	id := policy.Identity{ID: "agent-ro", Attributes: map[string]string{"sql_profile": "read_only"}}
 	return &session{g: g, identity: id, database: "app", remote: "bench", keyPrefix: cacheKeyPrefix(id, "app")}

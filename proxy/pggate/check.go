@@ -45,7 +45,7 @@ func DecideQuery(ctx context.Context, cfg Config, engine policy.Decider, ident p
 		out.Decision = out.Connect
 		return out
 	}
-	v := g.verdictFor(ctx, ident, db, cacheKeyPrefix(ident, db), cat, text)
+	v := g.verdict(ctx, query{ident: ident, db: db, prefix: cacheKeyPrefix(ident, db), cat: cat, text: text})
 	out.Decision = policy.Decision{Allow: v.allow, Reason: v.reason, Policy: engine.Digest()}
 	if v.allow {
 		out.Reason = policy.ReasonAllowed

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sort"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	"go.uber.org/zap"
@@ -17,62 +15,17 @@ import (
 	"github.com/egressd/egressd/policy/sqlparse"
 )
 
-// verdict is the decision on one query text: all its statements, or none.
-// Verdicts are immutable once cached.
-type verdict struct {
-	allow  bool
-	reason policy.Reason
-	stmts  []stmtAudit
-	// cacheable is false when a decision may differ on retry (policy
-	// timeout or error).
-	cacheable bool
-	// refused is set when the text never reached the policy (the
-	// pre-scan, the parser or a bound refused it): its one audit line
-	// is the query's, not a statement's.
-	refused bool
-	// effects are the named objects an allowed text creates and drops
-	// (effectsOf), read once per exact text.
-	effects []effect
-}
-
-// stmtAudit is one statement's audit line: normalized SQL (no literals),
-// its fingerprint and decision.
-type stmtAudit struct {
-	sql, fingerprint string
-	allow            bool
-	reason           policy.Reason
-	rule, policyID   string
-}
-
-// decide returns the verdict on text for this session, audited. The
-// decision is cached by the exact text (then by its shape or normalized
-// form) per identity, database and bundle digest; audit records are
-// written every time. A verdict's audit SQL and effects are always this
-// exact text's own (see forText).
+// decide returns the verdict on text for this session, audited: the
+// decision (Gate.verdict) is cached per identity, database, bundle digest
+// and catalog; audit records are written every time.
 func (s *session) decide(text string) *verdict {
 	g := s.g
 	if v := s.freshCatalog(); v != nil {
 		return v
 	}
-	cat := s.catalog.load()
-	key := cacheKey{prefix: s.keyPrefix, digest: g.engine().Digest(), catalog: cat.Digest(), text: text}
-	v, ok := g.cache.get(key)
-	if !ok {
-		ctx := context.Background()
-		if !sqlparse.InProcess(text) {
-			// A worker parse can take a while: stop it if the client
-			// leaves meanwhile.
-			var stop func()
-			ctx, stop = s.clientGone()
-			defer stop()
-		}
-		// Worker parses are shared per identity in turn (issue 21 item 6).
-		ctx = sqlparse.WithIdentity(ctx, s.identity.ID)
-		v = g.verdictFor(ctx, s.identity, s.database, s.keyPrefix, cat, text)
-		if v.cacheable {
-			g.cache.add(key, v)
-		}
-	}
+	v := g.verdict(context.Background(), query{
+		ident: s.identity, db: s.database, prefix: s.keyPrefix, cat: s.catalog.load(), text: text, client: s,
+	})
 	for i := range v.stmts {
 		a := &v.stmts[i]
 		if err := g.deps.Audit.Append(s.record(audit.Verdict{
@@ -84,26 +37,18 @@ func (s *session) decide(text string) *verdict {
 	return v
 }
 
-// evaluate parses and decides text with db's catalog cat. Parsing is
+// evaluate parses and decides q.text, which no cached verdict serves
+// as is (sl is its shape's lookup), with db's catalog q.cat. Parsing is
 // through package sqlparse, which keeps a crash of libpg_query out of this
 // process; ctx ends a parse in a worker.
-func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix string, cat *sqlfacts.Catalog, text string) *verdict {
-	digest := g.engine().Digest()
-	// The Go-computed shape saves every cgo call for texts of a known
-	// shape (see shapeOf for why that is sound): a text of a cached shape
-	// has the brackets, operators and words, and so the pre-scan's
-	// outcome, of the text that was scanned and parsed to fill it; only
-	// its length differs.
-	skey, byShape, hit := g.shapeHit(prefix, digest, cat, text)
-	if hit != nil {
-		return hit
-	}
+func (g *Gate) evaluate(ctx context.Context, sc cacheScope, sl shapeLookup, q query) *verdict {
+	text := q.text
 	toks, err := sqlfacts.PrescanTokens(text, g.limits)
 	if err != nil {
 		return g.refused(ctx, err, text)
 	}
-	if byShape != nil {
-		if tv := forText(byShape, text, toks); tv != nil {
+	if sl.cached != nil {
+		if tv := forText(sl.cached, text, toks); tv != nil {
 			return tv
 		}
 	}
@@ -111,8 +56,8 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 	// Normalize costs a parse of its own, and a deep or long text is not
 	// worth the second one.
 	var norm string
-	var nkey cacheKey
-	if sqlparse.InProcess(text) {
+	normalized := sqlparse.InProcess(text)
+	if normalized {
 		var err error
 		if norm, err = sqlparse.Normalize(ctx, text); err != nil {
 			return g.refused(ctx, &policy.DenyError{Reason: policy.ReasonSQLParseError, Err: err}, text)
@@ -122,15 +67,14 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 		// (TestNormalizedTextDeterminesFacts in sqlfacts), except texts
 		// whose facts were read from constants, which are never stored
 		// here (see below).
-		nkey = cacheKey{prefix: prefix, digest: digest, catalog: cat.Digest(), text: norm, normalized: true}
-		if v, ok := g.ncache.get(nkey); ok {
+		if v := g.verdicts.byNormalized(sc, norm); v != nil {
 			if tv := forText(v, text, toks); tv != nil {
-				g.addShape(skey, norm, v)
+				g.verdicts.storeShape(sc, sl, norm, v)
 				return tv
 			}
 		}
 	}
-	opt := g.parseOptions(db, cat)
+	opt := g.parseOptions(q.db, q.cat)
 	opt.Tokens = toks
 	sts, err := sqlfacts.ParseContext(ctx, text, opt)
 	if err != nil {
@@ -147,7 +91,7 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 		if st.ConstantFacts {
 			shared = false
 		}
-		d := g.engine().Decide(ctx, policy.Input{Identity: ident, Facts: st})
+		d := g.engine().Decide(ctx, policy.Input{Identity: q.ident, Facts: st})
 		if r := d.Reason; r == policy.ReasonPolicyTimeout || r == policy.ReasonPolicyError || r == policy.ReasonClientClosed {
 			v.cacheable = false
 		}
@@ -176,9 +120,9 @@ func (g *Gate) evaluate(ctx context.Context, ident policy.Identity, db, prefix s
 	} else {
 		v.effects = statementEffects(text, sqlfacts.Statements(text, toks))
 	}
-	if v.cacheable && shared && nkey.normalized {
-		g.ncache.add(nkey, v)
-		g.addShape(skey, norm, v)
+	if v.cacheable && shared && normalized {
+		g.verdicts.storeNormalized(sc, norm, v)
+		g.verdicts.storeShape(sc, sl, norm, v)
 	}
 	return v
 }
@@ -207,27 +151,6 @@ func auditSQL(red string) string {
 	return red[:cut] + "…"
 }
 
-// shapeHit looks text up by its shape (shapeOf): its key (zero when the
-// text is outside the shape's subset), the verdict cached under it, and
-// that verdict made this text's own without a scan (forShape), if it can
-// be.
-func (g *Gate) shapeHit(prefix, digest string, cat *sqlfacts.Catalog, text string) (skey cacheKey, cached, hit *verdict) {
-	var buf [256]byte
-	shape, ok := shapeOf(text, buf[:0])
-	if !ok {
-		return cacheKey{}, nil, nil
-	}
-	skey = cacheKey{prefix: prefix, digest: digest, catalog: cat.Digest(), text: string(shape), shape: true}
-	cached, ok = g.ncache.get(skey)
-	if !ok {
-		return skey, nil, nil
-	}
-	if len(text) <= g.cfg.MaxQueryBytes {
-		hit = forShape(cached, skey.text)
-	}
-	return skey, cached, hit
-}
-
 // forText is v, a verdict cached under a shape or normalized form, made
 // the verdict of this exact text, given its tokens: its audit SQL redacted
 // from this text's own statements by PostgreSQL's scanner — never the SQL
@@ -250,14 +173,6 @@ func forText(v *verdict, text string, toks []sqlparse.Token) *verdict {
 		out.effects = statementEffects(text, stmts)
 	}
 	return &out
-}
-
-// addShape caches v under the text's shape, but only when the shape is
-// what Normalize made of the text (see shapeMatches).
-func (g *Gate) addShape(skey cacheKey, norm string, v *verdict) {
-	if skey.shape && shapeMatches(skey.text, norm) {
-		g.ncache.add(skey, v)
-	}
 }
 
 // refused is the verdict for text that never reached the policy. Its audit
@@ -355,108 +270,4 @@ func sanitizeReason(r policy.Reason) policy.Reason {
 		b = b[:40]
 	}
 	return policy.Reason(b)
-}
-
-// cacheKeyPrefix identifies who decides: identity id, attributes in key
-// order, and database.
-func cacheKeyPrefix(id policy.Identity, db string) string {
-	var b strings.Builder
-	b.WriteString(id.ID)
-	b.WriteByte(0)
-	keys := make([]string, 0, len(id.Attributes))
-	for k := range id.Attributes {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(id.Attributes[k])
-		b.WriteByte(0)
-	}
-	b.WriteString(db)
-	b.WriteByte(0)
-	return b.String()
-}
-
-// cacheKey names a verdict without building a string: who decides (the
-// session's identity/database prefix), which bundle, which catalog of the
-// database (a new user function changes what a call resolves to), and the
-// exact query text, its normalized form, or its shape (shapeOf).
-type cacheKey struct {
-	prefix, digest, catalog, text string
-	normalized, shape             bool
-}
-
-// verdictCache is a map bounded in entries and in bytes; when either bound
-// would be passed it starts over, which keeps every operation O(1) without
-// per-entry bookkeeping. An entry bound alone let one identity pin 287 MB
-// with 1,000 distinct 60 KB queries (2.8 GB at the default size).
-type verdictCache struct {
-	mu       sync.RWMutex
-	max      int
-	maxBytes int
-	bytes    int
-	m        map[cacheKey]*verdict
-}
-
-// Byte bounds of a verdict cache: the most one cache holds, and the
-// longest text it keeps (a longer one is decided each time: its parse
-// costs more than the lookup saves, and memory is the scarcer resource).
-const (
-	cacheMaxBytes     = 32 << 20
-	cacheMaxTextBytes = 16 << 10
-)
-
-func newVerdictCache(max int) *verdictCache {
-	if max <= 0 {
-		return nil
-	}
-	return &verdictCache{max: max, maxBytes: cacheMaxBytes, m: make(map[cacheKey]*verdict, min(max, 1024))}
-}
-
-func (c *verdictCache) get(key cacheKey) (*verdict, bool) {
-	if c == nil {
-		return nil, false
-	}
-	c.mu.RLock()
-	v, ok := c.m[key]
-	c.mu.RUnlock()
-	return v, ok
-}
-
-func (c *verdictCache) add(key cacheKey, v *verdict) {
-	if c == nil || len(key.text) > cacheMaxTextBytes {
-		return
-	}
-	size := entryBytes(key, v)
-	c.mu.Lock()
-	if len(c.m) >= c.max || c.bytes+size > c.maxBytes {
-		clear(c.m)
-		c.bytes = 0
-	}
-	if _, ok := c.m[key]; !ok {
-		c.bytes += size
-	}
-	c.m[key] = v
-	c.mu.Unlock()
-}
-
-// entryOverhead is what an entry holds besides its strings: the map slot,
-// the verdict and its slices' headers, rounded up.
-const entryOverhead = 256
-
-// entryBytes is what an entry keeps alive: its key's strings, the
-// verdict's audit SQL and rules, and the texts of the objects it creates.
-// Strings shared with other entries (the prefix, the digests) are counted
-// in each: an over-count only starts the cache over sooner.
-func entryBytes(key cacheKey, v *verdict) int {
-	n := entryOverhead + len(key.prefix) + len(key.digest) + len(key.catalog) + len(key.text)
-	for _, a := range v.stmts {
-		n += entryOverhead + len(a.sql) + len(a.fingerprint) + len(a.rule) + len(a.policyID)
-	}
-	for _, e := range v.effects {
-		n += entryOverhead + len(e.name) + len(e.text)
-	}
-	return n
 }

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -54,18 +53,13 @@ type Deps struct {
 	// Floor, if set, is asked again after an Update whether each open
 	// session's upstream address may still be reached: an `internal:`
 	// allowance removed by a reload ends the sessions it let through.
-	Floor Floor
+	Floor policy.Floor
 	// Log is the operational logger; if nil, nothing is logged.
 	Log *zap.Logger
 	// Logins counts logins by decision and reason; if nil, they are not
 	// counted. (Statement decisions are counted by the Audit appender the
 	// caller gives, see metrics.Counting.)
 	Logins *metrics.Logins
-}
-
-// Floor is what the gate needs of *dnsguard.Floor.
-type Floor interface {
-	Check(a netip.Addr, port uint16) error
 }
 
 // Gate serves Postgres clients. It is safe for concurrent use.
@@ -84,11 +78,10 @@ type Gate struct {
 	// statement; it is random per process so no client text can forge it.
 	marker   string
 	fakeSalt []byte
-	// cache holds verdicts by exact text; ncache by normalized text, kept
-	// apart so that a stream of one-off literals cannot evict the shapes.
-	cache   *verdictCache
-	ncache  *verdictCache
-	cancels cancelTable
+	// verdicts caches decisions (Gate.verdict); nil when
+	// postgres.cache_size is off.
+	verdicts *verdictCache
+	cancels  cancelTable
 	// slots counts open sessions for the session caps; upstreamMaxConns
 	// is the upstream's max_connections once read (0 before), learnMu
 	// lets one login read it (learnMaxConns).
@@ -129,11 +122,10 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	}
 	g := &Gate{
 		cfg: cfg, deps: deps, log: log.Named("pggate"),
-		failLog: audit.NewFailLog(log.Named("pggate"), 0),
-		limits:  limitsOf(cfg),
-		cache:   newVerdictCache(cfg.CacheSize),
-		ncache:  newVerdictCache(cfg.CacheSize),
-		lns:     map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}, sessions: map[*session]sessionRef{},
+		failLog:  audit.NewFailLog(log.Named("pggate"), 0),
+		limits:   limitsOf(cfg),
+		verdicts: newVerdictCache(cfg.CacheSize),
+		lns:      map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}, sessions: map[*session]sessionRef{},
 	}
 	g.cancels.m = map[uint32]*cancelTarget{}
 	g.catalogs = catalogs{ttl: cfg.CatalogTTL, m: map[string]*dbCatalog{}}

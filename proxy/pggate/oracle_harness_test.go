@@ -245,13 +245,13 @@ var notRun = map[string]bool{
 // the witnesses.
 func (o *oracle) check(id policy.Identity, text string) {
 	o.stats.decided++
-	prefix := cacheKeyPrefix(id, o.db)
-	v := o.g.evaluate(context.Background(), id, o.db, prefix, o.cat, text)
+	q := query{ident: id, db: o.db, prefix: cacheKeyPrefix(id, o.db), cat: o.cat, text: text}
+	v := o.g.verdict(context.Background(), q)
 	for i := 0; i < 3 && !v.cacheable; i++ {
 		// A policy timeout on a loaded machine: decide again rather than
 		// let the load pick what runs.
 		o.stats.retried++
-		v = o.g.evaluate(context.Background(), id, o.db, prefix, o.cat, text)
+		v = o.g.verdict(context.Background(), q)
 	}
 	if !v.cacheable {
 		// Still no decision: what would have run is unknown, so this

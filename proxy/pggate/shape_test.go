@@ -114,7 +114,7 @@ func FuzzShapeOf(f *testing.F) {
 // caches on, auditing to the returned recorder.
 func cachingSession(t *testing.T) (*session, *audittest.Recorder) {
 	g := fuzzGate(t)
-	g.cache, g.ncache = newVerdictCache(100), newVerdictCache(100)
+	g.verdicts = newVerdictCache(100)
 	a := &audittest.Recorder{}
 	g.deps.Audit = a
 	id := policy.Identity{ID: "agent-ro", Attributes: map[string]string{"sql_profile": "read_only"}}
@@ -151,8 +151,8 @@ func TestShapeCacheVerdicts(t *testing.T) {
 		})
 	}
 	for _, shape := range []string{"DELETE FROM users WHERE id = $1", "SELECT name FROM users WHERE id = -$1"} {
-		skey := cacheKey{prefix: s.keyPrefix, digest: g.engine().Digest(), text: shape, shape: true}
-		if _, ok := g.ncache.get(skey); !ok {
+		skey := cacheScope{prefix: s.keyPrefix, digest: g.engine().Digest()}.key(keyShape, shape)
+		if _, ok := g.verdicts.shared.get(skey); !ok {
 			t.Errorf("no shape entry for %q", skey.text)
 		}
 	}
@@ -194,7 +194,7 @@ func TestAuditSQLIsTheTextsOwn(t *testing.T) {
 // 60 KB denied queries held 287 MB. Texts past cacheMaxTextBytes are not
 // kept, and the cache starts over before it passes cacheMaxBytes.
 func TestVerdictCacheBoundedInBytes(t *testing.T) {
-	c := newVerdictCache(10000)
+	c := newVerdictMap(10000)
 	v := &verdict{stmts: []stmtAudit{{sql: strings.Repeat("x", 4<<10)}}}
 	big := strings.Repeat("a", 60<<10)
 	for i := range 1000 {
