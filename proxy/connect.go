@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -13,6 +14,31 @@ import (
 
 	"github.com/egressd/egressd/policy"
 )
+
+// serveConnect takes the raw connection, with whatever the client sent after
+// its CONNECT head, and hands it to connectHijack.
+func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "egressd: CONNECT needs HTTP/1.1", http.StatusBadRequest)
+		return
+	}
+	raw, rw, err := hj.Hijack()
+	if err != nil {
+		s.log.Warn("hijack failed", zap.Error(err))
+		return
+	}
+	var early []byte
+	if n := rw.Reader.Buffered(); n > 0 {
+		b, _ := rw.Peek(n)
+		early = bytes.Clone(b)
+	}
+	if c, ok := raw.(*clientConn); ok {
+		// The tunnel splices the bare TCP connection.
+		raw = c.TCPConn
+	}
+	s.connectHijack(r, raw, early)
+}
 
 // connectHijack identifies, decides, audits and dials a CONNECT, checks the
 // first client bytes (early: those the client sent along with its CONNECT
