@@ -57,14 +57,15 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, connKey{}, c)
 }
 
-// refusedByHTTP audits a request net/http refused (see clientConn).
-func (s *Server) refusedByHTTP(c *clientConn) {
-	s.recordRefusedByHTTP(c.RemoteAddr().String(), int(c.status.Load()), nil)
+// auditClientConnRefused audits a request net/http refused on the proxy
+// listener (see clientConn).
+func (s *Server) auditClientConnRefused(c *clientConn) {
+	s.auditRefusedByHTTP(c.RemoteAddr().String(), int(c.status.Load()), nil)
 }
 
-// recordRefusedByHTTP audits a request net/http refused with status, on
+// auditRefusedByHTTP audits a request net/http refused with status, on
 // the proxy listener (t nil) or inside inspected tunnel t.
-func (s *Server) recordRefusedByHTTP(remote string, status int, t *tunnel) {
+func (s *Server) auditRefusedByHTTP(remote string, status int, t *tunnel) {
 	f := &flowInfo{id: s.newRequestID(), kind: policy.KindHTTP}
 	f.setClient(remote)
 	if t != nil {

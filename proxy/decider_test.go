@@ -52,7 +52,7 @@ func TestDecider(t *testing.T) {
 			if tt.kind == policy.KindConnect {
 				o = d.DecideConnect(context.Background(), anonymous, tt.target)
 			} else {
-				o = d.DecideHTTP(context.Background(), anonymous, tt.kind, http.MethodGet, tt.target, "")
+				o = d.DecideHTTP(context.Background(), anonymous, tt.kind, policy.HTTPRequest{Method: http.MethodGet, Target: tt.target})
 			}
 			if o.Decision.Allow != tt.wantAllow || (tt.wantReason != "" && o.Decision.Reason != tt.wantReason) {
 				t.Errorf("decide(%q) = %+v; want allow %v reason %q", tt.target, o.Decision, tt.wantAllow, tt.wantReason)

@@ -258,13 +258,13 @@ func (s *Server) connState(c net.Conn, st http.ConnState) {
 		s.metrics.active.WithLabelValues("connections").Dec()
 		s.conns.Add(-1)
 		if cc, ok := c.(*clientConn); ok && cc.unhandled.Load() {
-			s.refusedByHTTP(cc)
+			s.auditClientConnRefused(cc)
 		}
-		s.serving.done()
+		s.serving.remove()
 	case http.StateHijacked:
 		// The tunnel owns the connection and its slot from here on.
 		s.metrics.active.WithLabelValues("connections").Dec()
-		s.serving.done()
+		s.serving.remove()
 	}
 }
 
