@@ -5,9 +5,9 @@
 // graph, so the map cannot keep a function that no longer runs where it
 // says, nor skip one that does.
 //
-// A map is a run of rows in the doc, each starting with its label (HTTP,
-// DNS, …) and continued by the lines below it up to the next label or an
-// empty line. A row is a chain of steps joined by "→"; each step names
+// A map is a run of rows in a code block of the doc, each starting with
+// its label (HTTP, DNS, …) and continued by the lines below it up to the
+// next label or the end of the block. A row is a chain of steps joined by "→"; each step names
 // exactly one function outside parentheses, and the functions it names
 // inside parentheses are ones that step calls on its way. Other words are
 // prose.
@@ -95,7 +95,8 @@ func ReadDoc(path string, labels []string, pkgs []string) (*Doc, error) {
 	for line := range strings.SplitSeq(text, "\n") {
 		fields := strings.Fields(line)
 		switch {
-		case len(fields) == 0:
+		case len(fields) == 0 || !strings.HasPrefix(line, "\t"):
+			// A map is a code block: prose ends it.
 			if err := flush(); err != nil {
 				return nil, err
 			}
