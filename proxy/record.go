@@ -100,8 +100,8 @@ func allowed(d *policy.Decision) verdict {
 }
 
 // auditDecision audits and counts a decision. A failed append turns an
-// allow into a refusal (refusalForAuditErr says which): nothing goes upstream unless its
-// decision is in the log.
+// allow into a refusal (refusalForAuditErr says which): nothing goes
+// upstream unless its decision is in the log.
 func (s *Server) auditDecision(f *flowInfo, v verdict) error {
 	kind := recordKind(f.kind)
 	r := f.decisionRecord(audit.Verdict{Allow: v.allow, Reason: string(v.reason), Rule: v.rule, Policy: v.policy})
@@ -136,8 +136,8 @@ func (s *Server) appendFlow(f *flowInfo, r *audit.Record) error {
 	return s.audit.Append(r)
 }
 
-// refusalForAuditErr is the refusal of a request whose allow the log did not
-// take: over the identity's audit budget, or the log is unavailable.
+// refusalForAuditErr is the refusal of a request whose allow the log did
+// not take: over the identity's audit budget, or the log is unavailable.
 func refusalForAuditErr(err error) refusal {
 	if errors.Is(err, audit.ErrOverBudget) {
 		return refusalOf(policy.ReasonAuditBudget)
