@@ -42,10 +42,22 @@ type Outcome struct {
 	Inspected bool
 }
 
+// HTTPRequest is an HTTP request as its client sent it, before it is
+// parsed into facts.
+type HTTPRequest struct {
+	Method string
+	// Target is the request-target: absolute-form ("http://host/path"), or
+	// inside an inspected tunnel origin-form ("/path?q") too.
+	Target string
+	// HostHeader is the Host header (HTTP/2 :authority); "" if none was
+	// sent.
+	HostHeader string
+}
+
 // DecideHTTP decides an absolute-form request (kind KindHTTP) or a
 // redirect target (KindRedirect) for id.
-func (d *PreDial) DecideHTTP(ctx context.Context, id Identity, kind Kind, method, target, hostHeader string) Outcome {
-	f, err := ParseHTTP(kind, method, target, hostHeader)
+func (d *PreDial) DecideHTTP(ctx context.Context, id Identity, kind Kind, req HTTPRequest) Outcome {
+	f, err := ParseHTTP(kind, req.Method, req.Target, req.HostHeader)
 	if err != nil {
 		return refusedOutcome(nil, true, err)
 	}
@@ -67,16 +79,16 @@ func (d *PreDial) DecideHTTP(ctx context.Context, id Identity, kind Kind, method
 // naming another host or port carries the host_mismatch flag, which the
 // bundle refuses: domain fronting would reach another tenant of the
 // upstream than the one the tunnel was decided for.
-func (d *PreDial) DecideInspected(ctx context.Context, id Identity, method, authority, requestTarget, hostHeader string) Outcome {
-	target := requestTarget
-	if strings.HasPrefix(requestTarget, "/") {
-		target = "https://" + authority + requestTarget
+func (d *PreDial) DecideInspected(ctx context.Context, id Identity, authority string, req HTTPRequest) Outcome {
+	target, hostHeader := req.Target, req.HostHeader
+	if strings.HasPrefix(req.Target, "/") {
+		target = "https://" + authority + req.Target
 	} else {
 		// Absolute-form: its authority is what a server routes by, so it
 		// is checked against the tunnel's.
 		hostHeader = authority
 	}
-	f, err := ParseHTTP(KindHTTP, method, target, hostHeader)
+	f, err := ParseHTTP(KindHTTP, req.Method, target, hostHeader)
 	if err != nil {
 		o := refusedOutcome(nil, true, err)
 		o.Inspected = true
@@ -103,9 +115,9 @@ func (d *PreDial) DecideInspected(ctx context.Context, id Identity, method, auth
 // https:// URL goes through a CONNECT to its authority, so when that
 // CONNECT would be inspected the request is decided as an inner request
 // (DecideInspected), and otherwise it is refused as DecideHTTP refuses it.
-func (d *PreDial) DecideRequest(ctx context.Context, id Identity, kind Kind, method, target, hostHeader string) Outcome {
-	if kind == KindHTTP && len(target) > len("https://") && strings.EqualFold(target[:len("https://")], "https://") {
-		if f, err := ParseHTTP(kind, method, target, ""); err == nil {
+func (d *PreDial) DecideRequest(ctx context.Context, id Identity, kind Kind, req HTTPRequest) Outcome {
+	if target := req.Target; kind == KindHTTP && len(target) > len("https://") && strings.EqualFold(target[:len("https://")], "https://") {
+		if f, err := ParseHTTP(kind, req.Method, target, ""); err == nil {
 			authority := net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port)))
 			if c := d.DecideConnect(ctx, id, authority); c.Decision.Allow && c.Decision.Inspect {
 				rest := target[len("https://"):]
@@ -116,14 +128,15 @@ func (d *PreDial) DecideRequest(ctx context.Context, id Identity, kind Kind, met
 						path = "/" + path
 					}
 				}
-				if hostHeader == "" {
-					hostHeader = authority
+				inner := HTTPRequest{Method: req.Method, Target: path, HostHeader: req.HostHeader}
+				if inner.HostHeader == "" {
+					inner.HostHeader = authority
 				}
-				return d.DecideInspected(ctx, id, method, authority, path, hostHeader)
+				return d.DecideInspected(ctx, id, authority, inner)
 			}
 		}
 	}
-	return d.DecideHTTP(ctx, id, kind, method, target, hostHeader)
+	return d.DecideHTTP(ctx, id, kind, req)
 }
 
 // DecideConnect decides a CONNECT authority ("host:port") for id.

@@ -39,11 +39,11 @@ func (b *countingBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// clientClosed completes a request the client hung up on; when says at
+// completeClientClosed completes a request the client hung up on; when says at
 // which stage, for the metric. client_closed is the completion error, not a
 // reason: nothing was refused. A request a drain cut at its deadline is
 // recorded so (shutting_down), not as its client's doing.
-func (f *httpFlow) clientClosed(when string) {
+func (f *httpFlow) completeClientClosed(when string) {
 	reason, detail := f.s.cutReason()
 	if reason == "" {
 		f.s.metrics.clientClosed.WithLabelValues(when).Inc()
@@ -80,7 +80,7 @@ func (b *responseBody) cutErr() error {
 // short, by the client or by the upstream, never as a clean response.
 func (b *responseBody) Close() error {
 	err := b.countingBody.Close()
-	if b.f.done {
+	if b.f.completed {
 		// goproxy closes the body twice; the request is complete.
 		return err
 	}

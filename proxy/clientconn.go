@@ -57,54 +57,15 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, connKey{}, c)
 }
 
-// ServeHTTP is the proxy listener's handler. CONNECT is hijacked here rather
-// than through goproxy, whose hijack drops the bytes net/http had already
-// buffered: a client may send its ClientHello in the same write as the
-// CONNECT. Everything else is goproxy's.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if c, ok := r.Context().Value(connKey{}).(*clientConn); ok {
-		c.unhandled.Store(false)
-	}
-	if r.Method == http.MethodConnect {
-		s.serveConnect(w, r)
-		return
-	}
-	s.gp.ServeHTTP(w, r)
+// auditClientConnRefused audits a request net/http refused on the proxy
+// listener (see clientConn).
+func (s *Server) auditClientConnRefused(c *clientConn) {
+	s.auditRefusedByHTTP(c.RemoteAddr().String(), int(c.status.Load()), nil)
 }
 
-// serveConnect takes the raw connection, with whatever the client sent after
-// its CONNECT head, and hands it to connectHijack.
-func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
-	hj, ok := w.(http.Hijacker)
-	if !ok {
-		http.Error(w, "egressd: CONNECT needs HTTP/1.1", http.StatusBadRequest)
-		return
-	}
-	raw, rw, err := hj.Hijack()
-	if err != nil {
-		s.log.Warn("hijack failed", zap.Error(err))
-		return
-	}
-	var early []byte
-	if n := rw.Reader.Buffered(); n > 0 {
-		b, _ := rw.Peek(n)
-		early = bytes.Clone(b)
-	}
-	if c, ok := raw.(*clientConn); ok {
-		// The tunnel splices the bare TCP connection.
-		raw = c.TCPConn
-	}
-	s.connectHijack(r, raw, early)
-}
-
-// refusedByHTTP audits a request net/http refused (see clientConn).
-func (s *Server) refusedByHTTP(c *clientConn) {
-	s.recordRefusedByHTTP(c.RemoteAddr().String(), int(c.status.Load()), nil)
-}
-
-// recordRefusedByHTTP audits a request net/http refused with status, on
+// auditRefusedByHTTP audits a request net/http refused with status, on
 // the proxy listener (t nil) or inside inspected tunnel t.
-func (s *Server) recordRefusedByHTTP(remote string, status int, t *tunnel) {
+func (s *Server) auditRefusedByHTTP(remote string, status int, t *tunnel) {
 	f := &flowInfo{id: s.newRequestID(), kind: policy.KindHTTP}
 	f.setClient(remote)
 	if t != nil {

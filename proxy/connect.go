@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -14,6 +15,31 @@ import (
 	"github.com/egressd/egressd/policy"
 )
 
+// serveConnect takes the raw connection, with whatever the client sent after
+// its CONNECT head, and hands it to connectHijack.
+func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "egressd: CONNECT needs HTTP/1.1", http.StatusBadRequest)
+		return
+	}
+	raw, rw, err := hj.Hijack()
+	if err != nil {
+		s.log.Warn("hijack failed", zap.Error(err))
+		return
+	}
+	var early []byte
+	if n := rw.Reader.Buffered(); n > 0 {
+		b, _ := rw.Peek(n)
+		early = bytes.Clone(b)
+	}
+	if c, ok := raw.(*clientConn); ok {
+		// The tunnel splices the bare TCP connection.
+		raw = c.TCPConn
+	}
+	s.connectHijack(r, raw, early)
+}
+
 // connectHijack identifies, decides, audits and dials a CONNECT, checks the
 // first client bytes (early: those the client sent along with its CONNECT
 // head), then copies the tunnel until it ends.
@@ -25,28 +51,28 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 	f := &flowInfo{id: s.newRequestID(), kind: policy.KindConnect,
 		method: http.MethodConnect, start: start}
 	f.setClient(r.RemoteAddr)
-	f.target = claimTarget("", r.RequestURI, "", "")
+	f.target = claim{authority: r.RequestURI}.target()
 	client.SetDeadline(start.Add(s.cfg.DialTimeout + s.cfg.ReadHeaderTimeout))
 
 	if s.draining.Load() {
-		s.refuseConn(f, client, refusalOf(policy.ReasonShuttingDown))
+		s.auditAndRefuseConn(f, client, refusalOf(policy.ReasonShuttingDown))
 		return
 	}
 	if s.sources.exhausted(f.client) {
-		s.refuseConn(f, client, refusalOf(policy.ReasonSourceRateLimited))
+		s.auditAndRefuseConn(f, client, refusalOf(policy.ReasonSourceRateLimited))
 		return
 	}
 	id, cred, reason := authenticate(st.ids, r, f.client)
 	if reason != "" {
 		f.user = cred.user
 		s.sources.refused(f.client)
-		s.refuseConn(f, client, deniedRefusal(reason))
+		s.auditAndRefuseConn(f, client, deniedRefusal(reason))
 		return
 	}
 	f.identity = id.ID
 	release, reason := s.limits.acquire(id.ID)
 	if reason != "" {
-		s.refuseConn(f, client, deniedRefusal(reason))
+		s.auditAndRefuseConn(f, client, deniedRefusal(reason))
 		return
 	}
 	defer release()
@@ -59,18 +85,18 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 	}
 	s.metrics.decisionSeconds.Observe(time.Since(start).Seconds())
 	if !out.Decision.Allow {
-		s.refuseConn(f, client, outcomeRefusal(&out))
+		s.auditAndRefuseConn(f, client, outcomeRefusal(&out))
 		return
 	}
 	f.inspected = out.Decision.Inspect
 	if f.inspected && s.leaves == nil {
 		rf := refusalOf(policy.ReasonInspectUnavailable)
 		rf.rule, rf.policy, rf.detail = out.Decision.Rule, out.Decision.Policy, "no certificate authority configured"
-		s.refuseConn(f, client, rf)
+		s.auditAndRefuseConn(f, client, rf)
 		return
 	}
-	if err := s.decided(f, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
-		s.denyConn(f, client, auditRefusal(err))
+	if err := s.auditDecision(f, allowed(&out.Decision)); err != nil {
+		s.respondRefusedConn(f, client, refusalForAuditErr(err))
 		return
 	}
 	if f.inspected {
@@ -86,8 +112,8 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 	t := &tunnel{s: s, f: f, client: client, early: early, identity: id, cred: cred, authority: r.RequestURI}
 	if err != nil {
 		rf := refusalFor(stageDial, policy.Decision{}, err)
-		t.done(rf.status, rf.reason, rf.detail)
-		s.denyConn(f, client, rf)
+		t.complete(rf.status, rf.reason, rf.detail)
+		s.respondRefusedConn(f, client, rf)
 		return
 	}
 	t.up = up
@@ -104,12 +130,12 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 // drains and reloads, and runs it (copies it, or serves it inspected).
 func (s *Server) runTunnel(ctx context.Context, st *state, t *tunnel, run func()) {
 	if _, err := t.client.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
-		t.done(0, "", "client gone: "+err.Error())
+		t.complete(0, "", "client gone: "+err.Error())
 		return
 	}
 	t.client.SetDeadline(time.Time{})
 	if !s.track(t) {
-		t.done(0, policy.ReasonShuttingDown, "")
+		t.complete(0, policy.ReasonShuttingDown, "")
 		return
 	}
 	defer s.untrack(t)
@@ -124,15 +150,20 @@ func (s *Server) runTunnel(ctx context.Context, st *state, t *tunnel, run func()
 	run()
 }
 
-// refuseConn audits a CONNECT refusal and writes it on the raw connection.
-func (s *Server) refuseConn(f *flowInfo, c net.Conn, rf refusal) {
-	if err := s.decided(f, false, rf.reason, rf.rule, rf.policy, rf.detail); err != nil {
+// auditAndRefuseConn audits a CONNECT refusal and writes it on the raw
+// connection. If the audit append fails the client still gets a refusal,
+// now for audit_unavailable.
+func (s *Server) auditAndRefuseConn(f *flowInfo, c net.Conn, rf refusal) {
+	if err := s.auditDecision(f, rf.verdict); err != nil {
 		rf = refusalOf(policy.ReasonAuditUnavailable)
 	}
-	s.denyConn(f, c, rf)
+	s.respondRefusedConn(f, c, rf)
 }
 
-func (s *Server) denyConn(f *flowInfo, c net.Conn, rf refusal) {
+// respondRefusedConn writes a CONNECT refusal on the raw connection without
+// auditing it: its record is appended already, or the append failed and rf
+// says so.
+func (s *Server) respondRefusedConn(f *flowInfo, c net.Conn, rf refusal) {
 	if ce := s.log.Check(zap.DebugLevel, "denied"); ce != nil {
 		ce.Write(zap.String("request", f.id), zap.String("kind", "connect"),
 			zap.String("identity", f.identity), zap.Stringer("reason", rf.reason))

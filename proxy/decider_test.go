@@ -53,7 +53,7 @@ func TestDecider(t *testing.T) {
 			if tt.kind == policy.KindConnect {
 				o = d.DecideConnect(context.Background(), identity.Anonymous, tt.target)
 			} else {
-				o = d.DecideHTTP(context.Background(), identity.Anonymous, tt.kind, http.MethodGet, tt.target, "")
+				o = d.DecideHTTP(context.Background(), identity.Anonymous, tt.kind, policy.HTTPRequest{Method: http.MethodGet, Target: tt.target})
 			}
 			if o.Decision.Allow != tt.wantAllow || (tt.wantReason != "" && o.Decision.Reason != tt.wantReason) {
 				t.Errorf("decide(%q) = %+v; want allow %v reason %q", tt.target, o.Decision, tt.wantAllow, tt.wantReason)

@@ -2,54 +2,69 @@
 // set as HTTP_PROXY: every request is identified, decided by policy, dialled
 // only to a vetted address, and audited before anything goes upstream.
 //
-// # The decision path
+// # The decision paths
 //
 // Every entry point runs the same stages: client bytes → identity → facts →
 // floor → policy → audit → act → completion record. These are the functions
-// a request passes through, in order (TestDocMapNamesExist keeps each name
-// true):
+// a request of the proxy listener passes through, in order, goproxy's hops
+// included; a name in parentheses is called by the step before it
+// (TestDocMap holds each step to the calls it follows, with
+// internal/docmap). cmd/egressd's package doc maps all five paths, the
+// DNS and SQL listeners' too.
 //
-//	HTTP     proxy.Server.ServeHTTP → proxy.Server.onRequest → proxy.authenticate
+//	HTTP     proxy.Server.ServeHTTP → goproxy.ProxyHttpServer.ServeHTTP
+//	         → proxy.Server.onRequest (a hook New registers)
+//	         → proxy.authenticate
 //	         → policy.PreDial.DecideHTTP (policy.ParseHTTP; dnsguard.Floor.Check
 //	           for an IP literal; policy.Engine.Decide)
 //	         → proxy.httpFlow.prepareCredentials (broker.Prepare: the rule's
-//	           credential actions, placeholders) → proxy.Server.decided
-//	         → proxy.httpFlow.applyCredentials → proxy.httpFlow.RoundTrip
-//	           (dnsguard.Dialer.DialContext vets every answer;
+//	           credential actions, placeholders) → proxy.Server.auditDecision
+//	         → proxy.httpFlow.applyCredentials
+//	         → proxy.httpFlow.RoundTrip, which goproxy calls as the request's
+//	           RoundTripper (proxy.upstreamPool.roundTrip, or net/http's
+//	           Transport, each dialling through the pinned dialer;
 //	           proxy.httpFlow.sendInternal for a secret over plain HTTP)
 //	         → proxy.httpFlow.scrubResponse (broker.Plan.Scrub)
+//	         → proxy.responseBody.WriteTo, goproxy copying the response
+//	         → proxy.responseBody.Close, goproxy done with it
 //	         → proxy.httpFlow.complete ("http_done")
 //	CONNECT  proxy.Server.ServeHTTP → proxy.Server.serveConnect
 //	         → proxy.Server.connectHijack → proxy.authenticate
 //	         → policy.PreDial.DecideConnect (policy.ParseConnect;
-//	           dnsguard.Floor.Check; policy.Engine.Decide) → proxy.Server.decided
-//	         → dnsguard.Dialer.DialContext → proxy.tunnel.run
-//	           (proxy.tunnel.firstFlight; proxy.tunnel.checkPlainFlight
-//	           binds every request of a plaintext tunnel to its host)
-//	         → proxy.tunnel.done ("connect_done")
-//	inspected CONNECT (the decision says inspect): … → proxy.Server.decided
+//	           dnsguard.Floor.Check; policy.Engine.Decide)
+//	         → proxy.Server.auditDecision → dnsguard.Dialer.DialContext
+//	         → proxy.Server.runTunnel → proxy.tunnel.run
+//	         → proxy.tunnel.firstFlight (proxy.tunnel.checkPlainFlight binds
+//	           every request of a plaintext tunnel to its host)
+//	         → proxy.tunnel.completeRun ("connect_done")
+//	inspected proxy.Server.connectHijack, the decision saying inspect
+//	         → proxy.Server.auditDecision
 //	         → proxy.Server.runTunnel → proxy.tunnel.serveInspected
 //	           (proxy.tunnel.firstFlight: ClientHello, SNI, ECH;
 //	           proxy.LeafSource.Leaf; the TLS handshake)
 //	         → proxy.tunnel.serveInner (HTTP/1.1 or h2) → per request
-//	           proxy.tunnel.serveInnerRequest → the HTTP path from
-//	           proxy.Server.onRequest, deciding with
-//	           policy.PreDial.DecideInspected and sending upstream over TLS
-//	           (proxy.tlsTransports.get) → proxy.tunnel.finish ("connect_done")
-//	DNS      dnsguard.Server.ServeDNS → dnsguard.Server.handle
-//	         → dnsguard.Server.decide (identity by source address)
-//	         → dnsguard.Decide (dnsguard.NewFacts; policy.Engine.Decide)
-//	         → dnsguard.Resolver.resolve (every answer vetted by the floor)
-//	         → audit.Appender.Append → the reply (its record is the completion)
-//	SQL      pggate.Gate.serveConn → pggate.Gate.login (SCRAM: identity)
-//	         → pggate.session.decideConnect → pggate.session.handle
-//	         → pggate.session.decide → pggate.Gate.verdict (pggate.verdictCache
-//	           by exact text, then shape; pggate.Gate.capped: the statement cap)
-//	         → pggate.Gate.evaluate (sqlfacts.PrescanTokens; the normalized
-//	           form's cached verdict; sqlfacts.ParseContext;
-//	           policy.Engine.Decide per statement)
-//	         → audit.Appender.Append per statement → upstream, or 42501
-//	           (the upstream was dialled at login by dnsguard.Dialer.DialContext)
+//	           proxy.tunnel.serveInnerRequest
+//	         → goproxy.ProxyHttpServer.ServeHTTP → the HTTP path from
+//	           proxy.Server.onRequest on
+//	         → policy.PreDial.DecideInspected → proxy.Server.auditDecision
+//	         → proxy.httpFlow.RoundTrip, sending upstream over TLS
+//	           (proxy.tlsTransports.get; proxy.tlsUpstream.roundTrip)
+//	         → proxy.responseBody.Close → proxy.httpFlow.complete ("http_done")
+//	         → proxy.tunnel.completeRun ("connect_done")
+//
+// # Vocabulary
+//
+// One verb per act, the same in every file: audit… appends a decision
+// record and answers nothing (proxy.Server.auditDecision;
+// proxy.tunnel.auditFlightRefusal, whose client already has its 200);
+// respondRefused… answers a refusal whose record is appended already, or
+// whose append failed, which the refusal then says; auditAndRefuse… does
+// both. complete… appends a flow's completion record
+// (proxy.httpFlow.complete, proxy.tunnel.complete;
+// proxy.tunnel.completeRun says how a tunnel that ran ended), and release
+// gives back what a request holds: the per-identity slot
+// proxy.limiter.acquire took, and its timers (proxy.httpFlow.release,
+// which complete calls).
 //
 // # Upstream connections
 //
@@ -66,7 +81,6 @@
 // handling stays on its hop.
 //
 // `egressd check` calls policy.PreDial (policy.PreDial.DecideRequest for an
-// https:// URL of an inspected host), dnsguard.Decide and
-// pggate.DecideQuery, the same functions, so a check answers what the
-// listeners would do.
+// https:// URL of an inspected host), the same functions, so a check
+// answers what the listener would do.
 package proxy

@@ -94,7 +94,7 @@ func (c *connCount) add() {
 	c.mu.Unlock()
 }
 
-func (c *connCount) done() {
+func (c *connCount) remove() {
 	c.mu.Lock()
 	if c.n--; c.n == 0 && c.zero != nil {
 		close(c.zero)

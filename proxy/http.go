@@ -21,21 +21,21 @@ import (
 // httpFlow is one allowed plain-HTTP request on its way upstream.
 type httpFlow struct {
 	flowInfo
-	s        *Server
-	st       *state
-	identity policy.Identity
-	base     url.URL // the request URL as the client sent it, for redirects
-	release  func()
-	cancel   context.CancelFunc
-	idle     *time.Timer
-	ip       string
+	s            *Server
+	st           *state
+	identity     policy.Identity
+	base         url.URL // the request URL as the client sent it, for redirects
+	releaseLimit func()
+	cancel       context.CancelFunc
+	idle         *time.Timer
+	ip           string
 	// conn is the Transport's connection for the request (GotConn), closed
 	// after a response that must not leave it reused (RoundTrip).
-	conn net.Conn
-	sent countingBody
-	recv *responseBody
-	done bool
-	fast bool // sent through the upstream pool, not the Transport
+	conn      net.Conn
+	sent      countingBody
+	recv      *responseBody
+	completed bool
+	fast      bool // sent through the upstream pool, not the Transport
 	// cred is the credential work of a request whose rule binds secrets.
 	cred *broker.Plan
 	// upgrade marks an inspected WebSocket handshake sent upstream.
@@ -59,10 +59,10 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		id: s.newRequestID(), kind: policy.KindHTTP, method: r.Method, start: start, inspected: inner != nil,
 	}}
 	f.setClient(r.RemoteAddr)
-	f.target = claimTarget(r.URL.Scheme, r.URL.Host, r.URL.EscapedPath(), r.URL.RawQuery)
+	f.target = claim{scheme: r.URL.Scheme, authority: r.URL.Host, path: r.URL.EscapedPath(), query: r.URL.RawQuery}.target()
 
 	if s.draining.Load() {
-		return r, s.refuse(f, r, refusalOf(policy.ReasonShuttingDown))
+		return r, s.auditAndRefuse(f, r, refusalOf(policy.ReasonShuttingDown))
 	}
 	var id policy.Identity
 	if inner != nil {
@@ -70,7 +70,7 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		id = inner.identity
 	} else {
 		if s.sources.exhausted(f.client) {
-			return r, s.refuse(f, r, refusalOf(policy.ReasonSourceRateLimited))
+			return r, s.auditAndRefuse(f, r, refusalOf(policy.ReasonSourceRateLimited))
 		}
 		var cred credential
 		var reason policy.Reason
@@ -78,7 +78,7 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		if reason != "" {
 			f.user = cred.user
 			s.sources.refused(f.client)
-			return r, s.refuse(f, r, deniedRefusal(reason))
+			return r, s.auditAndRefuse(f, r, deniedRefusal(reason))
 		}
 	}
 	f.identity, f.flowInfo.identity = id, id.ID
@@ -86,20 +86,20 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		// net/http's h2 server takes any :path a header value may hold.
 		if err := policy.CheckH2Path(r.RequestURI); err != nil {
 			f.target.Path, f.target.Query, _ = strings.Cut(r.RequestURI, "?")
-			return r, s.refuse(f, r, refusalFor(stageParse, policy.Decision{}, err))
+			return r, s.auditAndRefuse(f, r, refusalFor(stageParse, policy.Decision{}, err))
 		}
 	}
 	release, reason := s.limits.acquire(id.ID)
 	if reason != "" {
-		return r, s.refuse(f, r, deniedRefusal(reason))
+		return r, s.auditAndRefuse(f, r, deniedRefusal(reason))
 	}
-	f.release = release
+	f.releaseLimit = release
 
 	var out policy.Outcome
 	if inner != nil {
-		out = st.decider.DecideInspected(r.Context(), id, r.Method, inner.authority, r.RequestURI, r.Host)
+		out = st.decider.DecideInspected(r.Context(), id, inner.authority, policy.HTTPRequest{Method: r.Method, Target: r.RequestURI, HostHeader: r.Host})
 	} else {
-		out = st.decider.DecideHTTP(r.Context(), id, policy.KindHTTP, r.Method, r.RequestURI, r.Host)
+		out = st.decider.DecideHTTP(r.Context(), id, policy.KindHTTP, policy.HTTPRequest{Method: r.Method, Target: r.RequestURI, HostHeader: r.Host})
 	}
 	if out.Facts != nil {
 		f.target = targetOf(out.Facts)
@@ -107,21 +107,21 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	s.metrics.decisionSeconds.Observe(time.Since(start).Seconds())
 	if !out.Decision.Allow {
 		rf := outcomeRefusal(&out)
-		f.finish()
-		return r, s.refuse(f, r, rf)
+		f.release()
+		return r, s.auditAndRefuse(f, r, rf)
 	}
 	if smuggledBody(r) {
 		// Refused after the decision so that the record names the target.
-		f.finish()
-		return r, s.refuse(f, r, refusalOf(policy.ReasonRequestBodyNotAllowed))
+		f.release()
+		return r, s.auditAndRefuse(f, r, refusalOf(policy.ReasonRequestBodyNotAllowed))
 	}
 	if rf, denied := f.prepareCredentials(r, &out.Decision); denied {
-		f.finish()
-		return r, s.refuse(f, r, rf)
+		f.release()
+		return r, s.auditAndRefuse(f, r, rf)
 	}
-	if err := s.decided(&f.flowInfo, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
-		f.finish()
-		return r, s.deny(f, r, auditRefusal(err))
+	if err := s.auditDecision(&f.flowInfo, allowed(&out.Decision)); err != nil {
+		f.release()
+		return r, s.respondRefused(f, r, refusalForAuditErr(err))
 	}
 
 	f.base = *r.URL
@@ -132,16 +132,18 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	return outReq, nil
 }
 
-// refuse audits a refusal and builds its response. If the audit append
+// auditAndRefuse audits a refusal and builds its response. If the audit append
 // fails the client still gets a refusal, now for audit_unavailable.
-func (s *Server) refuse(f *httpFlow, r *http.Request, rf refusal) *http.Response {
-	if err := s.decided(&f.flowInfo, false, rf.reason, rf.rule, rf.policy, rf.detail); err != nil {
+func (s *Server) auditAndRefuse(f *httpFlow, r *http.Request, rf refusal) *http.Response {
+	if err := s.auditDecision(&f.flowInfo, rf.verdict); err != nil {
 		rf = refusalOf(policy.ReasonAuditUnavailable)
 	}
-	return s.deny(f, r, rf)
+	return s.respondRefused(f, r, rf)
 }
 
-func (s *Server) deny(f *httpFlow, r *http.Request, rf refusal) *http.Response {
+// respondRefused builds the response of a refusal without auditing it: its
+// record is appended already, or the append failed and rf says so.
+func (s *Server) respondRefused(f *httpFlow, r *http.Request, rf refusal) *http.Response {
 	if ce := s.log.Check(zap.DebugLevel, "denied"); ce != nil {
 		ce.Write(zap.String("request", f.id), zap.String("kind", f.kind.String()),
 			zap.String("identity", f.flowInfo.identity), zap.Stringer("reason", rf.reason))
@@ -261,7 +263,7 @@ func (f *httpFlow) RoundTrip(req *http.Request, _ *goproxy.ProxyCtx) (*http.Resp
 		if f.clientCtx.Err() != nil {
 			// The client hung up first: the decision stands, nothing
 			// failed upstream.
-			f.clientClosed("waiting")
+			f.completeClientClosed("waiting")
 			return refusalOf(policy.ReasonClientClosed).response(req, f.id), nil
 		}
 		rf := refusalFor(stageDial, policy.Decision{}, err)
@@ -319,21 +321,21 @@ func (f *httpFlow) checkRedirect(req *http.Request, code int, loc string) (refus
 	rinfo.method = method
 	if err != nil {
 		rinfo.target = Target{}
-		if err := s.decided(&rinfo, false, policy.ReasonRedirectDenied, "", "", "unparseable location"); err != nil {
+		if err := s.auditDecision(&rinfo, verdict{reason: policy.ReasonRedirectDenied, detail: "unparseable location"}); err != nil {
 			return refusalOf(policy.ReasonAuditUnavailable), true
 		}
 		return rf, true
 	}
-	out := f.st.decider.DecideHTTP(req.Context(), f.identity, policy.KindRedirect, method, next.String(), "")
+	out := f.st.decider.DecideHTTP(req.Context(), f.identity, policy.KindRedirect, policy.HTTPRequest{Method: method, Target: next.String()})
 	rinfo.target = targetOf(out.Facts)
 	if out.Decision.Allow {
-		if err := s.decided(&rinfo, true, out.Decision.Reason, out.Decision.Rule, out.Decision.Policy, ""); err != nil {
-			return auditRefusal(err), true
+		if err := s.auditDecision(&rinfo, allowed(&out.Decision)); err != nil {
+			return refusalForAuditErr(err), true
 		}
 		return refusal{}, false
 	}
 	rf.rule = out.Decision.Rule
-	if err := s.decided(&rinfo, false, policy.ReasonRedirectDenied, out.Decision.Rule, out.Decision.Policy, "policy reason: "+out.Decision.Reason.String()); err != nil {
+	if err := s.auditDecision(&rinfo, verdict{reason: policy.ReasonRedirectDenied, rule: out.Decision.Rule, policy: out.Decision.Policy, detail: "policy reason: " + out.Decision.Reason.String()}); err != nil {
 		return refusalOf(policy.ReasonAuditUnavailable), true
 	}
 	return rf, true
@@ -344,10 +346,10 @@ func (f *httpFlow) checkRedirect(req *http.Request, code int, loc string) (refus
 // detail alone (client_closed, a cut body) is an error of an allowed
 // request.
 func (f *httpFlow) complete(status int, reason policy.Reason, detail string) {
-	if f.done {
+	if f.completed {
 		return
 	}
-	f.done = true
+	f.completed = true
 	r := f.record(audit.KindHTTPDone)
 	r.Status = status
 	r.IP = f.ip
@@ -364,17 +366,20 @@ func (f *httpFlow) complete(status int, reason policy.Reason, detail string) {
 	if err := f.s.appendFlow(&f.flowInfo, r); err != nil {
 		f.s.failLog.Failed(err, zap.String("request", f.id))
 	}
-	f.finish()
+	f.release()
 }
 
-func (f *httpFlow) finish() {
+// release gives back what the request holds: its idle timer, its upstream
+// context and its per-identity limit slot. It runs once the request is
+// refused or complete; a second call releases nothing.
+func (f *httpFlow) release() {
 	if f.idle != nil {
 		f.idle.Stop()
 		f.cancel()
 	}
-	if f.release != nil {
-		f.release()
-		f.release = nil
+	if f.releaseLimit != nil {
+		f.releaseLimit()
+		f.releaseLimit = nil
 	}
 }
 
@@ -384,10 +389,10 @@ func (s *Server) serveNonProxy(w http.ResponseWriter, r *http.Request) {
 		id: s.newRequestID(), kind: policy.KindHTTP, method: r.Method,
 	}}
 	f.setClient(r.RemoteAddr)
-	f.target = claimTarget("", r.Host, r.URL.EscapedPath(), r.URL.RawQuery)
+	f.target = claim{authority: r.Host, path: r.URL.EscapedPath(), query: r.URL.RawQuery}.target()
 	s.sources.refused(f.client)
 	rf := refusalOf(policy.ReasonNotProxyRequest)
-	if err := s.decided(&f.flowInfo, false, rf.reason, "", "", ""); err != nil {
+	if err := s.auditDecision(&f.flowInfo, rf.verdict); err != nil {
 		rf = refusalOf(policy.ReasonAuditUnavailable)
 	}
 	rf.header(w.Header(), f.id)

@@ -51,24 +51,24 @@ func (t *tunnel) serveInspected() {
 	})
 	if !ok {
 		t.close()
-		t.finish()
+		t.completeRun()
 		return
 	}
 	if hello.ech && hello.sni == "" {
 		// An ECH names its client-facing server in the outer server_name;
 		// without one there is no name the CONNECT host was checked with.
-		t.refuseFlight(policy.ReasonEncryptedClientHello, "no outer server name")
+		t.auditFlightRefusal(policy.ReasonEncryptedClientHello, "no outer server name")
 		t.close()
-		t.finish()
+		t.completeRun()
 		return
 	}
 	// Only now, with the server name checked, is a leaf minted: for the
 	// CONNECT host the decision allowed, never for a name the client chose.
 	cert, err := t.s.leaves.Leaf(t.identity.ID, t.f.target.Host)
 	if err != nil {
-		t.refuseFlight(policy.ReasonInspectUnavailable, "mint leaf: "+err.Error())
+		t.auditFlightRefusal(policy.ReasonInspectUnavailable, "mint leaf: "+err.Error())
 		t.close()
-		t.finish()
+		t.completeRun()
 		return
 	}
 	tc := tls.Server(&replayConn{Conn: t.client, pending: replay, in: &t.down2up, out: &t.up2down}, &tls.Config{
@@ -80,7 +80,7 @@ func (t *tunnel) serveInspected() {
 	if err := tc.Handshake(); err != nil {
 		t.close()
 		t.refusedDetail = "client TLS handshake: " + err.Error()
-		t.finish()
+		t.completeRun()
 		return
 	}
 	tc.SetDeadline(time.Time{})
@@ -96,7 +96,7 @@ func (t *tunnel) serveInspected() {
 	}
 	t.serveInner(c)
 	t.close()
-	t.finish()
+	t.completeRun()
 }
 
 // innerKey carries the inspected tunnel in its requests' contexts.
@@ -148,7 +148,7 @@ func (t *tunnel) serveInner(c net.Conn) {
 				l.hijacked.Store(true)
 			case http.StateClosed:
 				if ic != nil && ic.unhandled.Load() {
-					t.s.recordRefusedByHTTP(t.client.RemoteAddr().String(), int(ic.status.Load()), t)
+					t.s.auditRefusedByHTTP(t.client.RemoteAddr().String(), int(ic.status.Load()), t)
 				}
 				l.ended()
 			}
@@ -183,7 +183,7 @@ func (t *tunnel) serveInner(c net.Conn) {
 func (t *tunnel) serveInnerRequest(w http.ResponseWriter, r *http.Request) {
 	t.lastActive.Store(time.Now().UnixNano())
 	if r.Method == http.MethodConnect {
-		t.s.refuseInnerConnect(w, r, t)
+		t.s.auditAndRefuseInnerConnect(w, r, t)
 		return
 	}
 	if r.ProtoMajor == 1 {
@@ -203,15 +203,15 @@ func (t *tunnel) serveInnerRequest(w http.ResponseWriter, r *http.Request) {
 	t.s.gp.ServeHTTP(w, r)
 }
 
-// refuseInnerConnect audits and answers a CONNECT sent inside an
+// auditAndRefuseInnerConnect audits and answers a CONNECT sent inside an
 // inspected tunnel.
-func (s *Server) refuseInnerConnect(w http.ResponseWriter, r *http.Request, t *tunnel) {
+func (s *Server) auditAndRefuseInnerConnect(w http.ResponseWriter, r *http.Request, t *tunnel) {
 	f := &httpFlow{s: s, flowInfo: flowInfo{id: s.newRequestID(), kind: policy.KindHTTP,
 		method: r.Method, identity: t.identity.ID, inspected: true}}
 	f.setClient(t.client.RemoteAddr().String())
-	f.target = claimTarget("https", r.Host, "", "")
+	f.target = claim{scheme: "https", authority: r.Host}.target()
 	rf := refusalOf(policy.ReasonMalformedRequest)
-	if err := s.decided(&f.flowInfo, false, rf.reason, "", "", "CONNECT inside an inspected tunnel"); err != nil {
+	if err := s.auditDecision(&f.flowInfo, verdict{reason: rf.reason, detail: "CONNECT inside an inspected tunnel"}); err != nil {
 		rf = refusalOf(policy.ReasonAuditUnavailable)
 	}
 	rf.header(w.Header(), f.id)

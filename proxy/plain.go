@@ -258,18 +258,18 @@ func (r *plainRelay) run() bool {
 		case errors.Is(err, net.ErrClosed):
 			return false // closed by a reload or a drain, which say why
 		case errors.Is(err, bufio.ErrBufferFull):
-			return t.refuseFlight(policy.ReasonTunnelHostMismatch, "no request line in the first "+strconv.Itoa(plainBufSize)+" bytes")
+			return t.auditFlightRefusal(policy.ReasonTunnelHostMismatch, "no request line in the first "+strconv.Itoa(plainBufSize)+" bytes")
 		default:
-			return t.refuseFlight(policy.ReasonTunnelHostMismatch, "incomplete request: "+err.Error())
+			return t.auditFlightRefusal(policy.ReasonTunnelHostMismatch, "incomplete request: "+err.Error())
 		}
 		switch state {
 		case plainSpace:
-			return t.refuseFlight(policy.ReasonTunnelHostMismatch, "whitespace before the request line")
+			return t.auditFlightRefusal(policy.ReasonTunnelHostMismatch, "whitespace before the request line")
 		case plainNotHTTP:
 			if first || switching {
 				return r.forwardAll()
 			}
-			return t.refuseFlight(policy.ReasonTunnelHostMismatch, "bytes after a request that are not a request")
+			return t.auditFlightRefusal(policy.ReasonTunnelHostMismatch, "bytes after a request that are not a request")
 		}
 		// Empty lines before a request line are skipped, as net/http's
 		// server skips them after a POST (RFC 9112 section 2.2), and go
@@ -277,13 +277,13 @@ func (r *plainRelay) run() bool {
 		r.br.Discard(s.start) //nolint:errcheck // s.start bytes are buffered
 		req, why := r.readHead(s.start)
 		if why != "" {
-			return t.refuseFlight(policy.ReasonTunnelHostMismatch, why)
+			return t.auditFlightRefusal(policy.ReasonTunnelHostMismatch, why)
 		}
 		if req == nil {
 			return false
 		}
 		if smuggledBody(req) {
-			return t.refuseFlight(policy.ReasonRequestBodyNotAllowed, req.Method+" with a body")
+			return t.auditFlightRefusal(policy.ReasonRequestBodyNotAllowed, req.Method+" with a body")
 		}
 		if !r.forward() || !r.relayBody(req) {
 			return false
@@ -374,7 +374,7 @@ func (r *plainRelay) relayBody(req *http.Request) bool {
 				// closed: no request to refuse.
 				return false
 			}
-			return r.t.refuseFlight(policy.ReasonTunnelHostMismatch, "unreadable request body: "+err.Error())
+			return r.t.auditFlightRefusal(policy.ReasonTunnelHostMismatch, "unreadable request body: "+err.Error())
 		}
 	}
 }

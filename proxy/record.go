@@ -81,18 +81,36 @@ func (f *flowInfo) decisionRecord(v audit.Verdict) *audit.Record {
 // entry point's name.
 func recordKind(k policy.Kind) audit.Kind { return audit.Kind(k.String()) }
 
-// decided audits and counts a decision. A failed append turns an allow into
-// a refusal (auditRefusal says which): nothing goes upstream unless its
-// decision is in the log.
-func (s *Server) decided(f *flowInfo, allow bool, reason policy.Reason, rule, pol, detail string) error {
+// verdict is what a decision record says of its flow: allowed or refused,
+// for which reason, by which rule of which bundle. The zero verdict refuses.
+type verdict struct {
+	allow  bool
+	reason policy.Reason
+	rule   string
+	// policy is the digest of the bundle that decided, when Rego did.
+	policy string
+	// detail is for the operator's audit log only: it may name internal
+	// addresses and is never sent to the client.
+	detail string
+}
+
+// allowed is the verdict of a decision that allows.
+func allowed(d *policy.Decision) verdict {
+	return verdict{allow: true, reason: d.Reason, rule: d.Rule, policy: d.Policy}
+}
+
+// auditDecision audits and counts a decision. A failed append turns an
+// allow into a refusal (refusalForAuditErr says which): nothing goes
+// upstream unless its decision is in the log.
+func (s *Server) auditDecision(f *flowInfo, v verdict) error {
 	kind := recordKind(f.kind)
-	r := f.decisionRecord(audit.Verdict{Allow: allow, Reason: reason, Rule: rule, Policy: pol})
-	r.Error = detail
+	r := f.decisionRecord(audit.Verdict{Allow: v.allow, Reason: v.reason, Rule: v.rule, Policy: v.policy})
+	r.Error = v.detail
 	if err := s.appendFlow(f, r); err != nil {
-		if allow && errors.Is(err, audit.ErrOverBudget) {
+		if v.allow && errors.Is(err, audit.ErrOverBudget) {
 			// The identity spent its audit budget: the allow becomes a
 			// refusal, which the meter counts rather than writes.
-			d := f.decisionRecord(audit.Verdict{Reason: policy.ReasonAuditBudgetExceeded, Rule: rule, Policy: pol})
+			d := f.decisionRecord(audit.Verdict{Reason: policy.ReasonAuditBudgetExceeded, Rule: v.rule, Policy: v.policy})
 			if derr := s.appendFlow(f, d); derr != nil {
 				s.failLog.Failed(derr, zap.String("request", f.id))
 			}
@@ -103,7 +121,7 @@ func (s *Server) decided(f *flowInfo, allow bool, reason policy.Reason, rule, po
 		s.failLog.Failed(err, zap.String("request", f.id))
 		return err
 	}
-	s.metrics.decided(kind, r.Decision, reason)
+	s.metrics.decided(kind, r.Decision, v.reason)
 	return nil
 }
 
@@ -118,24 +136,31 @@ func (s *Server) appendFlow(f *flowInfo, r *audit.Record) error {
 	return s.audit.Append(r)
 }
 
-// auditRefusal is the refusal of a request whose allow the log did not
-// take: over the identity's audit budget, or the log is unavailable.
-func auditRefusal(err error) refusal {
+// refusalForAuditErr is the refusal of a request whose allow the log did
+// not take: over the identity's audit budget, or the log is unavailable.
+func refusalForAuditErr(err error) refusal {
 	if errors.Is(err, audit.ErrOverBudget) {
 		return refusalOf(policy.ReasonAuditBudgetExceeded)
 	}
 	return refusalOf(policy.ReasonAuditUnavailable)
 }
 
-// claimTarget is what a request names before it is parsed for a decision,
-// so that refusals before authentication still say where the client meant
-// to go: the authority split into host and port (userinfo dropped: it may
-// be a credential), the path and the raw query. The audit writer caps it.
-func claimTarget(scheme, authority, path, query string) Target {
+// claim is what a request names before it is parsed for a decision: its
+// scheme, authority, escaped path and raw query, each "" when it names none.
+type claim struct {
+	scheme, authority, path, query string
+}
+
+// target is the claim as a Target, so that refusals before authentication
+// still say where the client meant to go: the authority split into host and
+// port (userinfo dropped: it may be a credential), the path and the raw
+// query. The audit writer caps it.
+func (c claim) target() Target {
+	authority := c.authority
 	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
 		authority = authority[i+1:]
 	}
-	t := Target{Scheme: scheme, Host: authority, Path: path, Query: query}
+	t := Target{Scheme: c.scheme, Host: authority, Path: c.path, Query: c.query}
 	if h, p, err := net.SplitHostPort(authority); err == nil {
 		t.Host = h
 		if n, err := strconv.ParseUint(p, 10, 16); err == nil {

@@ -25,16 +25,11 @@ const (
 	stageDial
 )
 
-// refusal is everything a deny response and its audit record carry.
+// refusal is everything a deny response and its audit record carry: the
+// status the client reads, and the verdict its decision record says.
 type refusal struct {
 	status int
-	reason policy.Reason
-	rule   string
-	// policy is the digest of the bundle that decided, when Rego did.
-	policy string
-	// detail is for the operator's audit log only: it may name internal
-	// addresses and is never sent to the client.
-	detail string
+	verdict
 }
 
 // refusalFor is the one place an error or a policy decision becomes a client
@@ -51,7 +46,7 @@ func refusalFor(st stage, d policy.Decision, err error) refusal {
 		if st == stageParse {
 			status = http.StatusBadRequest
 		}
-		return refusal{status: statusForReason(status, de.Reason), reason: de.Reason, detail: de.Error()}
+		return refusal{status: statusForReason(status, de.Reason), verdict: verdict{reason: de.Reason, detail: de.Error()}}
 	}
 	var dnsErr *net.DNSError
 	rf := refusalOf(policy.ReasonUpstreamUnreachable)
@@ -70,7 +65,7 @@ func refusalFor(st stage, d policy.Decision, err error) refusal {
 // deniedRefusal is the refusal of a request a check (authentication, a
 // limit, the policy) denied after it was read.
 func deniedRefusal(reason policy.Reason) refusal {
-	return refusal{status: statusForReason(http.StatusForbidden, reason), reason: reason}
+	return refusal{status: statusForReason(http.StatusForbidden, reason), verdict: verdict{reason: reason}}
 }
 
 // statusForReason is the status policy's reason table gives reason. A
@@ -87,7 +82,7 @@ func statusForReason(def int, reason policy.Reason) int {
 
 // refusalOf is a refusal whose status is the one the reason table gives.
 func refusalOf(reason policy.Reason) refusal {
-	return refusal{status: reason.Codes().HTTP, reason: reason}
+	return refusal{status: reason.Codes().HTTP, verdict: verdict{reason: reason}}
 }
 
 func isTimeout(err error) bool {

@@ -175,6 +175,21 @@ func New(o Options) (*Server, error) {
 	return s, nil
 }
 
+// ServeHTTP is the proxy listener's handler. CONNECT is hijacked here rather
+// than through goproxy, whose hijack drops the bytes net/http had already
+// buffered: a client may send its ClientHello in the same write as the
+// CONNECT. Everything else is goproxy's.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if c, ok := r.Context().Value(connKey{}).(*clientConn); ok {
+		c.unhandled.Store(false)
+	}
+	if r.Method == http.MethodConnect {
+		s.serveConnect(w, r)
+		return
+	}
+	s.gp.ServeHTTP(w, r)
+}
+
 func (s *Server) newState(d policy.Decider, ids *identity.Store) *state {
 	// Plain HTTP pools only bodyless requests, per identity (upstreamPool);
 	// the Transport sends the requests with a body, each on a connection
@@ -243,13 +258,13 @@ func (s *Server) connState(c net.Conn, st http.ConnState) {
 		s.metrics.active.WithLabelValues("connections").Dec()
 		s.conns.Add(-1)
 		if cc, ok := c.(*clientConn); ok && cc.unhandled.Load() {
-			s.refusedByHTTP(cc)
+			s.auditClientConnRefused(cc)
 		}
-		s.serving.done()
+		s.serving.remove()
 	case http.StateHijacked:
 		// The tunnel owns the connection and its slot from here on.
 		s.metrics.active.WithLabelValues("connections").Dec()
-		s.serving.done()
+		s.serving.remove()
 	}
 }
 

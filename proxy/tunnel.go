@@ -78,7 +78,7 @@ func (t *tunnel) firstFlight(tlsOnly bool, onHello func(flight []byte, early *by
 			if isTimeout(err) && !tlsOnly {
 				return false
 			}
-			return t.refuseFlight(policy.ReasonTLSRequired, "no first bytes: "+err.Error())
+			return t.auditFlightRefusal(policy.ReasonTLSRequired, "no first bytes: "+err.Error())
 		}
 	}
 	var src io.Reader = t.client
@@ -99,7 +99,7 @@ func (t *tunnel) firstFlight(tlsOnly bool, onHello func(flight []byte, early *by
 	}
 	if !isTLSRecordStart(flight) {
 		if tlsOnly {
-			return t.refuseFlight(policy.ReasonTLSRequired, "")
+			return t.auditFlightRefusal(policy.ReasonTLSRequired, "")
 		}
 		return t.checkPlainFlight(flight, err, early)
 	}
@@ -107,24 +107,24 @@ func (t *tunnel) firstFlight(tlsOnly bool, onHello func(flight []byte, early *by
 	hello, ferr := a.feed(flight)
 	for hello == nil && ferr == nil {
 		if err != nil {
-			return t.refuseFlight(policy.ReasonMalformedClientHello, "incomplete ClientHello: "+err.Error())
+			return t.auditFlightRefusal(policy.ReasonMalformedClientHello, "incomplete ClientHello: "+err.Error())
 		}
 		if len(flight) >= maxHelloFlight {
-			return t.refuseFlight(policy.ReasonMalformedClientHello, errHelloTooLarge.Error())
+			return t.auditFlightRefusal(policy.ReasonMalformedClientHello, errHelloTooLarge.Error())
 		}
 		n := len(flight)
 		flight, err = readSome(flight, src)
 		hello, ferr = a.feed(flight[n:])
 	}
 	if ferr != nil {
-		return t.refuseFlight(policy.ReasonMalformedClientHello, ferr.Error())
+		return t.auditFlightRefusal(policy.ReasonMalformedClientHello, ferr.Error())
 	}
 	h, err := parseHello(hello)
 	if err != nil {
-		return t.refuseFlight(policy.ReasonMalformedClientHello, err.Error())
+		return t.auditFlightRefusal(policy.ReasonMalformedClientHello, err.Error())
 	}
 	if h.sni != "" && !sniMatches(h.sni, t.f.target.Host) {
-		return t.refuseFlight(policy.ReasonSNIMismatch, "sni "+h.sni)
+		return t.auditFlightRefusal(policy.ReasonSNIMismatch, "sni "+h.sni)
 	}
 	return onHello(flight, early, h)
 }
@@ -177,15 +177,15 @@ func (t *tunnel) forwardFlight(b []byte, early *bytes.Reader) bool {
 	return true
 }
 
-// refuseFlight audits a first-flight refusal. The client already has its
+// auditFlightRefusal audits a first-flight refusal. The client already has its
 // 200, so the refusal is the closed connection and the audit records.
-func (t *tunnel) refuseFlight(reason policy.Reason, detail string) bool {
+func (t *tunnel) auditFlightRefusal(reason policy.Reason, detail string) bool {
 	if t.revoked.Load() != nil {
 		// The check failed because a reload closed the connection; the
 		// completion record carries that reason.
 		return false
 	}
-	if err := t.s.decided(t.f, false, reason, "", "", detail); err != nil {
+	if err := t.s.auditDecision(t.f, verdict{reason: reason, detail: detail}); err != nil {
 		t.s.log.Error("audit append failed", zap.String("request", t.f.id), zap.Error(err))
 	}
 	t.refused, t.refusedDetail = reason, detail
@@ -209,12 +209,12 @@ func (t *tunnel) run(tlsOnly bool) {
 		t.close()
 	}
 	<-done
-	t.finish()
+	t.completeRun()
 }
 
-// finish counts the bytes of a tunnel that ran and appends its completion
-// record: closed by a reload, refused on its first flight, or ended.
-func (t *tunnel) finish() {
+// completeRun counts the bytes of a tunnel that ran and appends its
+// completion record: closed by a reload, refused on its first flight, or ended.
+func (t *tunnel) completeRun() {
 	t.s.metrics.tunnelBytes.WithLabelValues("up").Add(float64(t.down2up.Load()))
 	t.s.metrics.tunnelBytes.WithLabelValues("down").Add(float64(t.up2down.Load()))
 	if r := t.revoked.Load(); r != nil {
@@ -222,16 +222,16 @@ func (t *tunnel) finish() {
 		if *r == policy.ReasonShuttingDown {
 			detail = drainCutDetail
 		}
-		t.done(0, *r, detail)
+		t.complete(0, *r, detail)
 		return
 	}
 	if t.refused != "" {
-		t.done(statusForReason(http.StatusForbidden, t.refused), t.refused, t.refusedDetail)
+		t.complete(statusForReason(http.StatusForbidden, t.refused), t.refused, t.refusedDetail)
 		return
 	}
 	// An error that refused nothing (an inspected client's failed
 	// handshake) is detail alone.
-	t.done(0, "", t.refusedDetail)
+	t.complete(0, "", t.refusedDetail)
 }
 
 // pipe copies src to dst with io.Copy on the raw connections, so Linux can
@@ -350,8 +350,8 @@ func (t *tunnel) close() {
 	})
 }
 
-// done appends the tunnel's completion record.
-func (t *tunnel) done(status int, reason policy.Reason, detail string) {
+// complete appends the tunnel's completion record.
+func (t *tunnel) complete(status int, reason policy.Reason, detail string) {
 	r := t.f.record(audit.KindConnectDone)
 	r.IP = t.ip
 	r.Status = status

@@ -37,7 +37,7 @@ import (
 // reading a body parses it as the next request (the Transport for bodies
 // sends "Connection: close" and never reuses); and a connection that holds
 // or receives a byte past its response, or answered a HEAD, 204 or 304
-// declaring a body, is never reused (release, get).
+// declaring a body, is never reused (recycle, get).
 //
 // Connections come only from the pinned dialer, like the Transport's.
 type upstreamPool struct {
@@ -218,7 +218,7 @@ func (p *upstreamPool) send(ctx context.Context, pc *upConn, req *http.Request) 
 	}
 	reuse := !resp.Close && !req.Close && !bodylessWithLength(req, resp)
 	if resp.Body == http.NoBody {
-		pc.release(stop, reuse)
+		pc.recycle(stop, reuse)
 		return resp, nil
 	}
 	resp.Body = &upBody{ReadCloser: resp.Body, pc: pc, stop: stop, reuse: reuse}
@@ -238,12 +238,12 @@ func bodylessWithLength(req *http.Request, resp *http.Response) bool {
 	return (cl != "" && cl != "0") || len(resp.TransferEncoding) > 0 || resp.Header.Get("Transfer-Encoding") != ""
 }
 
-// release returns pc to the pool once its response is fully read, unless
+// recycle returns pc to the pool once its response is fully read, unless
 // the request was cancelled meanwhile (stop reports the AfterFunc already
 // ran), either side asked to close, or the upstream sent more than the
 // response: bytes past it are not a response to any request of ours. Bytes
 // still on their way are found when the connection is taken (get).
-func (pc *upConn) release(stop func() bool, reuse bool) {
+func (pc *upConn) recycle(stop func() bool, reuse bool) {
 	if !stop() || !reuse || pc.br.Buffered() > 0 {
 		pc.close()
 		return
@@ -376,11 +376,11 @@ func (p *upstreamPool) closeIdle() {
 // closed; a body closed early closes the connection instead of draining it.
 type upBody struct {
 	io.ReadCloser
-	pc    *upConn
-	stop  func() bool
-	reuse bool
-	eof   bool
-	done  bool
+	pc     *upConn
+	stop   func() bool
+	reuse  bool
+	eof    bool
+	closed bool
 }
 
 func (b *upBody) Read(p []byte) (int, error) {
@@ -392,10 +392,10 @@ func (b *upBody) Read(p []byte) (int, error) {
 }
 
 func (b *upBody) Close() error {
-	if b.done {
+	if b.closed {
 		return nil
 	}
-	b.done = true
+	b.closed = true
 	if !b.eof {
 		// Closing the connection first makes the body's Close, which
 		// would otherwise drain what is left, return at once.
@@ -405,6 +405,6 @@ func (b *upBody) Close() error {
 		return nil
 	}
 	err := b.ReadCloser.Close()
-	b.pc.release(b.stop, b.reuse)
+	b.pc.recycle(b.stop, b.reuse)
 	return err
 }

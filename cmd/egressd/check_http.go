@@ -42,7 +42,7 @@ var checkHTTP = checkKind{
 				kind = policy.KindRedirect
 			}
 			d := policy.PreDial{Engine: env.engine, Floor: env.floor}
-			return outcomeOutput(kind, env, d.DecideRequest(ctx, env.identity, kind, args[0], args[1], *hostHeader))
+			return outcomeOutput(kind, env, d.DecideRequest(ctx, env.identity, kind, policy.HTTPRequest{Method: args[0], Target: args[1], HostHeader: *hostHeader}))
 		}
 	},
 }

@@ -1,6 +1,6 @@
-// Command egressd is the single edge that terminates all sandbox egress. This
-// file only dispatches subcommands and turns their errors into exit codes;
-// the work lives in the packages.
+// This file only dispatches subcommands and turns their errors into exit
+// codes; the work lives in the packages.
+
 package main
 
 import (

@@ -114,7 +114,7 @@ func decideCase(d *policy.PreDial, e *policy.Engine, c goldenCase) map[string]an
 		kind = policy.KindRedirect
 		fallthrough
 	default:
-		o = d.DecideRequest(context.Background(), id, kind, c.Method, c.Target, c.HostHeader)
+		o = d.DecideRequest(context.Background(), id, kind, policy.HTTPRequest{Method: c.Method, Target: c.Target, HostHeader: c.HostHeader})
 	}
 	out := map[string]any{
 		"kind": kind.String(), "identity": id.ID,
