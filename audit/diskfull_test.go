@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/internal/testwait"
 )
 
 // mountTmpfs mounts a tmpfs of size bytes in a temp dir (the tests run as
@@ -116,13 +118,7 @@ func TestDiskFull(t *testing.T) {
 			if err := os.Remove(filler); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for w.Ready() != nil && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
-			if err := w.Ready(); err != nil {
-				t.Fatalf("Ready() after space was freed = %v; want nil", err)
-			}
+			testwait.For(t, "Ready() to return nil after space was freed", 10*time.Second, w.Ready)
 			r := decisionRecord(100000)
 			if err := w.Append(r); err != nil {
 				t.Fatalf("Append after space was freed = %v", err)

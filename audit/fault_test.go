@@ -2,6 +2,7 @@ package audit
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/internal/testwait"
 )
 
 // faultDisk is a fault-injecting layer under the writer's segment files:
@@ -68,13 +71,12 @@ func withFaultDisk(t *testing.T) *faultDisk {
 // waitReady polls (bounded) until Ready reports want (nil or not).
 func waitReady(t *testing.T, w *Writer, ready bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for (w.Ready() == nil) != ready && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if (w.Ready() == nil) != ready {
-		t.Fatalf("Ready() = %v; want ready=%v", w.Ready(), ready)
-	}
+	testwait.For(t, fmt.Sprintf("Ready() to say ready=%v", ready), 10*time.Second, func() error {
+		if err := w.Ready(); (err == nil) != ready {
+			return fmt.Errorf("Ready() = %v", err)
+		}
+		return nil
+	})
 }
 
 // TestShortWrites cuts a record mid-line, then the next segment's header
@@ -95,12 +97,13 @@ func TestShortWrites(t *testing.T) {
 	waitReady(t, w, false)
 	d.set(40, nil) // a probe's new segment header is cut too
 	seg2 := filepath.Join(c.Dir, SegmentName(2))
-	for i := 0; i < 2000; i++ {
-		if fi, err := os.Stat(seg2); err == nil && fi.Size() == 40 {
-			break
+	testwait.For(t, "a probe to write 40 bytes of segment 2's header", 10*time.Second, func() error {
+		fi, err := os.Stat(seg2)
+		if err == nil && fi.Size() != 40 {
+			err = fmt.Errorf("%s has %d bytes", seg2, fi.Size())
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return err
+	})
 	if w.Ready() == nil {
 		t.Fatal("Ready() = nil with a torn segment header; want unavailable")
 	}

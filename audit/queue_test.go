@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/internal/testwait"
 )
 
 // TestQueueFull stalls the writer (interval mode flushes only on its tick
@@ -35,9 +37,12 @@ func TestQueueFull(t *testing.T) {
 		t.Errorf("Stats() = %+v; want 1 queue-full refusal, depth %d", st, c.QueueSize)
 	}
 	w.wake <- struct{}{}
-	for i := 0; i < 500 && w.QueueDepth() > 0; i++ {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, "the writer to drain the queue", 5*time.Second, func() error {
+		if n := w.QueueDepth(); n > 0 {
+			return fmt.Errorf("queue depth %d", n)
+		}
+		return nil
+	})
 	if err := w.Ready(); err != nil {
 		t.Errorf("Ready() after the writer ran = %v; want nil", err)
 	}

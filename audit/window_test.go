@@ -1,11 +1,14 @@
 package audit
 
 import (
+	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/internal/testwait"
 )
 
 // heldSync is a segment file whose fsync blocks while the test holds it:
@@ -99,14 +102,13 @@ func TestIntervalWindowBoundedWhileFsyncStalls(t *testing.T) {
 		}()
 	}
 	// Polled: the wait starts once SyncInterval has passed on the clock.
-	deadline := time.Now().Add(10 * time.Second)
-	for w.Stats().SyncWaits < 4 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	testwait.For(t, "all 4 appenders to wait for the stalled fsync", 10*time.Second, func() error {
+		if n := w.Stats().SyncWaits; n < 4 {
+			return fmt.Errorf("%d Appends wait for it (%d acknowledged)", n, acked.Load())
+		}
+		return nil
+	})
 	st := w.Stats()
-	if st.SyncWaits < 4 {
-		t.Fatalf("after 10s with the fsync stalled, %d Appends wait for it (%d acknowledged); want all 4 appenders waiting", st.SyncWaits, acked.Load())
-	}
 	if st.MaxUnsyncedSpan > c.SyncInterval {
 		t.Errorf("MaxUnsyncedSpan = %v with the fsync stalled; want <= sync_interval %v", st.MaxUnsyncedSpan, c.SyncInterval)
 	}

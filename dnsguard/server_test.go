@@ -18,6 +18,7 @@ import (
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/dnsguard/dnstest"
+	"github.com/egressd/egressd/internal/testwait"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/rego"
@@ -158,15 +159,14 @@ func startServerLog(t testing.TB, decider policy.Decider, edit func(*Config), lo
 // waitReady polls until the UDP side answers: ActivateAndServe has no
 // started signal once given a conn.
 func (ts *testServer) waitReady(t testing.TB) {
+	t.Helper()
 	c := &dns.Client{Net: "udp", Timeout: 200 * time.Millisecond}
 	m := new(dns.Msg)
 	m.SetQuestion("ready.invalid.", dns.TypeA)
-	for range 50 {
-		if _, _, err := c.Exchange(m, ts.addr); err == nil {
-			return
-		}
-	}
-	t.Fatalf("dns server on %s never answered", ts.addr)
+	testwait.For(t, "the dns server on "+ts.addr+" to answer", 10*time.Second, func() error {
+		_, _, err := c.Exchange(m, ts.addr)
+		return err
+	})
 }
 
 func (ts *testServer) ask(t *testing.T, netw, name string, qtype uint16) *dns.Msg {

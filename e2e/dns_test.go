@@ -11,6 +11,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
+	"github.com/egressd/egressd/internal/testwait"
 	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
@@ -112,18 +113,11 @@ func TestDNSListener(t *testing.T) {
 // the proxy, and the DNS listener starts beside it.
 func waitDNS(t *testing.T, addr string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
 	c := &dns.Client{Net: "udp", Timeout: 500 * time.Millisecond}
-	for {
+	testwait.For(t, "the dns listener "+addr+" to answer", 10*time.Second, func() error {
 		_, _, err := c.Exchange(new(dns.Msg).SetQuestion("probe.invalid.", dns.TypeA), addr)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dns listener %s never answered: %v", addr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 func splitHostPort(t *testing.T, addr string) (string, string) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/internal/testwait"
 	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
@@ -67,18 +68,14 @@ func TestDrainStopsEveryListenerAtOnce(t *testing.T) {
 	w.HTTP.WaitArrived(t, "order")
 
 	w.E.Signal(t, syscall.SIGTERM)
-	waitFor(t, "/readyz 503 naming the drain", func() bool {
+	testwait.For(t, "/readyz 503 naming the drain", 10*time.Second, func() error {
 		code, body, err := w.E.Admin(http.MethodGet, "/readyz")
-		return err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, "draining")
-	})
-	waitFor(t, "the gate refusing new clients", func() bool {
-		c, err := net.DialTimeout("tcp", pgPort.Addr(), time.Second)
-		if err == nil {
-			c.Close()
-			return false
+		if err == nil && (code != http.StatusServiceUnavailable || !strings.Contains(body, "draining")) {
+			err = fmt.Errorf("/readyz = %d %q", code, body)
 		}
-		return true
+		return err
 	})
+	testwait.For(t, "the gate to refuse new clients", 10*time.Second, refusing(pgPort.Addr()))
 	if w.E.Exited() {
 		t.Fatal("egressd exited with a request in flight")
 	}

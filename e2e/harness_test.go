@@ -23,6 +23,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/internal/egressdbin"
+	"github.com/egressd/egressd/internal/testwait"
 	"github.com/egressd/egressd/proxy/pggate/pgtest"
 	"github.com/egressd/egressd/rego"
 )
@@ -299,22 +300,22 @@ func (e *Egressd) WaitReady(t testing.TB, timeout time.Duration) {
 }
 
 func (e *Egressd) waitReady(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	var last string
-	for time.Now().Before(deadline) {
-		select {
-		case <-e.exited:
-			return fmt.Errorf("egressd exited before ready: %v\n%s", e.err, e.Log())
-		default:
-		}
-		code, body, err := e.Admin(http.MethodGet, "/readyz")
-		if err == nil && code == http.StatusOK {
+	var exited error
+	err := testwait.Poll("egressd's /readyz to say 200", timeout, func() error {
+		if e.Exited() {
+			exited = fmt.Errorf("egressd exited before ready: %v\n%s", e.err, e.Log())
 			return nil
 		}
-		last = fmt.Sprintf("%d %s %v", code, body, err)
-		time.Sleep(50 * time.Millisecond)
+		code, body, err := e.Admin(http.MethodGet, "/readyz")
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("/readyz = %d %s", code, body)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, e.Log())
 	}
-	return fmt.Errorf("egressd not ready after %v: %s\n%s", timeout, last, e.Log())
+	return exited
 }
 
 // Admin sends a request to the admin listener.
@@ -457,22 +458,21 @@ func (e *Egressd) Records(t testing.TB) []audit.Record {
 // writer syncs on an interval), failing the test after 5 s.
 func (e *Egressd) WaitRecords(t testing.TB, desc string, match func(audit.Record) bool) []audit.Record {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var got []audit.Record
-		for _, r := range e.Records(t) {
+	var got []audit.Record
+	testwait.For(t, "an audit record "+desc, 5*time.Second, func() error {
+		got = got[:0]
+		all := e.Records(t)
+		for _, r := range all {
 			if match(r) {
 				got = append(got, r)
 			}
 		}
-		if len(got) > 0 {
-			return got
+		if len(got) == 0 {
+			return fmt.Errorf("none among %d records in %s", len(all), e.AuditDir)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no audit record %s in %s", desc, e.AuditDir)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return got
 }
 
 // ByRequest finds a request's records by the id in X-Egressd-Request.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
+	"github.com/egressd/egressd/internal/testwait"
 )
 
 // inspectWorld is egressd inspecting example.com (the HTTPS upstream, whose
@@ -194,14 +195,17 @@ print(op.open(sys.argv[3], timeout=20).read().decode().splitlines()[0])`
 	})
 
 	// Two curl requests, python's, Go's and sbx-b's.
-	waitFor(t, "5 inspected completions with status 200", func() bool {
+	testwait.For(t, "5 inspected completions with status 200", 10*time.Second, func() error {
 		n := 0
 		for _, r := range w.E.Records(t) {
 			if r.Kind == audit.KindHTTPDone && r.Inspected && r.Status == 200 {
 				n++
 			}
 		}
-		return n >= 5
+		if n < 5 {
+			return fmt.Errorf("%d so far", n)
+		}
+		return nil
 	})
 	for _, r := range w.E.Records(t) {
 		if r.Kind == audit.KindHTTP && (!r.Inspected || r.Scheme != "https" || r.Host != "example.com") {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
+	"github.com/egressd/egressd/internal/testwait"
 	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
@@ -247,20 +248,16 @@ func startInNetns(t *testing.T, ns, cfg string, env ...string) *Egressd {
 	}
 	// ip netns exec execs egressd in place, so Stop signals egressd itself.
 	e.stopAtEnd(t)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.For(t, "egressd health in "+ns+" to pass", 20*time.Second, func() error {
 		if e.Exited() {
 			t.Fatalf("egressd exited before ready: %v\n%s", e.err, e.Log())
 		}
-		out, code := nsRun(t, ns, binary, "health", "--admin", "127.0.0.1:9090")
-		if code == 0 {
-			return e
+		if out, code := nsRun(t, ns, binary, "health", "--admin", "127.0.0.1:9090"); code != 0 {
+			return fmt.Errorf("egressd health = %d: %s", code, lastLine(out))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("egressd not ready after 20s: %s", out)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
+	return e
 }
 
 func lastLine(s string) string {

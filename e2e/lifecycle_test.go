@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/testwait"
 )
 
 // VerifyAudit runs `egressd audit verify` on e's audit directory and fails
@@ -86,8 +87,11 @@ func TestReloadUnderLoad(t *testing.T) {
 	const between = 25
 	loadRuns := func() {
 		from := done.Load()
-		waitFor(t, "requests between reloads", func() bool {
-			return done.Load() >= from+between || done.Load()+failed.Load() >= maxRequests
+		testwait.For(t, "requests between reloads", 10*time.Second, func() error {
+			if d, f := done.Load(), failed.Load(); d < from+between && d+f < maxRequests {
+				return fmt.Errorf("%d answered since the last reload, %d failed in all", d-from, f)
+			}
+			return nil
 		})
 	}
 	rules := w.rules()
@@ -115,21 +119,17 @@ func TestReloadUnderLoad(t *testing.T) {
 		t.Errorf("%d of %d requests failed during reloads; first: %v", n, min(sent.Load(), maxRequests), firstFailure.Load())
 	}
 	// The SIGHUP reload is asynchronous: wait for the last rule to apply.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testwait.For(t, "GET added.test to be allowed after the reload", 5*time.Second, func() error {
 		resp, err := c.Get(w.url("added.test", "/echo"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode == 200 {
-			break
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("GET added.test = %d %s", resp.StatusCode, resp.Header.Get("X-Egressd-Decision"))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET added.test after reload = %d; want 200", resp.StatusCode)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	// The series exists from start-up at zero: the reloads must count.
 	if n := metricValue(t, w.E.Metrics(t), `egressd_reloads_total{result="ok"}`); n < 1 {
 		t.Errorf("egressd_reloads_total{result=\"ok\"} = %v; want the reloads counted", n)
@@ -177,20 +177,11 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatalf("CONNECT = %d; want 200", resp.StatusCode)
 	}
 	tun.SetDeadline(time.Now().Add(30 * time.Second))
-	waitFor(t, "tunnel counted", func() bool {
-		return strings.Contains(w.E.Metrics(t), `egressd_proxy_active{what="tunnels"} 1`)
-	})
+	testwait.For(t, "the tunnel to be counted", 10*time.Second, metricIs(t, w.E, `egressd_proxy_active{what="tunnels"} 1`))
 	w.HTTP.WaitArrived(t, "drain")
 
 	w.E.Signal(t, syscall.SIGTERM)
-	waitFor(t, "listener closed", func() bool {
-		c, err := net.DialTimeout("tcp", w.E.ProxyAddr, time.Second)
-		if err == nil {
-			c.Close()
-			return false
-		}
-		return true
-	})
+	testwait.For(t, "the proxy listener to close", 10*time.Second, refusing(w.E.ProxyAddr))
 	if w.E.Exited() {
 		t.Fatal("egressd exited with a request and a tunnel in flight")
 	}
@@ -223,9 +214,7 @@ func TestShutdownDeadlineClosesTunnels(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("CONNECT = %d; want 200", resp.StatusCode)
 	}
-	waitFor(t, "tunnel open", func() bool {
-		return strings.Contains(w.E.Metrics(t), `egressd_proxy_active{what="tunnels"} 1`)
-	})
+	testwait.For(t, "the tunnel to be counted", 10*time.Second, metricIs(t, w.E, `egressd_proxy_active{what="tunnels"} 1`))
 	start := time.Now()
 	w.E.Signal(t, syscall.SIGTERM)
 	if err := w.E.Wait(10 * time.Second); err != nil {
@@ -241,14 +230,25 @@ func TestShutdownDeadlineClosesTunnels(t *testing.T) {
 	VerifyAudit(t, w.E)
 }
 
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+// refusing is a testwait condition: nil once nothing accepts on addr.
+func refusing(addr string) func() error {
+	return func() error {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
+		c.Close()
+		return fmt.Errorf("%s still accepts connections", addr)
+	}
+}
+
+// metricIs is a testwait condition: nil once e's metrics hold line.
+func metricIs(t testing.TB, e *Egressd, line string) func() error {
+	return func() error {
+		if m := e.Metrics(t); !strings.Contains(m, line) {
+			return fmt.Errorf("no %s in\n%s", line, m)
+		}
+		return nil
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/testwait"
 )
 
 func TestClientLimits(t *testing.T) {
@@ -160,9 +161,12 @@ func TestAdminEndpoints(t *testing.T) {
 
 func TestNotReadyWithoutDNS(t *testing.T) {
 	e := Start(t, Options{NotReady: true})
-	waitFor(t, "admin listener", func() bool {
-		code, _, err := e.Admin(http.MethodGet, "/healthz")
-		return err == nil && code == 200
+	testwait.For(t, "the admin listener to answer /healthz", 10*time.Second, func() error {
+		code, body, err := e.Admin(http.MethodGet, "/healthz")
+		if err == nil && code != 200 {
+			err = fmt.Errorf("/healthz = %d %q", code, body)
+		}
+		return err
 	})
 	code, body, err := e.Admin(http.MethodGet, "/readyz")
 	if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "dns:") {

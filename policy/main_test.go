@@ -6,9 +6,15 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/internal/egressdbin"
+	"github.com/egressd/egressd/policy/sqlparse"
 )
 
 var update = flag.Bool("update", false, "rewrite generated text (README's reason list) from the code")
 
-// TestMain removes the binary egressdbin.Build built.
-func TestMain(m *testing.M) { os.Exit(egressdbin.Main(m)) }
+// TestMain switches the SQL parser worker on (a deep text is parsed in a
+// re-run of this test binary, which serves there instead of testing), and
+// removes the binary egressdbin.Build built.
+func TestMain(m *testing.M) {
+	sqlparse.EnableWorkers()
+	os.Exit(egressdbin.Main(m))
+}

@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"sort"
+
+	"github.com/egressd/egressd/policy/sqlparse"
 )
 
 // command is one subcommand. It returns nil for success, errDenied for a
@@ -32,6 +34,9 @@ var commands = map[string]command{
 }
 
 func main() {
+	// First: in a re-run of this binary as a SQL parser worker, this
+	// serves and exits.
+	sqlparse.EnableWorkers()
 	os.Exit(exitCode(run(os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
 }
 

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/internal/testwait"
 )
 
 // asMainEnv makes the test binary run the bench's main (with the
@@ -240,13 +242,12 @@ func TestInterruptedRunLeavesNoProcess(t *testing.T) {
 		}
 	})
 	// The bench itself and its relay.
-	deadline := time.Now().Add(60 * time.Second)
-	for len(leftovers(marker)) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the relay never started; bench said:\n%s", stderr.String())
+	testwait.For(t, "the bench and its relay to start", 60*time.Second, func() error {
+		if pids := leftovers(marker); len(pids) < 2 {
+			return fmt.Errorf("processes %v; bench said:\n%s", pids, stderr.String())
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -335,13 +336,14 @@ func TestStopReachesOtherSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for len(p.pids()) < 2 {
-		if time.Now().After(deadline) {
-			p.stop()
-			t.Fatalf("the helper never started: pids %v", p.pids())
+	if err := testwait.Poll("the helper to start", 30*time.Second, func() error {
+		if pids := p.pids(); len(pids) < 2 {
+			return fmt.Errorf("pids %v", pids)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	}); err != nil {
+		p.stop()
+		t.Fatal(err)
 	}
 	helpers := p.pids()
 	t.Cleanup(func() {

@@ -146,6 +146,12 @@ func (p *pool) failed() {
 
 // startWorker re-executes this binary as a worker.
 func startWorker() (*worker, error) {
+	if !enabled.Load() {
+		// A programming error, not a client's: this binary's main would
+		// run again instead of serving (a test binary would rerun its
+		// tests), so stop here, naming the fix.
+		panic("sqlparse: a deep text needs a parser worker, and this binary's main (or TestMain) did not call sqlparse.EnableWorkers first")
+	}
 	// /proc/self/exe still names this binary after an upgrade replaced
 	// or removed the file on disk; os.Executable's path would not.
 	exe := "/proc/self/exe"

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -215,4 +216,22 @@ func TestSlotsCapPerIdentity(t *testing.T) {
 			t.Errorf("newSlots(%d): a lone identity got %d slots; want %d", tt.n, got, tt.want)
 		}
 	}
+}
+
+// A binary whose main did not call EnableWorkers must not re-run itself
+// as a worker (a test binary would rerun its tests): the first deep text
+// stops it, naming the missing call.
+func TestWorkerNeedsEnableWorkers(t *testing.T) {
+	enabled.Store(false)
+	defer enabled.Store(true)
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "sqlparse.EnableWorkers") {
+			t.Errorf("startWorker without EnableWorkers recovered %v; want a panic naming sqlparse.EnableWorkers", r)
+		}
+	}()
+	w, err := startWorker()
+	if err == nil {
+		w.kill()
+	}
+	t.Errorf("startWorker without EnableWorkers = %v; want a panic", err)
 }

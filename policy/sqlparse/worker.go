@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 )
 
 // workerEnv marks a process started as a parser worker.
@@ -28,16 +29,23 @@ const (
 	statusTooLarge
 )
 
-// The worker is recognised in init, before main and before any other
-// package's init that depends on this one: the gate re-executes its own
-// binary (os.Executable), which may be egressd or a `go test` binary of any
-// package that links this one, and neither has to call anything for the
-// worker to work. Packages that import sqlparse never initialise in a
-// worker; init exits first.
-func init() {
+// enabled records that EnableWorkers ran in this process.
+var enabled atomic.Bool
+
+// EnableWorkers switches deep-text parsing on, and must be the first call
+// of every main and TestMain whose binary parses SQL: a worker is this
+// same executable re-run (egressd, or a `go test` binary), and the call is
+// where the re-run turns into a worker: there EnableWorkers serves the
+// parent's requests and exits instead of returning, before main or the
+// tests do anything else. In any other process it only records the
+// switch. A binary that parses a deep text without having called it
+// panics (startWorker) rather than re-running a main that does not know
+// to serve.
+func EnableWorkers() {
 	if os.Getenv(workerEnv) == "1" {
 		os.Exit(serveWorker(os.Stdin, os.Stdout))
 	}
+	enabled.Store(true)
 }
 
 // serveWorker answers requests until its input ends; the exit code says

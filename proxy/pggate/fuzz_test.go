@@ -1,17 +1,21 @@
 package pggate
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	"go.uber.org/zap"
 
+	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/audit/audittest"
+	"github.com/egressd/egressd/policy"
 )
 
 // fuzzGate is a gate whose upstream is never dialled: the fuzz targets
@@ -25,20 +29,32 @@ func fuzzGate(t testing.TB) *Gate {
 // auditedFuzzGate is fuzzGate and the recorder that takes its records.
 func auditedFuzzGate(t testing.TB) (*Gate, *audittest.Recorder) {
 	t.Helper()
+	g, rec, _ := dialCountingFuzzGate(t)
+	return g, rec
+}
+
+// dialCountingFuzzGate is auditedFuzzGate and the count of its upstream
+// dials (each fails).
+func dialCountingFuzzGate(t testing.TB) (*Gate, *audittest.Recorder, *atomic.Int64) {
+	t.Helper()
 	rec := &audittest.Recorder{}
+	dials := &atomic.Int64{}
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Upstream = "postgres://gate@127.0.0.1:1/"
 	cfg.MaxMessageBytes = 1 << 16
 	g, err := New(cfg, Deps{
 		Engine: testEngine(t), Identities: testIdentities(t), Audit: rec,
-		Dial: func(context.Context, string, string) (net.Conn, error) { return nil, io.ErrClosedPipe },
-		Log:  zap.NewNop(),
+		Dial: func(context.Context, string, string) (net.Conn, error) {
+			dials.Add(1)
+			return nil, io.ErrClosedPipe
+		},
+		Log: zap.NewNop(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return g, rec
+	return g, rec, dials
 }
 
 // stubUpstream answers like a server: each marker statement fails with the
@@ -174,13 +190,72 @@ func FuzzStartup(f *testing.F) {
 	f.Add(startup("user\x00agent-ro\x00options\x00-c x=y\x00\x00"))
 	f.Add([]byte{0, 0, 0, 8, 4, 210, 22, 47})
 	f.Add([]byte{0, 0, 0, 16, 4, 210, 22, 46, 0, 0, 0, 1, 0, 0, 0, 2})
-	g := fuzzGate(f)
+	f.Add(startup("user\x00nobody\x00\x00"))
+	f.Add(append([]byte{0, 0, 0, 8, 4, 210, 22, 47}, startup("database\x00app\x00\x00")...))
+	g, rec, dials := dialCountingFuzzGate(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		client, gateSide := net.Pipe()
-		done := make(chan struct{})
-		go func() { defer close(done); io.Copy(io.Discard, client) }()
-		go func() { client.Write(data); client.Close() }()
-		g.serveConn(gateSide)
-		<-done
+		// Fuzz inputs run one after another in a worker process, so the
+		// records and dials since these are this connection's.
+		n, dialed := rec.Len(), dials.Load()
+		g.serveConn(newScriptConn(data))
+		// A fixed byte stream cannot answer the SCRAM challenge (the
+		// server's nonce is fresh), so no login here succeeds: nothing may
+		// reach the upstream, and every startup packet is a refused login,
+		// recorded once, with a declared reason.
+		if d := dials.Load() - dialed; d != 0 {
+			t.Errorf("serveConn(%q) dialled the upstream %d times without a SCRAM login", data, d)
+		}
+		want := 0
+		if reachesLogin(g, data) {
+			want = 1
+		}
+		recs := rec.Since(n)
+		if len(recs) != want {
+			t.Fatalf("serveConn(%q) audited %s; want %d refused login", data, audittest.Summary(recs), want)
+		}
+		for _, r := range recs {
+			if r.Kind != audit.KindSQL || r.Decision != audit.DecisionDeny || !policy.Reason(r.Reason).Declared() {
+				t.Errorf("serveConn(%q) audited %s; want a sql deny with a declared reason", data, audittest.Summary(recs))
+			}
+		}
 	})
+}
+
+// scriptConn is a client that sends its script, then half-closes: its
+// reads end at the script's end, and what the gate writes is dropped but
+// never refused, so how far the gate gets depends on the bytes alone, not
+// on when a pipe's other end closed. Deadlines and addresses are a pipe's.
+type scriptConn struct {
+	net.Conn
+	script *bytes.Reader
+}
+
+func newScriptConn(script []byte) *scriptConn {
+	c, other := net.Pipe()
+	other.Close()
+	return &scriptConn{Conn: c, script: bytes.NewReader(script)}
+}
+
+func (c *scriptConn) Read(b []byte) (int, error)  { return c.script.Read(b) }
+func (c *scriptConn) Write(b []byte) (int, error) { return len(b), nil }
+
+// reachesLogin reports whether data, as a client's first bytes, carries a
+// startup packet the gate goes on to log in with, read by the protocol
+// library as serveConn reads it: past SSL and GSS requests (refused, the
+// fuzz gate has no TLS), not after a cancel request or a malformed packet.
+func reachesLogin(g *Gate, data []byte) bool {
+	be := pgproto3.NewBackend(bytes.NewReader(data), io.Discard)
+	be.SetMaxBodyLen(g.cfg.MaxMessageBytes)
+	for {
+		msg, err := be.ReceiveStartupMessage()
+		if err != nil {
+			return false
+		}
+		switch msg.(type) {
+		case *pgproto3.CancelRequest:
+			return false
+		case *pgproto3.StartupMessage:
+			return true
+		}
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/policy/sqlparse"
 	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
@@ -61,10 +62,13 @@ func sharedPG(t testing.TB) *pgtest.Server {
 	return shared
 }
 
-// TestMain stops the shared PostgreSQL, then fails the package's tests if
-// any goroutine (a session's relay, a client-gone watcher, a catalog
-// refresh) outlives them.
+// TestMain switches the SQL parser worker on (a deep text is parsed in a
+// re-run of this test binary, which serves there instead of testing), and
+// after the tests stops the shared PostgreSQL, then fails the package's
+// tests if any goroutine (a session's relay, a client-gone watcher, a
+// catalog refresh) outlives them.
 func TestMain(m *testing.M) {
+	sqlparse.EnableWorkers()
 	code := m.Run()
 	if shared != nil {
 		shared.Close()

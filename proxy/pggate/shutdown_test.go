@@ -2,6 +2,7 @@ package pggate
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/testwait"
 )
 
 // TestShutdownCutsIdleSessionsWithMessageAndRecord: a drain stops the
@@ -34,19 +36,14 @@ func TestShutdownCutsIdleSessionsWithMessageAndRecord(t *testing.T) {
 
 	// The listener closes as the drain starts; polled because Shutdown
 	// runs in its own goroutine.
-	deadline := time.Now().Add(10 * time.Second)
-	var dialErr error
-	for time.Now().Before(deadline) {
-		var nc net.Conn
-		if nc, dialErr = net.DialTimeout("tcp", f.addr, time.Second); dialErr != nil {
-			break
+	testwait.For(t, "the gate to refuse new clients once the drain starts", 10*time.Second, func() error {
+		nc, err := net.DialTimeout("tcp", f.addr, time.Second)
+		if err != nil {
+			return nil
 		}
 		nc.Close()
-		time.Sleep(5 * time.Millisecond)
-	}
-	if dialErr == nil {
-		t.Fatalf("gate at %s still accepts 10s into the drain; want new clients refused at once", f.addr)
-	}
+		return fmt.Errorf("gate at %s still accepts", f.addr)
+	})
 
 	cancel() // the drain's deadline
 	hc.Conn.SetReadDeadline(time.Now().Add(20 * time.Second))

@@ -1,0 +1,15 @@
+package main
+
+import (
+	"os"
+	"testing"
+
+	"github.com/egressd/egressd/policy/sqlparse"
+)
+
+// TestMain switches the SQL parser worker on: a deep text is parsed in a
+// re-run of this test binary, which serves there instead of testing.
+func TestMain(m *testing.M) {
+	sqlparse.EnableWorkers()
+	os.Exit(m.Run())
+}
