@@ -35,6 +35,8 @@ var counted = []struct {
 	{audit.KindHTTPDone, func(r policy.Reason) bool { return r.Ends(policy.KindHTTP) }, false},
 }
 
+// refuses is whether a decision of entry point k can be denied with a
+// reason.
 func refuses(k policy.Kind) func(policy.Reason) bool {
 	return func(r policy.Reason) bool { return r.Refuses(k) }
 }
