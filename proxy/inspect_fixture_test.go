@@ -283,11 +283,3 @@ func withExtensionData(tb testing.TB, rec []byte, typ uint16, data []byte) []byt
 	binary.BigEndian.PutUint16(out[3:], uint16(len(out)-tlsRecordHeaderLen))
 	return out
 }
-
-// decisionReason is the reason of a refusal's X-Egressd-Decision header.
-func decisionReason(h http.Header) string {
-	v := h.Get("X-Egressd-Decision")
-	_, r, _ := strings.Cut(v, "reason=")
-	r, _, _ = strings.Cut(r, ";")
-	return r
-}
