@@ -15,7 +15,7 @@ func FuzzParseRecord(f *testing.F) {
 	enc := newEncoder()
 	for _, r := range []*Record{
 		decisionRecord(1),
-		{TS: time.Unix(1, 0), Kind: KindSegment, Detail: map[string]string{"reason": "start", "torn": "a@1"}},
+		{Kind: KindSegment, Detail: map[string]string{"reason": "start", "torn": "a@1"}},
 		{TS: time.Unix(2, 5000), Kind: "sql", SQL: "select \"x\"\n\t\\ \u2028 \x01 é", Status: -3, BytesIn: 1 << 40},
 		{TS: time.Unix(3, 0), Kind: "http", User: "sbx\u202e", Path: "/p", Query: "q=1&token=[redacted:3]",
 			Decision: "deny", Reason: "rate_limited", Count: 41, Truncated: "path,query"},
@@ -59,30 +59,56 @@ func FuzzParseRecord(f *testing.F) {
 }
 
 // FuzzVerify feeds arbitrary bytes to the verifier as a segment: it must
-// never panic and must report problems only as BreakErrors.
+// never panic and must report problems only as BreakErrors. Its oracle is
+// an intact log with one byte changed (at flip, by mask): the verifier
+// must name the record holding that byte, the one whose line it is in
+// (its newline included), neither an earlier record that is intact nor a
+// later one.
 func FuzzVerify(f *testing.F) {
 	enc := newEncoder()
 	var log []byte
 	head := zeroHash
 	recs := []*Record{
-		{TS: time.Unix(1, 0), Kind: KindSegment, Detail: map[string]string{"reason": "start"}},
-		decisionRecord(1), decisionRecord(2),
+		{Kind: KindSegment, Detail: map[string]string{"reason": "start"}},
+		decisionRecord(1), decisionRecord(2), decisionRecord(3),
 	}
 	for i, r := range recs {
+		r.TS = time.Unix(int64(i+1), 0)
 		log, head = enc.appendLine(log, r, uint64(i+1), &head)
 	}
-	f.Add(log)
-	f.Add(log[:len(log)-7])
-	f.Add(append(bytes.Clone(log), log...))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		v := NewVerifier()
-		err := v.Reader("audit-000001.jsonl", bytes.NewReader(data))
-		if err == nil {
-			err = v.Finish()
-		}
+	if err := verifyBytes(log); err != nil {
+		f.Fatalf("verify of the intact log = %v", err)
+	}
+	f.Add(log, uint16(0), byte(0))
+	f.Add(log[:len(log)-7], uint16(len(log)/2), byte(1))
+	f.Add(append(bytes.Clone(log), log...), uint16(len(log)-1), byte('\n'))
+	// A value (the host of the second decision), and a hash.
+	f.Add([]byte{}, uint16(bytes.LastIndex(log, []byte("pypi.org"))), byte(1))
+	f.Add([]byte{}, uint16(bytes.Index(log, []byte(`"hash":"`))+8), byte(2))
+	f.Fuzz(func(t *testing.T, data []byte, flip uint16, mask byte) {
 		var be *BreakError
-		if err != nil && !errors.As(err, &be) {
+		if err := verifyBytes(data); err != nil && !errors.As(err, &be) {
 			t.Fatalf("verify = %v (%T); want a BreakError", err, err)
 		}
+		if mask == 0 {
+			return
+		}
+		at := int(flip) % len(log)
+		bad := bytes.Clone(log)
+		bad[at] ^= mask
+		line := 1 + bytes.Count(log[:at], []byte{'\n'})
+		err := verifyBytes(bad)
+		if !errors.As(err, &be) || be.Line != line {
+			t.Fatalf("verify with byte %d (%q) of line %d changed to %q = %v; want a break at line %d", at, log[at], line, bad[at], err, line)
+		}
 	})
+}
+
+// verifyBytes verifies data as a whole log of one segment.
+func verifyBytes(data []byte) error {
+	v := NewVerifier()
+	if err := v.Reader("audit-000001.jsonl", bytes.NewReader(data)); err != nil {
+		return err
+	}
+	return v.Finish()
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one build of the egressd binary: the Dockerfile's build stage, CI and
-# the e2e tests all run this script, so the shipped binary is built with
-# exactly the flags the tests exercised.
+# the tests (internal/egressdbin) all run this script, so the shipped binary
+# is built with exactly the flags the tests exercised.
 #
 #   deploy/build.sh [OUTPUT]     (default: ./bin/egressd)
 #   EGRESSD_VERSION=v1.2.3 EGRESSD_COMMIT=<sha> deploy/build.sh   (stamps; default: git's)

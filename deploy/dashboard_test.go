@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/internal/egressdbin"
 )
 
 const dashboardFile = "grafana/egressd.json"
@@ -192,10 +194,7 @@ func TestDashboard(t *testing.T) {
 func scrapeRunningEgressd(t *testing.T) (string, map[string][]map[string]string) {
 	t.Helper()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "egressd")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/egressd").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := egressdbin.Build(t)
 	// DNS and Postgres series are exported whether or not those
 	// listeners run (zero-initialised), so the proxy alone suffices.
 	cfg := fmt.Sprintf("proxy:\n  listen: %s\nadmin:\n  listen: %s\nmetrics:\n  listen: %s\naudit:\n  dir: %s\n",

@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/egressd/egressd/cmd/egressd/config"
+	"github.com/egressd/egressd/internal/egressdbin"
 )
 
 // sandboxTools maps a command the example sandbox runs to the Debian
@@ -139,10 +140,7 @@ func TestTryIt(t *testing.T) {
 	}
 
 	cfgPath := composeCheckConfig(t)
-	bin := filepath.Join(t.TempDir(), "egressd")
-	if out, err := exec.Command("./build.sh", bin).CombinedOutput(); err != nil {
-		t.Fatalf("deploy/build.sh = %v\n%s", err, out)
-	}
+	bin := egressdbin.Build(t)
 	sb := loadCompose(t).Services["sandbox"]
 	id := sb.Environment["PGUSER"]
 	for _, s := range steps {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
+	"github.com/egressd/egressd/internal/decisiontest"
 )
 
 // TestStartedRecordOnEveryStart is issue 11 item 21: after a clean stop,
@@ -71,7 +72,7 @@ func TestRefusalFloodIsAggregated(t *testing.T) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusTooManyRequests && reasonOf(resp.Header) == "rate_limited" {
+		if resp.StatusCode == http.StatusTooManyRequests && decisiontest.Reason(resp.Header) == "rate_limited" {
 			refused++
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/net/http/httpproxy"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/decisiontest"
 )
 
 // run runs a client program with a bounded time and returns its stdout.
@@ -131,8 +132,8 @@ func TestProxyAuthentication(t *testing.T) {
 				t.Fatal(err)
 			}
 			body := readAll(resp)
-			if resp.StatusCode != tt.wantStatus || reasonOf(resp.Header) != tt.wantReason {
-				t.Fatalf("GET as %q = %d %q; want %d %q", tt.user, resp.StatusCode, reasonOf(resp.Header), tt.wantStatus, tt.wantReason)
+			if resp.StatusCode != tt.wantStatus || decisiontest.Reason(resp.Header) != tt.wantReason {
+				t.Fatalf("GET as %q = %d %q; want %d %q", tt.user, resp.StatusCode, decisiontest.Reason(resp.Header), tt.wantStatus, tt.wantReason)
 			}
 			if tt.wantStatus == 407 && resp.Header.Get("Proxy-Authenticate") == "" {
 				t.Errorf("407 without Proxy-Authenticate")

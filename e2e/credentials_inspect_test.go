@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/internal/decisiontest"
 )
 
 // tlsRecordingUpstream is recordingUpstream over TLS (HTTP/1.1 and h2),
@@ -81,8 +83,8 @@ func TestCredentialBrokeringInspected(t *testing.T) {
 				t.Fatal(err)
 			}
 			resp.Body.Close()
-			if resp.StatusCode != 403 || reasonOf(resp.Header) != "credential_wrong_destination" {
-				t.Errorf("placeholder of another secret: %d %q; want 403 credential_wrong_destination", resp.StatusCode, reasonOf(resp.Header))
+			if resp.StatusCode != 403 || decisiontest.Reason(resp.Header) != "credential_wrong_destination" {
+				t.Errorf("placeholder of another secret: %d %q; want 403 credential_wrong_destination", resp.StatusCode, decisiontest.Reason(resp.Header))
 			}
 			if hits.Load() != before {
 				t.Errorf("the refused request reached the upstream")

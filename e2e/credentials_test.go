@@ -18,6 +18,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
+	"github.com/egressd/egressd/internal/decisiontest"
 )
 
 // Secret values of the brokering tests: none may appear in any log,
@@ -179,8 +180,8 @@ func TestCredentialBrokering(t *testing.T) {
 	})
 	t.Run("literal key on a require rule", func(t *testing.T) {
 		resp, _ := do(base+"/oa/chat", map[string]string{"X-Api-Key": "sk-pasted-real-key-0000"})
-		if resp.StatusCode != 403 || reasonOf(resp.Header) != "credential_literal" {
-			t.Errorf("status %d reason %q; want 403 credential_literal", resp.StatusCode, reasonOf(resp.Header))
+		if resp.StatusCode != 403 || decisiontest.Reason(resp.Header) != "credential_literal" {
+			t.Errorf("status %d reason %q; want 403 credential_literal", resp.StatusCode, decisiontest.Reason(resp.Header))
 		}
 		if len(got) != 0 {
 			t.Errorf("the upstream received the refused request: %+v", <-got)
@@ -188,8 +189,8 @@ func TestCredentialBrokering(t *testing.T) {
 	})
 	t.Run("placeholder to another allowed host", func(t *testing.T) {
 		resp, _ := do("http://"+other+"/", map[string]string{"Authorization": "Bearer egressd:secret:github"})
-		if resp.StatusCode != 403 || reasonOf(resp.Header) != "credential_wrong_destination" {
-			t.Errorf("status %d reason %q; want 403 credential_wrong_destination", resp.StatusCode, reasonOf(resp.Header))
+		if resp.StatusCode != 403 || decisiontest.Reason(resp.Header) != "credential_wrong_destination" {
+			t.Errorf("status %d reason %q; want 403 credential_wrong_destination", resp.StatusCode, decisiontest.Reason(resp.Header))
 		}
 		if n := otherHits.Load(); n != 0 {
 			t.Errorf("the other host received %d requests; want none", n)

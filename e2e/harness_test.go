@@ -55,22 +55,12 @@ func TestMain(m *testing.M) {
 func runMain(m *testing.M) int {
 	_, file, _, _ := runtime.Caller(0)
 	repoRoot = filepath.Dir(filepath.Dir(file))
-	dir, err := os.MkdirTemp("", "egressd-e2e-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir) //nolint:errcheck // a temporary directory; a leftover is harmless
-	binary = filepath.Join(dir, "egressd")
-	// The same script and flags as the shipped image (deploy/build.sh).
-	cmd := exec.Command("bash", "deploy/build.sh", binary)
-	cmd.Dir = repoRoot
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
+	var err error
+	if binary, err = egressdbin.Path(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: build egressd:", err)
 		return 1
 	}
-	return m.Run()
+	return egressdbin.Main(m)
 }
 
 // Options describe one egressd instance. The harness always sets

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/decisiontest"
 	"github.com/egressd/egressd/internal/testwait"
 )
 
@@ -91,7 +92,7 @@ func TestClientLimits(t *testing.T) {
 				t.Fatal(err)
 			}
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusTooManyRequests && reasonOf(resp.Header) == "rate_limited" {
+			if resp.StatusCode == http.StatusTooManyRequests && decisiontest.Reason(resp.Header) == "rate_limited" {
 				limited++
 			}
 		}
@@ -185,7 +186,7 @@ func TestReloadInternal(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		return resp.StatusCode, reasonOf(resp.Header)
+		return resp.StatusCode, decisiontest.Reason(resp.Header)
 	}
 	if code, reason := get(); code != 200 {
 		t.Fatalf("GET with the internal allowance = %d %s; want 200", code, reason)

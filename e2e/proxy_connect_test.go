@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/decisiontest"
 )
 
 // connect opens a tunnel through the proxy and returns the raw connection
@@ -151,8 +152,8 @@ func TestConnectTLS(t *testing.T) {
 	for _, tt := range refusals {
 		t.Run(tt.name, func(t *testing.T) {
 			_, resp := connect(t, w.E.ProxyAddr, tt.target, "")
-			if resp.StatusCode != tt.status || (tt.reason != "" && reasonOf(resp.Header) != tt.reason) {
-				t.Errorf("CONNECT %s = %d %q; want %d %q", tt.target, resp.StatusCode, reasonOf(resp.Header), tt.status, tt.reason)
+			if resp.StatusCode != tt.status || (tt.reason != "" && decisiontest.Reason(resp.Header) != tt.reason) {
+				t.Errorf("CONNECT %s = %d %q; want %d %q", tt.target, resp.StatusCode, decisiontest.Reason(resp.Header), tt.status, tt.reason)
 			}
 			id := resp.Header.Get("X-Egressd-Request")
 			w.E.WaitRecords(t, "connect refusal", func(r audit.Record) bool {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/decisiontest"
 )
 
 func TestHTTPDecisions(t *testing.T) {
@@ -47,7 +48,7 @@ func TestHTTPDecisions(t *testing.T) {
 			}
 			id := resp.Header.Get("X-Egressd-Request")
 			if tt.wantStatus != 200 {
-				reason := reasonOf(resp.Header)
+				reason := decisiontest.Reason(resp.Header)
 				if tt.wantReason != "" && reason != tt.wantReason {
 					t.Errorf("reason = %q; want %q", reason, tt.wantReason)
 				}
@@ -77,8 +78,8 @@ func TestHTTPDeniedWithoutInternalAllowance(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 403 || reasonOf(resp.Header) != "loopback_address" {
-		t.Errorf("GET without internal: = %d %q; want 403 loopback_address", resp.StatusCode, reasonOf(resp.Header))
+	if resp.StatusCode != 403 || decisiontest.Reason(resp.Header) != "loopback_address" {
+		t.Errorf("GET without internal: = %d %q; want 403 loopback_address", resp.StatusCode, decisiontest.Reason(resp.Header))
 	}
 }
 
@@ -92,7 +93,7 @@ func TestHTTPRebindingDenied(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		got[resp.Status+" "+reasonOf(resp.Header)]++
+		got[resp.Status+" "+decisiontest.Reason(resp.Header)]++
 	}
 	// The name answers 127.0.0.1 and 10.0.0.5 in turn (TTL 0): the allowed
 	// answer passes, the rebound one is refused at dial time.
@@ -146,8 +147,8 @@ func TestHTTPMalformed(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			resp, body := rawRequest(t, w.E.ProxyAddr, tt.req)
-			if resp.StatusCode != tt.wantStatus || reasonOf(resp.Header) != tt.wantReason {
-				t.Errorf("%s = %d %q (%q); want %d %q", firstLine(tt.req), resp.StatusCode, reasonOf(resp.Header), body, tt.wantStatus, tt.wantReason)
+			if resp.StatusCode != tt.wantStatus || decisiontest.Reason(resp.Header) != tt.wantReason {
+				t.Errorf("%s = %d %q (%q); want %d %q", firstLine(tt.req), resp.StatusCode, decisiontest.Reason(resp.Header), body, tt.wantStatus, tt.wantReason)
 			}
 			id := resp.Header.Get("X-Egressd-Request")
 			w.E.WaitRecords(t, "refusal "+id, func(r audit.Record) bool { return r.Request == id && r.Reason == tt.wantReason })
@@ -176,8 +177,8 @@ func TestRedirects(t *testing.T) {
 				t.Fatal(err)
 			}
 			resp.Body.Close()
-			if resp.StatusCode != tt.wantStatus || reasonOf(resp.Header) != tt.wantReason {
-				t.Fatalf("redirect to %s = %d %q; want %d %q", tt.to, resp.StatusCode, reasonOf(resp.Header), tt.wantStatus, tt.wantReason)
+			if resp.StatusCode != tt.wantStatus || decisiontest.Reason(resp.Header) != tt.wantReason {
+				t.Fatalf("redirect to %s = %d %q; want %d %q", tt.to, resp.StatusCode, decisiontest.Reason(resp.Header), tt.wantStatus, tt.wantReason)
 			}
 			id := resp.Header.Get("X-Egressd-Request")
 			want := audit.DecisionAllow

@@ -10,6 +10,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
+	"github.com/egressd/egressd/internal/decisiontest"
 )
 
 // pythonUpstream is Python's http.server speaking HTTP/1.1: it never reads
@@ -95,7 +96,7 @@ func TestBodyOnGETNeverReachesUpstream(t *testing.T) {
 	smuggled := "POST /admin/delete HTTP/1.1\r\nHost: " + host + "\r\nContent-Length: 0\r\n\r\n"
 	resp, body := rawRequest(t, e.ProxyAddr, "GET http://"+host+"/public/x HTTP/1.1\r\nHost: "+host+
 		"\r\nContent-Length: "+itoa(len(smuggled))+"\r\n\r\n"+smuggled)
-	if resp.StatusCode != 400 || reasonOf(resp.Header) != "request_body_not_allowed" {
+	if resp.StatusCode != 400 || decisiontest.Reason(resp.Header) != "request_body_not_allowed" {
 		t.Errorf("GET with a request in its body = %d %q; want 400 request_body_not_allowed", resp.StatusCode, body)
 	}
 	e.WaitRecords(t, "the refusal", func(r audit.Record) bool {

@@ -99,13 +99,3 @@ func firstLine(s string) string {
 	l, _, _ := strings.Cut(s, "\r\n")
 	return l
 }
-
-// reasonOf extracts the reason from X-Egressd-Decision.
-func reasonOf(h http.Header) string {
-	for _, f := range strings.Split(h.Get("X-Egressd-Decision"), ";") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(f), "reason="); ok {
-			return v
-		}
-	}
-	return ""
-}

@@ -3,6 +3,8 @@ package policy
 import (
 	"bytes"
 	"errors"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -226,7 +228,10 @@ func FuzzParseHTTP(f *testing.F) {
 	})
 }
 
-// FuzzParseConnect is FuzzParseHTTP for CONNECT targets.
+// FuzzParseConnect is FuzzParseHTTP for CONNECT targets, with two more
+// oracles: the facts are a fixed point (written back as host:port they
+// parse to themselves, unobfuscated), and every accepted target splits as
+// net.SplitHostPort splits it, to the same port.
 func FuzzParseConnect(f *testing.F) {
 	for _, s := range []string{"example.com:443", "[::1]:443", "2130706433:80", "a:b:c", "[::1]", ":"} {
 		f.Add(s)
@@ -242,6 +247,17 @@ func FuzzParseConnect(f *testing.F) {
 		}
 		if c.Host == "" || c.Port == 0 {
 			t.Fatalf("ParseConnect(%q) = %+v breaks an invariant", target, c)
+		}
+		if c.IP.IsValid() && c.IP.String() != c.Host {
+			t.Fatalf("ParseConnect(%q): ip %v is not host %q", target, c.IP, c.Host)
+		}
+		canonical := net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port)))
+		again, err := ParseConnect(canonical)
+		if want := (ConnectFacts{Host: c.Host, IP: c.IP, Port: c.Port}); err != nil || *again != want {
+			t.Fatalf("ParseConnect(%q) = %+v; ParseConnect(%q) = %+v, %v; want %+v", target, c, canonical, again, err, want)
+		}
+		if _, p, err := net.SplitHostPort(target); err != nil || p != strconv.Itoa(int(c.Port)) && strings.TrimLeft(p, "0") != strconv.Itoa(int(c.Port)) {
+			t.Fatalf("ParseConnect(%q) = %+v; net.SplitHostPort = port %q, %v", target, c, p, err)
 		}
 	})
 }

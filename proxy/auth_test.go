@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/egressd/egressd/policy"
@@ -112,14 +113,34 @@ func TestReauthenticate(t *testing.T) {
 	}
 }
 
+// FuzzParseBasic checks parseBasic both ways: what it accepts is the
+// user:token base64 decodes to, split at the first colon (so it encodes
+// back to a credential that parses to the same pair), and any user
+// without a colon and any token, encoded, parse back to themselves.
 func FuzzParseBasic(f *testing.F) {
 	f.Add("Basic " + base64.StdEncoding.EncodeToString([]byte("sbx-1:token")))
 	f.Add("basic Og==")
 	f.Add("Bearer x")
+	f.Add("sbx-1:to:ken")
 	f.Fuzz(func(t *testing.T, v string) {
 		user, token, ok := parseBasic(v)
 		if !ok && (user != "" || token != "") {
 			t.Errorf("parseBasic(%q) = %q, %q, false; want empty on failure", v, user, token)
+		}
+		if ok {
+			if strings.Contains(user, ":") {
+				t.Errorf("parseBasic(%q) = user %q; want the split at the first colon", v, user)
+			}
+			enc := "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+token))
+			if u, tok, ok := parseBasic(enc); !ok || u != user || tok != token {
+				t.Errorf("parseBasic(%q) = %q, %q; its encoding %q parses to %q, %q, %v", v, user, token, enc, u, tok, ok)
+			}
+		}
+		// v as a credential in the clear: user up to the first colon.
+		u, tok, _ := strings.Cut(v, ":")
+		enc := "Basic " + base64.StdEncoding.EncodeToString([]byte(u+":"+tok))
+		if gu, gtok, ok := parseBasic(enc); !ok || gu != u || gtok != tok {
+			t.Errorf("parseBasic(%q) = %q, %q, %v; want %q, %q, true", enc, gu, gtok, ok, u, tok)
 		}
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/egressd/egressd/internal/decisiontest"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/broker"
 	"github.com/egressd/egressd/proxy/identity"
@@ -205,8 +206,8 @@ func TestCredentialPlaceholderWrongDestination(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden || reasonOf(resp.Header) != string(policy.ReasonCredentialWrongDestination)+"; rule=other" {
-		t.Errorf("status %d reason %q; want 403 credential_wrong_destination", resp.StatusCode, reasonOf(resp.Header))
+	if resp.StatusCode != http.StatusForbidden || decisiontest.Of(resp.Header) != (decisiontest.Decision{Verdict: "deny", Reason: string(policy.ReasonCredentialWrongDestination), Rule: "other"}) {
+		t.Errorf("status %d reason %q; want 403 credential_wrong_destination", resp.StatusCode, decisiontest.Reason(resp.Header))
 	}
 	if n := hits.Load(); n != 0 {
 		t.Errorf("the other host received %d requests; want none", n)
@@ -244,8 +245,8 @@ func TestCredentialCleartextToPublicRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden || !strings.HasPrefix(reasonOf(resp.Header), string(policy.ReasonCredentialCleartext)) {
-		t.Errorf("status %d reason %q; want 403 credential_cleartext", resp.StatusCode, reasonOf(resp.Header))
+	if resp.StatusCode != http.StatusForbidden || !strings.HasPrefix(decisiontest.Reason(resp.Header), string(policy.ReasonCredentialCleartext)) {
+		t.Errorf("status %d reason %q; want 403 credential_cleartext", resp.StatusCode, decisiontest.Reason(resp.Header))
 	}
 	if n := hits.Load(); n != 0 {
 		t.Errorf("upstream received %d requests; want none", n)
@@ -271,8 +272,8 @@ func TestCredentialUnscrubbableRefused(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadGateway || !strings.HasPrefix(reasonOf(resp.Header), string(policy.ReasonCredentialUnscrubbable)) {
-		t.Errorf("status %d reason %q; want 502 credential_unscrubbable", resp.StatusCode, reasonOf(resp.Header))
+	if resp.StatusCode != http.StatusBadGateway || !strings.HasPrefix(decisiontest.Reason(resp.Header), string(policy.ReasonCredentialUnscrubbable)) {
+		t.Errorf("status %d reason %q; want 502 credential_unscrubbable", resp.StatusCode, decisiontest.Reason(resp.Header))
 	}
 	assertNoSecret(t, lines, logs, string(body))
 }
@@ -384,8 +385,8 @@ func TestCredentialCleartextDecidedBeforeDial(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden || !strings.HasPrefix(reasonOf(resp.Header), string(policy.ReasonCredentialCleartext)) {
-		t.Errorf("status %d reason %q; want 403 credential_cleartext", resp.StatusCode, reasonOf(resp.Header))
+	if resp.StatusCode != http.StatusForbidden || !strings.HasPrefix(decisiontest.Reason(resp.Header), string(policy.ReasonCredentialCleartext)) {
+		t.Errorf("status %d reason %q; want 403 credential_cleartext", resp.StatusCode, decisiontest.Reason(resp.Header))
 	}
 	// The listener accepts in arrival order: a connection the proxy
 	// opened would come before this one.

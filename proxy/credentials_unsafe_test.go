@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/egressd/egressd/internal/decisiontest"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -50,8 +51,8 @@ func TestCredentialUnsafeRequests(t *testing.T) {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if tt.refused {
-				if resp.StatusCode != http.StatusForbidden || reasonOf(resp.Header) != string(policy.ReasonCredentialUnsafeRequest)+"; rule=gh" {
-					t.Errorf("%s = %d %q; want 403 credential_unsafe_request", tt.name, resp.StatusCode, reasonOf(resp.Header))
+				if resp.StatusCode != http.StatusForbidden || decisiontest.Of(resp.Header) != (decisiontest.Decision{Verdict: "deny", Reason: string(policy.ReasonCredentialUnsafeRequest), Rule: "gh"}) {
+					t.Errorf("%s = %d %q; want 403 credential_unsafe_request", tt.name, resp.StatusCode, decisiontest.Reason(resp.Header))
 				}
 				if n := hits.Load(); n != 0 {
 					t.Errorf("upstream received %d requests; want none", n)
@@ -115,8 +116,8 @@ func TestCredentialNonTextBodies(t *testing.T) {
 			resp.Body.Close()
 			// A streamed body's head has gone when the secret is found:
 			// the body ends there.
-			if !tt.streamed && (resp.StatusCode != http.StatusBadGateway || !strings.HasPrefix(reasonOf(resp.Header), string(policy.ReasonCredentialUnscrubbable))) {
-				t.Errorf("GET = %d %q; want 502 credential_unscrubbable", resp.StatusCode, reasonOf(resp.Header))
+			if !tt.streamed && (resp.StatusCode != http.StatusBadGateway || !strings.HasPrefix(decisiontest.Reason(resp.Header), string(policy.ReasonCredentialUnscrubbable))) {
+				t.Errorf("GET = %d %q; want 502 credential_unscrubbable", resp.StatusCode, decisiontest.Reason(resp.Header))
 			}
 			var done string
 			for _, l := range lines() {

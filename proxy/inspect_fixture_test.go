@@ -187,7 +187,7 @@ func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixtu
 	}
 	var a audit.Appender = f.audit
 	if o.discardAudit {
-		a = discardAudit{}
+		a = audittest.Sink{}
 	}
 	opts := Options{Config: cfg, Decider: e, Floor: openFloor{}, Identities: ids, Dialer: &loopbackDialer{},
 		Audit: a, Metrics: NewMetrics(prometheus.NewRegistry()), Log: zap.NewNop(), UpstreamRoots: roots, Secrets: o.secrets}
@@ -282,12 +282,4 @@ func withExtensionData(tb testing.TB, rec []byte, typ uint16, data []byte) []byt
 	out[tlsRecordHeaderLen+1], out[tlsRecordHeaderLen+2], out[tlsRecordHeaderLen+3] = byte(hl>>16), byte(hl>>8), byte(hl)
 	binary.BigEndian.PutUint16(out[3:], uint16(len(out)-tlsRecordHeaderLen))
 	return out
-}
-
-// decisionReason is the reason of a refusal's X-Egressd-Decision header.
-func decisionReason(h http.Header) string {
-	v := h.Get("X-Egressd-Decision")
-	_, r, _ := strings.Cut(v, "reason=")
-	r, _, _ = strings.Cut(r, ";")
-	return r
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/decisiontest"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -36,7 +37,7 @@ func TestInspectH2PathMalformed(t *testing.T) {
 				t.Fatal(err)
 			}
 			resp.Body.Close()
-			if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusBadRequest || decisionReason(resp.Header) != string(policy.ReasonMalformedURL) {
+			if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusBadRequest || decisiontest.Reason(resp.Header) != string(policy.ReasonMalformedURL) {
 				t.Errorf("GET %q over HTTP/%d = %d %q; want 400 malformed_url", path, resp.ProtoMajor, resp.StatusCode, resp.Header.Get("X-Egressd-Decision"))
 			}
 			recs := f.audit.Wait(t, func(all []audit.Record) bool { return count(all[n:], audit.KindHTTP) > 0 })[n:]
@@ -70,7 +71,7 @@ func TestProxyDenyPathTrailingDots(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusForbidden || decisionReason(resp.Header) != "rule_deny" {
+		if resp.StatusCode != http.StatusForbidden || decisiontest.Reason(resp.Header) != "rule_deny" {
 			t.Errorf("GET %s = %d %q; want 403 rule_deny", path, resp.StatusCode, resp.Header.Get("X-Egressd-Decision"))
 		}
 	}

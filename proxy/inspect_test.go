@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/decisiontest"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/identity"
 )
@@ -110,7 +111,7 @@ func TestInspectDeniesInsideTLS(t *testing.T) {
 					t.Fatal(err)
 				}
 				resp.Body.Close()
-				if resp.StatusCode != http.StatusForbidden || decisionReason(resp.Header) != tt.want {
+				if resp.StatusCode != http.StatusForbidden || decisiontest.Reason(resp.Header) != tt.want {
 					t.Errorf("%s %s (h2 %v) = %d %q; want 403 %s", tt.method, tt.path, h2, resp.StatusCode, resp.Header.Get("X-Egressd-Decision"), tt.want)
 				}
 			})
@@ -136,7 +137,7 @@ func TestInspectHostMismatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusForbidden || decisionReason(resp.Header) != string(policy.ReasonHostMismatch) {
+			if resp.StatusCode != http.StatusForbidden || decisiontest.Reason(resp.Header) != string(policy.ReasonHostMismatch) {
 				t.Errorf("GET with Host %q (h2 %v) = %d %q; want 403 host_mismatch", host, h2, resp.StatusCode, resp.Header.Get("X-Egressd-Decision"))
 			}
 		}
@@ -158,7 +159,7 @@ func TestInspectRefusesAbsoluteFormForAnotherHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.StatusCode != http.StatusForbidden || decisionReason(resp.Header) != string(policy.ReasonHostMismatch) {
+	if resp.StatusCode != http.StatusForbidden || decisiontest.Reason(resp.Header) != string(policy.ReasonHostMismatch) {
 		t.Errorf("absolute-form for another host = %d %q; want 403 host_mismatch", resp.StatusCode, resp.Header.Get("X-Egressd-Decision"))
 	}
 	if hits.Load() != 0 {
@@ -246,7 +247,7 @@ func TestInspectUntrustedUpstream(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadGateway || decisionReason(resp.Header) != string(policy.ReasonUpstreamTLS) {
+	if resp.StatusCode != http.StatusBadGateway || decisiontest.Reason(resp.Header) != string(policy.ReasonUpstreamTLS) {
 		t.Errorf("GET = %d %q; want 502 upstream_tls", resp.StatusCode, resp.Header.Get("X-Egressd-Decision"))
 	}
 	f.audit.WaitRecord(t, func(r audit.Record) bool {
@@ -296,7 +297,7 @@ func TestInspectWithoutCARefuses(t *testing.T) {
 	nc := dialProxy(t, f.proxy)
 	io.WriteString(nc, "CONNECT example.com:"+f.port+" HTTP/1.1\r\nHost: example.com\r\n\r\n")
 	resp, err := http.ReadResponse(bufio.NewReader(nc), &http.Request{Method: http.MethodConnect})
-	if err != nil || resp.StatusCode != http.StatusServiceUnavailable || decisionReason(resp.Header) != string(policy.ReasonInspectUnavailable) {
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable || decisiontest.Reason(resp.Header) != string(policy.ReasonInspectUnavailable) {
 		t.Errorf("CONNECT = %v, %v; want 503 inspect_unavailable", resp, err)
 	}
 }
@@ -393,7 +394,7 @@ func TestInspectRedirectChecked(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if got := decisionReason(resp.Header); got != tt.want || (tt.want == "" && resp.StatusCode != http.StatusFound) {
+		if got := decisiontest.Reason(resp.Header); got != tt.want || (tt.want == "" && resp.StatusCode != http.StatusFound) {
 			t.Errorf("redirect to %s = %d %q; want reason %q", tt.to, resp.StatusCode, got, tt.want)
 		}
 	}
@@ -533,11 +534,11 @@ func TestInspectRefusesOddTargets(t *testing.T) {
 			t.Fatalf("%s: %v", line, err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest || decisionReason(resp.Header) == "" {
+		if resp.StatusCode != http.StatusBadRequest || decisiontest.Reason(resp.Header) == "" {
 			t.Errorf("%s = %d %q; want 400 with a reason", line, resp.StatusCode, resp.Header.Get("X-Egressd-Decision"))
 		}
 		f.audit.WaitRecord(t, func(r audit.Record) bool {
-			return r.Kind == audit.KindHTTP && r.Decision == audit.DecisionDeny && r.Inspected && r.Reason == decisionReason(resp.Header)
+			return r.Kind == audit.KindHTTP && r.Decision == audit.DecisionDeny && r.Inspected && r.Reason == decisiontest.Reason(resp.Header)
 		})
 	}
 	if hits.Load() != 0 {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/audit/audittest"
+	"github.com/egressd/egressd/internal/decisiontest"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/identity"
 )
@@ -137,7 +138,7 @@ func TestSourceRefusalLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		statuses = append(statuses, fmt.Sprint(resp.StatusCode, " ", reasonOf(resp.Header), " close=", resp.Close))
+		statuses = append(statuses, fmt.Sprint(resp.StatusCode, " ", decisiontest.Reason(resp.Header), " close=", resp.Close))
 	}
 	want := []string{
 		"407 proxy_auth_required close=true", "407 proxy_auth_required close=true", "407 proxy_auth_required close=true",
@@ -168,11 +169,6 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
-}
-
-func reasonOf(h http.Header) string {
-	v, _ := strings.CutPrefix(h.Get("X-Egressd-Decision"), "deny; reason=")
-	return v
 }
 
 // TestAuthRefusalRecordsTarget is issue 11 item 14: a 407 record carried
@@ -294,8 +290,8 @@ func TestAuditBudgetRefusesAllows(t *testing.T) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusTooManyRequests && reasonOf(resp.Header) != string(policy.ReasonAuditBudgetExceeded) {
-			t.Errorf("429 reason = %q; want %s", reasonOf(resp.Header), policy.ReasonAuditBudgetExceeded)
+		if resp.StatusCode == http.StatusTooManyRequests && decisiontest.Reason(resp.Header) != string(policy.ReasonAuditBudgetExceeded) {
+			t.Errorf("429 reason = %q; want %s", decisiontest.Reason(resp.Header), policy.ReasonAuditBudgetExceeded)
 		}
 		return resp.StatusCode
 	}

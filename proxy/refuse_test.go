@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/egressd/egressd/internal/decisiontest"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -64,6 +65,17 @@ func TestRefusalBodyHidesDetail(t *testing.T) {
 		"egressd: denied: private_address (rule none, request req-1)\n"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("refusal response = %q; want it to contain %q", got, want)
+		}
+	}
+}
+
+// The tests read X-Egressd-Decision with decisiontest: it must read what
+// decisionHeader writes.
+func TestDecisionHeaderReadsBack(t *testing.T) {
+	for _, rule := range []string{"", "pypi"} {
+		want := decisiontest.Decision{Verdict: "deny", Reason: string(policy.ReasonPrivateAddress), Rule: rule}
+		if got := decisiontest.Parse(decisionHeader(policy.ReasonPrivateAddress, rule)); got != want {
+			t.Errorf("decisiontest.Parse(decisionHeader(%s, %q)) = %+v; want %+v", policy.ReasonPrivateAddress, rule, got, want)
 		}
 	}
 }

@@ -9,12 +9,14 @@ import (
 	"net/url"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/audit/audittest"
 )
 
 func BenchmarkProxyHTTPKeepAlive(b *testing.B) {
 	up := httptest.NewServer(kibHandler())
 	defer up.Close()
-	addr := startProxy(b, benchConfig(), allowAll{}, discardAudit{})
+	addr := startProxy(b, benchConfig(), allowAll{}, audittest.Sink{})
 	pu := &url.URL{Scheme: "http", Host: addr}
 	benchGets(b, &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}, up.URL+"/x")
 }
@@ -74,7 +76,7 @@ func BenchmarkProxyConnectBulk(b *testing.B) {
 			}()
 		}
 	}()
-	addr := startProxy(b, DefaultConfig(), allowAll{}, discardAudit{})
+	addr := startProxy(b, DefaultConfig(), allowAll{}, audittest.Sink{})
 	buf := bytes.Repeat([]byte{0xab}, 256<<10)
 	const total = 64 << 20
 	b.SetBytes(total)

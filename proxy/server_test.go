@@ -33,10 +33,6 @@ type openFloor struct{}
 
 func (openFloor) Check(netip.Addr, uint16) error { return nil }
 
-type discardAudit struct{}
-
-func (discardAudit) Append(*audit.Record) error { return nil }
-
 // startProxy runs a Server with the given engine, an open floor, a plain
 // dialer and the audit log a, and returns its address.
 func startProxy(tb testing.TB, cfg Config, e policy.Decider, a audit.Appender) string {

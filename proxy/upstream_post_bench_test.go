@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/audit/audittest"
 )
 
 // BenchmarkProxyPost sends keep-alive POSTs of 1 KiB through the proxy,
@@ -20,7 +22,7 @@ func BenchmarkProxyPost(b *testing.B) {
 	b.Run("plain", func(b *testing.B) {
 		up := httptest.NewServer(kibHandler())
 		defer up.Close()
-		addr := startProxy(b, benchConfig(), allowAll{}, discardAudit{})
+		addr := startProxy(b, benchConfig(), allowAll{}, audittest.Sink{})
 		pu := &url.URL{Scheme: "http", Host: addr}
 		tr := &http.Transport{Proxy: http.ProxyURL(pu)}
 		defer tr.CloseIdleConnections()

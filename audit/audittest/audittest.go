@@ -33,6 +33,15 @@ type Recorder struct {
 
 var _ audit.Appender = (*Recorder)(nil)
 
+// Sink is an audit.Appender that keeps no record and returns Err from
+// every Append (nil: accepts them). Sink{} is the discarding log of
+// benchmarks, with no lock to measure; Sink{Err: e} a log that refuses
+// with e.
+type Sink struct{ Err error }
+
+// Append returns s.Err.
+func (s Sink) Append(*audit.Record) error { return s.Err }
+
 // Append keeps a copy of r, or returns ErrFull while SetFail(true) holds.
 func (r *Recorder) Append(rec *audit.Record) error {
 	r.mu.Lock()

@@ -1,7 +1,8 @@
 // Package egressdbin builds the egressd binary once per test process for
-// tests that run it as a user would (`egressd check`, `egressd policy`).
-// Several packages' tests need it; one copy keeps the build command and the
-// clean-up in one place.
+// tests that run it as a user would (`egressd check`, `egressd serve`).
+// Several packages' tests need it; one copy keeps the build and the
+// clean-up in one place, and the build is deploy/build.sh, the script the
+// Dockerfile runs, so every test runs the binary as it ships.
 package egressdbin
 
 import (
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 )
@@ -26,23 +28,32 @@ var (
 // building it on the first call. A build failure fails t.
 func Build(t testing.TB) string {
 	t.Helper()
+	p, err := Path()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Path is Build for a TestMain: it returns the build's error instead of
+// failing a test.
+func Path() (string, error) {
 	once.Do(func() {
 		if dir, err = os.MkdirTemp("", "egressd-bin"); err != nil {
 			err = fmt.Errorf("make a directory for the binary: %w", err)
 			return
 		}
 		path = filepath.Join(dir, "egressd")
-		// The package path, not a relative one, so any package's tests can
-		// build it whatever their working directory.
-		out, buildErr := exec.Command("go", "build", "-o", path, "github.com/egressd/egressd/cmd/egressd").CombinedOutput()
+		// Located from this file, not the working directory, so any
+		// package's tests can build it.
+		_, self, _, _ := runtime.Caller(0)
+		script := filepath.Join(filepath.Dir(self), "..", "..", "deploy", "build.sh")
+		out, buildErr := exec.Command("bash", script, path).CombinedOutput()
 		if buildErr != nil {
-			err = fmt.Errorf("go build ./cmd/egressd: %w\n%s", buildErr, out)
+			err = fmt.Errorf("deploy/build.sh: %w\n%s", buildErr, out)
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return path, err
 }
 
 // Output runs cmd (its Stdout and Stderr are set here) and returns what it

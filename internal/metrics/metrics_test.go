@@ -113,7 +113,7 @@ func TestCounting(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			d := NewDecisions(reg)
-			if err := Counting(failing{err: tt.fail}, d).Append(tt.rec); !errors.Is(err, tt.fail) || (err == nil) != (tt.fail == nil) {
+			if err := Counting(audittest.Sink{Err: tt.fail}, d).Append(tt.rec); !errors.Is(err, tt.fail) || (err == nil) != (tt.fail == nil) {
 				t.Errorf("Append = %v; want %v passed through", err, tt.fail)
 			}
 			var counted []string
@@ -133,11 +133,6 @@ func TestCounting(t *testing.T) {
 		})
 	}
 }
-
-// failing is an Appender that returns err (nil: success).
-type failing struct{ err error }
-
-func (f failing) Append(*audit.Record) error { return f.err }
 
 func TestLogins(t *testing.T) {
 	reg := prometheus.NewRegistry()

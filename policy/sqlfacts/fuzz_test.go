@@ -1,6 +1,7 @@
 package sqlfacts
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"reflect"
@@ -12,6 +13,11 @@ import (
 	"github.com/egressd/egressd/policy"
 )
 
+// FuzzParse checks that every refusal is a *policy.DenyError, and that the
+// facts are a fixed point of the split: each statement's own Text, parsed
+// alone, is one statement with the same facts (its AppendKey, which
+// encodes all of them), so a statement means the same whatever shares its
+// query text.
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		"SELECT 1", "WITH t AS (DELETE FROM a RETURNING *) SELECT * FROM t",
@@ -34,8 +40,14 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		for _, st := range sts {
-			st.AppendKey(nil)
 			st.AddTo(ast.NewObject())
+			alone, err := Parse(st.Text, Options{Database: "d"})
+			if err != nil || len(alone) != 1 {
+				t.Fatalf("Parse(%q) has statement %q; alone it parses to %d statements, %v; want 1", sql, st.Text, len(alone), err)
+			}
+			if got, want := alone[0].AppendKey(nil), st.AppendKey(nil); !bytes.Equal(got, want) {
+				t.Fatalf("Parse(%q) has statement %q with facts %+v; alone its facts are %+v", sql, st.Text, st, alone[0])
+			}
 		}
 	})
 }

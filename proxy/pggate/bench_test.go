@@ -15,14 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
-
-type nopAudit struct{}
-
-func (nopAudit) Append(*audit.Record) error { return nil }
 
 // benchQuery is a typical 200-byte application query.
 const benchQuery = "SELECT u.id, u.name, lower(u.name) AS lname, count(i.id) AS n FROM users u LEFT JOIN items i ON i.id = u.id " +
@@ -32,7 +28,7 @@ func benchSession(b *testing.B, cacheSize int) *session {
 	g := fuzzGate(b)
 	g.cfg.CacheSize = cacheSize
 	g.verdicts = newVerdictCache(cacheSize)
-	g.deps.Audit = nopAudit{}
+	g.deps.Audit = audittest.Sink{}
 	id := policy.Identity{ID: "agent-ro", Attributes: map[string]string{"sql_profile": "read_only"}}
 	return &session{g: g, identity: id, database: "app", remote: "bench", keyPrefix: cacheKeyPrefix(id, "app")}
 }
@@ -139,7 +135,7 @@ func BenchmarkPgbench(b *testing.B) {
 		b.Fatalf("pgbench -i: %v\n%s", err, out)
 	}
 	f := startGate(b, pg, nil)
-	f.gate.deps.Audit = nopAudit{}
+	f.gate.deps.Audit = audittest.Sink{}
 	ghost, gport, _ := net.SplitHostPort(f.addr)
 	// run returns pgbench's rate, the CPU this process (the gate; idle
 	// during a direct run) spent per transaction, pgbench's own CPU per
