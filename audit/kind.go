@@ -21,7 +21,7 @@ const (
 	KindSQL      Kind = "sql"
 	KindRedirect Kind = "redirect"
 	// KindAccept is a connection refused on accept, before any request
-	// was read (proxy/fdlimit): Detail "listener".
+	// was read (internal/fdlimit): Detail "listener".
 	KindAccept Kind = "accept"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/egressd/egressd/proxy/identity"
+	"github.com/egressd/egressd/internal/identity"
 	"gopkg.in/yaml.v3"
 )
 

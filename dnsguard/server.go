@@ -14,9 +14,9 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/internal/metrics"
 	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/proxy/identity"
 )
 
 // ServerOptions are the server's dependencies.

@@ -18,9 +18,9 @@ import (
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/dnsguard/dnstest"
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/internal/testwait"
 	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/rego"
 )
 

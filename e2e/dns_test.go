@@ -11,8 +11,8 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
+	"github.com/egressd/egressd/internal/testport"
 	"github.com/egressd/egressd/internal/testwait"
-	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
 // TestDNSListener drives `egressd serve` with dns.listen set: the sandbox
@@ -27,7 +27,7 @@ func TestDNSListener(t *testing.T) {
 	held := ReservePort(t)
 	listen := held.Addr()
 	e := Start(t, Options{
-		Hold:      []*pgtest.Reservation{held},
+		Hold:      []*testport.Reservation{held},
 		DNS:       up.Addr(),
 		DNSListen: listen,
 		PolicyDir: WritePolicy(t, []Rule{

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/internal/testport"
 	"github.com/egressd/egressd/internal/testwait"
-	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
 // gateUpstream is a TCP listener standing in for the Postgres gate's
@@ -44,7 +44,7 @@ func TestDrainStopsEveryListenerAtOnce(t *testing.T) {
 	pgPort := ReservePort(t)
 	w := newWorld(t, func(w *world) {
 		w.Opts.ProxyYAML = "drain_timeout: 30s"
-		w.Opts.Hold = []*pgtest.Reservation{pgPort}
+		w.Opts.Hold = []*testport.Reservation{pgPort}
 		w.Opts.YAML = InternalAllow(w.HTTP.Addr, w.HTTPS.Addr, up) + gateYAML(pgPort.Addr(), up, "")
 	})
 	for _, path := range []string{"/readyz", "/readyz/proxy", "/readyz/postgres"} {

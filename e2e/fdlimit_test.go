@@ -14,7 +14,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
-	"github.com/egressd/egressd/proxy/pggate/pgtest"
+	"github.com/egressd/egressd/internal/testport"
 )
 
 // heldConn is a client connection the proxy served and keeps open.
@@ -198,7 +198,7 @@ func TestFDShortageRefusesGateClients(t *testing.T) {
 	// An upstream that accepts, for /readyz; no login reaches it.
 	up := gateUpstream(t)
 	e := Start(t, Options{
-		Hold: []*pgtest.Reservation{gatePort},
+		Hold: []*testport.Reservation{gatePort},
 		DNS:  dnstest.Start(t).Addr(),
 		YAML: InternalAllow(up) + gateYAML(gate, up, "  startup_timeout: 60s\n"),
 		Wrap: prlimitWrap(t),

@@ -23,8 +23,8 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/internal/egressdbin"
+	"github.com/egressd/egressd/internal/testport"
 	"github.com/egressd/egressd/internal/testwait"
-	"github.com/egressd/egressd/proxy/pggate/pgtest"
 	"github.com/egressd/egressd/rego"
 )
 
@@ -92,7 +92,7 @@ type Options struct {
 	// Hold are ports the test wrote into the config (dns.listen,
 	// postgres.listen) and holds (ReservePort) so that nothing else binds
 	// them first; Start releases them just before egressd starts.
-	Hold []*pgtest.Reservation
+	Hold []*testport.Reservation
 	// Wrap is a command egressd runs under, e.g. {"prlimit",
 	// "--nofile=128:128"}; if empty, none.
 	Wrap []string
@@ -117,9 +117,9 @@ type Egressd struct {
 // ReservePort holds a loopback port for a listener egressd is to open
 // (pass it in Options.Hold): picking a free port and closing it at once
 // let another test's server take it before egressd bound it.
-func ReservePort(t testing.TB) *pgtest.Reservation {
+func ReservePort(t testing.TB) *testport.Reservation {
 	t.Helper()
-	r, err := pgtest.ReservePort()
+	r, err := testport.Reserve()
 	if err != nil {
 		t.Fatalf("reserve a port: %v", err)
 	}

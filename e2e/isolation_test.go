@@ -11,9 +11,9 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
+	"github.com/egressd/egressd/internal/identity"
+	"github.com/egressd/egressd/internal/pgtest"
 	"github.com/egressd/egressd/internal/testwait"
-	"github.com/egressd/egressd/proxy/identity"
-	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
 // Ports of the upstream services inside the upstream namespace.

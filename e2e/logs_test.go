@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/dnsguard/dnstest"
-	"github.com/egressd/egressd/proxy/pggate/pgtest"
+	"github.com/egressd/egressd/internal/testport"
 )
 
 // logLines decodes the operational log as JSON lines; a line that is not
@@ -108,7 +108,7 @@ func TestServingLineListsEveryListener(t *testing.T) {
 	e := Start(t, Options{
 		DNS:       dnstest.Start(t).Addr(),
 		DNSListen: dnsAddr,
-		Hold:      []*pgtest.Reservation{dnsPort, pgPort},
+		Hold:      []*testport.Reservation{dnsPort, pgPort},
 		YAML:      InternalAllow(up) + gateYAML(pgAddr, up, fmt.Sprintf("  password_file: %s\n", pw)),
 	})
 	var serving map[string]any

@@ -13,8 +13,9 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
-	"github.com/egressd/egressd/proxy/identity"
-	"github.com/egressd/egressd/proxy/pggate/pgtest"
+	"github.com/egressd/egressd/internal/identity"
+	"github.com/egressd/egressd/internal/pgtest"
+	"github.com/egressd/egressd/internal/testport"
 )
 
 // TestPostgresGate drives `egressd serve` with postgres.listen set, with
@@ -150,7 +151,7 @@ func startGateUnder(t *testing.T, wrap []string, schema string, ids ...gateIdent
 	}
 	held := ReservePort(t)
 	gate := held.Addr()
-	e := Start(t, Options{Wrap: wrap, Hold: []*pgtest.Reservation{held}, DNS: dnstest.Start(t).Addr(), YAML: fmt.Sprintf(`postgres:
+	e := Start(t, Options{Wrap: wrap, Hold: []*testport.Reservation{held}, DNS: dnstest.Start(t).Addr(), YAML: fmt.Sprintf(`postgres:
   listen: %s
   upstream: "host=127.0.0.1 port=%d user=%s sslmode=disable"
   password_file: %s

@@ -15,7 +15,7 @@ import (
 
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/dnsguard/dnstest"
-	"github.com/egressd/egressd/proxy/pggate/pgtest"
+	"github.com/egressd/egressd/internal/testport"
 )
 
 // TestReadmeExamples runs the examples of README.md and rego/README.md,
@@ -172,7 +172,7 @@ type readmeRun struct {
 	file           string // the README, for messages
 	dir, binDir    string
 	proxy, admin   string
-	ports          []*pgtest.Reservation // proxy and admin, held until serve starts
+	ports          []*testport.Reservation // proxy and admin, held until serve starts
 	cfg            string
 	serve          *Egressd // the README's `egressd serve`, once started
 	normalizeLocal *strings.Replacer
@@ -183,7 +183,7 @@ func newReadmeRun(t *testing.T, file string) *readmeRun {
 	if err := os.Symlink(binary, filepath.Join(r.binDir, "egressd")); err != nil {
 		t.Fatal(err)
 	}
-	r.ports = []*pgtest.Reservation{ReservePort(t), ReservePort(t)}
+	r.ports = []*testport.Reservation{ReservePort(t), ReservePort(t)}
 	r.proxy, r.admin = r.ports[0].Addr(), r.ports[1].Addr()
 	r.cfg = filepath.Join(t.TempDir(), "readme-serve.yaml")
 	cfg := fmt.Sprintf("proxy:\n  listen: %s\nadmin:\n  listen: %s\ndns:\n  upstreams: [%q]\n", r.proxy, r.admin, dnstest.Start(t).Addr())

@@ -7,8 +7,8 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/proxy/identity"
 )
 
 // credential is how a client proved its identity, kept so that a reload can

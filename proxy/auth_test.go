@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/proxy/identity"
 )
 
 func TestAuthenticate(t *testing.T) {

@@ -17,9 +17,9 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/egressd/egressd/internal/decisiontest"
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/broker"
-	"github.com/egressd/egressd/proxy/identity"
 )
 
 const testSecret = "ghp_SECRETvalue0123456789abcdef"

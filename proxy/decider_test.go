@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/dnsguard"
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/proxy/identity"
 )
 
 // countingEngine allows everything and counts evaluations.

@@ -28,9 +28,9 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/audit/audittest"
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/broker"
-	"github.com/egressd/egressd/proxy/identity"
 	defaultbundle "github.com/egressd/egressd/rego"
 )
 

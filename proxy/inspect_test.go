@@ -19,8 +19,8 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/internal/decisiontest"
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/proxy/identity"
 )
 
 // echoPath answers with the method and path it received, and the protocol.

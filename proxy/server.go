@@ -20,10 +20,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/fdlimit"
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/broker"
-	"github.com/egressd/egressd/proxy/fdlimit"
-	"github.com/egressd/egressd/proxy/identity"
 )
 
 // Dialer is what the proxy needs of *dnsguard.Dialer: resolve once, check

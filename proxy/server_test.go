@@ -17,8 +17,8 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/audit/audittest"
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/proxy/identity"
 )
 
 type allowAll struct{}

@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/egressd/egressd/proxy/identity"
+	"github.com/egressd/egressd/internal/identity"
 )
 
 // TestInspectClientConnectionCloseStaysOnItsHop (issue 21 item 19): one

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/audit"
-	"github.com/egressd/egressd/proxy/identity"
+	"github.com/egressd/egressd/internal/identity"
 )
 
 // parsedRequest is one request an upstream parsed: the connection it came

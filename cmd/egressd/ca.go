@@ -12,8 +12,8 @@ import (
 	"software.sslmate.com/src/go-pkcs12"
 
 	"github.com/egressd/egressd/cmd/egressd/config"
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/proxy/ca"
-	"github.com/egressd/egressd/proxy/identity"
 )
 
 var caActions = map[string]helpText{

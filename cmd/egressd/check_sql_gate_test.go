@@ -16,10 +16,10 @@ import (
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/cmd/egressd/config"
+	"github.com/egressd/egressd/internal/identity"
+	"github.com/egressd/egressd/internal/pgtest"
 	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/proxy/pggate"
-	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
 // `egressd check sql` answers what the gate does, statement by statement

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/internal/pgtest"
 	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
 func TestCheckSQL(t *testing.T) {

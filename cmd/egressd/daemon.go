@@ -14,13 +14,13 @@ import (
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/cmd/egressd/generation"
 	"github.com/egressd/egressd/dnsguard"
+	"github.com/egressd/egressd/internal/admin"
+	"github.com/egressd/egressd/internal/fdlimit"
 	"github.com/egressd/egressd/internal/metrics"
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/proxy"
-	"github.com/egressd/egressd/proxy/admin"
 	"github.com/egressd/egressd/proxy/broker"
 	"github.com/egressd/egressd/proxy/ca"
-	"github.com/egressd/egressd/proxy/fdlimit"
 	"github.com/egressd/egressd/proxy/pggate"
 )
 

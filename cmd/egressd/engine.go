@@ -10,8 +10,8 @@ import (
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/cmd/egressd/generation"
 	"github.com/egressd/egressd/dnsguard"
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/proxy/identity"
 )
 
 // engineFlags are the flags of every command that decides like the

@@ -10,7 +10,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/egressd/egressd/proxy/identity"
+	"github.com/egressd/egressd/internal/identity"
 )
 
 // runIdentity is `egressd identity hash`: it turns a sandbox's secret, read

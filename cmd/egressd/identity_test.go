@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/cmd/egressd/config"
-	"github.com/egressd/egressd/proxy/identity"
+	"github.com/egressd/egressd/internal/identity"
 )
 
 func TestIdentityHashRoundTrip(t *testing.T) {

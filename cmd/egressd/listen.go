@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/egressd/egressd/proxy/fdlimit"
+	"github.com/egressd/egressd/internal/fdlimit"
 )
 
 // bound are the daemon's listeners, bound together before any serves: the

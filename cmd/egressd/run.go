@@ -12,8 +12,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/egressd/egressd/proxy/admin"
-	"github.com/egressd/egressd/proxy/fdlimit"
+	"github.com/egressd/egressd/internal/admin"
+	"github.com/egressd/egressd/internal/fdlimit"
 	"github.com/egressd/egressd/proxy/pggate"
 )
 

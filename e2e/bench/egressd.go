@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/egressd/egressd/proxy/pggate/pgtest"
+	"github.com/egressd/egressd/internal/testport"
 )
 
 // egressdOpts selects the optional parts of an egressd instance.
@@ -140,7 +140,7 @@ func jsonInts(xs []int) string {
 }
 
 func freePort() int {
-	port, err := pgtest.FreePort()
+	port, err := testport.Free()
 	if err != nil {
 		panic(err)
 	}

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/egressd/egressd/proxy/identity"
-	"github.com/egressd/egressd/proxy/pggate/pgtest"
+	"github.com/egressd/egressd/internal/identity"
+	"github.com/egressd/egressd/internal/pgtest"
 )
 
 // pgbench through the egressd gate (every statement parsed, decided and

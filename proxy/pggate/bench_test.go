@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/audit/audittest"
+	"github.com/egressd/egressd/internal/pgtest"
 	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
 // benchQuery is a typical 200-byte application query.

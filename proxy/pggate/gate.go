@@ -27,10 +27,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/internal/metrics"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/policy/sqlfacts"
-	"github.com/egressd/egressd/proxy/identity"
 )
 
 // Identities is what the gate needs of the identity table

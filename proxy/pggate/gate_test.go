@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/proxy/identity"
 )
 
 func rows(t *testing.T, c *pgconn.PgConn, sql string) [][]string {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/internal/metrics"
-	"github.com/egressd/egressd/proxy/pggate/pgtest"
+	"github.com/egressd/egressd/internal/pgtest"
 )
 
 // TestLoginsCounted: every login is counted by decision and reason (issue

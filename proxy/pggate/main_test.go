@@ -16,10 +16,10 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/audit/audittest"
+	"github.com/egressd/egressd/internal/identity"
+	"github.com/egressd/egressd/internal/pgtest"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/policy/sqlparse"
-	"github.com/egressd/egressd/proxy/identity"
-	"github.com/egressd/egressd/proxy/pggate/pgtest"
 )
 
 const (

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/egressd/egressd/audit/audittest"
-	"github.com/egressd/egressd/proxy/identity"
-	"github.com/egressd/egressd/proxy/pggate/pgtest"
+	"github.com/egressd/egressd/internal/identity"
+	"github.com/egressd/egressd/internal/pgtest"
 )
 
 // udfDB is a database on the shared server for the tests of functions the

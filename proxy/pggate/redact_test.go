@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/egressd/egressd/proxy/pggate/pgtest"
+	"github.com/egressd/egressd/internal/pgtest"
 )
 
 // literalTemplates put a marker literal into every statement kind the

@@ -8,9 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/policy/sqlfacts"
-	"github.com/egressd/egressd/proxy/identity"
 )
 
 // denyTable decides as inner does, except that any statement reading or

@@ -18,11 +18,11 @@ import (
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard"
 	"github.com/egressd/egressd/internal/defaults"
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/proxy/broker"
 	"github.com/egressd/egressd/proxy/ca"
-	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/proxy/pggate"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/egressd/egressd/proxy/identity"
+	"github.com/egressd/egressd/internal/identity"
 )
 
 func TestParseDefaults(t *testing.T) {

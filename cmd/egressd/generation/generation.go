@@ -19,9 +19,9 @@ import (
 
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/dnsguard"
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/broker"
-	"github.com/egressd/egressd/proxy/identity"
 )
 
 // Generation is one config's reloadable state, checked as a whole.

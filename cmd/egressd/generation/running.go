@@ -13,12 +13,12 @@ import (
 
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/dnsguard"
+	"github.com/egressd/egressd/internal/admin"
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/internal/metrics"
 	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/proxy/admin"
 	"github.com/egressd/egressd/proxy/broker"
 	"github.com/egressd/egressd/proxy/ca"
-	"github.com/egressd/egressd/proxy/identity"
 )
 
 // Reloader is what a reload asks of each listener (proxy, DNS, Postgres):

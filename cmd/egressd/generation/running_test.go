@@ -15,11 +15,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/cmd/egressd/config"
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/internal/metrics"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/broker"
 	"github.com/egressd/egressd/proxy/ca"
-	"github.com/egressd/egressd/proxy/identity"
 	"github.com/egressd/egressd/rego"
 )
 
