@@ -210,7 +210,7 @@ var (
 	flagTerms       [flagCount]*ast.Term
 	termObfuscated  = ast.StringTerm("ip_obfuscated")
 	termUserinfo    = ast.StringTerm("userinfo")
-	termMismatch    = ast.StringTerm("host_mismatch")
+	termMismatch    = ast.StringTerm(string(ReasonHostMismatch))
 	emptyFlags      = ast.ArrayTerm()
 )
 

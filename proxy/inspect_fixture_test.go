@@ -2,18 +2,12 @@ package proxy
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/binary"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -31,58 +25,41 @@ import (
 	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/broker"
+	"github.com/egressd/egressd/proxy/ca"
 	defaultbundle "github.com/egressd/egressd/rego"
 )
 
-// testCA is a LeafSource with an independent self-signed root per
-// identity, as the real one has; it counts what it mints.
+// testCA is the real authority (proxy/ca), with its independent root per
+// identity, in a temporary directory; it counts what the proxy asks it to
+// mint.
 type testCA struct {
-	mu    sync.Mutex
-	roots map[string]*testRoot
+	a     *ca.Authority
 	calls atomic.Int64
+	mu    sync.Mutex
 	hosts []string
 }
 
-type testRoot struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
+func newTestCA(tb testing.TB) *testCA {
+	a, err := ca.Open(tb.TempDir(), ca.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &testCA{a: a}
 }
 
-func newTestCA() *testCA { return &testCA{roots: map[string]*testRoot{}} }
-
-func (c *testCA) root(tb testing.TB, identity string) *testRoot {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if r, ok := c.roots[identity]; ok {
-		return r
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// rootCert is identity's root.
+func (c *testCA) rootCert(tb testing.TB, identity string) *x509.Certificate {
+	r, err := c.a.Root(identity)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "egressd test CA " + identity},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	r := &testRoot{cert: cert, key: key}
-	c.roots[identity] = r
 	return r
 }
 
 // pool is identity's root, for a client that trusts it.
 func (c *testCA) pool(tb testing.TB, identity string) *x509.CertPool {
 	p := x509.NewCertPool()
-	p.AddCert(c.root(tb, identity).cert)
+	p.AddCert(c.rootCert(tb, identity))
 	return p
 }
 
@@ -91,29 +68,7 @@ func (c *testCA) Leaf(identity, host string) (*tls.Certificate, error) {
 	c.mu.Lock()
 	c.hosts = append(c.hosts, identity+"/"+host)
 	c.mu.Unlock()
-	r := c.root(nil, identity)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: host},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	if a, err := netip.ParseAddr(host); err == nil {
-		tmpl.IPAddresses = []net.IP{a.AsSlice()}
-	} else {
-		tmpl.DNSNames = []string{host}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, r.cert, &key.PublicKey, r.key)
-	if err != nil {
-		return nil, err
-	}
-	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+	return c.a.Leaf(identity, host)
 }
 
 // loopbackDialer dials every host on 127.0.0.1, so tests can CONNECT to
@@ -172,7 +127,7 @@ func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixtu
 		rules = strings.ReplaceAll(o.rules, "PORT", port)
 	}
 	e := inspectEngine(tb, rules)
-	f := &inspectFixture{ca: newTestCA(), audit: &audittest.Recorder{}, up: up, port: port}
+	f := &inspectFixture{ca: newTestCA(tb), audit: &audittest.Recorder{}, up: up, port: port}
 	roots := x509.NewCertPool()
 	if !o.untrustedRoot {
 		roots.AddCert(up.Certificate())

@@ -24,7 +24,7 @@ func TestInspectH2UnreadBodyEndsCleanly(t *testing.T) {
 	}), inspectOptions{rules: credInspectRules, secrets: testStore(t)})
 	dir := t.TempDir()
 	ca := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.ca.root(t, "anonymous").cert.Raw}), 0o644); err != nil {
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.ca.rootCert(t, "anonymous").Raw}), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	body := filepath.Join(dir, "body")

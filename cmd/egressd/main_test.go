@@ -7,9 +7,5 @@ import (
 	"github.com/egressd/egressd/policy/sqlparse"
 )
 
-// TestMain switches the SQL parser worker on: a deep text is parsed in a
-// re-run of this test binary, which serves there instead of testing.
-func TestMain(m *testing.M) {
-	sqlparse.EnableWorkers()
-	os.Exit(m.Run())
-}
+// TestMain switches the SQL parser worker on (see sqlparse.EnableWorkers).
+func TestMain(m *testing.M) { sqlparse.EnableWorkers(); os.Exit(m.Run()) }

@@ -1,36 +1,34 @@
 package pggate
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"io"
-	"math/big"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/proxy/ca"
 )
 
-func writeSelfSigned(t *testing.T) (certFile, keyFile string) {
+// writeServerCert writes a leaf for localhost that proxy/ca minted (its
+// root is nobody's trust anchor: sslmode=require does not verify).
+func writeServerCert(t *testing.T) (certFile, keyFile string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	a, err := ca.Open(t.TempDir(), ca.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "egressd-test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		DNSNames: []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	leaf, err := a.Leaf("pggate-test", "localhost")
 	if err != nil {
 		t.Fatal(err)
 	}
-	kder, _ := x509.MarshalPKCS8PrivateKey(key)
+	der := leaf.Certificate[0]
+	kder, err := x509.MarshalPKCS8PrivateKey(leaf.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
@@ -43,7 +41,7 @@ func writeSelfSigned(t *testing.T) (certFile, keyFile string) {
 }
 
 func TestTLSWhenConfigured(t *testing.T) {
-	cert, key := writeSelfSigned(t)
+	cert, key := writeServerCert(t)
 	f := startGate(t, sharedPG(t), func(c *Config) { c.TLSCert, c.TLSKey = cert, key })
 	dsn := f.dsn("agent-ro", passRO, "app")
 	c := connect(t, dsn[:len(dsn)-len("sslmode=disable")]+"sslmode=require")
