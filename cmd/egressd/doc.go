@@ -45,12 +45,15 @@
 //	          → pggate.Gate.login (SCRAM: the identity; the upstream login
 //	            through the pinned dialer, the gate's Dial)
 //	          → pggate.session.decideConnect → pggate.session.handle
+//	          → pggate.session.decide → pggate.Gate.verdict (the exact-text
+//	            cache) → pggate.Gate.capped (the shape cache, the statement
+//	            cap) → pggate.Gate.evaluate (the normalized cache)
 //	          → sqlfacts.ParseContext → policy.Engine.Decide per statement
 //	          → audit.Appender.Append per statement, then the statement goes
 //	            upstream or is refused with 42501
 //
 // `egressd check` calls policy.PreDial (policy.PreDial.DecideRequest for an
 // https:// URL of an inspected host), dnsguard.Decide and
-// pggate.DecideQuery, the same functions, so a check answers what the
+// pggate.DecideQuery (pggate.Gate.verdict), the same functions, so a check answers what the
 // listeners would do.
 package main
