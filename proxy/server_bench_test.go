@@ -27,15 +27,20 @@ func kibHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(body) })
 }
 
-// benchGets GETs u with c once per iteration, each answer a 200 read whole,
-// and reports CPU time per request and requests per second. Client, proxy
-// and upstream share the process: compare variants of the proxy in the
-// same run, never these figures with another machine's.
+// benchGets GETs u with c once per iteration, each answer a 200 read whole.
 func benchGets(b *testing.B, c *http.Client, u string) {
+	benchRequests(b, func() (*http.Response, error) { return c.Get(u) })
+}
+
+// benchRequests sends one request per iteration with do, reads each answer
+// (a 200) whole, and reports CPU time per request and requests per second.
+// Client, proxy and upstream share the process: compare variants of the
+// proxy in the same run, never these figures with another machine's.
+func benchRequests(b *testing.B, do func() (*http.Response, error)) {
 	b.ReportAllocs()
 	cpu0, t0 := cpuTime(), time.Now()
 	for b.Loop() {
-		resp, err := c.Get(u)
+		resp, err := do()
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -3,12 +3,10 @@ package proxy
 import (
 	"bytes"
 	"crypto/tls"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"testing"
-	"time"
 
 	"github.com/egressd/egressd/audit/audittest"
 )
@@ -41,20 +39,8 @@ func BenchmarkProxyPost(b *testing.B) {
 }
 
 func benchPosts(b *testing.B, c *http.Client, u string) {
-	b.ReportAllocs()
 	body := bytes.Repeat([]byte("y"), 1024)
-	cpu0, t0 := cpuTime(), time.Now()
-	for b.Loop() {
-		resp, err := c.Post(u, "application/octet-stream", bytes.NewReader(body))
-		if err != nil {
-			b.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			b.Fatalf("status %d", resp.StatusCode)
-		}
-	}
-	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
-	b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "req/s")
+	benchRequests(b, func() (*http.Response, error) {
+		return c.Post(u, "application/octet-stream", bytes.NewReader(body))
+	})
 }
