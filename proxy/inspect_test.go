@@ -302,6 +302,22 @@ func TestInspectWithoutCARefuses(t *testing.T) {
 	}
 }
 
+// upgradeAndEchoLine answers a WebSocket handshake with 101 Switching
+// Protocols on the hijacked connection and echoes one line back, as "echo "
+// and the line.
+func upgradeAndEchoLine(w http.ResponseWriter) {
+	c, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+	brw.Flush()
+	line, _ := brw.ReadString('\n')
+	brw.WriteString("echo " + line)
+	brw.Flush()
+}
+
 // TestInspectWebSocket: a WebSocket handshake is decided as a GET, and the
 // upgraded connection is relayed both ways.
 func TestInspectWebSocket(t *testing.T) {
@@ -310,16 +326,7 @@ func TestInspectWebSocket(t *testing.T) {
 			http.Error(w, "want an upgrade", http.StatusBadRequest)
 			return
 		}
-		c, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-		brw.Flush()
-		line, _ := brw.ReadString('\n')
-		brw.WriteString("echo " + line)
-		brw.Flush()
+		upgradeAndEchoLine(w)
 	})
 	f := startInspect(t, up, inspectOptions{})
 	tc := f.dialInner(t, "example.com:"+f.port, "example.com", "http/1.1")

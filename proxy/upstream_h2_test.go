@@ -218,16 +218,7 @@ func TestInspectWebSocketCarryingSecret(t *testing.T) {
 			return
 		}
 		auth <- r.Header.Get("Authorization")
-		c, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-		brw.Flush()
-		line, _ := brw.ReadString('\n')
-		brw.WriteString("echo " + line)
-		brw.Flush()
+		upgradeAndEchoLine(w)
 	})
 	rules := `{"rules": [
 		{"id": "insp", "hosts": ["example.com"], "ports": [PORT], "methods": ["POST"], "paths": ["/ok/**"], "inspect": true},
