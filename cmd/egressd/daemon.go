@@ -46,7 +46,7 @@ type daemon struct {
 // build makes the daemon; the secrets it loads go into store, which the
 // logger already scrubs with.
 func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Logger, store *broker.Store) (*daemon, error) {
-	gen, err := generation.Build(ctx, cfg, cfgPath, log)
+	gen, err := generation.Build(ctx, cfg, cfgPath, generation.Serving, log)
 	if err != nil {
 		return nil, err
 	}

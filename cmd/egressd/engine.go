@@ -37,9 +37,10 @@ type decideEnv struct {
 	identity policy.Identity
 }
 
-// load reads the config and builds its generation as serve would (the
-// policy from --policy if given), then resolves the identity. Every
-// failure is a load error (exit 2).
+// load reads the config and builds its generation as serve would, all but
+// the secret values (generation.Deciding; the policy from --policy if
+// given), then resolves the identity. Every failure is a load error (exit
+// 2).
 func (f *engineFlags) load(ctx context.Context) (*decideEnv, error) {
 	cfg, err := config.Load(f.config)
 	if err != nil {
@@ -48,7 +49,7 @@ func (f *engineFlags) load(ctx context.Context) (*decideEnv, error) {
 	if f.policy != "" {
 		cfg.Policy.Dir = f.policy
 	}
-	gen, err := generation.Build(ctx, cfg, f.config, zap.NewNop())
+	gen, err := generation.Build(ctx, cfg, f.config, generation.Deciding, zap.NewNop())
 	if err != nil {
 		return nil, err
 	}

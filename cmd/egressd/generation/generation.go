@@ -35,17 +35,34 @@ type Generation struct {
 	// Identities is Config.Identities as a store.
 	Identities *identity.Store
 	// Secrets are the values of Config.Secrets, read from their files and
-	// environment variables when the generation was built.
+	// environment variables when the generation was built; nil when it
+	// was built for Deciding.
 	Secrets *broker.Secrets
 }
 
+// Purpose says what a generation is built for.
+type Purpose int
+
+const (
+	// Serving builds everything the listeners use, the secrets' values
+	// included: they are what the proxy sends.
+	Serving Purpose = iota
+	// Deciding leaves the secrets' values unread (Generation.Secrets is
+	// nil): `egressd check` names where a credential would go, never its
+	// value, and a process that never sends a secret does not read one.
+	// Every other step, the credential rules against the declared secrets
+	// among them, runs as for Serving.
+	Deciding
+)
+
 // Build builds the generation of cfg, read from path ("" for the embedded
-// defaults; errors name it). log is the policy engine's logger. The steps
-// run in one order wherever a config is loaded: internal: (the floor), the
-// policy bundle, the identities, the identities' attributes against the
-// bundle, the bundle's credential rules against the secrets and the floor,
-// then the secrets' values. The first failure is returned.
-func Build(ctx context.Context, cfg *config.Config, path string, log *zap.Logger) (*Generation, error) {
+// defaults; errors name it), for purpose. log is the policy engine's
+// logger. The steps run in one order wherever a config is loaded:
+// internal: (the floor), the policy bundle, the identities, the
+// identities' attributes against the bundle, the bundle's credential rules
+// against the secrets and the floor, then (Serving) the secrets' values.
+// The first failure is returned.
+func Build(ctx context.Context, cfg *config.Config, path string, purpose Purpose, log *zap.Logger) (*Generation, error) {
 	floor, err := dnsguard.NewFloor(cfg.Internal)
 	if err != nil {
 		return nil, fmt.Errorf("internal: %w", err)
@@ -64,11 +81,13 @@ func Build(ctx context.Context, cfg *config.Config, path string, log *zap.Logger
 	if err := checkCredentials(path, cfg, engine, floor); err != nil {
 		return nil, err
 	}
-	secrets, err := cfg.LoadSecrets()
-	if err != nil {
-		return nil, err
+	g := &Generation{Config: cfg, Floor: floor, Engine: engine, Identities: ids}
+	if purpose == Serving {
+		if g.Secrets, err = cfg.LoadSecrets(); err != nil {
+			return nil, err
+		}
 	}
-	return &Generation{Config: cfg, Floor: floor, Engine: engine, Identities: ids, Secrets: secrets}, nil
+	return g, nil
 }
 
 // checkIdentities reports the first identity whose attributes the bundle

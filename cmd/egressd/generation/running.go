@@ -109,7 +109,7 @@ func (r *Running) reloadLocked(ctx context.Context) ([]string, error) {
 	cfg.Audit.AcceptBreak = r.started.Audit.AcceptBreak // a flag, not a key
 	// Re-read on every reload, changed or not: a rotated file or variable
 	// is a new value under the same config.
-	next, err := Build(ctx, cfg, r.o.Path, r.o.Log)
+	next, err := Build(ctx, cfg, r.o.Path, Serving, r.o.Log)
 	if err != nil {
 		return nil, err
 	}

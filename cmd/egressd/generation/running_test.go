@@ -62,7 +62,7 @@ func TestReloadIsAtomic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := Build(ctx, cfg, path, zap.NewNop())
+	first, err := Build(ctx, cfg, path, Serving, zap.NewNop())
 	if err != nil {
 		t.Fatalf("Build = %v", err)
 	}
@@ -157,5 +157,36 @@ func TestReloadNamesInspectAsNeedingRestart(t *testing.T) {
 	opened := map[string]ca.Files{"a": {Cert: "/c.pem", Key: "/k.pem"}}
 	if got := restartNeeded(withRoot, withRoot, opened); len(got) != 0 {
 		t.Errorf("restartNeeded(same configured root) = %v; want none", got)
+	}
+}
+
+// TestDecidingReadsNoSecretValue: a generation built for `check` runs every
+// step but the secrets' values, so a check answers where no secret can be
+// read, and a config whose secret cannot be read still starts no listener.
+func TestDecidingReadsNoSecretValue(t *testing.T) {
+	const unset = "EGRESSD_TEST_DECIDING_UNSET_SECRET"
+	if err := os.Unsetenv(unset); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bundle := filepath.Join(dir, "bundle")
+	if err := rego.Write(bundle, false); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "egressd.yaml")
+	yaml := "policy:\n  dir: " + bundle + "\nsecrets:\n  - name: gh\n    env: " + unset + "\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Build(context.Background(), cfg, path, Deciding, zap.NewNop())
+	if err != nil || g.Secrets != nil {
+		t.Fatalf("Build(Deciding) = %v, secrets %v; want a generation without secret values", err, g)
+	}
+	if _, err := Build(context.Background(), cfg, path, Serving, zap.NewNop()); err == nil || !strings.Contains(err.Error(), unset) {
+		t.Errorf("Build(Serving) = %v; want the unset variable %s named", err, unset)
 	}
 }
