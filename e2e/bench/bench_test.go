@@ -242,12 +242,18 @@ func TestInterruptedRunLeavesNoProcess(t *testing.T) {
 		}
 	})
 	// The bench itself and its relay.
-	testwait.For(t, "the bench and its relay to start", 60*time.Second, func() error {
+	// stderr is read only once the bench has exited: exec's copying
+	// goroutine writes it until then.
+	if err := testwait.Poll("the bench and its relay to start", 60*time.Second, func() error {
 		if pids := leftovers(marker); len(pids) < 2 {
-			return fmt.Errorf("processes %v; bench said:\n%s", pids, stderr.String())
+			return fmt.Errorf("processes %v", pids)
 		}
 		return nil
-	})
+	}); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("%v; bench said:\n%s", err, stderr.String())
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
