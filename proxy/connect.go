@@ -91,7 +91,7 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 	f.inspected = out.Decision.Inspect
 	if f.inspected && s.leaves == nil {
 		rf := refusalOf(policy.ReasonInspectUnavailable)
-		rf.rule, rf.policy, rf.detail = out.Decision.Rule, out.Decision.Policy, "no certificate authority configured"
+		rf.Rule, rf.Policy, rf.detail = out.Decision.Rule, out.Decision.Policy, "no certificate authority configured"
 		s.auditAndRefuseConn(f, client, rf)
 		return
 	}
@@ -112,7 +112,7 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 	t := &tunnel{s: s, f: f, client: client, early: early, identity: id, cred: cred, authority: r.RequestURI}
 	if err != nil {
 		rf := refusalFor(stageDial, policy.Decision{}, err)
-		t.complete(rf.status, rf.reason, rf.detail)
+		t.complete(rf.status, rf.Reason, rf.detail)
 		s.respondRefusedConn(f, client, rf)
 		return
 	}
@@ -166,7 +166,7 @@ func (s *Server) auditAndRefuseConn(f *flowInfo, c net.Conn, rf refusal) {
 func (s *Server) respondRefusedConn(f *flowInfo, c net.Conn, rf refusal) {
 	if ce := s.log.Check(zap.DebugLevel, "denied"); ce != nil {
 		ce.Write(zap.String("request", f.id), zap.String("kind", "connect"),
-			zap.String("identity", f.identity), zap.Stringer("reason", rf.reason))
+			zap.String("identity", f.identity), zap.Stringer("reason", rf.Reason))
 	}
 	_ = rf.write(c, f.id) // the connection is closed next; a client gone has nothing to be told
 }

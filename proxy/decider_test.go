@@ -65,8 +65,8 @@ func TestDecider(t *testing.T) {
 				t.Errorf("decide(%q) target = %s:%d; want %s:%d", tt.target, targetOf(o.Facts).Host, targetOf(o.Facts).Port, tt.wantHost, tt.wantPort)
 			}
 			if !tt.wantAllow {
-				if rf := outcomeRefusal(&o); rf.status != tt.wantStatus || rf.reason == "" {
-					t.Errorf("refusal(%q) = %d %q; want %d with a reason", tt.target, rf.status, rf.reason, tt.wantStatus)
+				if rf := outcomeRefusal(&o); rf.status != tt.wantStatus || rf.Reason == "" {
+					t.Errorf("refusal(%q) = %d %q; want %d with a reason", tt.target, rf.status, rf.Reason, tt.wantStatus)
 				}
 			}
 		})

@@ -146,7 +146,7 @@ func (s *Server) auditAndRefuse(f *httpFlow, r *http.Request, rf refusal) *http.
 func (s *Server) respondRefused(f *httpFlow, r *http.Request, rf refusal) *http.Response {
 	if ce := s.log.Check(zap.DebugLevel, "denied"); ce != nil {
 		ce.Write(zap.String("request", f.id), zap.String("kind", f.kind.String()),
-			zap.String("identity", f.flowInfo.identity), zap.Stringer("reason", rf.reason))
+			zap.String("identity", f.flowInfo.identity), zap.Stringer("reason", rf.Reason))
 	}
 	return rf.response(r, f.id)
 }
@@ -267,7 +267,7 @@ func (f *httpFlow) RoundTrip(req *http.Request, _ *goproxy.ProxyCtx) (*http.Resp
 			return refusalOf(policy.ReasonClientClosed).response(req, f.id), nil
 		}
 		rf := refusalFor(stageDial, policy.Decision{}, err)
-		f.complete(rf.status, rf.reason, rf.detail)
+		f.complete(rf.status, rf.Reason, rf.detail)
 		return rf.response(req, f.id), nil
 	}
 	if isRedirect(resp.StatusCode) {
@@ -279,7 +279,7 @@ func (f *httpFlow) RoundTrip(req *http.Request, _ *goproxy.ProxyCtx) (*http.Resp
 			}
 			if rf, denied := f.checkRedirect(req, resp.StatusCode, loc); denied {
 				resp.Body.Close()
-				f.complete(rf.status, rf.reason, "")
+				f.complete(rf.status, rf.Reason, "")
 				return rf.response(req, f.id), nil
 			}
 		}
@@ -287,7 +287,7 @@ func (f *httpFlow) RoundTrip(req *http.Request, _ *goproxy.ProxyCtx) (*http.Resp
 	stripHopByHop(resp.Header)
 	if rf, refused := f.scrubResponse(resp); refused {
 		resp.Body.Close()
-		f.complete(rf.status, rf.reason, rf.detail)
+		f.complete(rf.status, rf.Reason, rf.detail)
 		return rf.response(req, f.id), nil
 	}
 	f.recv = &responseBody{countingBody: countingBody{ReadCloser: resp.Body, idle: f.idle, timeout: s.cfg.BodyIdleTimeout}, f: f, status: resp.StatusCode}
@@ -321,7 +321,7 @@ func (f *httpFlow) checkRedirect(req *http.Request, code int, loc string) (refus
 	rinfo.method = method
 	if err != nil {
 		rinfo.target = Target{}
-		if err := s.auditDecision(&rinfo, verdict{reason: policy.ReasonRedirectDenied, detail: "unparseable location"}); err != nil {
+		if err := s.auditDecision(&rinfo, verdict{Verdict: audit.Verdict{Reason: policy.ReasonRedirectDenied}, detail: "unparseable location"}); err != nil {
 			return refusalOf(policy.ReasonAuditUnavailable), true
 		}
 		return rf, true
@@ -334,8 +334,8 @@ func (f *httpFlow) checkRedirect(req *http.Request, code int, loc string) (refus
 		}
 		return refusal{}, false
 	}
-	rf.rule = out.Decision.Rule
-	if err := s.auditDecision(&rinfo, verdict{reason: policy.ReasonRedirectDenied, rule: out.Decision.Rule, policy: out.Decision.Policy, detail: "policy reason: " + out.Decision.Reason.String()}); err != nil {
+	rf.Rule = out.Decision.Rule
+	if err := s.auditDecision(&rinfo, verdict{Verdict: audit.Verdict{Reason: policy.ReasonRedirectDenied, Rule: out.Decision.Rule, Policy: out.Decision.Policy}, detail: "policy reason: " + out.Decision.Reason.String()}); err != nil {
 		return refusalOf(policy.ReasonAuditUnavailable), true
 	}
 	return rf, true

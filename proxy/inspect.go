@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -211,7 +212,7 @@ func (s *Server) auditAndRefuseInnerConnect(w http.ResponseWriter, r *http.Reque
 	f.setClient(t.client.RemoteAddr().String())
 	f.target = claim{scheme: "https", authority: r.Host}.target()
 	rf := refusalOf(policy.ReasonMalformedRequest)
-	if err := s.auditDecision(&f.flowInfo, verdict{reason: rf.reason, detail: "CONNECT inside an inspected tunnel"}); err != nil {
+	if err := s.auditDecision(&f.flowInfo, verdict{Verdict: audit.Verdict{Reason: rf.Reason}, detail: "CONNECT inside an inspected tunnel"}); err != nil {
 		rf = refusalOf(policy.ReasonAuditUnavailable)
 	}
 	rf.header(w.Header(), f.id)

@@ -81,14 +81,12 @@ func (f *flowInfo) decisionRecord(v audit.Verdict) *audit.Record {
 // entry point's name.
 func recordKind(k policy.Kind) audit.Kind { return audit.Kind(k.String()) }
 
-// verdict is what a decision record says of its flow: allowed or refused,
-// for which reason, by which rule of which bundle. The zero verdict refuses.
+// verdict is what a decision record says of its flow (the record's own
+// verdict: allowed or refused, for which reason, by which rule of which
+// bundle), and what only the operator reads of it. The zero verdict
+// refuses.
 type verdict struct {
-	allow  bool
-	reason policy.Reason
-	rule   string
-	// policy is the digest of the bundle that decided, when Rego did.
-	policy string
+	audit.Verdict
 	// detail is for the operator's audit log only: it may name internal
 	// addresses and is never sent to the client.
 	detail string
@@ -96,7 +94,7 @@ type verdict struct {
 
 // allowed is the verdict of a decision that allows.
 func allowed(d *policy.Decision) verdict {
-	return verdict{allow: true, reason: d.Reason, rule: d.Rule, policy: d.Policy}
+	return verdict{Verdict: audit.VerdictOf(*d)}
 }
 
 // auditDecision audits and counts a decision. A failed append turns an
@@ -104,13 +102,13 @@ func allowed(d *policy.Decision) verdict {
 // upstream unless its decision is in the log.
 func (s *Server) auditDecision(f *flowInfo, v verdict) error {
 	kind := recordKind(f.kind)
-	r := f.decisionRecord(audit.Verdict{Allow: v.allow, Reason: v.reason, Rule: v.rule, Policy: v.policy})
+	r := f.decisionRecord(v.Verdict)
 	r.Error = v.detail
 	if err := s.appendFlow(f, r); err != nil {
-		if v.allow && errors.Is(err, audit.ErrOverBudget) {
+		if v.Allow && errors.Is(err, audit.ErrOverBudget) {
 			// The identity spent its audit budget: the allow becomes a
 			// refusal, which the meter counts rather than writes.
-			d := f.decisionRecord(audit.Verdict{Reason: policy.ReasonAuditBudgetExceeded, Rule: v.rule, Policy: v.policy})
+			d := f.decisionRecord(audit.Verdict{Reason: policy.ReasonAuditBudgetExceeded, Rule: v.Rule, Policy: v.Policy})
 			if derr := s.appendFlow(f, d); derr != nil {
 				s.failLog.Failed(derr, zap.String("request", f.id))
 			}
@@ -121,7 +119,7 @@ func (s *Server) auditDecision(f *flowInfo, v verdict) error {
 		s.failLog.Failed(err, zap.String("request", f.id))
 		return err
 	}
-	s.metrics.decided(kind, r.Decision, v.reason)
+	s.metrics.decided(kind, r.Decision, v.Reason)
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -37,7 +38,7 @@ type refusal struct {
 func refusalFor(st stage, d policy.Decision, err error) refusal {
 	if err == nil {
 		rf := deniedRefusal(cmp.Or(d.Reason, policy.ReasonNoMatchingRule))
-		rf.rule, rf.policy = d.Rule, d.Policy
+		rf.Rule, rf.Policy = d.Rule, d.Policy
 		return rf
 	}
 	var de *policy.DenyError
@@ -46,7 +47,7 @@ func refusalFor(st stage, d policy.Decision, err error) refusal {
 		if st == stageParse {
 			status = http.StatusBadRequest
 		}
-		return refusal{status: statusForReason(status, de.Reason), verdict: verdict{reason: de.Reason, detail: de.Error()}}
+		return refusal{status: statusForReason(status, de.Reason), verdict: verdict{Verdict: audit.Verdict{Reason: de.Reason}, detail: de.Error()}}
 	}
 	var dnsErr *net.DNSError
 	rf := refusalOf(policy.ReasonUpstreamUnreachable)
@@ -65,7 +66,7 @@ func refusalFor(st stage, d policy.Decision, err error) refusal {
 // deniedRefusal is the refusal of a request a check (authentication, a
 // limit, the policy) denied after it was read.
 func deniedRefusal(reason policy.Reason) refusal {
-	return refusal{status: statusForReason(http.StatusForbidden, reason), verdict: verdict{reason: reason}}
+	return refusal{status: statusForReason(http.StatusForbidden, reason), verdict: verdict{Verdict: audit.Verdict{Reason: reason}}}
 }
 
 // statusForReason is the status policy's reason table gives reason. A
@@ -82,7 +83,7 @@ func statusForReason(def int, reason policy.Reason) int {
 
 // refusalOf is a refusal whose status is the one the reason table gives.
 func refusalOf(reason policy.Reason) refusal {
-	return refusal{status: reason.Codes().HTTP, verdict: verdict{reason: reason}}
+	return refusal{status: reason.Codes().HTTP, verdict: verdict{Verdict: audit.Verdict{Reason: reason}}}
 }
 
 func isTimeout(err error) bool {
@@ -103,17 +104,17 @@ func decisionHeader(reason policy.Reason, rule string) string {
 // body is the short text/plain explanation a refused client reads. It names
 // only the reason, the rule and the request id: never an address.
 func (r refusal) body(requestID string) string {
-	rule := r.rule
+	rule := r.Rule
 	if rule == "" {
 		rule = "none"
 	}
-	return "egressd: denied: " + string(r.reason) + " (rule " + rule + ", request " + requestID + ")\n"
+	return "egressd: denied: " + string(r.Reason) + " (rule " + rule + ", request " + requestID + ")\n"
 }
 
 // header fills h for a refusal response.
 func (r refusal) header(h http.Header, requestID string) {
 	h.Set("Content-Type", "text/plain; charset=utf-8")
-	h.Set("X-Egressd-Decision", decisionHeader(r.reason, r.rule))
+	h.Set("X-Egressd-Decision", decisionHeader(r.Reason, r.Rule))
 	h.Set("X-Egressd-Request", requestID)
 	h.Set("Cache-Control", "no-store")
 	if r.status == http.StatusProxyAuthRequired {
@@ -130,7 +131,7 @@ func (r refusal) header(h http.Header, requestID string) {
 // one connection, each costing a decision and a record.
 func (r refusal) closes() bool {
 	return r.status == http.StatusBadRequest || r.status == http.StatusProxyAuthRequired ||
-		r.reason == policy.ReasonSourceRateLimited
+		r.Reason == policy.ReasonSourceRateLimited
 }
 
 // response builds the refusal as an *http.Response for goproxy's request

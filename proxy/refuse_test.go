@@ -44,8 +44,8 @@ func TestRefusalFor(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := refusalFor(tt.st, tt.d, tt.err)
-			if got.status != tt.wantStatus || got.reason != tt.wantReason {
-				t.Errorf("refusalFor() = %d %q; want %d %q", got.status, got.reason, tt.wantStatus, tt.wantReason)
+			if got.status != tt.wantStatus || got.Reason != tt.wantReason {
+				t.Errorf("refusalFor() = %d %q; want %d %q", got.status, got.Reason, tt.wantStatus, tt.wantReason)
 			}
 		})
 	}

@@ -185,7 +185,7 @@ func (t *tunnel) auditFlightRefusal(reason policy.Reason, detail string) bool {
 		// completion record carries that reason.
 		return false
 	}
-	if err := t.s.auditDecision(t.f, verdict{reason: reason, detail: detail}); err != nil {
+	if err := t.s.auditDecision(t.f, verdict{Verdict: audit.Verdict{Reason: reason}, detail: detail}); err != nil {
 		t.s.log.Error("audit append failed", zap.String("request", t.f.id), zap.Error(err))
 	}
 	t.refused, t.refusedDetail = reason, detail
@@ -317,7 +317,7 @@ func (t *tunnel) recheck(ctx context.Context, st *state) policy.Reason {
 	}
 	out := st.decider.DecideConnect(ctx, id, t.authority)
 	if !out.Decision.Allow {
-		return outcomeRefusal(&out).reason
+		return outcomeRefusal(&out).Reason
 	}
 	if out.Decision.Inspect && !t.f.inspected {
 		// The host-wide rule that opened it may be gone: an inspecting
@@ -329,7 +329,7 @@ func (t *tunnel) recheck(ctx context.Context, st *state) policy.Reason {
 		return ""
 	}
 	if err := st.decider.Floor.Check(t.addr.Addr(), t.addr.Port()); err != nil {
-		return refusalFor(stageDial, policy.Decision{}, err).reason
+		return refusalFor(stageDial, policy.Decision{}, err).Reason
 	}
 	return ""
 }

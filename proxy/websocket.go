@@ -47,7 +47,7 @@ func (f *httpFlow) switched(req *http.Request, resp *http.Response) (*http.Respo
 	if !f.upgrade || !ok {
 		resp.Body.Close()
 		rf := refusalOf(policy.ReasonUpstreamUnreachable)
-		f.complete(rf.status, rf.reason, "unexpected 101 Switching Protocols")
+		f.complete(rf.status, rf.Reason, "unexpected 101 Switching Protocols")
 		return rf.response(req, f.id), nil
 	}
 	// stripHopByHop removed them; goproxy recognises the handshake by them.
