@@ -156,6 +156,38 @@ const (
 	// non-textual body (or its unlabelled gzip content) holding a secret,
 	// which is refused rather than rewritten.
 	ReasonCredentialUnscrubbable Reason = "credential_unscrubbable"
+	// Reasons of what a request carries (its body, its size, what it
+	// spends), decided where a rule asks for it (see rego/README.md).
+	//
+	// ReasonBodyTooLarge: the body is over the rule's max_body_bytes (read
+	// to decide on it) or max_request_bytes (counted as it streams); also
+	// a gzip body whose compressed or decompressed size is over the bound.
+	ReasonBodyTooLarge Reason = "body_too_large"
+	// ReasonBodyUnparseable: a body a rule decides on is not the JSON it
+	// declares (malformed, too deep, a duplicate key, an unknown encoding).
+	ReasonBodyUnparseable Reason = "body_unparseable"
+	// ReasonMCPToolDenied: an MCP tools/call names a tool the rule does
+	// not list.
+	ReasonMCPToolDenied Reason = "mcp_tool_denied"
+	// ReasonMCPMethodDenied: an MCP JSON-RPC method the rule does not pass
+	// (initialize, ping, notifications/*, tools/list and tools/call pass).
+	ReasonMCPMethodDenied Reason = "mcp_method_denied"
+	// ReasonModelDenied: a model API request names a model the rule does
+	// not list, or none.
+	ReasonModelDenied Reason = "model_denied"
+	// ReasonMaxTokensExceeded: a model API request asks for more output
+	// tokens than the rule allows, or sets no maximum where one is needed.
+	ReasonMaxTokensExceeded Reason = "max_tokens_exceeded"
+	// ReasonTokenBudgetExceeded: the identity's token budget of the
+	// window cannot pay for the request's reservation.
+	ReasonTokenBudgetExceeded Reason = "token_budget_exceeded"
+	// ReasonByteBudgetExceeded: the identity has sent or received its
+	// byte budget of the window.
+	ReasonByteBudgetExceeded Reason = "byte_budget_exceeded"
+	// ReasonSecretInRequest: the request carries the value of a loaded
+	// secret (in its URL, a header or its body) where no credential action
+	// put it, or a secret pattern a rule or identity refuses.
+	ReasonSecretInRequest Reason = "secret_in_request"
 
 	// Reasons of every entry point's audit log.
 	ReasonAuditUnavailable Reason = "audit_unavailable"
@@ -315,6 +347,15 @@ var reasonTable = map[Reason]reasonEntry{
 	ReasonCredentialCleartext:        {class: ClassPolicy, refuses: inHTTP, ends: inHTTP},
 	ReasonCredentialUnsafeRequest:    {class: ClassPolicy, refuses: inHTTP},
 	ReasonCredentialUnscrubbable:     {class: ClassUpstream, ends: inHTTP},
+	ReasonBodyTooLarge:               {class: ClassLimit, refuses: inHTTP, ends: inHTTP, http: http.StatusRequestEntityTooLarge},
+	ReasonBodyUnparseable:            {class: ClassMalformed, refuses: inHTTP, http: http.StatusBadRequest},
+	ReasonMCPToolDenied:              {class: ClassPolicy, refuses: inHTTP},
+	ReasonMCPMethodDenied:            {class: ClassPolicy, refuses: inHTTP},
+	ReasonModelDenied:                {class: ClassPolicy, refuses: inHTTP},
+	ReasonMaxTokensExceeded:          {class: ClassPolicy, refuses: inHTTP},
+	ReasonTokenBudgetExceeded:        {class: ClassLimit, refuses: inHTTP},
+	ReasonByteBudgetExceeded:         {class: ClassLimit, refuses: inHTTP | inConnect, ends: inHTTP | inConnect},
+	ReasonSecretInRequest:            {class: ClassPolicy, refuses: inHTTP, ends: inHTTP},
 
 	ReasonAuditUnavailable:    {class: ClassUnavailable, refuses: inEntries},
 	ReasonAuditBudgetExceeded: {class: ClassLimit, refuses: inEntries},
