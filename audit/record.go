@@ -48,6 +48,30 @@ type Record struct {
 	// never a value; the target fields hold the request as the sandbox
 	// sent it, placeholders and all.
 	Credentials map[string]string `json:"credentials,omitempty"`
+	// Fields of what a request carried, set where a rule decided on its
+	// body or a scan looked at it; never the body itself.
+	//
+	// MCPMethod is the JSON-RPC method of an MCP request ("tools/call");
+	// several of a batch joined by ",".
+	MCPMethod string `json:"mcp_method,omitempty"`
+	// Tool is the tool of an MCP tools/call (several joined by ",").
+	Tool string `json:"tool,omitempty"`
+	// RPCID is the JSON-RPC id as the client sent it (JSON text).
+	RPCID string `json:"rpc_id,omitempty"`
+	// ArgsHMAC is the HMAC-SHA256 (hex) of a tools/call's arguments as
+	// sent, keyed with the replica's local key: equal arguments compare
+	// equal without the record revealing short ones.
+	ArgsHMAC string `json:"args_hmac,omitempty"`
+	// Model is the model a model API request named.
+	Model string `json:"model,omitempty"`
+	// TokensIn and TokensOut are a model API response's usage.
+	TokensIn  int64 `json:"tokens_in,omitempty"`
+	TokensOut int64 `json:"tokens_out,omitempty"`
+	// Secret names the loaded secret whose value a request carried.
+	Secret string `json:"secret,omitempty"`
+	// SecretPattern names the secret patterns a request matched
+	// (comma-separated), recorded whether or not they refused it.
+	SecretPattern string `json:"secret_pattern,omitempty"`
 
 	// Completion fields.
 	Status     int    `json:"status,omitempty"`
