@@ -185,6 +185,7 @@ func (c *compiled) eval(ctx context.Context, e *Engine, kind Kind, in Input) (d 
 		// rule data that the load-time checks (secret names, cleartext)
 		// have vetted, which a value computed by a module would escape.
 		d.Credentials = c.credentials[d.Rule]
+		d.Options = c.views.byRule[d.Rule]
 	}
 	return d, true
 }

@@ -33,6 +33,17 @@ type ruleSpec struct {
 	Action  string `json:"action,omitempty"`
 	// Credentials are checked by parseCredentials.
 	Credentials []json.RawMessage `json:"credentials,omitempty"`
+	// The request keys (see RuleOptions): bounds on what the rule's
+	// requests carry and the body conditions decided on.
+	MaxBodyBytes    *int64 `json:"max_body_bytes,omitempty"`
+	MaxRequestBytes int64  `json:"max_request_bytes,omitempty"`
+	// MCPKey and LLMKey are decoded by validateRequestKeys into mcp and
+	// llm, so that an unknown key names its object.
+	MCPKey         json.RawMessage `json:"mcp,omitempty"`
+	LLMKey         json.RawMessage `json:"llm,omitempty"`
+	mcp            *MCPRule
+	llm            *llmRuleSpec
+	SecretPatterns string `json:"secret_patterns,omitempty"`
 	// Comment is free text for the operator.
 	Comment string `json:"comment,omitempty"`
 }
@@ -87,6 +98,7 @@ func buildIndex(raw any) (*ast.Term, *viewIndex, error) {
 		}
 	}
 	vx := newViewIndex(views, paths, fold)
+	vx.setOptions(rules, order)
 	for v, i := range order {
 		for _, h := range rules[i].Hosts {
 			byView.add(h, v)
@@ -141,7 +153,7 @@ func decodeRules(raw any) ([]ruleSpec, error) {
 				return nil, fmt.Errorf("rules[%d].%s: want %s, got a %s%s", i, te.Field, goKind(te.Type), te.Value, named)
 			}
 			if key, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-				return nil, fmt.Errorf("rules[%d] has unknown key %s%s: a rule has id, hosts, ports, methods, paths, identities, tls, action and comment", i, key, named)
+				return nil, fmt.Errorf("rules[%d] has unknown key %s%s: a rule has id, hosts, ports, methods, paths, identities, tls, inspect, action, credentials, max_body_bytes, max_request_bytes, mcp, llm, secret_patterns and comment", i, key, named)
 			}
 			return nil, fmt.Errorf("rules[%d]: %w%s", i, err, named)
 		}
@@ -276,7 +288,9 @@ func (r *ruleSpec) view(index int) *ast.Term {
 		}
 	}
 	deny := r.Action == "deny"
-	hostWide := len(r.Methods) == 0 && len(r.Paths) == 0
+	// A rule deciding on bodies never opens an opaque tunnel, in which
+	// no body is seen.
+	hostWide := len(r.Methods) == 0 && len(r.Paths) == 0 && !r.decidesBody()
 	reason := ReasonAllowed
 	if deny {
 		reason = ReasonRuleDeny
@@ -366,7 +380,7 @@ func (r *ruleSpec) validate() error {
 			return fmt.Errorf("hosts[%d] %q: inspect needs names or IPs, not a CIDR: list the addresses (rule %q)", j, h, r.ID)
 		}
 	}
-	return nil
+	return r.validateRequestKeys()
 }
 
 func validateRuleHost(h string) error {

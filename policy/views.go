@@ -27,6 +27,10 @@ type viewIndex struct {
 	fold  []bool
 	hosts map[string][]int // keyed like data.rule_index.hosts
 	cidrs []cidrViews
+	// opts are each view's RuleOptions (nil for a rule without request
+	// keys), and byRule the same by rule id, for Decision.Options.
+	opts   []*RuleOptions
+	byRule map[string]*RuleOptions
 }
 
 type cidrViews struct {

@@ -25,10 +25,41 @@ type countingBody struct {
 	// when the body ends and the Transport sends it after the last read, so
 	// hop-by-hop names are stripped at EOF, in between.
 	trailer http.Header
+	// limit, when positive, is the most bytes the body may carry (a rule's
+	// max_request_bytes): the read that would cross it returns only what
+	// fits and fails, so the upstream never receives past the limit, and
+	// the failed read stops the transport before it ends the body (no
+	// last chunk, a reset h2 stream): no truncated body reads as whole.
+	limit int64
+	// cut is the refusal that stopped the body mid-stream, read by the
+	// flow once the transport gave up on it.
+	cut atomic.Pointer[bodyCut]
 }
 
+// bodyCut is why a request body was stopped mid-stream.
+type bodyCut struct {
+	reason policy.Reason
+	detail string
+}
+
+func (c *bodyCut) Error() string { return c.reason.String() + ": " + c.detail }
+
 func (b *countingBody) Read(p []byte) (int, error) {
+	if b.limit > 0 {
+		left := b.limit - b.n.Load()
+		if int64(len(p)) > left+1 {
+			// One byte past the limit is enough to know it is crossed.
+			p = p[:left+1]
+		}
+	}
 	n, err := b.ReadCloser.Read(p)
+	if b.limit > 0 && b.n.Load()+int64(n) > b.limit {
+		n = int(b.limit - b.n.Load())
+		c := &bodyCut{reason: policy.ReasonBodyTooLarge, detail: fmt.Sprintf("request body crossed max_request_bytes (%d) while it streamed", b.limit)}
+		b.cut.Store(c)
+		b.n.Add(int64(n))
+		return n, c
+	}
 	b.n.Add(int64(n))
 	if n > 0 {
 		b.idle.Reset(b.timeout)
@@ -148,4 +179,22 @@ func (b *responseBody) WriteTo(w io.Writer) (int64, error) {
 			return total, rerr
 		}
 	}
+}
+
+// checkSize refuses, before anything goes upstream, a request whose
+// declared length is over its rule's max_request_bytes, and bounds a body
+// of unknown length as it streams (countingBody.limit).
+func (f *httpFlow) checkSize(r *http.Request, d *policy.Decision) (refusal, bool) {
+	o := d.Options
+	if o == nil || o.MaxRequestBytes == 0 {
+		return refusal{}, false
+	}
+	if r.ContentLength > o.MaxRequestBytes {
+		rf := deniedRefusal(policy.ReasonBodyTooLarge)
+		rf.Rule, rf.Policy = d.Rule, d.Policy
+		rf.detail = fmt.Sprintf("Content-Length %d is over max_request_bytes (%d)", r.ContentLength, o.MaxRequestBytes)
+		return rf, true
+	}
+	f.sent.limit = o.MaxRequestBytes
+	return refusal{}, false
 }

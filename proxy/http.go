@@ -115,6 +115,10 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		f.release()
 		return r, s.auditAndRefuse(f, r, refusalOf(policy.ReasonRequestBodyNotAllowed))
 	}
+	if rf, refused := f.checkSize(r, &out.Decision); refused {
+		f.release()
+		return r, s.auditAndRefuse(f, r, rf)
+	}
 	if rf, denied := f.prepareCredentials(r, &out.Decision); denied {
 		f.release()
 		return r, s.auditAndRefuse(f, r, rf)
@@ -259,6 +263,16 @@ func (f *httpFlow) RoundTrip(req *http.Request, _ *goproxy.ProxyCtx) (*http.Resp
 		// read as its response.
 		f.conn.Close()
 	}
+	if c := f.sent.cut.Load(); c != nil {
+		// The body was stopped mid-stream: the upstream has no whole
+		// request, whatever it answered to the part it got.
+		if err == nil {
+			resp.Body.Close()
+		}
+		rf := deniedRefusal(c.reason)
+		f.complete(rf.status, c.reason, c.detail)
+		return rf.response(req, f.id), nil
+	}
 	if err != nil {
 		if f.clientCtx.Err() != nil {
 			// The client hung up first: the decision stands, nothing
@@ -359,6 +373,10 @@ func (f *httpFlow) complete(status int, reason policy.Reason, detail string) {
 	}
 	r.DurationUS = time.Since(f.start).Microseconds()
 	r.Error = detail
+	if c := f.sent.cut.Load(); c != nil && reason == "" {
+		// Stopped after the response began (a full-duplex stream).
+		reason, r.Error = c.reason, c.detail
+	}
 	if reason != "" {
 		r.Decision, r.Reason = audit.DecisionDeny, string(reason)
 		f.s.metrics.decided(r.Kind, r.Decision, reason)
