@@ -34,6 +34,15 @@ const (
 	fRule
 	fPolicy
 	fCredentials
+	fMCPMethod
+	fTool
+	fRPCID
+	fArgsHMAC
+	fModel
+	fTokensIn
+	fTokensOut
+	fSecret
+	fSecretPattern
 	fStatus
 	fBytesIn
 	fBytesOut
@@ -52,7 +61,9 @@ var fieldIndex = map[string]int{
 	"scheme": fScheme, "host": fHost, "port": fPort, "path": fPath, "query": fQuery, "inspected": fInspected,
 	"name": fName, "qtype": fQType, "database": fDatabase, "sql": fSQL,
 	"fingerprint": fFingerprint, "ip": fIP, "decision": fDecision,
-	"reason": fReason, "rule": fRule, "policy": fPolicy, "credentials": fCredentials, "status": fStatus,
+	"reason": fReason, "rule": fRule, "policy": fPolicy, "credentials": fCredentials,
+	"mcp_method": fMCPMethod, "tool": fTool, "rpc_id": fRPCID, "args_hmac": fArgsHMAC, "model": fModel,
+	"tokens_in": fTokensIn, "tokens_out": fTokensOut, "secret": fSecret, "secret_pattern": fSecretPattern, "status": fStatus,
 	"bytes_in": fBytesIn, "bytes_out": fBytesOut, "duration_us": fDurationUS,
 	"error": fError, "count": fCount, "truncated": fTruncated, "detail": fDetail, "prev": fPrev, "hash": fHash,
 }
@@ -195,6 +206,10 @@ func (d *decoder) value(r *Record, idx int) error {
 		var s int64
 		s, err = d.int()
 		r.Status = int(s)
+	case fTokensIn:
+		r.TokensIn, err = d.int()
+	case fTokensOut:
+		r.TokensOut, err = d.int()
 	case fBytesIn:
 		r.BytesIn, err = d.int()
 	case fBytesOut:
@@ -298,6 +313,20 @@ func stringField(r *Record, idx int) *string {
 		return &r.Rule
 	case fPolicy:
 		return &r.Policy
+	case fMCPMethod:
+		return &r.MCPMethod
+	case fTool:
+		return &r.Tool
+	case fRPCID:
+		return &r.RPCID
+	case fArgsHMAC:
+		return &r.ArgsHMAC
+	case fModel:
+		return &r.Model
+	case fSecret:
+		return &r.Secret
+	case fSecretPattern:
+		return &r.SecretPattern
 	case fError:
 		return &r.Error
 	case fTruncated:

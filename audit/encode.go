@@ -87,6 +87,15 @@ func (e *encoder) appendLine(b []byte, r *Record, seq uint64, prev *[sha256.Size
 	if len(r.Credentials) > 0 {
 		b = appendObject(b, `,"credentials":{`, r.Credentials)
 	}
+	b = appendOpt(b, `,"mcp_method":`, r.MCPMethod)
+	b = appendOpt(b, `,"tool":`, r.Tool)
+	b = appendOpt(b, `,"rpc_id":`, r.RPCID)
+	b = appendOpt(b, `,"args_hmac":`, r.ArgsHMAC)
+	b = appendOpt(b, `,"model":`, r.Model)
+	b = appendInt(b, `,"tokens_in":`, r.TokensIn)
+	b = appendInt(b, `,"tokens_out":`, r.TokensOut)
+	b = appendOpt(b, `,"secret":`, r.Secret)
+	b = appendOpt(b, `,"secret_pattern":`, r.SecretPattern)
 	b = appendInt(b, `,"status":`, int64(r.Status))
 	b = appendInt(b, `,"bytes_in":`, r.BytesIn)
 	b = appendInt(b, `,"bytes_out":`, r.BytesOut)

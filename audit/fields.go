@@ -16,7 +16,7 @@ import (
 // in layout order; capField returns field i of r.
 var capNames = [...]string{"request", "identity", "user", "client", "method", "scheme", "host", "path",
 	"query", "name", "qtype", "database", "sql", "fingerprint", "ip", "decision", "reason", "rule",
-	"policy", "error"}
+	"policy", "mcp_method", "tool", "rpc_id", "model", "secret", "secret_pattern", "error"}
 
 // capQuery is the index of "query" in capNames.
 const capQuery = 8
@@ -63,6 +63,18 @@ func capField(r *Record, i int) *string {
 		return &r.Rule
 	case 18:
 		return &r.Policy
+	case 19:
+		return &r.MCPMethod
+	case 20:
+		return &r.Tool
+	case 21:
+		return &r.RPCID
+	case 22:
+		return &r.Model
+	case 23:
+		return &r.Secret
+	case 24:
+		return &r.SecretPattern
 	}
 	return &r.Error
 }
