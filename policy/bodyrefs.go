@@ -23,7 +23,8 @@ var bodyInputKeys = map[ast.String]bool{"body": true, "mcp": true, "llm": true}
 // request's body: the host and port pairs of every rule, function or else
 // clause of a production module (not *_test.rego) that refers to
 // input.body, input.mcp or input.llm, or to input as a whole (passed to a
-// function, assigned, indexed by a variable), which may reach them.
+// function, assigned, indexed by a variable), which may reach them, or
+// replaces any part of input with `with`.
 //
 // Such a rule is scoped by the literals its own body compares input.host
 // and input.port with, in expressions that are neither negated nor under
@@ -112,6 +113,15 @@ func (s *refScan) refersToBody(r *ast.Rule) bool {
 	vis = ast.NewGenericVisitor(func(x any) bool {
 		if found {
 			return true
+		}
+		if w, ok := x.(*ast.With); ok {
+			// `with input.host as "a"` may run another rule's host-scoped
+			// body check for every request, on this request's body.
+			if ref, ok := w.Target.Value.(ast.Ref); ok {
+				head, _ := ref[0].Value.(ast.Var)
+				found = s.whole[head] || s.body[head]
+			}
+			return false
 		}
 		t, ok := x.(*ast.Term)
 		if !ok {

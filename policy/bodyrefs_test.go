@@ -49,6 +49,11 @@ allow if { not input.host == "a"; input.body.x }`}, anyHost: true},
 		{name: "host check under with does not scope", modules: map[string]string{"a.rego": `
 h if input.host == "a"
 allow if { input.host == "a" with input.host as "a"; input.body.x }`}, anyHost: true},
+		{name: "with on input.host counts", modules: map[string]string{"a.rego": `
+scoped if { input.host == "a"; input.body.x }
+allow if { input.host == "z"; scoped with input.host as "a" }`}, want: []BodyScope{{Host: "a"}, {Host: "z"}}},
+		{name: "with on data does not count", modules: map[string]string{"a.rego": `
+allow if { input.host == "z"; data.x.y with data.z as 1 }`}},
 		{name: "host through a variable does not scope", modules: map[string]string{"a.rego": `
 allow if { h := input.host; h == "a"; input.body.x }`}, anyHost: true},
 		{name: "host from data does not scope", modules: map[string]string{"a.rego": `

@@ -11,6 +11,18 @@ import (
 // accepts: the parser recurses once per level, so this bounds its stack.
 const MaxDepth = 64
 
+// The bounds of a number ParseJSON accepts (RFC 8259 lets a parser set
+// them). Rego compares numbers exactly, through math/big: a long mantissa
+// costs time quadratic in its length, and an exponent past ±1e6 makes
+// OPA's comparison panic ("illegal value"), which would end the process.
+// float64 needs 24 bytes and exponents within ±324; these are far wider.
+const (
+	// MaxNumberLen bounds a number's text in bytes.
+	MaxNumberLen = 100
+	// MaxExponent bounds the absolute value of a number's written exponent.
+	MaxExponent = 1000
+)
+
 // ParseJSON parses b, one JSON value (RFC 8259), into the Rego value a
 // policy sees as input.body. Numbers keep their literal text (ast.Number),
 // never rounded through a float.
@@ -19,9 +31,11 @@ const MaxDepth = 64
 // server see different values: it refuses duplicate object keys (compared
 // after unescaping, so {"a":1,"\u0061":2} is refused: servers keep the
 // first or the last), invalid UTF-8 anywhere and escaped lone surrogates
-// (decoders replace them, or not), a byte order mark, nesting deeper than
-// MaxDepth, and anything after the value but whitespace. Errors wrap
-// ErrUnparseable and name the byte offset.
+// (decoders replace them, or not), a byte order mark, and anything after
+// the value but whitespace; and where Rego could not bear the value:
+// nesting deeper than MaxDepth, a number longer than MaxNumberLen or with
+// an exponent beyond ±MaxExponent. Errors wrap ErrUnparseable and name
+// the byte offset.
 //
 // One pass, linear in len(b).
 func ParseJSON(b []byte) (ast.Value, error) {
@@ -250,9 +264,19 @@ func (p *parser) number() (ast.Value, error) {
 		if p.i < len(p.b) && (p.b[p.i] == '+' || p.b[p.i] == '-') {
 			p.i++
 		}
+		at := p.i
 		if p.digits() == 0 {
 			return nil, p.fail("invalid number: no digit in exponent")
 		}
+		exp := 0
+		for _, c := range p.b[at:p.i] {
+			if exp = exp*10 + int(c-'0'); exp > MaxExponent {
+				return nil, p.fail(fmt.Sprintf("number exponent beyond ±%d", MaxExponent))
+			}
+		}
+	}
+	if p.i-start > MaxNumberLen {
+		return nil, p.fail(fmt.Sprintf("number longer than %d bytes", MaxNumberLen))
 	}
 	return ast.Number(p.b[start:p.i]), nil
 }

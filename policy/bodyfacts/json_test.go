@@ -2,14 +2,17 @@ package bodyfacts
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
 )
 
 func TestParseJSON(t *testing.T) {
@@ -28,6 +31,8 @@ func TestParseJSON(t *testing.T) {
 		{"raw utf8", `"é😀\u0000"`, `"é😀\u0000"`},
 		{"depth 64", deep(64), deep(64)},
 		{"many keys", manyKeys(40, false), manyKeys(40, false)},
+		{"exponent at the bound", `[1e1000,1E-1000,1e+0001000]`, `[1e1000,1E-1000,1e+0001000]`},
+		{"number of MaxNumberLen", longNumber(MaxNumberLen), longNumber(MaxNumberLen)},
 
 		{"empty", ``, ""},
 		{"only space", `  `, ""},
@@ -74,6 +79,10 @@ func TestParseJSON(t *testing.T) {
 		{"capital literal", `True`, ""},
 		{"comment", `{} // x`, ""},
 		{"nul outside string", "{}\x00", ""},
+		{"exponent over the bound", `1e1001`, ""},
+		{"negative exponent over the bound", `[1E-1001]`, ""},
+		{"huge exponent", `1e99999999999999999999999`, ""},
+		{"number over MaxNumberLen", longNumber(MaxNumberLen + 1), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -117,6 +126,28 @@ func manyKeys(n int, dup bool) string {
 	return b.String()
 }
 
+// longNumber is a number of n bytes with an exponent.
+func longNumber(n int) string {
+	return "-1." + strings.Repeat("9", n-9) + "e-1000"
+}
+
+// TestParseJSONNumbersRego pins that Rego can compare and compute with the
+// numbers at ParseJSON's bounds: OPA panics on exponents past ±1e6.
+func TestParseJSONNumbersRego(t *testing.T) {
+	for _, in := range []string{`1e1000`, `-1e-1000`, longNumber(MaxNumberLen), strings.Replace(longNumber(MaxNumberLen), "-1000", "+1000", 1), `-0.0`, `0e5`} {
+		v, err := ParseJSON([]byte(in))
+		if err != nil {
+			t.Fatalf("ParseJSON(%s) error %v", in, err)
+		}
+		for _, q := range []string{`input.x == 5`, `input.x < 5.5`, `input.x + 1 != 0`, `input.x in {5, 6}`, `input.x == input.y`} {
+			input := ast.NewObject(ast.Item(ast.StringTerm("x"), ast.NewTerm(v)), ast.Item(ast.StringTerm("y"), ast.NumberTerm("1e999")))
+			if _, err := rego.New(rego.Query(q), rego.ParsedInput(input)).Eval(context.Background()); err != nil {
+				t.Fatalf("%s with input.x = %s: %v", q, in, err)
+			}
+		}
+	}
+}
+
 // TestParseJSONNumberText pins that a number reaches Rego as its literal
 // text, never through a float64.
 func TestParseJSONNumberText(t *testing.T) {
@@ -148,24 +179,25 @@ func TestParseJSONLinear(t *testing.T) {
 // FuzzParseJSON checks ParseJSON against encoding/json both ways: what
 // encoding/json accepts, ParseJSON accepts with the same value unless the
 // input is one ParseJSON refuses on purpose (invalid UTF-8, a duplicate
-// key, too deep, a lone surrogate); what ParseJSON accepts, encoding/json
-// accepts, and it has none of those.
+// key, too deep, a number out of bounds, a lone surrogate); what
+// ParseJSON accepts, encoding/json accepts, and it has none of those.
 func FuzzParseJSON(f *testing.F) {
 	for _, s := range []string{
 		`{"a":1,"b":[true,false,null],"c":"x"}`, `{"a":1,"\u0061":2}`, `"\ud83d\ude00"`, `"\ud800"`,
-		"\"\xff\"", "\xef\xbb\xbf{}", `[1.5e10,-0,0.0]`, `{"a":{"a":{}}}`, `[[[[]]]]`, ` 1 `, `01`, `"\u00e9"`,
+		"\"\xff\"", "\xef\xbb\xbf{}", `[1.5e10,-0,0.0]`, `1e1001`, `[1e-1000]`,
+		`{"a":{"a":{}}}`, `[[[[]]]]`, ` 1 `, `01`, `"\u00e9"`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		got, err := ParseJSON(in)
-		strict := json.Valid(in) && utf8.Valid(in) && !hasDupKey(in) && depth(in) <= MaxDepth
+		strict := json.Valid(in) && utf8.Valid(in) && !hasDupKey(in) && depth(in) <= MaxDepth && numbersInBounds(in)
 		switch {
 		case err != nil && !errors.Is(err, ErrUnparseable):
 			t.Fatalf("ParseJSON(%q) error %v; want ErrUnparseable", in, err)
 		case err == nil && !strict:
-			t.Fatalf("ParseJSON(%q) = %v; encoding/json (valid %v, UTF-8 %v, dup %v, depth %d) refuses it",
-				in, got, json.Valid(in), utf8.Valid(in), hasDupKey(in), depth(in))
+			t.Fatalf("ParseJSON(%q) = %v; encoding/json (valid %v, UTF-8 %v, dup %v, depth %d, numbers in bounds %v) refuses it",
+				in, got, json.Valid(in), utf8.Valid(in), hasDupKey(in), depth(in), numbersInBounds(in))
 		case err != nil && strict && !maySurrogate(in):
 			t.Fatalf("ParseJSON(%q) error %v; encoding/json accepts it", in, err)
 		case err == nil:
@@ -182,6 +214,15 @@ func FuzzParseJSON(f *testing.F) {
 			if !reflect.DeepEqual(gotJSON, want) {
 				t.Fatalf("ParseJSON(%q) = %#v; encoding/json %#v", in, gotJSON, want)
 			}
+			// Rego compares numbers through math/big, which must bear
+			// every number accepted (it panicked past ±1e6 exponents).
+			ast.WalkTerms(got, func(x *ast.Term) bool {
+				if n, ok := x.Value.(ast.Number); ok {
+					ast.NumberCompare(n, "5")
+					ast.NumberCompare(n, "1.5")
+				}
+				return false
+			})
 		}
 	})
 }
@@ -230,6 +271,32 @@ func hasDupKey(in []byte) bool {
 	}
 }
 
+// numbersInBounds says whether every number encoding/json decodes from in
+// is within MaxNumberLen and MaxExponent.
+func numbersInBounds(in []byte) bool {
+	d := json.NewDecoder(bytes.NewReader(in))
+	d.UseNumber()
+	for {
+		tok, err := d.Token()
+		if err != nil {
+			return true
+		}
+		n, ok := tok.(json.Number)
+		if !ok {
+			continue
+		}
+		if len(n) > MaxNumberLen {
+			return false
+		}
+		if i := strings.IndexAny(string(n), "eE"); i >= 0 {
+			e, err := strconv.Atoi(strings.TrimLeft(string(n[i+1:]), "+-"))
+			if err != nil || e > MaxExponent {
+				return false
+			}
+		}
+	}
+}
+
 // depth is the deepest nesting of arrays and objects in in, counting
 // brackets outside strings.
 func depth(in []byte) int {
@@ -262,4 +329,28 @@ func maySurrogate(in []byte) bool {
 		}
 	}
 	return false
+}
+
+// BenchmarkParseJSON parses an MCP tools/call request and a model request
+// padded to 1 MiB of messages.
+func BenchmarkParseJSON(b *testing.B) {
+	call := []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ticket.create",` +
+		`"arguments":{"title":"Printer on fire","priority":2,"labels":["hw","urgent"],"capability":"simulate"}}}`)
+	msg := `{"role":"user","content":"` + strings.Repeat("lorem ipsum \u00e9 ", 60) + `"},`
+	model := []byte(`{"model":"gpt-x","max_tokens":1024,"messages":[` +
+		strings.Repeat(msg, (1<<20)/len(msg)) + `{"role":"user","content":"end"}]}`)
+	for _, bb := range []struct {
+		name string
+		in   []byte
+	}{{"mcp", call}, {"model_1MiB", model}} {
+		b.Run(bb.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(bb.in)))
+			for b.Loop() {
+				if _, err := ParseJSON(bb.in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
