@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -27,6 +29,10 @@ func decodeValue(body []byte) (ast.Value, error) {
 	var x any
 	if err := dec.Decode(&x); err != nil {
 		return nil, err
+	}
+	// The lead's parser takes one JSON text and nothing after it.
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("data after the JSON text: %v", err)
 	}
 	return ast.InterfaceToValue(x)
 }

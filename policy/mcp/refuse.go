@@ -25,35 +25,42 @@ type Refusal struct {
 	Message string
 }
 
-// batchRefusedReason is error.data.reason of a call of a refused batch that
-// was not itself refused: nothing of the batch was sent.
-const batchRefusedReason = "mcp_batch_refused"
-
 // ErrorBody is the answer to a request the proxy refuses (refused maps a
-// call's index in req.Calls to its refusal; every call of a batch is
-// answered, and the batch is refused whole when any call is), and the
-// HTTP status to send it with, as Content-Type application/json.
+// call's index in req.Calls to its refusal, and must name one; a batch is refused whole when
+// any call is, since none of it may reach the server), and the HTTP
+// status to send it with, as Content-Type application/json.
 //
 // When some call has an id, the body is a JSON-RPC error response to each
 // call with an id (an array for a batch, in the calls' order) and status
 // is 200, as the Streamable HTTP transport answers a POST: error.code is
 // CodeRefused, error.message says what was refused, and error.data is
-// {"reason": reason, "tool": tool} ("tool" for a tools/call). A call of a
-// refused batch that was not itself refused is answered with reason
-// "mcp_batch_refused" (not a policy reason: the batch was refused for
-// another call), since none of it reached the server.
+// {"reason": reason, "tool": tool} ("tool" for a refused tools/call). A
+// call of a refused batch that was not itself refused is answered with the
+// reason of the batch's first refused call and "batch": true instead of
+// a tool, and a message saying that its batch was refused and none of it
+// sent.
 //
 // When no call has an id (notifications and client responses only) there
 // is nothing JSON-RPC can answer: the body is one error response with id
-// null (JSON-RPC's form for an error that belongs to no request) naming
-// the first refused call's reason, and status is 403. The Go SDK's client
-// gives the caller an error for a non-2xx answer to a notification and
-// then closes its session; that is the price of telling the agent.
+// null (JSON-RPC's form for an error that belongs to no request) for the
+// first refused call, and status is 403. The Go SDK's client gives the
+// caller an error for a non-2xx answer to a notification and then fails
+// its session; that is the price of telling the agent at all.
 //
 // Over the older HTTP+SSE transport, answers travel on the GET stream, not
-// in the POST's body: the proxy answers the POST 202 Accepted and hands
-// the body to the session's Stream.Inject.
+// in the POST's body: the proxy answers the POST 202 Accepted and hands a
+// 200 body to the session's Stream.Inject.
 func ErrorBody(req *Request, refused map[int]Refusal) (body []byte, status int) {
+	first := -1
+	for i := range req.Calls {
+		if _, ok := refused[i]; ok {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		panic("mcp.ErrorBody: no call of the request is refused")
+	}
 	var b bytes.Buffer
 	answered := 0
 	if req.Batch {
@@ -64,14 +71,14 @@ func ErrorBody(req *Request, refused map[int]Refusal) (body []byte, status int) 
 		if c.ID == "" || c.Response {
 			continue
 		}
-		r, ok := refused[i]
-		if !ok {
-			r = Refusal{Reason: batchRefusedReason, Message: "refused by egressd: another call of its batch was refused, so none was sent"}
-		}
 		if answered > 0 {
 			b.WriteByte(',')
 		}
-		writeError(&b, c.ID, c, r)
+		if r, ok := refused[i]; ok {
+			writeError(&b, c.ID, c, r, false)
+		} else {
+			writeError(&b, c.ID, &req.Calls[first], refused[first], true)
+		}
 		answered++
 	}
 	if req.Batch {
@@ -81,21 +88,19 @@ func ErrorBody(req *Request, refused map[int]Refusal) (body []byte, status int) 
 		return b.Bytes(), http.StatusOK
 	}
 	b.Reset()
-	for i := range req.Calls {
-		if r, ok := refused[i]; ok {
-			writeError(&b, "null", &req.Calls[i], r)
-			return b.Bytes(), http.StatusForbidden
-		}
-	}
-	writeError(&b, "null", &Call{}, Refusal{Reason: batchRefusedReason, Message: "refused by egressd"})
+	writeError(&b, "null", &req.Calls[first], refused[first], false)
 	return b.Bytes(), http.StatusForbidden
 }
 
-// writeError appends one JSON-RPC error response for call c.
-func writeError(b *bytes.Buffer, id string, c *Call, r Refusal) {
+// writeError appends one JSON-RPC error response with id for the refusal
+// r of call c; batch marks the answer to another call of c's batch.
+func writeError(b *bytes.Buffer, id string, c *Call, r Refusal, batch bool) {
 	msg := r.Message
-	if msg == "" {
+	if msg == "" || batch {
 		msg = defaultMessage(c, r.Reason)
+	}
+	if batch {
+		msg = "refused by egressd: its batch was refused and none of it was sent (" + msg + ")"
 	}
 	b.WriteString(`{"jsonrpc":"2.0","id":`)
 	b.WriteString(id)
@@ -105,13 +110,17 @@ func writeError(b *bytes.Buffer, id string, c *Call, r Refusal) {
 	b.WriteString(jsonString(msg))
 	b.WriteString(`,"data":{"reason":`)
 	b.WriteString(jsonString(r.Reason))
-	if c.Method == MethodToolsCall {
+	switch {
+	case batch:
+		b.WriteString(`,"batch":true`)
+	case c.Method == MethodToolsCall:
 		b.WriteString(`,"tool":`)
 		b.WriteString(jsonString(c.Tool))
 	}
 	b.WriteString(`}}}`)
 }
 
+// defaultMessage is the message of a refusal that brings none.
 func defaultMessage(c *Call, reason string) string {
 	switch {
 	case c.Method == MethodToolsCall:

@@ -19,6 +19,7 @@ type wireError struct {
 	Data    struct {
 		Reason string `json:"reason"`
 		Tool   string `json:"tool"`
+		Batch  bool   `json:"batch"`
 	} `json:"data"`
 }
 
@@ -39,7 +40,7 @@ func TestErrorBody(t *testing.T) {
 			want: []wireResponse{resp(`"r\"1"`, "mcp_method_denied", "")}},
 		{name: "batch", body: `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/x"},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"delete_repo"}},{"jsonrpc":"2.0","id":9,"result":{}}]`,
 			refused: map[int]Refusal{2: denied}, status: http.StatusOK,
-			want: []wireResponse{resp(`1`, "mcp_batch_refused", ""), resp(`2`, "mcp_tool_denied", "delete_repo")}},
+			want: []wireResponse{batchResp(`1`, "mcp_tool_denied"), resp(`2`, "mcp_tool_denied", "delete_repo")}},
 		{name: "notification only", body: `{"jsonrpc":"2.0","method":"notifications/x"}`,
 			refused: map[int]Refusal{0: {Reason: "rego_said_no"}}, status: http.StatusForbidden,
 			want: []wireResponse{resp(`null`, "rego_said_no", "")}},
@@ -70,8 +71,8 @@ func TestErrorBody(t *testing.T) {
 			for i, g := range got {
 				w := tt.want[i]
 				if g.JSONRPC != "2.0" || string(g.ID) != string(w.ID) || g.Error == nil || g.Error.Code != CodeRefused ||
-					g.Error.Data.Reason != w.Error.Data.Reason || g.Error.Data.Tool != w.Error.Data.Tool || g.Error.Message == "" {
-					t.Errorf("response %d = %s; want id %s, reason %s, tool %q", i, body, w.ID, w.Error.Data.Reason, w.Error.Data.Tool)
+					g.Error.Data.Reason != w.Error.Data.Reason || g.Error.Data.Tool != w.Error.Data.Tool || g.Error.Data.Batch != w.Error.Data.Batch || g.Error.Message == "" {
+					t.Errorf("response %d = %s; want id %s, data %+v", i, body, w.ID, w.Error.Data)
 				}
 			}
 		})
@@ -81,5 +82,11 @@ func TestErrorBody(t *testing.T) {
 func resp(id, reason, tool string) wireResponse {
 	w := wireResponse{ID: json.RawMessage(id), Error: &wireError{}}
 	w.Error.Data.Reason, w.Error.Data.Tool = reason, tool
+	return w
+}
+
+func batchResp(id, reason string) wireResponse {
+	w := resp(id, reason, "")
+	w.Error.Data.Batch = true
 	return w
 }

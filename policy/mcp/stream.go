@@ -3,6 +3,7 @@ package mcp
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 )
@@ -113,8 +114,10 @@ func (s *Stream) Read(p []byte) (int, error) {
 }
 
 // Inject queues msg, one JSON-RPC message (ErrorBody's body), as a
-// "message" event. It fails with ErrStreamClosed after Close, and when
-// the queue is full.
+// "message" event. It fails with ErrStreamClosed after Close, and with
+// another error when the client has not read the last 64 injected events:
+// either way the proxy answers the POST itself (ErrorBody's status), which
+// the SDK's client takes as a failed session.
 func (s *Stream) Inject(msg []byte) error {
 	select {
 	case <-s.done:
@@ -131,7 +134,7 @@ func (s *Stream) Inject(msg []byte) error {
 	case s.inject <- ev:
 		return nil
 	default:
-		return ErrStreamClosed
+		return fmt.Errorf("inject into MCP event stream: %d events already wait", injectQueue)
 	}
 }
 
