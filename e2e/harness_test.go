@@ -495,6 +495,12 @@ type Rule struct {
 	// Credentials are the rule's credential actions, as data.json spells
 	// them.
 	Credentials []map[string]any `json:"credentials,omitempty"`
+	// The request keys: bounds and the body conditions (see rego/README.md).
+	MaxRequestBytes int64          `json:"max_request_bytes,omitempty"`
+	MaxBodyBytes    int64          `json:"max_body_bytes,omitempty"`
+	MCP             map[string]any `json:"mcp,omitempty"`
+	LLM             map[string]any `json:"llm,omitempty"`
+	SecretPatterns  string         `json:"secret_patterns,omitempty"`
 }
 
 // WritePolicy writes the default bundle (package rego) into a temporary

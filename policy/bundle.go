@@ -233,6 +233,8 @@ type compiled struct {
 	credentials     map[string][]Credential
 	identities      identityTerms
 	cache           *lru
+	// bodyScopes are where the bundle's Rego rules decide on bodies.
+	bodyScopes scopeSet
 }
 
 // entryPoints maps each Kind to its Rego package.
@@ -295,7 +297,8 @@ func prepare(ctx context.Context, pb *parsedBundle, cacheSize int) (*compiled, s
 	}
 	store := inmem.NewFromASTObject(pb.data)
 	c := &compiled{views: pb.views, sqlProfiles: pb.sqlProfiles, cache: newLRU(cacheSize),
-		credentialRules: pb.credentialRules, credentials: pb.credentials}
+		credentialRules: pb.credentialRules, credentials: pb.credentials,
+		bodyScopes: newScopeSet(bodyScopes(prod))}
 	for k, pkg := range entryPoints {
 		pq, err := rego.New(
 			rego.Query("data.egress."+pkg+".decision"),

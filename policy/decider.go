@@ -16,3 +16,12 @@ type Decider interface {
 }
 
 var _ Decider = (*Engine)(nil)
+
+// BodyNeeder is the Decider that may decide on request bodies: it says
+// what to read of one before deciding it. A Decider without it decides
+// every request on its request line.
+type BodyNeeder interface {
+	NeedBody(f *URLFacts) BodyNeed
+}
+
+var _ BodyNeeder = (*Engine)(nil)

@@ -83,9 +83,10 @@ type Decision struct {
 	// never values. Nil on denies, on other kinds and for rules without.
 	// Shared by every decision of the rule: read only.
 	Credentials []Credential `json:"credentials,omitempty"`
-	// Options are the allowing rule's body, size, MCP and model keys
-	// (data.rules[i]), looked up like Credentials. Nil on denies, on
-	// other kinds and for rules without any.
+	// Options are the deciding rule's body, size, MCP and model keys
+	// (data.rules[i]), looked up like Credentials: on a refusal of a
+	// body, they say which calls were refused. Nil on other kinds, when
+	// no rule decided and for rules without any.
 	Options *RuleOptions `json:"options,omitempty"`
 	// Inspect is set on an allowed CONNECT whose rule asks for inspection
 	// (a rule's "inspect"): the proxy terminates the tunnel's TLS with a

@@ -92,6 +92,11 @@ func (e *Engine) Decide(ctx context.Context, in Input) Decision {
 	if kind == 0 || int(kind) >= len(c.queries) {
 		return c.deny(ReasonNoDecision)
 	}
+	if f, ok := in.Facts.(*URLFacts); ok && f.Body != nil {
+		// A body is not part of the cache key: decided every time.
+		d, _ := c.eval(ctx, e, kind, in)
+		return d
+	}
 	bp := keyPool.Get().(*[]byte)
 	key := appendInputKey((*bp)[:0], kind, in)
 	d, ok := c.cache.get(key)
@@ -185,6 +190,8 @@ func (c *compiled) eval(ctx context.Context, e *Engine, kind Kind, in Input) (d 
 		// rule data that the load-time checks (secret names, cleartext)
 		// have vetted, which a value computed by a module would escape.
 		d.Credentials = c.credentials[d.Rule]
+	}
+	if kind == KindHTTP && d.Rule != "" {
 		d.Options = c.views.byRule[d.Rule]
 	}
 	return d, true

@@ -29,6 +29,9 @@ type RuleOptions struct {
 	// token) found in a request the rule allows refuses it; otherwise
 	// ("record", the default) the finding is only recorded.
 	SecretPatterns string `json:"secret_patterns,omitempty"`
+
+	// ports are the rule's, for needBody.
+	ports []int
 }
 
 // DefaultMaxBodyBytes is the bound of a body read to decide on it when
@@ -181,7 +184,7 @@ func (r *ruleSpec) options() *RuleOptions {
 	if r.MaxBodyBytes == nil && r.MaxRequestBytes == 0 && r.mcp == nil && r.llm == nil && r.SecretPatterns == "" {
 		return nil
 	}
-	o := &RuleOptions{MaxRequestBytes: r.MaxRequestBytes, MCP: r.mcp, SecretPatterns: r.SecretPatterns}
+	o := &RuleOptions{MaxRequestBytes: r.MaxRequestBytes, MCP: r.mcp, SecretPatterns: r.SecretPatterns, ports: r.Ports}
 	if r.decidesBody() {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
 		if r.MaxBodyBytes != nil {
@@ -210,6 +213,7 @@ func (x *viewIndex) setOptions(rules []ruleSpec, order []int) {
 			x.byRule[rules[i].ID] = o
 		}
 	}
+	x.setBodyDenials()
 }
 
 // decodeKey decodes the rule key name (raw, when set) into *dst, refusing
@@ -230,3 +234,7 @@ func decodeKey[T any](raw json.RawMessage, name string, dst **T) error {
 	*dst = v
 	return nil
 }
+
+// RuleOptions are the request keys of the active bundle's rule id, nil
+// when it has none.
+func (e *Engine) RuleOptions(id string) *RuleOptions { return e.cur.views.byRule[id] }

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"strconv"
@@ -52,6 +53,12 @@ type HTTPRequest struct {
 	// HostHeader is the Host header (HTTP/2 :authority); "" if none was
 	// sent.
 	HostHeader string
+	// Body is the request's body, nil when it has none. It is read (up
+	// to a rule's bound, decoded of ContentEncoding) only where a rule may
+	// decide on it; the caller then forwards what was read.
+	Body            io.Reader
+	ContentType     string
+	ContentEncoding string
 }
 
 // DecideHTTP decides an absolute-form request (kind KindHTTP) or a
@@ -68,7 +75,7 @@ func (d *PreDial) DecideHTTP(ctx context.Context, id Identity, kind Kind, req HT
 		// CONNECT that is decided again.
 		return refusedOutcome(f, true, &DenyError{Reason: ReasonHTTPSRequiresConnect})
 	}
-	return d.decide(ctx, id, f, f.IP, f.Port)
+	return d.decideRequest(ctx, id, f, req)
 }
 
 // DecideInspected decides a request inside a terminated CONNECT tunnel to
@@ -105,7 +112,7 @@ func (d *PreDial) DecideInspected(ctx context.Context, id Identity, authority st
 		o.Inspected = true
 		return o
 	}
-	o := d.decide(ctx, id, f, f.IP, f.Port)
+	o := d.decideRequest(ctx, id, f, req)
 	o.Inspected = true
 	return o
 }
@@ -146,6 +153,33 @@ func (d *PreDial) DecideConnect(ctx context.Context, id Identity, target string)
 		return refusedOutcome(nil, true, err)
 	}
 	return d.decide(ctx, id, f, f.IP, f.Port)
+}
+
+// decideRequest decides an HTTP request, reading its body first where a
+// rule may decide on it.
+func (d *PreDial) decideRequest(ctx context.Context, id Identity, f *URLFacts, req HTTPRequest) Outcome {
+	f.HasBody = req.Body != nil
+	if e, ok := d.Engine.(BodyNeeder); ok && f.HasBody && f.Kind() == KindHTTP {
+		if need := e.NeedBody(f); need.Max > 0 {
+			if err := readBody(f, req, need); err != nil {
+				return refusedOutcome(f, true, err)
+			}
+		}
+	}
+	o := d.decide(ctx, id, f, f.IP, f.Port)
+	if b := f.Body; o.Decision.Allow && b != nil && b.MCP != nil && b.MCP.Batch {
+		// Rego decides each call of a batch as it would the call alone
+		// (input.mcp.tool, …): a rule on one call must not read a
+		// batch's list and never fire. One refused call refuses all.
+		defer func() { b.call = 0 }()
+		for i := range b.MCP.Calls {
+			b.call = i + 1
+			if oi := d.decide(ctx, id, f, f.IP, f.Port); !oi.Decision.Allow {
+				return oi
+			}
+		}
+	}
+	return o
 }
 
 func (d *PreDial) decide(ctx context.Context, id Identity, f Facts, ip netip.Addr, port uint16) Outcome {

@@ -40,6 +40,10 @@ type URLFacts struct {
 	Userinfo bool `json:"userinfo"`
 	// HostMismatch marks a Host header naming another host or port.
 	HostMismatch bool `json:"host_mismatch"`
+	// HasBody says the request carries a body; Body is what it says,
+	// set only when a rule may decide on it (PreDial reads it then).
+	HasBody bool       `json:"-"`
+	Body    *BodyFacts `json:"body,omitempty"`
 }
 
 // ParseHTTP computes the facts of a proxied request from its method, its
@@ -191,6 +195,9 @@ func (f *URLFacts) AddTo(in ast.Object) {
 	in.Insert(termPathDecoded, path)
 	in.Insert(termFlags, flagsTerm(f.PathFlags, f.IPObfuscated, f.Userinfo, f.HostMismatch))
 	addHost(in, f.Host, f.IP, f.Port)
+	if f.Body != nil {
+		f.Body.addTo(in)
+	}
 }
 
 // Keys of the Rego input, built once.

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"net"
+	"slices"
 	"strings"
 
 	"github.com/gobwas/glob"
@@ -31,6 +32,9 @@ type viewIndex struct {
 	// keys), and byRule the same by rule id, for Decision.Options.
 	opts   []*RuleOptions
 	byRule map[string]*RuleOptions
+	// bodyDenied are, for each view deciding on bodies, its stand-ins
+	// by refusal (setBodyDenials).
+	bodyDenied []map[Reason]*ast.Term
 }
 
 type cidrViews struct {
@@ -100,15 +104,54 @@ var termViews = ast.StringTerm("views")
 func (x *viewIndex) addTo(in ast.Object, facts Facts) {
 	switch f := facts.(type) {
 	case *URLFacts:
-		x.add(in, f.Host, f.IP.IsValid(), f.PathDecoded, true)
+		x.add(in, f.Host, f.IP.IsValid(), f.PathDecoded, f)
 	case *ConnectFacts:
-		x.add(in, f.Host, f.IP.IsValid(), "", false)
+		x.add(in, f.Host, f.IP.IsValid(), "", nil)
 	}
 }
 
-func (x *viewIndex) add(in ast.Object, host string, isIP bool, path string, matchPath bool) {
+// add inserts the views matching host and, for a request (req not nil),
+// its decoded path. A view whose body conditions refuse the request's body
+// is replaced by its refusal and moved ahead of every other view: an
+// unknown tool or model fails closed like an explicit deny, whatever other
+// rule would allow the request line.
+func (x *viewIndex) add(in ast.Object, host string, isIP bool, path string, req *URLFacts) {
 	var stack [16]int
-	found := stack[:0]
+	found := x.lookup(stack[:0], host, isIP)
+	terms := make([]*ast.Term, 0, len(found))
+	var refused []*ast.Term
+	lower, win := "", ""
+	for _, v := range found {
+		if req != nil {
+			ok := false
+			if x.fold[v] {
+				if lower == "" {
+					lower = asciiLower(path)
+					win = windowsForm(lower)
+				}
+				ok = x.pathMatches(v, lower) || (win != lower && x.pathMatches(v, win))
+			} else {
+				ok = x.pathMatches(v, path)
+			}
+			if !ok {
+				continue
+			}
+			if reason := req.bodyRefusal(x.opts[v]); reason != "" {
+				refused = append(refused, x.bodyDenied[v][reason])
+				continue
+			}
+		}
+		terms = append(terms, x.views[v])
+	}
+	if refused != nil {
+		terms = append(refused, terms...)
+	}
+	in.Insert(termViews, ast.ArrayTerm(terms...))
+}
+
+// lookup appends to found the views whose hosts match host, in view
+// order, each once.
+func (x *viewIndex) lookup(found []int, host string, isIP bool) []int {
 	found = append(found, x.hosts[host]...)
 	if isIP {
 		// As net.cidr_contains(cidr, input.ip) reads it.
@@ -129,30 +172,7 @@ func (x *viewIndex) add(in ast.Object, host string, isIP bool, path string, matc
 		}
 	}
 	sortInts(found)
-	terms := make([]*ast.Term, 0, len(found))
-	lower, win := "", ""
-	for i, v := range found {
-		if i > 0 && v == found[i-1] {
-			continue
-		}
-		if matchPath {
-			ok := false
-			if x.fold[v] {
-				if lower == "" {
-					lower = asciiLower(path)
-					win = windowsForm(lower)
-				}
-				ok = x.pathMatches(v, lower) || (win != lower && x.pathMatches(v, win))
-			} else {
-				ok = x.pathMatches(v, path)
-			}
-			if !ok {
-				continue
-			}
-		}
-		terms = append(terms, x.views[v])
-	}
-	in.Insert(termViews, ast.ArrayTerm(terms...))
+	return slices.Compact(found)
 }
 
 func (x *viewIndex) pathMatches(v int, path string) bool {

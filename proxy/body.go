@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -197,4 +198,37 @@ func (f *httpFlow) checkSize(r *http.Request, d *policy.Decision) (refusal, bool
 	}
 	f.sent.limit = o.MaxRequestBytes
 	return refusal{}, false
+}
+
+// hasBody reports a request that has a body: net/http's h2 server gives
+// every request a Body, the END_STREAM GET too (with ContentLength 0), and
+// a body decides how the request travels upstream (tlsUpstream.roundTrip).
+func hasBody(r *http.Request) bool {
+	return r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
+}
+
+// keptBody keeps what the policy reads of a request body to decide on it,
+// so that exactly those bytes are sent upstream.
+type keptBody struct {
+	r    io.Reader
+	buf  bytes.Buffer
+	read bool
+}
+
+func (k *keptBody) Read(p []byte) (int, error) {
+	k.read = true
+	n, err := k.r.Read(p)
+	k.buf.Write(p[:n])
+	return n, err
+}
+
+// replay is the body to send: the bytes read, then the rest of orig.
+func (k *keptBody) replay(orig io.ReadCloser) io.ReadCloser {
+	return readCloser{Reader: io.MultiReader(bytes.NewReader(k.buf.Bytes()), orig), Closer: orig}
+}
+
+// readCloser is a Reader closed through another value.
+type readCloser struct {
+	io.Reader
+	io.Closer
 }

@@ -70,6 +70,10 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 		return
 	}
 	f.identity = id.ID
+	if rf, over := s.overByteBudget(st.ids, id.ID); over {
+		s.auditAndRefuseConn(f, client, rf)
+		return
+	}
 	release, reason := s.limits.acquire(id.ID)
 	if reason != "" {
 		s.auditAndRefuseConn(f, client, deniedRefusal(reason))

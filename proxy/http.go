@@ -15,7 +15,9 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/policy/llm"
 	"github.com/egressd/egressd/proxy/broker"
+	"github.com/egressd/egressd/proxy/budget"
 )
 
 // httpFlow is one allowed plain-HTTP request on its way upstream.
@@ -40,6 +42,13 @@ type httpFlow struct {
 	cred *broker.Plan
 	// upgrade marks an inspected WebSocket handshake sent upstream.
 	upgrade bool
+	// opts are the allowing rule's request keys; model is the request
+	// read as a model API call, reserve its hold on the identity's token
+	// budget (nil when the rule has none), settled once its usage is known.
+	opts    *policy.RuleOptions
+	model   *llm.Request
+	reserve *budget.Reservation
+	settled bool
 
 	// clientCtx is the client's request context: it ends when the client
 	// hangs up, while the upstream request's (upCtx) also ends on idle
@@ -82,6 +91,9 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		}
 	}
 	f.identity, f.flowInfo.identity = id, id.ID
+	if rf, over := s.overByteBudget(st.ids, id.ID); over {
+		return r, s.auditAndRefuse(f, r, rf)
+	}
 	if inner != nil && r.ProtoMajor == 2 {
 		// net/http's h2 server takes any :path a header value may hold.
 		if err := policy.CheckH2Path(r.RequestURI); err != nil {
@@ -95,18 +107,35 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	}
 	f.releaseLimit = release
 
+	req := policy.HTTPRequest{Method: r.Method, Target: r.RequestURI, HostHeader: r.Host}
+	var kept *keptBody
+	if hasBody(r) {
+		kept = &keptBody{r: r.Body}
+		req.Body, req.ContentType, req.ContentEncoding = kept, r.Header.Get("Content-Type"), strings.Join(r.Header.Values("Content-Encoding"), ", ")
+	}
 	var out policy.Outcome
 	if inner != nil {
-		out = st.decider.DecideInspected(r.Context(), id, inner.authority, policy.HTTPRequest{Method: r.Method, Target: r.RequestURI, HostHeader: r.Host})
+		out = st.decider.DecideInspected(r.Context(), id, inner.authority, req)
 	} else {
-		out = st.decider.DecideHTTP(r.Context(), id, policy.KindHTTP, policy.HTTPRequest{Method: r.Method, Target: r.RequestURI, HostHeader: r.Host})
+		out = st.decider.DecideHTTP(r.Context(), id, policy.KindHTTP, req)
 	}
 	if out.Facts != nil {
 		f.target = targetOf(out.Facts)
 	}
+	f.opts = out.Decision.Options
+	f.notes = s.notesOf(bodyOf(&out))
+	if kept != nil && kept.read {
+		// The policy read the body to decide on it: what it read goes
+		// upstream, byte for byte, and the rest (none, unless refused)
+		// after it.
+		r.Body = kept.replay(r.Body)
+	}
 	s.metrics.decisionSeconds.Observe(time.Since(start).Seconds())
 	if !out.Decision.Allow {
 		rf := outcomeRefusal(&out)
+		if b := bodyOf(&out); b != nil && b.MCP != nil && out.Err == nil {
+			rf.agentBody, rf.status = mcpRefusal(&out.Decision, b.MCP)
+		}
 		f.release()
 		return r, s.auditAndRefuse(f, r, rf)
 	}
@@ -116,6 +145,10 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		return r, s.auditAndRefuse(f, r, refusalOf(policy.ReasonRequestBodyNotAllowed))
 	}
 	if rf, refused := f.checkSize(r, &out.Decision); refused {
+		f.release()
+		return r, s.auditAndRefuse(f, r, rf)
+	}
+	if rf, refused := f.prepareModel(r, &out); refused {
 		f.release()
 		return r, s.auditAndRefuse(f, r, rf)
 	}
@@ -130,6 +163,11 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 
 	f.base = *r.URL
 	outReq := f.upstreamRequest(r)
+	if f.opts != nil && (f.opts.MCP != nil || f.opts.LLM != nil) {
+		// The answer is filtered or read for its usage: have it sent
+		// uncompressed (the transport then asks for gzip and decodes it).
+		outReq.Header.Del("Accept-Encoding")
+	}
 	f.applyCredentials(outReq)
 	pctx.UserData = f
 	pctx.RoundTripper = f
@@ -220,11 +258,8 @@ func (f *httpFlow) upstreamRequest(r *http.Request) *http.Request {
 		// client; the proxy forwards them.
 		out.Header.Set("Te", "trailers")
 	}
-	// Only a request that has a body is sent with one: net/http's h2
-	// server gives every request a Body, the END_STREAM GET too (with
-	// ContentLength 0), and a body decides how the request travels
-	// upstream (tlsUpstream.roundTrip).
-	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+	// Only a request that has a body is sent with one (hasBody).
+	if hasBody(r) {
 		f.sent.ReadCloser, f.sent.idle, f.sent.timeout = r.Body, f.idle, f.s.cfg.BodyIdleTimeout
 		// Declared trailers are sent after the body: strip the names
 		// declared now (they would be announced in the Trailer header) and
@@ -299,6 +334,11 @@ func (f *httpFlow) RoundTrip(req *http.Request, _ *goproxy.ProxyCtx) (*http.Resp
 		}
 	}
 	stripHopByHop(resp.Header)
+	if rf, refused := f.filterAnswer(resp); refused {
+		resp.Body.Close()
+		f.complete(rf.status, rf.Reason, rf.detail)
+		return rf.response(req, f.id), nil
+	}
 	if rf, refused := f.scrubResponse(resp); refused {
 		resp.Body.Close()
 		f.complete(rf.status, rf.Reason, rf.detail)
@@ -364,6 +404,7 @@ func (f *httpFlow) complete(status int, reason policy.Reason, detail string) {
 		return
 	}
 	f.completed = true
+	f.settleAtEnd()
 	r := f.record(audit.KindHTTPDone)
 	r.Status = status
 	r.IP = f.ip
@@ -384,6 +425,7 @@ func (f *httpFlow) complete(status int, reason policy.Reason, detail string) {
 	if err := f.s.appendFlow(&f.flowInfo, r); err != nil {
 		f.s.failLog.Failed(err, zap.String("request", f.id))
 	}
+	f.s.countBytes(f.st.ids, f.identity.ID, r.BytesIn+r.BytesOut)
 	f.release()
 }
 

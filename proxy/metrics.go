@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"sync"
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/egressd/egressd/audit"
@@ -23,6 +26,11 @@ type Metrics struct {
 	clientClosed    *prometheus.CounterVec
 	// Reloads counts policy/config reloads by result ("ok", "failed").
 	Reloads *prometheus.CounterVec
+	// tokens counts model API tokens by identity, model and direction;
+	// models holds the model labels given so far (modelLabels).
+	tokens *prometheus.CounterVec
+	models sync.Map
+	nModel atomic.Int32
 }
 
 // NewMetrics creates the collectors and registers them.
@@ -55,6 +63,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "egressd_proxy_client_closed_total",
 			Help: "Allowed requests the client hung up on, by when: before the upstream answered (waiting) or while the response was copied (response); counted apart from upstream failures.",
 		}, []string{"when"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressd_model_tokens_total",
+			Help: "Model API tokens the answers reported, by identity, model and direction (input, output); models past the first 100 are counted as \"other\".",
+		}, []string{"identity", "model", "direction"}),
 		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_reloads_total",
 			Help: "Configuration and policy reloads by result.",
@@ -75,10 +87,28 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Reloads.WithLabelValues(result)
 	}
 	reg.MustRegister(m.decisionSeconds, m.upstreamSeconds, m.tunnelBytes,
-		m.active, m.acceptRejected, m.clientClosed, m.Reloads)
+		m.active, m.acceptRejected, m.clientClosed, m.Reloads, m.tokens)
 	return m
 }
 
 func (m *Metrics) decided(kind audit.Kind, decision audit.Decision, reason policy.Reason) {
 	m.Decisions.Inc(kind, decision, reason)
+}
+
+// modelLabels bounds the model label's values: a model name comes from
+// the client (a rule's glob may allow many), and every value is a series
+// kept for the life of the process.
+const modelLabels = 100
+
+// countTokens counts a model answer's usage.
+func (m *Metrics) countTokens(identity, model string, in, out int64) {
+	if _, ok := m.models.Load(model); !ok {
+		if m.nModel.Add(1) > modelLabels {
+			model = "other"
+		} else {
+			m.models.Store(model, true)
+		}
+	}
+	m.tokens.WithLabelValues(identity, model, "input").Add(float64(in))
+	m.tokens.WithLabelValues(identity, model, "output").Add(float64(out))
 }

@@ -35,6 +35,9 @@ type flowInfo struct {
 	// inspected marks a request inside an inspected tunnel, and that
 	// tunnel.
 	inspected bool
+	// notes are what the request's body said (MCP calls, the model),
+	// when a rule read it; nil otherwise.
+	notes *bodyNotes
 	// scrub, when not nil, is the scrubber of a flow whose rule binds
 	// secrets: every record of the flow passes through it (appendFlow).
 	scrub *broker.Scrubber
@@ -56,6 +59,9 @@ func (f *flowInfo) withTarget(r *audit.Record) *audit.Record {
 	r.Path = f.target.Path
 	r.Query = f.target.Query
 	r.Inspected = f.inspected
+	if f.notes != nil {
+		f.notes.set(r)
+	}
 	return r
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/policy"
@@ -31,6 +32,11 @@ const (
 type refusal struct {
 	status int
 	verdict
+	// agentBody, when set, replaces the text body with an answer in the
+	// protocol the client speaks (an MCP JSON-RPC error, JSON).
+	agentBody []byte
+	// retryAfter, when set, is when a budget refusal may be retried.
+	retryAfter time.Duration
 }
 
 // refusalFor is the one place an error or a policy decision becomes a client
@@ -123,6 +129,12 @@ func (r refusal) header(h http.Header, requestID string) {
 	if r.closes() {
 		h.Set("Connection", "close")
 	}
+	if r.retryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(int((r.retryAfter+time.Second-1)/time.Second)))
+	}
+	if r.agentBody != nil {
+		h.Set("Content-Type", "application/json")
+	}
 }
 
 // closes reports whether the connection ends after this refusal: a client
@@ -138,6 +150,9 @@ func (r refusal) closes() bool {
 // and response hooks.
 func (r refusal) response(req *http.Request, requestID string) *http.Response {
 	body := r.body(requestID)
+	if r.agentBody != nil {
+		body = string(r.agentBody)
+	}
 	resp := &http.Response{
 		Status:        strconv.Itoa(r.status) + " " + http.StatusText(r.status),
 		StatusCode:    r.status,

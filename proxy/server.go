@@ -24,6 +24,7 @@ import (
 	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/broker"
+	"github.com/egressd/egressd/proxy/budget"
 )
 
 // Dialer is what the proxy needs of *dnsguard.Dialer: resolve once, check
@@ -59,6 +60,13 @@ type Options struct {
 	// UpstreamRoots verify the upstream certificates of inspected
 	// tunnels (inspect.upstream_ca_file). If nil, the system roots do.
 	UpstreamRoots *x509.CertPool
+	// ArgsKey keys the digests of MCP tool arguments in records
+	// (audit.LocalKey). If nil, records carry no digest.
+	ArgsKey []byte
+	// Budgets counts each identity's tokens and bytes against the rules'
+	// and identities' budgets. If nil, a rule with a budget refuses every
+	// request it would count (token_budget_exceeded): never uncounted.
+	Budgets *budget.Ledger
 }
 
 // state is what a reload replaces as a whole; requests read it once. The
@@ -86,6 +94,8 @@ type Server struct {
 	floor   policy.Floor
 	fds     *fdlimit.Budget
 	secrets *broker.Store
+	argsKey []byte
+	budgets *budget.Ledger
 	leaves  LeafSource
 	roots   *x509.CertPool
 	limits  *limiter
@@ -136,6 +146,8 @@ func New(o Options) (*Server, error) {
 		floor:    o.Floor,
 		fds:      o.FDs,
 		secrets:  o.Secrets,
+		argsKey:  o.ArgsKey,
+		budgets:  o.Budgets,
 		leaves:   o.Leaves,
 		roots:    o.UpstreamRoots,
 		limits:   newLimiter(o.Config),

@@ -368,4 +368,8 @@ func (t *tunnel) complete(status int, reason policy.Reason, detail string) {
 	if err := t.s.audit.Append(r); err != nil {
 		t.s.log.Error("audit append failed", zap.String("request", t.f.id), zap.Error(err))
 	}
+	if !t.f.inspected {
+		// An inspected tunnel's requests are counted one by one.
+		t.s.countBytes(t.s.state.Load().ids, t.identity.ID, r.BytesIn+r.BytesOut)
+	}
 }

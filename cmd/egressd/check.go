@@ -164,6 +164,7 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return loadError(err)
 	}
+	env.stdin = stdin
 	var rec *inputRecorder
 	if *showInput {
 		rec = &inputRecorder{checkEngine: env.engine, inputs: []any{}}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/egressd/egressd/policy"
@@ -36,13 +37,34 @@ var checkHTTP = checkKind{
 	setup: func(fs *flag.FlagSet) decideFunc {
 		hostHeader := fs.String("host-header", "", "`HOST` header as the client would send it (default: none)")
 		redirect := fs.Bool("redirect", false, "decide URL as a redirect target (kind redirect)")
+		var data *string
+		fs.Func("data", "the request `BODY`: @FILE, - for standard input, or the text itself; read (and its facts printed) only where a rule decides on bodies", func(v string) error {
+			if name, ok := strings.CutPrefix(v, "@"); ok {
+				b, err := os.ReadFile(name)
+				if err != nil {
+					return err
+				}
+				v = string(b)
+			}
+			data = &v
+			return nil
+		})
+		ctype := fs.String("content-type", "application/json", "the body's `TYPE` (with --data)")
+		encoding := fs.String("content-encoding", "", "the body's `CODING`, e.g. gzip (with --data)")
 		return func(ctx context.Context, env *decideEnv, args []string) checkOutput {
 			kind := policy.KindHTTP
 			if *redirect {
 				kind = policy.KindRedirect
 			}
+			req := policy.HTTPRequest{Method: args[0], Target: args[1], HostHeader: *hostHeader}
+			if data != nil {
+				req.Body, req.ContentType, req.ContentEncoding = strings.NewReader(*data), *ctype, *encoding
+				if *data == "-" {
+					req.Body = env.stdin
+				}
+			}
 			d := policy.PreDial{Engine: env.engine, Floor: env.floor}
-			return outcomeOutput(kind, env, d.DecideRequest(ctx, env.identity, kind, policy.HTTPRequest{Method: args[0], Target: args[1], HostHeader: *hostHeader}))
+			return outcomeOutput(kind, env, d.DecideRequest(ctx, env.identity, kind, req))
 		}
 	},
 }

@@ -10,6 +10,7 @@ import (
 // inputRecorder in front of it.
 type checkEngine interface {
 	policy.Decider
+	policy.BodyNeeder
 	RegoInput(in policy.Input) (any, error)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -20,6 +21,7 @@ import (
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/proxy/broker"
+	"github.com/egressd/egressd/proxy/budget"
 	"github.com/egressd/egressd/proxy/ca"
 	"github.com/egressd/egressd/proxy/pggate"
 )
@@ -77,9 +79,22 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		zap.String("dir", caDir))
 	ac := cfg.Audit
 	ac.Started = startedDetail(cfgPath, gen.Engine.Digest())
+	// Budgets are rebuilt from the log before this start appends to it.
+	budgets := budget.NewLedger(time.Now)
+	n, err := proxy.RebuildBudgets(budgets, ac.Dir, gen.Engine.RuleOptions, gen.Identities, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		log.Info("budgets rebuilt from the audit log", zap.Int("records", n))
+	}
 	aw, err := audit.Open(ac, log)
 	if err != nil {
 		return nil, fmt.Errorf("open audit log: %w", err)
+	}
+	argsKey, err := audit.LocalKey(ac.Dir)
+	if err != nil {
+		return nil, errors.Join(err, aw.Close())
 	}
 	// One meter for all entry points: an identity's budget is shared by
 	// its HTTP, DNS and SQL records.
@@ -104,7 +119,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	d.proxy, err = proxy.New(proxy.Options{
 		Config: cfg.Proxy, Decider: gen.Engine, Floor: gen.Floor, Identities: gen.Identities, Dialer: dialer,
 		Audit: meter, Metrics: d.metrics, Log: log, FDs: d.fds, Secrets: store,
-		Leaves: authority, UpstreamRoots: upstreamRoots,
+		Leaves: authority, UpstreamRoots: upstreamRoots, ArgsKey: argsKey, Budgets: budgets,
 	})
 	if err != nil {
 		return fail(err)

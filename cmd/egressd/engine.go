@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 
 	"go.uber.org/zap"
 
@@ -35,6 +36,8 @@ type decideEnv struct {
 	engine   checkEngine
 	floor    *dnsguard.Floor
 	identity policy.Identity
+	// stdin is where `--data -` reads a body from.
+	stdin io.Reader
 }
 
 // load reads the config and builds its generation as serve would, all but

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/egressd/egressd/policy"
 )
@@ -39,6 +40,22 @@ type Entry struct {
 	// If empty, the identity's root is created in inspect.ca_dir.
 	CACert string `yaml:"ca_cert"`
 	CAKey  string `yaml:"ca_key"`
+	// ByteBudget bounds the bytes the identity sends and receives through
+	// the proxy per window (bodies and tunnels, both directions). If nil,
+	// none.
+	ByteBudget *ByteBudget `yaml:"byte_budget"`
+}
+
+// ByteBudget is `byte_budget: {bytes: N, per: 24h}`.
+type ByteBudget struct {
+	Bytes int64  `yaml:"bytes"`
+	Per   string `yaml:"per"`
+}
+
+// Window is the budget's window; Validate has checked it parses.
+func (b *ByteBudget) Window() time.Duration {
+	d, _ := time.ParseDuration(b.Per)
+	return d
 }
 
 // Config is the `identities:` section: a list of entries.
@@ -80,6 +97,14 @@ func (c Config) Validate() error {
 		for j, s := range e.Sources {
 			if _, err := netip.ParsePrefix(s); err != nil {
 				return fmt.Errorf("[%d].sources[%d] must be a CIDR, got %q", i, j, s)
+			}
+		}
+		if b := e.ByteBudget; b != nil {
+			if b.Bytes < 1 {
+				return fmt.Errorf("[%d].byte_budget.bytes must be positive, got %d", i, b.Bytes)
+			}
+			if d, err := time.ParseDuration(b.Per); err != nil || d < time.Minute || d > 31*24*time.Hour {
+				return fmt.Errorf("[%d].byte_budget.per must be a duration from 1m to 744h (\"24h\"), got %q", i, b.Per)
 			}
 		}
 	}
@@ -178,6 +203,17 @@ func (s *Store) Lookup(id string) (Entry, policy.Identity, bool) {
 		return Entry{}, policy.Identity{}, false
 	}
 	return r.entry, r.identity, true
+}
+
+// ByteBudget is id's byte budget, nil when it has none.
+func (s *Store) ByteBudget(id string) *ByteBudget {
+	if s == nil {
+		return nil
+	}
+	if r, ok := s.byID[id]; ok {
+		return r.entry.ByteBudget
+	}
+	return nil
 }
 
 // AllAnonymous reports whether every client is Anonymous: s is nil or

@@ -76,17 +76,26 @@ type Server struct {
 func Start(tb testing.TB) *Server {
 	tb.Helper()
 	s := &Server{}
-	srv := s.MCPServer()
-	get := func(*http.Request) *mcp.Server { return srv }
-	mux := http.NewServeMux()
-	mux.Handle(PathStreamable, mcp.NewStreamableHTTPHandler(get, nil))
-	mux.Handle(PathStreamableJSON, mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{JSONResponse: true}))
-	mux.Handle(PathStateless, mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Stateless: true}))
-	mux.Handle(PathSSE, mcp.NewSSEHandler(get, nil))
-	hs := httptest.NewServer(mux)
+	hs := httptest.NewServer(s.Handler())
 	tb.Cleanup(hs.Close)
 	s.URL = hs.URL
 	return s
+}
+
+// Handler serves one SDK server (MCPServer) on every transport's path;
+// Start serves it on loopback, a test may serve it over TLS.
+func (s *Server) Handler() http.Handler {
+	srv := s.MCPServer()
+	get := func(*http.Request) *mcp.Server { return srv }
+	mux := http.NewServeMux()
+	// The server stands for a public one: tests reach it by a name (an
+	// inspected tunnel's example.com) that its loopback address would
+	// otherwise make it refuse as DNS rebinding.
+	mux.Handle(PathStreamable, mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{DisableLocalhostProtection: true}))
+	mux.Handle(PathStreamableJSON, mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{JSONResponse: true, DisableLocalhostProtection: true}))
+	mux.Handle(PathStateless, mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: true}))
+	mux.Handle(PathSSE, mcp.NewSSEHandler(get, &mcp.SSEOptions{DisableLocalhostProtection: true}))
+	return mux
 }
 
 // MCPServer is a new SDK server whose tools record into s; Start serves
