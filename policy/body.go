@@ -146,7 +146,7 @@ func bodyVerdict(o *RuleOptions, b *BodyFacts) Reason {
 			return ReasonModelDenied
 		}
 		if l.Excess != "clamp" {
-			if r.HasMax && l.MaxOutputTokens > 0 && r.MaxOutputTokens > l.MaxOutputTokens {
+			if r.HasMax && l.MaxOutputTokens > 0 && r.Reserve() > l.MaxOutputTokens {
 				return ReasonMaxTokensExceeded
 			}
 			if !r.HasMax && (l.MaxOutputTokens > 0 || l.Budget != nil) {

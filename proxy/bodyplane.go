@@ -243,8 +243,9 @@ func (f *httpFlow) prepareModel(r *http.Request, out *policy.Outcome) (refusal, 
 	l, m := o.LLM, b.LLM
 	f.model = m
 	var setMax int64
-	if l.Excess == "clamp" && (!m.HasMax || m.MaxOutputTokens > l.MaxOutputTokens) {
-		setMax = l.MaxOutputTokens
+	if l.Excess == "clamp" && (!m.HasMax || m.Reserve() > l.MaxOutputTokens) {
+		// The cap bounds the output of all the request's choices.
+		setMax = max(1, l.MaxOutputTokens/max(1, m.Choices))
 	}
 	wantUsage := m.Stream && !m.IncludeUsage
 	if setMax > 0 || wantUsage {
@@ -265,7 +266,7 @@ func (f *httpFlow) prepareModel(r *http.Request, out *policy.Outcome) (refusal, 
 	if l.Budget == nil {
 		return refusal{}, false
 	}
-	reserve := m.Reserve()
+	reserve := reservation(m, b)
 	var res *budget.Reservation
 	var retry time.Duration
 	ok := false
@@ -278,7 +279,7 @@ func (f *httpFlow) prepareModel(r *http.Request, out *policy.Outcome) (refusal, 
 		rf.detail = fmt.Sprintf("reserving %d tokens of the budget of %d per %s", reserve, l.Budget.Tokens, l.Budget.Per)
 		return rf, true
 	}
-	f.reserve = res
+	f.reserve, f.reserved = res, reserve
 	f.notes.rule = out.Decision.Rule
 	return refusal{}, false
 }
@@ -296,7 +297,7 @@ func (f *httpFlow) settleUsage(u llm.Usage) {
 		if u.Found {
 			f.reserve.Settle(u.Input + u.Output)
 		} else {
-			f.reserve.Settle(f.model.Reserve())
+			f.reserve.Settle(f.reserved)
 		}
 	}
 }
@@ -312,5 +313,15 @@ func (f *httpFlow) settleAtEnd() {
 		f.reserve.Release()
 		return
 	}
-	f.reserve.Settle(f.model.Reserve())
+	f.reserve.Settle(f.reserved)
+}
+
+// reservation is what a model request holds of its identity's budget
+// until its answer reports the usage: its most output tokens, and its
+// input estimated at a token per 4 bytes of body (tokenizers average
+// about 4 bytes a token on text; the body's JSON makes that an
+// overestimate). Concurrent requests overshoot a budget only by what
+// their answers used beyond this.
+func reservation(m *llm.Request, b *policy.BodyFacts) int64 {
+	return m.Reserve() + int64(b.Size)/4 + 1
 }

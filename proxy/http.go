@@ -45,10 +45,11 @@ type httpFlow struct {
 	// opts are the allowing rule's request keys; model is the request
 	// read as a model API call, reserve its hold on the identity's token
 	// budget (nil when the rule has none), settled once its usage is known.
-	opts    *policy.RuleOptions
-	model   *llm.Request
-	reserve *budget.Reservation
-	settled bool
+	opts     *policy.RuleOptions
+	model    *llm.Request
+	reserve  *budget.Reservation
+	reserved int64
+	settled  bool
 
 	// clientCtx is the client's request context: it ends when the client
 	// hangs up, while the upstream request's (upCtx) also ends on idle
