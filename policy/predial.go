@@ -135,7 +135,8 @@ func (d *PreDial) DecideRequest(ctx context.Context, id Identity, kind Kind, req
 						path = "/" + path
 					}
 				}
-				inner := HTTPRequest{Method: req.Method, Target: path, HostHeader: req.HostHeader}
+				inner := req
+				inner.Target = path
 				if inner.HostHeader == "" {
 					inner.HostHeader = authority
 				}
