@@ -30,6 +30,9 @@ type egressdOpts struct {
 	gate string
 	// ports are more loopback ports the internal allow entry opens.
 	ports []int
+	// secret, if set, is the value of one secret the instance loads, so
+	// that it scans every request for it.
+	secret string
 }
 
 // startEgressd runs egressd with the default bundle's modules, rules for
@@ -51,8 +54,20 @@ func (b *bench) startEgressd(name, cpus string, eo egressdOpts) (*running, error
 	}
 	inspect := ""
 	if eo.inspect {
-		rules = append(rules, fmt.Sprintf(`{"id":"bench-inspect","hosts":[%q],"ports":[%d],"inspect":true}`, originName, og.inspected))
+		rules = append(rules,
+			// The body workload's tool and model rules, ahead of the
+			// host-wide rule that inspects everything else.
+			fmt.Sprintf(`{"id":"bench-mcp","hosts":[%q],"ports":[%d],"inspect":true,"paths":["/mcp"],"mcp":{"tools":["search_*"]}}`, originName, og.inspected),
+			fmt.Sprintf(`{"id":"bench-model","hosts":[%q],"ports":[%d],"inspect":true,"paths":["/v1/chat/completions"],"llm":{"api":"openai","models":["gpt-4o*"],"max_output_tokens":1000}}`, originName, og.inspected),
+			fmt.Sprintf(`{"id":"bench-inspect","hosts":[%q],"ports":[%d],"inspect":true}`, originName, og.inspected))
 		inspect = fmt.Sprintf("inspect: {ca_dir: %s, upstream_ca_file: %s}\n", filepath.Join(d, "ca"), og.caFile)
+	}
+	if eo.secret != "" {
+		sec, err := secretSection(d, eo.secret)
+		if err != nil {
+			return nil, err
+		}
+		inspect += sec
 	}
 	data := `{"rules":[` + strings.Join(rules, ",") + `]}`
 	if err := os.WriteFile(filepath.Join(pol, "data.json"), []byte(data), 0o644); err != nil {

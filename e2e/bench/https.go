@@ -80,7 +80,17 @@ func (b *bench) httpsWorkload() *Workload {
 // no `ca export`, or a handshake through the inspected rule does not meet
 // egressd's certificate.
 func (b *bench) startInspecting() (*running, *x509.CertPool, error) {
-	e, err := b.startEgressd("egressd-inspect", b.o.proxyCPU, egressdOpts{inspect: true})
+	return b.startInspectingWith(egressdOpts{inspect: true})
+}
+
+// startInspectingWith is startInspecting with more options (eo.inspect
+// set).
+func (b *bench) startInspectingWith(eo egressdOpts) (*running, *x509.CertPool, error) {
+	name := "egressd-inspect"
+	if eo.secret != "" {
+		name = "egressd-inspect-secret"
+	}
+	e, err := b.startEgressd(name, b.o.proxyCPU, eo)
 	if err != nil {
 		// launch's error ends with the last lines egressd wrote; a refusal
 		// names the inspect key, any other failure is an error.
@@ -147,5 +157,5 @@ func (b *bench) loadRound(t *Target, p *running, spec loadSpec) {
 		r.CPU = (p.cpu().Seconds() - c0) * 1000 / (float64(res.requests) / 1000)
 	}
 	t.Rounds = append(t.Rounds, r)
-	b.progress("%s: TLS GET %.0f req/s", t.Name, r.Rate)
+	b.progress("%s: %.0f req/s over TLS", t.Name, r.Rate)
 }

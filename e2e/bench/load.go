@@ -109,6 +109,9 @@ type loadSpec struct {
 	conns      int
 	duration   time.Duration
 	maxReqs    int64 // per client
+	// request, if set, is the request each client sends (its Host line
+	// names target), else a GET of 1 KiB.
+	request func(host string) []byte
 }
 
 type loadResult struct {
@@ -147,6 +150,9 @@ func runLoad(spec loadSpec) (loadResult, error) {
 	}
 	host = net.JoinHostPort(host, port)
 	req := []byte("GET /bytes/1024 HTTP/1.1\r\nHost: " + host + "\r\nUser-Agent: egressd-bench\r\n\r\n")
+	if spec.request != nil {
+		req = spec.request(host)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), spec.duration)
 	defer cancel()
 	start := time.Now()
@@ -222,7 +228,7 @@ func client(ctx context.Context, c net.Conn, req []byte, max int64, h *hist, n *
 			return ctxErr(ctx, err)
 		}
 		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET: %s (%q)", resp.Status, resp.Header.Get("X-Egressd-Decision"))
+			return fmt.Errorf("%s: %s (%q)", req[:bytes.IndexByte(req, ' ')], resp.Status, resp.Header.Get("X-Egressd-Decision"))
 		}
 		h.add(time.Since(t0))
 		*n++

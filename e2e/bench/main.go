@@ -51,7 +51,7 @@ type options struct {
 }
 
 // workloadIDs are the parts -only selects from, in run order.
-var workloadIDs = []string{"get", "get-paced", "connect", "connect-tls", "https", "leaf", "pgbench", "idle", "get-unpinned"}
+var workloadIDs = []string{"get", "get-paced", "connect", "connect-tls", "https", "body", "leaf", "pgbench", "idle", "get-unpinned"}
 
 func main() {
 	var o options
@@ -194,6 +194,9 @@ func run(o options, args []string) error {
 	}
 	if b.want("https") {
 		b.res.Workloads = append(b.res.Workloads, b.httpsWorkload())
+	}
+	if b.want("body") {
+		b.res.Workloads = append(b.res.Workloads, b.bodyWorkload())
 	}
 	if b.want("leaf") {
 		b.res.Workloads = append(b.res.Workloads, b.leafWorkloads()...)
@@ -351,5 +354,5 @@ func (b *bench) prepare() error {
 
 func (b *bench) needsEgressd() bool {
 	proxied := b.want("get") || b.want("get-paced") || b.want("connect") || b.want("connect-tls") || b.want("idle") || b.want("get-unpinned")
-	return proxied && b.wantPeer("egressd") || b.want("https") || b.want("pgbench")
+	return proxied && b.wantPeer("egressd") || b.want("https") || b.want("body") || b.want("pgbench")
 }

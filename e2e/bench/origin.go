@@ -138,6 +138,19 @@ func serveHTTP(tc *tls.Config) (int, error) {
 	}
 	body := bytes.Repeat([]byte("x"), 1024)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) //nolint:errcheck // a short body is the client's failure
+		// The body workload's MCP server and model API answer in their
+		// protocols, with a 1 KiB answer like every other path's.
+		switch r.URL.Path {
+		case "/mcp":
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(mcpAnswer) //nolint:errcheck // the load generator counts failed responses
+			return
+		case "/v1/chat/completions":
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(modelAnswer) //nolint:errcheck // the load generator counts failed responses
+			return
+		}
 		w.Header().Set("Content-Length", "1024")
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Write(body) //nolint:errcheck // the load generator counts failed responses
@@ -218,3 +231,11 @@ func serveDNS() (string, error) {
 	}
 	return pc.LocalAddr().String(), nil
 }
+
+// mcpAnswer and modelAnswer are the origin's answers to a tools/call and
+// a chat completion, each about 1 KiB.
+var (
+	mcpAnswer   = []byte(`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"` + strings.Repeat("x", 960) + `"}]}}`)
+	modelAnswer = []byte(`{"id":"c","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+		strings.Repeat("x", 880) + `"},"finish_reason":"stop"}],"usage":{"prompt_tokens":250,"completion_tokens":220,"total_tokens":470}}`)
+)
