@@ -25,6 +25,7 @@ import (
 	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/broker"
+	"github.com/egressd/egressd/proxy/budget"
 	"github.com/egressd/egressd/proxy/ca"
 	defaultbundle "github.com/egressd/egressd/rego"
 )
@@ -110,6 +111,8 @@ type inspectOptions struct {
 	ids identity.Config
 	// secrets are the brokered secrets; nil: none.
 	secrets *broker.Store
+	// budgets counts the identities' budgets; nil: none.
+	budgets *budget.Ledger
 }
 
 func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixture {
@@ -145,7 +148,7 @@ func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixtu
 		a = audittest.Sink{}
 	}
 	opts := Options{Config: cfg, Decider: e, Floor: openFloor{}, Identities: ids, Dialer: &loopbackDialer{},
-		Audit: a, Metrics: NewMetrics(prometheus.NewRegistry()), Log: zap.NewNop(), UpstreamRoots: roots, Secrets: o.secrets}
+		Audit: a, Metrics: NewMetrics(prometheus.NewRegistry()), Log: zap.NewNop(), UpstreamRoots: roots, Secrets: o.secrets, Budgets: o.budgets}
 	if !o.noCA {
 		opts.Leaves = f.ca
 	}

@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/decisiontest"
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy/budget"
 )
 
 // bodyLog is an upstream handler that reads every body to its end and
@@ -119,5 +123,49 @@ func TestMaxRequestBytes(t *testing.T) {
 	}
 	if refused != 4 {
 		t.Errorf("%d body_too_large records, want 4 (two declared, two streamed)", refused)
+	}
+}
+
+// TestByteBudget: an identity with a byte budget is refused 429
+// byte_budget_exceeded, with Retry-After, once its requests have moved
+// the budget's bytes; another identity is not.
+func TestByteBudget(t *testing.T) {
+	ids := identity.Config{
+		{ID: "sbx-a", TokenSHA256: hashHex("tok-a"), ByteBudget: &identity.ByteBudget{Bytes: 3000, Per: "1h"}},
+		{ID: "sbx-b", TokenSHA256: hashHex("tok-b")},
+	}
+	f := startInspect(t, &bodyLog{}, inspectOptions{ids: ids, budgets: budget.NewLedger(nil), rules: `{"rules": [
+		{"id": "up", "hosts": ["example.com"], "ports": [PORT], "methods": ["POST"], "paths": ["/ok/**"], "inspect": true}
+	]}`})
+	clients := map[string]*http.Client{}
+	for _, id := range []string{"sbx-a", "sbx-b"} {
+		// One keep-alive tunnel each: the refusal comes inside it, not
+		// at a new CONNECT (which is refused the same way).
+		clients[id] = f.clientAs(t, false, id, url.UserPassword(id, "tok-"+id[len(id)-1:]))
+	}
+	post := func(id string) *http.Response {
+		t.Helper()
+		resp, err := clients[id].Post(f.url("/ok/x"), "text/plain", strings.NewReader(strings.Repeat("z", 1000)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	var refused *http.Response
+	for i := 0; i < 10 && refused == nil; i++ {
+		if resp := post("sbx-a"); resp.StatusCode != http.StatusOK {
+			refused = resp
+		}
+	}
+	if refused == nil || refused.StatusCode != http.StatusTooManyRequests || decisiontest.Reason(refused.Header) != "byte_budget_exceeded" {
+		t.Fatalf("sbx-a after its budget: %v; want 429 byte_budget_exceeded", refused)
+	}
+	if ra := refused.Header.Get("Retry-After"); ra == "" || ra == "0" {
+		t.Errorf("Retry-After %q; want seconds", ra)
+	}
+	if resp := post("sbx-b"); resp.StatusCode != http.StatusOK {
+		t.Errorf("sbx-b, without a budget: %d", resp.StatusCode)
 	}
 }
