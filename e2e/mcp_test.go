@@ -31,7 +31,7 @@ deny contains {"reason": "ticket_not_simulated", "rule": "tools"} if {
 
 // TestMCPToolPlane drives the official MCP Go SDK's client and server
 // through the binary, over Streamable HTTP in an inspected tunnel (event
-// stream and JSON answers): the client is offered only the allowed tools,
+// stream and JSON answers) and the older HTTP+SSE transport: the client is offered only the allowed tools,
 // an allowed call runs, an unlisted tool and a ticket that is not a
 // simulation fail with a JSON-RPC error naming the reason and never reach
 // the server, and every call is recorded with its tool, id and a keyed
@@ -50,13 +50,19 @@ func TestMCPToolPlane(t *testing.T) {
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		Proxy: http.ProxyURL(e.ProxyURL("", "")), TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}}
 
-	for _, path := range []string{mcptest.PathStreamable, mcptest.PathStreamableJSON} {
+	for _, path := range []string{mcptest.PathStreamable, mcptest.PathStreamableJSON, mcptest.PathSSE} {
 		t.Run(strings.TrimPrefix(path, "/"), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
-			cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{
-				Endpoint: "https://example.com:" + strconv.Itoa(up.Port) + path, HTTPClient: hc}, nil)
+			endpoint := "https://example.com:" + strconv.Itoa(up.Port) + path
+			var tr mcp.Transport = &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc}
+			if path == mcptest.PathSSE {
+				// The older HTTP+SSE transport: answers, refusals
+				// included, come on the session's GET stream.
+				tr = &mcp.SSEClientTransport{Endpoint: endpoint, HTTPClient: hc}
+			}
+			cs, err := client.Connect(ctx, tr, nil)
 			if err != nil {
 				t.Fatalf("connect through egressd: %v", err)
 			}
@@ -111,8 +117,8 @@ func TestMCPToolPlane(t *testing.T) {
 	allowed := e.WaitRecords(t, "of the allowed search", func(r audit.Record) bool {
 		return r.Kind == audit.KindHTTP && r.Tool == mcptest.ToolSearch && r.Decision == audit.DecisionAllow
 	})
-	if len(allowed) != 2 || allowed[0].ArgsHMAC != allowed[1].ArgsHMAC {
-		t.Errorf("allowed search records %+v; want two, with equal argument digests (equal arguments)", allowed)
+	if len(allowed) != 3 || allowed[0].ArgsHMAC != allowed[1].ArgsHMAC || allowed[0].ArgsHMAC != allowed[2].ArgsHMAC {
+		t.Errorf("allowed search records %+v; want three, with equal argument digests (equal arguments)", allowed)
 	}
 	if err := e.Stop(10 * time.Second); err != nil {
 		t.Logf("stop: %v", err)

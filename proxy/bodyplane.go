@@ -125,6 +125,18 @@ func mcpRefusal(d *policy.Decision, req *mcp.Request) (body []byte, status int) 
 	return mcp.ErrorBody(req, refused)
 }
 
+// tellRefusal answers a refused MCP request: on its session's stream when
+// it is a POST of an HTTP+SSE session (its body then is 202 Accepted),
+// else in its body.
+func (s *Server) tellRefusal(rf *refusal, f *httpFlow, d *policy.Decision, req *mcp.Request) {
+	body, status := mcpRefusal(d, req)
+	if f.method == http.MethodPost && status == http.StatusOK && s.sse.inject(f.identity.ID, f.target, body) {
+		rf.agentBody, rf.status = []byte{}, http.StatusAccepted
+		return
+	}
+	rf.agentBody, rf.status = body, status
+}
+
 // maxAnswer bounds an MCP answer read whole to filter it: a tools/list
 // answer is small, and a larger one is refused rather than passed
 // unfiltered.
@@ -148,6 +160,10 @@ func (f *httpFlow) filterAnswer(resp *http.Response) (refusal, bool) {
 		switch {
 		case coded:
 			return answerRefusal("an MCP answer in a content coding egressd does not read (" + resp.Header.Get("Content-Encoding") + ")"), true
+		case ct == "text/event-stream" && f.method == http.MethodGet:
+			// A GET stream may be an HTTP+SSE session, which refusals
+			// travel on.
+			f.s.sse.open(f.identity.ID, f.target.url(), resp, allow)
 		case ct == "text/event-stream":
 			resp.Body = readCloser{Reader: mcp.FilterSSE(resp.Body, allow), Closer: resp.Body}
 			resp.ContentLength = -1

@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"net"
 	"net/netip"
+	"net/url"
+	"strconv"
 
 	"github.com/egressd/egressd/policy"
 )
@@ -43,4 +46,14 @@ func outcomeRefusal(o *policy.Outcome) refusal {
 		st = stageParse
 	}
 	return refusalFor(st, o.Decision, o.Err)
+}
+
+// url is the target as a URL (host:port, the path and query as sent),
+// for resolving URLs an upstream names against it.
+func (t Target) url() url.URL {
+	u := url.URL{Scheme: t.Scheme, Host: net.JoinHostPort(t.Host, strconv.Itoa(int(t.Port))), RawQuery: t.Query}
+	if p, err := url.PathUnescape(t.Path); err == nil {
+		u.Path, u.RawPath = p, t.Path
+	}
+	return u
 }

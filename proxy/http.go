@@ -135,7 +135,7 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	if !out.Decision.Allow {
 		rf := outcomeRefusal(&out)
 		if b := bodyOf(&out); b != nil && b.MCP != nil && out.Err == nil {
-			rf.agentBody, rf.status = mcpRefusal(&out.Decision, b.MCP)
+			s.tellRefusal(&rf, f, &out.Decision, b.MCP)
 		}
 		f.release()
 		return r, s.auditAndRefuse(f, r, rf)

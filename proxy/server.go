@@ -96,6 +96,8 @@ type Server struct {
 	secrets *broker.Store
 	argsKey []byte
 	budgets *budget.Ledger
+	// sse are the open streams of MCP's HTTP+SSE transport.
+	sse     sseSessions
 	leaves  LeafSource
 	roots   *x509.CertPool
 	limits  *limiter
