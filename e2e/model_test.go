@@ -105,6 +105,9 @@ func TestModelPlane(t *testing.T) {
 		t.Errorf("recorded usage in %d out %d; the SDK read in %d out %d", r.TokensIn, r.TokensOut, acc.Usage.PromptTokens, acc.Usage.CompletionTokens)
 	}
 
+	if n := metricValue(t, w.e.Metrics(t), `egressd_model_tokens_total{direction="output",identity="anonymous",model="gpt-4o-mini"}`); n != float64(acc.Usage.CompletionTokens) {
+		t.Errorf("egressd_model_tokens_total output = %v; want the stream's %d", n, acc.Usage.CompletionTokens)
+	}
 	// Each message costs its input tokens plus 7 generated; the budget of
 	// 60 pays for a few, then refuses.
 	var spent, sentOK int

@@ -45,4 +45,5 @@ func (s *Server) countBytes(ids *identity.Store, id string, n int64) {
 		return
 	}
 	s.budgets.Add(budget.Key{Identity: id, Scope: byteScope}, b.Window(), time.Now(), n)
+	s.metrics.budgetBytes.WithLabelValues(id).Add(float64(n))
 }

@@ -29,8 +29,11 @@ type Metrics struct {
 	// tokens counts model API tokens by identity, model and direction;
 	// models holds the model labels given so far (modelLabels).
 	tokens *prometheus.CounterVec
-	models sync.Map
-	nModel atomic.Int32
+	// budgetBytes counts the bytes counted against identities' byte
+	// budgets.
+	budgetBytes *prometheus.CounterVec
+	models      sync.Map
+	nModel      atomic.Int32
 }
 
 // NewMetrics creates the collectors and registers them.
@@ -67,6 +70,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "egressd_model_tokens_total",
 			Help: "Model API tokens the answers reported, by identity, model and direction (input, output); models past the first 100 are counted as \"other\".",
 		}, []string{"identity", "model", "direction"}),
+		budgetBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressd_budget_bytes_total",
+			Help: "Bytes sent and received by identities with a byte budget, counted against it as each request or opaque tunnel completes.",
+		}, []string{"identity"}),
 		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_reloads_total",
 			Help: "Configuration and policy reloads by result.",
@@ -87,7 +94,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Reloads.WithLabelValues(result)
 	}
 	reg.MustRegister(m.decisionSeconds, m.upstreamSeconds, m.tunnelBytes,
-		m.active, m.acceptRejected, m.clientClosed, m.Reloads, m.tokens)
+		m.active, m.acceptRejected, m.clientClosed, m.Reloads, m.tokens, m.budgetBytes)
 	return m
 }
 
