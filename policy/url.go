@@ -173,7 +173,7 @@ func (f *URLFacts) AppendKey(dst []byte) []byte {
 	dst = appendStr(dst, f.Host)
 	dst = binary.BigEndian.AppendUint16(dst, f.Port)
 	dst = binary.BigEndian.AppendUint16(dst, uint16(f.PathFlags))
-	dst = append(dst, b2u(f.IP.IsValid()), b2u(f.IPObfuscated), b2u(f.Userinfo), b2u(f.HostMismatch))
+	dst = append(dst, b2u(f.IP.IsValid()), b2u(f.IPObfuscated), b2u(f.Userinfo), b2u(f.HostMismatch), b2u(f.HasBody))
 	dst = appendStr(dst, f.Path)
 	if f.PathDecoded != f.Path {
 		dst = appendStr(dst, f.PathDecoded)

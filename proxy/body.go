@@ -190,10 +190,15 @@ func (f *httpFlow) checkSize(r *http.Request, d *policy.Decision) (refusal, bool
 	if o == nil || o.MaxRequestBytes == 0 {
 		return refusal{}, false
 	}
-	if r.ContentLength > o.MaxRequestBytes {
+	size, what := r.ContentLength, "Content-Length"
+	if f.readBytes > size {
+		// Read whole to decide on it: its length is known.
+		size, what = f.readBytes, "the body read to decide on it"
+	}
+	if size > o.MaxRequestBytes {
 		rf := deniedRefusal(policy.ReasonBodyTooLarge)
 		rf.Rule, rf.Policy = d.Rule, d.Policy
-		rf.detail = fmt.Sprintf("Content-Length %d is over max_request_bytes (%d)", r.ContentLength, o.MaxRequestBytes)
+		rf.detail = fmt.Sprintf("%s (%d bytes) is over max_request_bytes (%d)", what, size, o.MaxRequestBytes)
 		return rf, true
 	}
 	f.sent.limit = o.MaxRequestBytes

@@ -50,6 +50,8 @@ type httpFlow struct {
 	reserve  *budget.Reservation
 	reserved int64
 	settled  bool
+	// readBytes is how much of the body the policy read to decide on it.
+	readBytes int64
 
 	// clientCtx is the client's request context: it ends when the client
 	// hangs up, while the upstream request's (upCtx) also ends on idle
@@ -130,6 +132,7 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		// upstream, byte for byte, and the rest (none, unless refused)
 		// after it.
 		r.Body = kept.replay(r.Body)
+		f.readBytes = int64(kept.buf.Len())
 	}
 	s.metrics.decisionSeconds.Observe(time.Since(start).Seconds())
 	if !out.Decision.Allow {
