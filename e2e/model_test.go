@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,4 +156,57 @@ func TestModelPlane(t *testing.T) {
 		t.Logf("stop: %v", err)
 	}
 	VerifyAudit(t, w2.e)
+}
+
+// TestMaxRequestBytesThroughBinary: a rule's max_request_bytes refuses a
+// declared length over it with nothing sent, and stops a chunked body that
+// crosses it mid-stream: the upstream's own log holds no whole request of
+// either (fakemodel records whether each body it got was complete).
+func TestMaxRequestBytesThroughBinary(t *testing.T) {
+	fake := fakemodel.New()
+	up := StartTLSHandler(t, fake, false)
+	in := newInspecting(t, up)
+	pol := WritePolicy(t, []Rule{{ID: "uploads", Hosts: []string{"example.com"}, Ports: []int{up.Port}, Inspect: true,
+		Methods: []string{"POST"}, Paths: []string{"/v1/**"}, MaxRequestBytes: 4096}})
+	roots := exportedRoots(t, in.CADir, "--identity", "anonymous")
+	e := Start(t, Options{YAML: in.YAML, PolicyDir: pol, DNS: in.DNS.Addr()})
+	url := "https://example.com:" + strconv.Itoa(up.Port) + "/v1/embeddings"
+	send := func(body io.Reader, n int64) (int, string) {
+		// A client of its own: a refusal closes the connection.
+		hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+			Proxy: http.ProxyURL(e.ProxyURL("", "")), TLSClientConfig: &tls.Config{RootCAs: roots}}}
+		req, _ := http.NewRequest(http.MethodPost, url, body)
+		req.ContentLength = n
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, decisiontest.Reason(resp.Header)
+	}
+	big := `{"model":"m","input":"` + strings.Repeat("x", 64<<10) + `"}`
+	if code, reason := send(strings.NewReader(big), int64(len(big))); code != http.StatusRequestEntityTooLarge || reason != "body_too_large" {
+		t.Errorf("declared length over the limit: %d %s; want 413 body_too_large", code, reason)
+	}
+	if n := len(fake.Requests()); n != 0 {
+		t.Errorf("a request refused by its Content-Length reached the upstream (%d)", n)
+	}
+	send(struct{ io.Reader }{strings.NewReader(big)}, -1)
+	recs := e.WaitRecords(t, "of the body stopped mid-stream", func(r audit.Record) bool {
+		return r.Kind == audit.KindHTTPDone && r.Reason == "body_too_large"
+	})
+	if recs[0].BytesOut > 4096 {
+		t.Errorf("%d body bytes went upstream; the limit is 4096", recs[0].BytesOut)
+	}
+	for _, r := range fake.Requests() {
+		if r.Complete || len(r.Body) > 4096 {
+			t.Errorf("the upstream received a complete request or more than the limit: complete %v, %d bytes", r.Complete, len(r.Body))
+		}
+	}
+	if err := e.Stop(10 * time.Second); err != nil {
+		t.Logf("stop: %v", err)
+	}
+	VerifyAudit(t, e)
 }
