@@ -147,6 +147,9 @@ func Parse(api, path string, v ast.Value) (*Request, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s body is not an object: %w", ep.name, ErrMalformed)
 	}
+	if err := folded(obj, ep.keys()); err != nil {
+		return nil, err
+	}
 	r := &Request{API: api, Endpoint: ep.name, Choices: 1, IncludeUsage: true}
 	if r.Model, err = model(obj); err != nil {
 		return nil, err
@@ -185,6 +188,38 @@ func Parse(api, path string, v ast.Value) (*Request, error) {
 		r.IncludeUsage = !r.Stream || include
 	}
 	return r, nil
+}
+
+// keys are the body keys Parse reads for the endpoint.
+func (ep *endpoint) keys() []string {
+	keys := append([]string{"model"}, ep.maxFields...)
+	keys = append(keys, ep.choices...)
+	if ep.streams {
+		keys = append(keys, "stream")
+	}
+	if ep.usageOption {
+		keys = append(keys, "stream_options")
+	}
+	return keys
+}
+
+// folded refuses a key that is not one of keys but equals one without
+// regard to case ("Model", "max_toKens" with a Kelvin sign): a server
+// decoding with Go's encoding/json, which matches struct fields so, would
+// read it where Parse read another value, or none.
+func folded(obj ast.Object, keys []string) error {
+	return obj.Iter(func(k, _ *ast.Term) error {
+		s, ok := k.Value.(ast.String)
+		if !ok {
+			return nil
+		}
+		for _, key := range keys {
+			if string(s) != key && strings.EqualFold(string(s), key) {
+				return fmt.Errorf("key %.40q reads as %q to some servers: %w", string(s), key, ErrMalformed)
+			}
+		}
+		return nil
+	})
 }
 
 // match finds the endpoint path names.
@@ -275,6 +310,9 @@ func includeUsage(obj ast.Object) (bool, error) {
 	case ast.Null:
 		return false, nil
 	case ast.Object:
+		if err := folded(o, []string{"include_usage"}); err != nil {
+			return false, fmt.Errorf("stream_options: %w", err)
+		}
 		b, _, err := boolean(o, "include_usage")
 		if err != nil {
 			return false, fmt.Errorf("stream_options: %w", err)
