@@ -133,7 +133,11 @@ var endpoints = map[string][]endpoint{
 // ("/v1/chat/completions", "/chat/completions" and a gateway's
 // "/openai/v1/chat/completions" alike); a path with percent-escapes, dot
 // or empty segments, ';' or a trailing slash is no endpoint, since a server
-// could route it as another. Errors wrap ErrUnknownEndpoint or ErrMalformed.
+// could route it as another. The body's keys are read exactly; one that
+// equals a key read only without regard to case ("Model") is malformed,
+// since Go servers read it so. v is as bounded as the proxy's parser made
+// it; Parse reads only the top level and stream_options. Errors wrap
+// ErrUnknownEndpoint or ErrMalformed.
 func Parse(api, path string, v ast.Value) (*Request, error) {
 	eps, ok := endpoints[api]
 	if !ok {
