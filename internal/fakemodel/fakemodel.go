@@ -120,27 +120,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "unsupported Content-Encoding")
 		return
 	}
-	var err2 error
-	switch r.URL.Path {
-	case "/v1/chat/completions":
-		err2 = chat(w, body)
-	case "/v1/completions":
-		err2 = completions(w, body)
-	case "/v1/embeddings":
-		err2 = embeddings(w, body)
-	case "/v1/responses":
-		err2 = responses(w, body)
-	case "/v1/messages":
-		err2 = messages(w, body)
-	case "/v1/messages/count_tokens":
-		err2 = countTokens(w, body)
-	default:
+	answer, ok := routes[r.URL.Path]
+	if !ok {
 		fail(w, http.StatusNotFound, "no route "+r.URL.Path)
 		return
 	}
-	if err2 != nil {
-		fail(w, http.StatusBadRequest, err2.Error())
+	if err := answer(w, body); err != nil {
+		fail(w, http.StatusBadRequest, err.Error())
 	}
+}
+
+// routes answer a request's body, or say why it is refused.
+var routes = map[string]func(http.ResponseWriter, []byte) error{
+	"/v1/chat/completions":      chat,
+	"/v1/completions":           completions,
+	"/v1/embeddings":            embeddings,
+	"/v1/responses":             responses,
+	"/v1/messages":              messages,
+	"/v1/messages/count_tokens": countTokens,
 }
 
 // openAIError answers as OpenAI's API does.

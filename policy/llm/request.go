@@ -133,7 +133,11 @@ var endpoints = map[string][]endpoint{
 // ("/v1/chat/completions", "/chat/completions" and a gateway's
 // "/openai/v1/chat/completions" alike); a path with percent-escapes, dot
 // or empty segments, ';' or a trailing slash is no endpoint, since a server
-// could route it as another. Errors wrap ErrUnknownEndpoint or ErrMalformed.
+// could route it as another. The body's keys are read exactly; one that
+// equals a key read only without regard to case ("Model") is malformed,
+// since Go servers read it so. v is as bounded as the proxy's parser made
+// it; Parse reads only the top level and stream_options. Errors wrap
+// ErrUnknownEndpoint or ErrMalformed.
 func Parse(api, path string, v ast.Value) (*Request, error) {
 	eps, ok := endpoints[api]
 	if !ok {
@@ -146,6 +150,9 @@ func Parse(api, path string, v ast.Value) (*Request, error) {
 	obj, ok := v.(ast.Object)
 	if !ok {
 		return nil, fmt.Errorf("%s body is not an object: %w", ep.name, ErrMalformed)
+	}
+	if err := folded(obj, ep.keys()); err != nil {
+		return nil, err
 	}
 	r := &Request{API: api, Endpoint: ep.name, Choices: 1, IncludeUsage: true}
 	if r.Model, err = model(obj); err != nil {
@@ -185,6 +192,38 @@ func Parse(api, path string, v ast.Value) (*Request, error) {
 		r.IncludeUsage = !r.Stream || include
 	}
 	return r, nil
+}
+
+// keys are the body keys Parse reads for the endpoint.
+func (ep *endpoint) keys() []string {
+	keys := append([]string{"model"}, ep.maxFields...)
+	keys = append(keys, ep.choices...)
+	if ep.streams {
+		keys = append(keys, "stream")
+	}
+	if ep.usageOption {
+		keys = append(keys, "stream_options")
+	}
+	return keys
+}
+
+// folded refuses a key that is not one of keys but equals one without
+// regard to case ("Model", "max_toKens" with a Kelvin sign): a server
+// decoding with Go's encoding/json, which matches struct fields so, would
+// read it where Parse read another value, or none.
+func folded(obj ast.Object, keys []string) error {
+	return obj.Iter(func(k, _ *ast.Term) error {
+		s, ok := k.Value.(ast.String)
+		if !ok {
+			return nil
+		}
+		for _, key := range keys {
+			if string(s) != key && strings.EqualFold(string(s), key) {
+				return fmt.Errorf("key %.40q reads as %q to some servers: %w", string(s), key, ErrMalformed)
+			}
+		}
+		return nil
+	})
 }
 
 // match finds the endpoint path names.
@@ -275,6 +314,9 @@ func includeUsage(obj ast.Object) (bool, error) {
 	case ast.Null:
 		return false, nil
 	case ast.Object:
+		if err := folded(o, []string{"include_usage"}); err != nil {
+			return false, fmt.Errorf("stream_options: %w", err)
+		}
 		b, _, err := boolean(o, "include_usage")
 		if err != nil {
 			return false, fmt.Errorf("stream_options: %w", err)

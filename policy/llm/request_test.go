@@ -78,6 +78,9 @@ func TestParse(t *testing.T) {
 		{name: "n huge", api: "openai", path: "/v1/chat/completions", body: `{"model":"m","n":100000}`, err: llm.ErrMalformed},
 		{name: "stream string", api: "openai", path: "/v1/chat/completions", body: `{"model":"m","stream":"true"}`, err: llm.ErrMalformed},
 		{name: "stream_options string", api: "openai", path: "/v1/chat/completions", body: `{"model":"m","stream":true,"stream_options":"x"}`, err: llm.ErrMalformed},
+		{name: "model in another case", api: "openai", path: "/v1/chat/completions", body: `{"model":"allowed","Model":"other"}`, err: llm.ErrMalformed},
+		{name: "maximum with a Kelvin sign", api: "anthropic", path: "/v1/messages", body: `{"model":"m","max_tokens":5,"max_to\u212aens":99999}`, err: llm.ErrMalformed},
+		{name: "include_usage in another case", api: "openai", path: "/v1/chat/completions", body: `{"model":"m","stream":true,"stream_options":{"Include_Usage":true}}`, err: llm.ErrMalformed},
 		{name: "include_usage number", api: "openai", path: "/v1/completions", body: `{"model":"m","stream":true,"stream_options":{"include_usage":1}}`, err: llm.ErrMalformed},
 	}
 	for _, tt := range tests {

@@ -2,7 +2,6 @@ package llm
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"sync"
 )
@@ -15,14 +14,19 @@ import (
 //
 // The stream is framed as server-sent events are (lines end in CR, LF or
 // CRLF; "data:" lines joined; a blank line ends an event; a leading BOM
-// dropped), in memory bounded by MaxEventBytes whatever the chunking. It
-// reads what the official SDKs read: OpenAI's last usage chunk (chat
-// completions and completions, when asked with include_usage), a
-// responses stream's response.usage (response.completed, .incomplete or
-// .failed); Anthropic's message_start usage updated by message_delta's.
-// Like the SDKs it stops at OpenAI's [DONE], at an error event, or at an
-// event that is not JSON: usage after them is not read. A stream that
-// ends without its final usage is Found false.
+// dropped), in memory bounded by twice MaxEventBytes whatever the
+// chunking. It reads what the official SDKs read: OpenAI's last usage
+// chunk (chat completions and completions, when asked with
+// include_usage), a responses stream's response.usage (response.completed,
+// .incomplete or .failed); Anthropic's message_start usage updated by
+// message_delta's. Like the SDKs it stops at OpenAI's [DONE], at an error
+// event, or at an event that is not JSON: usage after them is not read. A
+// stream that ends without its final usage is Found false. An event over
+// MaxEventBytes is passed on but not read.
+//
+// Choose UsageSSE or UsageJSON by the answer's Content-Type
+// (text/event-stream), not by Request.Stream: what the client reads is
+// what is metered.
 func UsageSSE(api, endpoint string, r io.Reader, done func(Usage)) io.Reader {
 	s := &sseReader{r: r, done: done, first: true, acc: usageStream{api: api, endpoint: endpoint}}
 	if c, ok := r.(io.Closer); ok {
@@ -127,6 +131,10 @@ func (s *sseReader) appendLine(b []byte) {
 func (s *sseReader) endLine() {
 	line := s.line
 	s.line = s.line[:0]
+	if cap(s.line) > 64<<10 {
+		// Do not keep a long line's buffer for the stream's life.
+		s.line = nil
+	}
 	if s.lineOver {
 		s.lineOver, s.first, s.over = false, false, true
 		return
@@ -200,26 +208,39 @@ func (st *usageStream) event(typ string, data []byte) {
 		st.stopped = true
 		return
 	}
-	m, ok := object(data)
-	if !ok {
+	if isNull(data) {
+		return // decodes, as nothing
+	}
+	if !isObject(data) {
 		st.stopped = true
 		return
 	}
-	if _, isErr := m["error"]; isErr {
+	if _, isErr := member(data, "error"); isErr {
 		st.stopped = true
 		return
 	}
-	raw := m["usage"]
+	raw, _ := member(data, "usage")
 	if st.endpoint == EndpointResponses {
-		resp, ok := object(m["response"])
-		if !ok {
+		resp, _ := member(data, "response")
+		if !startsObject(resp) {
 			return
 		}
-		raw = resp["usage"]
+		raw, _ = member(resp, "usage")
 	}
 	if u, found := openAIUsage(st.endpoint, raw); found {
 		st.u = u
 	}
+}
+
+// startsObject: raw, a member of a valid document, is an object.
+func startsObject(raw []byte) bool {
+	return len(raw) > 0 && raw[0] == '{'
+}
+
+// isNull: the SDKs decode a JSON null into an event without error, and
+// go on.
+func isNull(data []byte) bool {
+	return string(bytes.TrimSpace(data)) == "null"
 }
 
 // anthropic reads an Anthropic event as the SDK does: events with no type
@@ -233,28 +254,26 @@ func (st *usageStream) anthropic(typ string, data []byte) {
 		st.stopped = true
 		return
 	}
-	if len(bytes.TrimSpace(data)) == 0 {
+	if len(data) == 0 || isNull(data) {
 		return
 	}
-	m, ok := object(data)
-	if !ok {
+	if !isObject(data) {
 		st.stopped = true
 		return
 	}
-	var kind string
-	if json.Unmarshal(m["type"], &kind) != nil {
-		return
-	}
-	switch kind {
-	case "message_start":
-		msg, ok := object(m["message"])
-		if !ok {
+	kind, _ := member(data, "type")
+	switch {
+	case keyIs(kind, "message_start"):
+		msg, _ := member(data, "message")
+		if !startsObject(msg) {
 			st.a.bad = true
 			return
 		}
-		st.a.message(msg["usage"])
-	case "message_delta":
-		st.a.delta(m["usage"])
+		usage, _ := member(msg, "usage")
+		st.a.message(usage)
+	case keyIs(kind, "message_delta"):
+		usage, _ := member(data, "usage")
+		st.a.delta(usage)
 		st.sawDelta = true
 	}
 }

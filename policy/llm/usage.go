@@ -45,26 +45,23 @@ func UsageJSON(api, endpoint string, body []byte) Usage {
 	if api == APIAnthropic && endpoint == EndpointCountTokens {
 		return Usage{Found: true}
 	}
-	if len(body) > MaxUsageBody {
+	if len(body) > MaxUsageBody || !isObject(body) {
 		return Usage{}
 	}
-	top, ok := object(body)
-	if !ok {
-		return Usage{}
-	}
+	usage, _ := member(body, "usage")
 	if api == APIAnthropic {
 		if endpoint != EndpointMessages {
 			return Usage{}
 		}
 		var a anthropicUsage
-		a.message(top["usage"])
+		a.message(usage)
 		return a.usage(a.sawOutput)
 	}
-	u, _ := openAIUsage(endpoint, top["usage"])
+	u, _ := openAIUsage(endpoint, usage)
 	return u
 }
 
-// object decodes a JSON object's members, keys matched exactly (unlike
+// object decodes a usage object's members, keys matched exactly (unlike
 // encoding/json's struct fields, which fold case). Not an object, or
 // null, is false.
 func object(raw []byte) (map[string]json.RawMessage, bool) {
