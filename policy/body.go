@@ -86,7 +86,9 @@ func readBody(f *URLFacts, req HTTPRequest, need BodyNeed) error {
 		}
 	}
 	if need.LLM != "" {
-		bf.LLM, err = llm.Parse(need.LLM, f.PathDecoded, bf.JSON)
+		// The path as sent upstream: llm refuses spellings a server could
+		// route otherwise than the endpoint decided.
+		bf.LLM, err = llm.Parse(need.LLM, f.Path, bf.JSON)
 		switch {
 		case errors.Is(err, llm.ErrUnknownEndpoint):
 			return &DenyError{Reason: ReasonModelDenied, Detail: fmt.Sprintf("%s is not a %s model endpoint egressd decides: %v", f.PathDecoded, need.LLM, err)}
@@ -144,6 +146,10 @@ func bodyVerdict(o *RuleOptions, b *BodyFacts) Reason {
 		r := b.LLM
 		if !llm.ModelMatches(l.Models, r.Model) {
 			return ReasonModelDenied
+		}
+		if l.Excess == "clamp" && l.MaxOutputTokens > 0 && l.MaxOutputTokens/max(1, r.Choices) == 0 {
+			// More choices than the cap has tokens: no maximum fits.
+			return ReasonMaxTokensExceeded
 		}
 		if l.Excess != "clamp" {
 			if r.HasMax && l.MaxOutputTokens > 0 && r.Reserve() > l.MaxOutputTokens {

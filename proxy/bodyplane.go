@@ -215,6 +215,12 @@ const maxUsageJSON = 4 << 20
 // settles the request's reservation with it when the answer ends.
 func (f *httpFlow) watchUsage(resp *http.Response, ct string, coded bool) {
 	m := f.model
+	if resp.StatusCode >= 400 {
+		// A refused or failed call generates nothing (the APIs do not
+		// bill them): its reservation is given back.
+		f.settleUsage(llm.Usage{Found: true})
+		return
+	}
 	if coded || resp.StatusCode >= 300 {
 		return
 	}
@@ -261,7 +267,7 @@ func (f *httpFlow) prepareModel(r *http.Request, out *policy.Outcome) (refusal, 
 	var setMax int64
 	if l.Excess == "clamp" && (!m.HasMax || m.Reserve() > l.MaxOutputTokens) {
 		// The cap bounds the output of all the request's choices.
-		setMax = max(1, l.MaxOutputTokens/max(1, m.Choices))
+		setMax = l.MaxOutputTokens / max(1, m.Choices)
 	}
 	wantUsage := m.Stream && !m.IncludeUsage
 	if setMax > 0 || wantUsage {
