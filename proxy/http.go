@@ -119,6 +119,10 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		f.release()
 		return r, s.auditAndRefuse(f, r, rf)
 	}
+	if rf, denied := f.checkLeaks(r, &out.Decision); denied {
+		f.release()
+		return r, s.auditAndRefuse(f, r, rf)
+	}
 	if err := s.auditDecision(&f.flowInfo, allowed(&out.Decision)); err != nil {
 		f.release()
 		return r, s.respondRefused(f, r, refusalForAuditErr(err))
@@ -221,7 +225,7 @@ func (f *httpFlow) upstreamRequest(r *http.Request) *http.Request {
 	// ContentLength 0), and a body decides how the request travels
 	// upstream (tlsUpstream.roundTrip).
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-		f.sent.ReadCloser, f.sent.idle, f.sent.timeout = r.Body, f.idle, f.s.cfg.BodyIdleTimeout
+		f.sent.ReadCloser, f.sent.idle, f.sent.timeout = f.leakBody(r.Body, r.Header), f.idle, f.s.cfg.BodyIdleTimeout
 		// Declared trailers are sent after the body: strip the names
 		// declared now (they would be announced in the Trailer header) and
 		// the values net/http merged in when the body ended, which may
@@ -358,6 +362,9 @@ func (f *httpFlow) complete(status int, reason policy.Reason, detail string) {
 		r.BytesIn = f.recv.n.Load()
 	}
 	r.DurationUS = time.Since(f.start).Microseconds()
+	if reason == "" {
+		reason, detail = f.leakCut(detail)
+	}
 	r.Error = detail
 	if reason != "" {
 		r.Decision, r.Reason = audit.DecisionDeny, string(reason)

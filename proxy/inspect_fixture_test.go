@@ -26,6 +26,7 @@ import (
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/broker"
 	"github.com/egressd/egressd/proxy/ca"
+	"github.com/egressd/egressd/proxy/secretpat"
 	defaultbundle "github.com/egressd/egressd/rego"
 )
 
@@ -110,6 +111,8 @@ type inspectOptions struct {
 	ids identity.Config
 	// secrets are the brokered secrets; nil: none.
 	secrets *broker.Store
+	// patterns are the secret patterns looked for; nil: none.
+	patterns *secretpat.Set
 }
 
 func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixture {
@@ -145,7 +148,8 @@ func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixtu
 		a = audittest.Sink{}
 	}
 	opts := Options{Config: cfg, Decider: e, Floor: openFloor{}, Identities: ids, Dialer: &loopbackDialer{},
-		Audit: a, Metrics: NewMetrics(prometheus.NewRegistry()), Log: zap.NewNop(), UpstreamRoots: roots, Secrets: o.secrets}
+		Audit: a, Metrics: NewMetrics(prometheus.NewRegistry()), Log: zap.NewNop(), UpstreamRoots: roots, Secrets: o.secrets,
+		SecretPatterns: o.patterns}
 	if !o.noCA {
 		opts.Leaves = f.ca
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/broker"
+	"github.com/egressd/egressd/proxy/secretpat"
 )
 
 // Dialer is what the proxy needs of *dnsguard.Dialer: resolve once, check
@@ -59,6 +60,10 @@ type Options struct {
 	// UpstreamRoots verify the upstream certificates of inspected
 	// tunnels (inspect.upstream_ca_file). If nil, the system roots do.
 	UpstreamRoots *x509.CertPool
+	// SecretPatterns are the credential shapes looked for in requests
+	// (secretpat.MustDefaults()); a finding is recorded, and refuses where
+	// the rule or identity says so. If nil, none is looked for.
+	SecretPatterns *secretpat.Set
 }
 
 // state is what a reload replaces as a whole; requests read it once. The
@@ -93,6 +98,8 @@ type Server struct {
 	failLog *audit.FailLog
 	// innerLog is the error log of inspected tunnels' HTTP servers.
 	innerLog *log.Logger
+	// patterns are the secret patterns looked for in requests; nil none.
+	patterns *secretpat.Set
 	state    atomic.Pointer[state]
 	srv      *http.Server
 	gp       *goproxy.ProxyHttpServer
@@ -136,6 +143,7 @@ func New(o Options) (*Server, error) {
 		floor:    o.Floor,
 		fds:      o.FDs,
 		secrets:  o.Secrets,
+		patterns: o.SecretPatterns,
 		leaves:   o.Leaves,
 		roots:    o.UpstreamRoots,
 		limits:   newLimiter(o.Config),

@@ -22,6 +22,7 @@ import (
 	"github.com/egressd/egressd/proxy/broker"
 	"github.com/egressd/egressd/proxy/ca"
 	"github.com/egressd/egressd/proxy/pggate"
+	"github.com/egressd/egressd/proxy/secretpat"
 )
 
 // daemon is the running serve command.
@@ -105,6 +106,9 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		Config: cfg.Proxy, Decider: gen.Engine, Floor: gen.Floor, Identities: gen.Identities, Dialer: dialer,
 		Audit: meter, Metrics: d.metrics, Log: log, FDs: d.fds, Secrets: store,
 		Leaves: authority, UpstreamRoots: upstreamRoots,
+		// The shipped shapes, recorded unless a rule or identity refuses
+		// them (issue 23): no config key yet.
+		SecretPatterns: secretpat.MustDefaults(),
 	})
 	if err != nil {
 		return fail(err)
