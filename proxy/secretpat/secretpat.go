@@ -161,7 +161,8 @@ func parseClass(c string) ([256]bool, error) {
 			hi = c[i+2]
 			i += 2
 		}
-		if lo > hi || lo == '\\' || lo == ']' || lo == '[' || lo == '^' && i == 0 {
+		// Kept to what a regular expression's brackets read the same way.
+		if lo > hi || strings.ContainsAny(string([]byte{lo, hi}), `\[]^`) {
 			return in, fmt.Errorf("bad class")
 		}
 		for b := int(lo); b <= int(hi); b++ {
@@ -361,11 +362,6 @@ func (m *Matcher) Write(p []byte) (int, error) {
 	m.state = row / int32(s.nclass)
 	m.remember(p)
 	return len(p), nil
-}
-
-// WriteString is Write of a string.
-func (m *Matcher) WriteString(p string) (int, error) {
-	return m.Write([]byte(p))
 }
 
 // event counts p[i] on the active runs and starts the runs of the

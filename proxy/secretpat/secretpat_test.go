@@ -85,8 +85,8 @@ func TestSplitAtEveryOffset(t *testing.T) {
 		want := s.FindString(tc.text)
 		for cut := 0; cut <= len(tc.text); cut++ {
 			m := s.NewMatcher()
-			m.WriteString(tc.text[:cut])
-			m.WriteString(tc.text[cut:])
+			m.Write([]byte(tc.text[:cut]))
+			m.Write([]byte(tc.text[cut:]))
 			if m.Found() != want {
 				t.Fatalf("%s cut at %d: found %b; want %b", tc.name, cut, m.Found(), want)
 			}
@@ -111,7 +111,7 @@ func checkPending(t *testing.T, s *Set, res []*regexp.Regexp, text string, sizes
 	for i, k := 0, 0; i < len(text); k++ {
 		n := max(1, sizes[k%len(sizes)])
 		n = min(n, len(text)-i)
-		m.WriteString(text[i : i+n])
+		m.Write([]byte(text[i : i+n]))
 		i += n
 		decided := text[:i-m.Pending()]
 		if w := witnessFound(res, decided); w&^m.Found() != 0 {
@@ -148,6 +148,7 @@ func TestNewRefuses(t *testing.T) {
 		{"no class", Pattern{Name: "x", Prefixes: []string{"ab"}, Min: 3}},
 		{"mixed opening", Pattern{Name: "x", Prefixes: []string{"ab", "-b"}}},
 		{"reversed range", Pattern{Name: "x", Prefixes: []string{"ab"}, Class: "z-a", Min: 1}},
+		{"bracket in class", Pattern{Name: "x", Prefixes: []string{"ab"}, Class: "a-z]", Min: 1}},
 		{"long run", Pattern{Name: "x", Prefixes: []string{"ab"}, Class: "a", Min: MaxRun + 1}},
 	} {
 		if _, err := New([]Pattern{tc.p}); err == nil {
@@ -178,7 +179,7 @@ func FuzzMatcher(f *testing.F) {
 			m := s.NewMatcher()
 			sizes := []int{int(a%17) + 1, int(b%64) + 1}
 			checkPending(t, s, wits[k], text, sizes)
-			m.WriteString(text)
+			m.Write([]byte(text))
 			if w := witnessFound(wits[k], text); w != m.Found() {
 				t.Fatalf("set %d on %q: found %b; regexp witness %b", k, text, m.Found(), w)
 			}
