@@ -388,3 +388,52 @@ func TestLeakOffCostsNothing(t *testing.T) {
 		t.Errorf("checkLeaks with nothing to find allocates %v times; want 0", allocs)
 	}
 }
+
+// TestLeakBodyAfterAnswer: an upstream that answers before it reads the
+// body has the rest cut at the secret all the same, and the completion
+// record says secret_in_request although the client had its head. Over
+// h2 inside an inspected tunnel: net/http's HTTP/1.1 server would first
+// wait to discard the client's unread body before passing the head on.
+func TestLeakBodyAfterAnswer(t *testing.T) {
+	got := make(chan string, 1)
+	f := startInspect(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A first byte: the proxy passes a head on with the body's first
+		// bytes.
+		io.WriteString(w, "reading\n")
+		w.(http.Flusher).Flush()
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			b = append(b, " (incomplete)"...)
+		}
+		got <- string(b)
+	}), inspectOptions{secrets: leakStore(t), patterns: secretpat.MustDefaults()})
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest("POST", f.url("/ok/x"), pr)
+	done := make(chan *http.Response, 1)
+	go func() {
+		resp, err := f.client(t, true).Do(req)
+		if err != nil {
+			t.Errorf("Do: %v", err)
+		}
+		done <- resp
+	}()
+	io.WriteString(pw, `{"note":"clean so far",`)
+	resp := <-done
+	if resp == nil {
+		return
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d; want the upstream's 200 head", resp.StatusCode)
+	}
+	io.WriteString(pw, `"key":"`+testSecret+`"}`)
+	pw.Close()
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if b := <-got; strings.Contains(b, "SECRETvalue") || !strings.HasSuffix(b, "(incomplete)") {
+		t.Errorf("upstream read %q; want an incomplete body without the secret", b)
+	}
+	r := f.audit.WaitRecord(t, func(r audit.Record) bool { return r.Kind == audit.KindHTTPDone })
+	if r.Reason != string(policy.ReasonSecretInRequest) || r.Secret != "github" || r.Decision != audit.DecisionDeny {
+		t.Errorf("completion %+v; want a deny, secret_in_request, naming github", r)
+	}
+}
