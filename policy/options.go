@@ -34,6 +34,13 @@ type RuleOptions struct {
 	ports []int
 }
 
+// A rule's "secret_patterns" and an identity's attribute of that name
+// refuse a request with a secret pattern when they say "refuse".
+const (
+	SecretPatternsAttribute = "secret_patterns"
+	SecretPatternsRefuse    = "refuse"
+)
+
 // DefaultMaxBodyBytes is the bound of a body read to decide on it when
 // the rule sets none.
 const DefaultMaxBodyBytes = 1 << 20

@@ -18,7 +18,10 @@
 //	         → policy.PreDial.DecideHTTP (policy.ParseHTTP; dnsguard.Floor.Check
 //	           for an IP literal; policy.Engine.Decide)
 //	         → proxy.httpFlow.prepareCredentials (broker.Prepare: the rule's
-//	           credential actions, placeholders) → proxy.Server.auditDecision
+//	           credential actions, placeholders)
+//	         → proxy.httpFlow.checkLeaks (broker.RequestScan.Head: secret
+//	           values and patterns in the head as the sandbox sent it)
+//	         → proxy.Server.auditDecision
 //	         → proxy.httpFlow.applyCredentials
 //	         → proxy.httpFlow.RoundTrip, which goproxy calls as the request's
 //	           RoundTripper (proxy.upstreamPool.roundTrip, or net/http's

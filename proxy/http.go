@@ -160,6 +160,10 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		f.release()
 		return r, s.auditAndRefuse(f, r, rf)
 	}
+	if rf, denied := f.checkLeaks(r, &out.Decision); denied {
+		f.release()
+		return r, s.auditAndRefuse(f, r, rf)
+	}
 	if err := s.auditDecision(&f.flowInfo, allowed(&out.Decision)); err != nil {
 		f.release()
 		return r, s.respondRefused(f, r, refusalForAuditErr(err))
@@ -264,7 +268,7 @@ func (f *httpFlow) upstreamRequest(r *http.Request) *http.Request {
 	}
 	// Only a request that has a body is sent with one (hasBody).
 	if hasBody(r) {
-		f.sent.ReadCloser, f.sent.idle, f.sent.timeout = r.Body, f.idle, f.s.cfg.BodyIdleTimeout
+		f.sent.ReadCloser, f.sent.idle, f.sent.timeout = f.leakBody(r.Body, r.Header), f.idle, f.s.cfg.BodyIdleTimeout
 		// Declared trailers are sent after the body: strip the names
 		// declared now (they would be announced in the Trailer header) and
 		// the values net/http merged in when the body ended, which may
@@ -417,6 +421,9 @@ func (f *httpFlow) complete(status int, reason policy.Reason, detail string) {
 		r.BytesIn = f.recv.n.Load()
 	}
 	r.DurationUS = time.Since(f.start).Microseconds()
+	if reason == "" {
+		reason, detail = f.leakCut(detail)
+	}
 	r.Error = detail
 	if c := f.sent.cut.Load(); c != nil && reason == "" {
 		// Stopped after the response began (a full-duplex stream).

@@ -27,6 +27,7 @@ import (
 	"github.com/egressd/egressd/proxy/broker"
 	"github.com/egressd/egressd/proxy/budget"
 	"github.com/egressd/egressd/proxy/ca"
+	"github.com/egressd/egressd/proxy/secretpat"
 	defaultbundle "github.com/egressd/egressd/rego"
 )
 
@@ -113,6 +114,8 @@ type inspectOptions struct {
 	secrets *broker.Store
 	// budgets counts the identities' budgets; nil: none.
 	budgets *budget.Ledger
+	// patterns are the secret patterns looked for; nil: none.
+	patterns *secretpat.Set
 }
 
 func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixture {
@@ -148,7 +151,8 @@ func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixtu
 		a = audittest.Sink{}
 	}
 	opts := Options{Config: cfg, Decider: e, Floor: openFloor{}, Identities: ids, Dialer: &loopbackDialer{},
-		Audit: a, Metrics: NewMetrics(prometheus.NewRegistry()), Log: zap.NewNop(), UpstreamRoots: roots, Secrets: o.secrets, Budgets: o.budgets}
+		Audit: a, Metrics: NewMetrics(prometheus.NewRegistry()), Log: zap.NewNop(), UpstreamRoots: roots, Secrets: o.secrets, Budgets: o.budgets,
+		SecretPatterns: o.patterns}
 	if !o.noCA {
 		opts.Leaves = f.ca
 	}

@@ -41,6 +41,9 @@ type flowInfo struct {
 	// scrub, when not nil, is the scrubber of a flow whose rule binds
 	// secrets: every record of the flow passes through it (appendFlow).
 	scrub *broker.Scrubber
+	// leak, when not nil, is what the search for secrets leaving in the
+	// request found (leak.go); nil when nothing is searched.
+	leak *leakFindings
 }
 
 // record is a record of the flow with no decision: a completion.
@@ -59,8 +62,12 @@ func (f *flowInfo) withTarget(r *audit.Record) *audit.Record {
 	r.Path = f.target.Path
 	r.Query = f.target.Query
 	r.Inspected = f.inspected
-	if f.notes != nil {
+	if f.notes != nil && f.kind == policy.KindHTTP {
 		f.notes.set(r)
+	}
+	if f.leak != nil && f.kind == policy.KindHTTP {
+		// Not a redirect's record, which copies the flow.
+		r.Secret, r.SecretPattern = f.leak.names()
 	}
 	return r
 }
@@ -132,10 +139,15 @@ func (s *Server) auditDecision(f *flowInfo, v verdict) error {
 // appendFlow appends a record of flow f. A flow whose rule binds secrets
 // has every field of every record scrubbed first: an upstream can put a
 // secret it was sent into what the records copy (a redirect's Location
-// becomes a record's path and query), and the log is append-only.
+// becomes a record's path and query), and the log is append-only. A
+// request whose head carried a secret pattern has its tokens replaced by
+// the pattern's name in every record: a record names, never holds, one.
 func (s *Server) appendFlow(f *flowInfo, r *audit.Record) error {
 	if f.scrub != nil {
 		r.Rewrite(f.scrub.String)
+	}
+	if f.leak != nil && f.leak.redact != nil {
+		r.Rewrite(f.leak.redact)
 	}
 	return s.audit.Append(r)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/broker"
 	"github.com/egressd/egressd/proxy/budget"
+	"github.com/egressd/egressd/proxy/secretpat"
 )
 
 // Dialer is what the proxy needs of *dnsguard.Dialer: resolve once, check
@@ -67,6 +68,10 @@ type Options struct {
 	// and identities' budgets. If nil, a rule with a budget refuses every
 	// request it would count (token_budget_exceeded): never uncounted.
 	Budgets *budget.Ledger
+	// SecretPatterns are the credential shapes looked for in requests
+	// (secretpat.MustDefaults()); a finding is recorded, and refuses where
+	// the rule or identity says so. If nil, none is looked for.
+	SecretPatterns *secretpat.Set
 }
 
 // state is what a reload replaces as a whole; requests read it once. The
@@ -105,6 +110,8 @@ type Server struct {
 	failLog *audit.FailLog
 	// innerLog is the error log of inspected tunnels' HTTP servers.
 	innerLog *log.Logger
+	// patterns are the secret patterns looked for in requests; nil none.
+	patterns *secretpat.Set
 	state    atomic.Pointer[state]
 	srv      *http.Server
 	gp       *goproxy.ProxyHttpServer
@@ -150,6 +157,7 @@ func New(o Options) (*Server, error) {
 		secrets:  o.Secrets,
 		argsKey:  o.ArgsKey,
 		budgets:  o.Budgets,
+		patterns: o.SecretPatterns,
 		leaves:   o.Leaves,
 		roots:    o.UpstreamRoots,
 		limits:   newLimiter(o.Config),

@@ -24,6 +24,7 @@ import (
 	"github.com/egressd/egressd/proxy/budget"
 	"github.com/egressd/egressd/proxy/ca"
 	"github.com/egressd/egressd/proxy/pggate"
+	"github.com/egressd/egressd/proxy/secretpat"
 )
 
 // daemon is the running serve command.
@@ -120,6 +121,9 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		Config: cfg.Proxy, Decider: gen.Engine, Floor: gen.Floor, Identities: gen.Identities, Dialer: dialer,
 		Audit: meter, Metrics: d.metrics, Log: log, FDs: d.fds, Secrets: store,
 		Leaves: authority, UpstreamRoots: upstreamRoots, ArgsKey: argsKey, Budgets: budgets,
+		// The shipped shapes, recorded unless a rule or identity refuses
+		// them.
+		SecretPatterns: secretpat.MustDefaults(),
 	})
 	if err != nil {
 		return fail(err)

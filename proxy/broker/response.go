@@ -50,7 +50,7 @@ func (p *Plan) scrubber() *Scrubber {
 		a := &p.actions[i]
 		if p.apply[i] && a.Basic != nil {
 			v, _ := p.secrets.Value(a.Secret)
-			extra = append(extra, pattern{text: []byte(basicToken(a.Basic.User, v)), repl: redacted(a.Secret)})
+			extra = append(extra, pattern{text: []byte(basicToken(a.Basic.User, v)), repl: redacted(a.Secret), name: a.Secret})
 		}
 	}
 	if p.secrets == nil {

@@ -14,6 +14,8 @@ import (
 type pattern struct {
 	text, repl []byte
 	fold       bool
+	// name is the secret's, for a scan to say which one it found.
+	name string
 	// border[i] is the length of the longest proper prefix of text[:i+1]
 	// that is also its suffix (Knuth-Morris-Pratt), set by newScrubber.
 	border []int
@@ -39,6 +41,8 @@ type Scrubber struct {
 	esc escapes
 	// then is the decoded stage after the raw one; nil on the last.
 	then *Scrubber
+	// longest is the length of the longest pattern.
+	longest int
 }
 
 // borders is the Knuth-Morris-Pratt failure table of t.
@@ -69,8 +73,10 @@ func newScrubber(pats []pattern) *Scrubber {
 		}
 		p.border = borders(p.text)
 		s.pats[i] = p
+		s.longest = max(s.longest, len(p.text))
 	}
-	s.then = &Scrubber{pats: s.pats, esc: percentEscapes, then: &Scrubber{pats: s.pats, esc: percentEscapes | jsonEscapes}}
+	s.then = &Scrubber{pats: s.pats, esc: percentEscapes, longest: s.longest,
+		then: &Scrubber{pats: s.pats, esc: percentEscapes | jsonEscapes, longest: s.longest}}
 	return s
 }
 
@@ -89,7 +95,7 @@ func (s *Scrubber) String(v string) string {
 	}
 	var v2 view
 	for st := s; st != nil; st = st.then {
-		out, _ := st.process([]byte(v), true, nil, &v2)
+		out, _, _ := st.process([]byte(v), true, nil, &v2)
 		v = string(out)
 	}
 	return v
@@ -174,10 +180,16 @@ func hexVal(c byte) int {
 	return -1
 }
 
+// hasEscape reports whether buf holds the opening of an escape esc
+// decodes.
+func hasEscape(buf []byte, esc escapes) bool {
+	return esc&percentEscapes != 0 && bytes.IndexByte(buf, '%') >= 0 || esc&jsonEscapes != 0 && bytes.IndexByte(buf, '\\') >= 0
+}
+
 // decode fills v with buf's decided units and returns how many there are;
 // each byte is a unit unless buf holds an escape esc decodes.
 func (v *view) decode(buf []byte, eof bool, esc escapes) int {
-	if (esc&percentEscapes == 0 || bytes.IndexByte(buf, '%') < 0) && (esc&jsonEscapes == 0 || bytes.IndexByte(buf, '\\') < 0) {
+	if !hasEscape(buf, esc) {
 		v.ex, v.off = buf, nil
 		v.fo = append(v.fo[:0], buf...)
 		for i, c := range v.fo {
@@ -220,19 +232,29 @@ func (v *view) of(p *pattern) []byte {
 
 // process appends to out the scrubbed text of buf that is decided, and
 // returns how many bytes of buf it consumed; the rest must be offered
-// again with more input after it. With eof the whole of buf is decided.
+// again with more input after it, and the index of the first pattern it
+// replaced (-1 for none). With eof the whole of buf is decided.
 //
 // Work per call is linear in len(buf) for the decoding and the searches
 // (each pattern's next occurrence is found once and kept until passed)
 // plus the patterns' total length for the hold-back point (emitLimit).
-func (s *Scrubber) process(buf []byte, eof bool, out []byte, v *view) ([]byte, int) {
+func (s *Scrubber) process(buf []byte, eof bool, out []byte, v *view) ([]byte, int, int) {
+	if s.esc != 0 && !hasEscape(buf, s.esc) {
+		// A decoded stage over bytes with no escape sees them as the raw
+		// stage did, and every match there was replaced (or refused)
+		// before: only the hold-back point is left to find, in the tail.
+		off := max(0, len(buf)-s.longest)
+		n := v.decode(buf[off:], eof, s.esc)
+		limit := off + s.emitLimit(v, n, 0, eof)
+		return append(out, buf[:limit]...), limit, -1
+	}
 	n := v.decode(buf, eof, s.esc)
 	var stack [16]int
 	next := stack[:0]
 	for range s.pats {
 		next = append(next, -1)
 	}
-	start := 0
+	start, first := 0, -1
 	limit := s.emitLimit(v, n, 0, eof)
 	for {
 		if start > limit {
@@ -259,7 +281,10 @@ func (s *Scrubber) process(buf []byte, eof bool, out []byte, v *view) ([]byte, i
 			}
 		}
 		if best < 0 {
-			return append(out, buf[v.at(start):v.at(limit)]...), v.at(limit)
+			return append(out, buf[v.at(start):v.at(limit)]...), v.at(limit), first
+		}
+		if first < 0 {
+			first = bestP
 		}
 		out = append(out, buf[v.at(start):v.at(best)]...)
 		out = append(out, s.pats[bestP].repl...)
@@ -304,8 +329,41 @@ func (s *Scrubber) emitLimit(v *view, n, from int, eof bool) int {
 	return limit
 }
 
-// readSize is how much a scrubbing Reader asks of its source at once.
-const readSize = 32 << 10
+// readSize is the most a scrubbing Reader asks of its source at once;
+// minRead the first it asks: each read that fills what it asked doubles
+// the next, so a small body costs a small buffer.
+const (
+	readSize = 32 << 10
+	minRead  = 4 << 10
+)
+
+// reader is the read buffer of a stream: room makes space for the next
+// read, grown tells it how much the last one filled.
+type reader struct {
+	next int
+}
+
+// room returns b with room for the next read after len(b): half the
+// next read's size at least, so that the few bytes held back between
+// reads do not cost a new buffer each time.
+func (rd *reader) room(b []byte) []byte {
+	if rd.next == 0 {
+		rd.next = minRead
+	}
+	if cap(b)-len(b) >= rd.next/2 {
+		return b
+	}
+	grown := make([]byte, len(b), len(b)+rd.next)
+	copy(grown, b)
+	return grown
+}
+
+// grown records that a read returned n bytes into room free bytes.
+func (rd *reader) grown(n, room int) {
+	if n == room && rd.next < readSize {
+		rd.next *= 2
+	}
+}
 
 // Reader returns r's bytes scrubbed. onEOF, if not nil, runs once when r
 // ends cleanly, before the last bytes are returned (trailers are complete
@@ -331,6 +389,7 @@ type scrubReader struct {
 	s     *Scrubber
 	v     view
 	src   io.Reader
+	rd    reader
 	in    []byte // read, not yet decided
 	out   []byte // decided, not yet returned
 	off   int
@@ -344,6 +403,9 @@ type scrubReader struct {
 	boundary func() bool
 	// bounded says the last decision was at such a boundary.
 	bounded bool
+	// found, if set, is given the name of the secret a scanOnly read
+	// failed at.
+	found *string
 }
 
 // drained reports that r has returned everything up to a boundary: the
@@ -356,12 +418,9 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 			return 0, r.err
 		}
 		r.out, r.off = r.out[:0], 0
-		if cap(r.in)-len(r.in) < readSize {
-			grown := make([]byte, len(r.in), len(r.in)+readSize)
-			copy(grown, r.in)
-			r.in = grown
-		}
+		r.in = r.rd.room(r.in)
 		n, err := r.src.Read(r.in[len(r.in):cap(r.in)])
+		r.rd.grown(n, cap(r.in)-len(r.in))
 		r.in = r.in[:len(r.in)+n]
 		switch {
 		case err == io.EOF:
@@ -389,10 +448,13 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 // ErrSecretInBody is returned).
 func (r *scrubReader) decide(eof bool) error {
 	start := len(r.out)
-	var used int
-	r.out, used = r.s.process(r.in, eof, r.out, &r.v)
+	var used, hit int
+	r.out, used, hit = r.s.process(r.in, eof, r.out, &r.v)
 	if r.scanOnly && !bytes.Equal(r.out[start:], r.in[:used]) {
 		r.out, r.in = r.out[:start], r.in[:0]
+		if r.found != nil && hit >= 0 {
+			*r.found = r.s.pats[hit].name
+		}
 		return ErrSecretInBody
 	}
 	r.in = r.in[:copy(r.in, r.in[used:])]

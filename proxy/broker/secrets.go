@@ -124,7 +124,7 @@ func Load(c Config, lookupEnv func(string) (string, bool)) (*Secrets, error) {
 	}
 	for name, v := range s.values {
 		for _, p := range variants(v) {
-			p.repl = redacted(name)
+			p.repl, p.name = redacted(name), name
 			s.patterns = append(s.patterns, p)
 		}
 	}
