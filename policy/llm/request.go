@@ -19,6 +19,8 @@ import (
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/egressd/egressd/policy/wildcard"
 )
 
 // The APIs of a rule's "llm" key.
@@ -355,34 +357,5 @@ func (r *Request) Term() *ast.Term {
 
 // ModelMatches reports whether model matches one of globs, where "*"
 // matches any run of characters (none included) and every other byte
-// itself. It runs in time linear in len(model) per glob's literal parts:
-// each part after a star is found at its leftmost place, which is enough
-// for stars alone.
-func ModelMatches(globs []string, model string) bool {
-	for _, g := range globs {
-		if globMatch(g, model) {
-			return true
-		}
-	}
-	return false
-}
-
-func globMatch(glob, s string) bool {
-	parts := strings.Split(glob, "*")
-	if len(parts) == 1 {
-		return glob == s
-	}
-	first, last := parts[0], parts[len(parts)-1]
-	if len(s) < len(first)+len(last) || !strings.HasPrefix(s, first) || !strings.HasSuffix(s, last) {
-		return false
-	}
-	mid := s[len(first) : len(s)-len(last)]
-	for _, p := range parts[1 : len(parts)-1] {
-		i := strings.Index(mid, p)
-		if i < 0 {
-			return false
-		}
-		mid = mid[i+len(p):]
-	}
-	return true
-}
+// itself (package wildcard, which tool globs share).
+func ModelMatches(globs []string, model string) bool { return wildcard.Any(globs, model) }

@@ -1,6 +1,10 @@
 package mcp
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/egressd/egressd/policy/wildcard"
+)
 
 // MethodPasses reports whether a JSON-RPC method passes an MCP rule
 // without more: the handshakes (initialize, and server/discover of protocol
@@ -23,42 +27,6 @@ func MethodPasses(method string) bool {
 
 // ToolMatches reports whether tool matches one of globs, each matched
 // against the whole name: "*" matches any run of characters (none, or any
-// number, including "." and "/"), every other character only itself. It
-// takes O(len(glob)·len(tool)) at worst per glob (a greedy match that
-// backtracks only to the last star), never exponential time.
-func ToolMatches(globs []string, tool string) bool {
-	for _, g := range globs {
-		if globMatch(g, tool) {
-			return true
-		}
-	}
-	return false
-}
-
-// globMatch is the classic linear wildcard match: on a mismatch after a
-// star, the star absorbs one more byte and matching resumes there. Only the
-// last star needs revisiting, because any earlier star can absorb whatever
-// a later one would have to.
-func globMatch(glob, name string) bool {
-	gi, ni := 0, 0
-	star, mark := -1, 0 // the last star's index in glob; where its run ends in name
-	for ni < len(name) {
-		switch {
-		case gi < len(glob) && glob[gi] == '*':
-			star, mark = gi, ni
-			gi++
-		case gi < len(glob) && glob[gi] == name[ni]:
-			gi++
-			ni++
-		case star >= 0:
-			mark++
-			gi, ni = star+1, mark
-		default:
-			return false
-		}
-	}
-	for gi < len(glob) && glob[gi] == '*' {
-		gi++
-	}
-	return gi == len(glob)
-}
+// number, including "." and "/"), every other character only itself
+// (package wildcard, which model globs share).
+func ToolMatches(globs []string, tool string) bool { return wildcard.Any(globs, tool) }
