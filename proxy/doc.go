@@ -15,8 +15,12 @@
 //	HTTP     proxy.Server.ServeHTTP → goproxy.ProxyHttpServer.ServeHTTP
 //	         → proxy.Server.onRequest (a hook New registers)
 //	         → proxy.authenticate
-//	         → policy.PreDial.DecideHTTP (policy.ParseHTTP; dnsguard.Floor.Check
-//	           for an IP literal; policy.Engine.Decide)
+//	         → policy.PreDial.DecideHTTP (policy.ParseHTTP; the body read
+//	           and parsed where a rule decides on it, policy.Engine.NeedBody;
+//	           dnsguard.Floor.Check for an IP literal; policy.Engine.Decide)
+//	         → proxy.httpFlow.checkSize (the rule's max_request_bytes)
+//	         → proxy.httpFlow.prepareModel (a model rule's clamp, usage and
+//	           token budget)
 //	         → proxy.httpFlow.prepareCredentials (broker.Prepare: the rule's
 //	           credential actions, placeholders)
 //	         → proxy.httpFlow.checkLeaks (broker.RequestScan.Head: secret
@@ -27,6 +31,8 @@
 //	           RoundTripper (proxy.upstreamPool.roundTrip, or net/http's
 //	           Transport, each dialling through the pinned dialer;
 //	           proxy.httpFlow.sendInternal for a secret over plain HTTP)
+//	         → proxy.httpFlow.filterAnswer (an MCP answer's tools filtered, a
+//	           model answer's usage read)
 //	         → proxy.httpFlow.scrubResponse (broker.Plan.Scrub)
 //	         → proxy.responseBody.WriteTo, goproxy copying the response
 //	         → proxy.responseBody.Close, goproxy done with it
