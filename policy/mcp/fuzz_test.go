@@ -102,7 +102,7 @@ func oracleMessage(raw []byte) (Call, error) {
 		switch {
 		case isString(id):
 			var s string
-			json.Unmarshal(id, &s)
+			_ = json.Unmarshal(id, &s) // the oracle reads what decodes; the rest stays zero
 			c.ID = jsonString(s)
 		case string(id) == "null":
 			c.ID = "null"
@@ -131,7 +131,7 @@ func oracleMessage(raw []byte) (Call, error) {
 	if !isString(method) {
 		return c, errors.New("method")
 	}
-	json.Unmarshal(method, &c.Method)
+	_ = json.Unmarshal(method, &c.Method)
 	params, hasParams := m["params"]
 	if hasParams && !bytes.HasPrefix(params, []byte("{")) && !bytes.HasPrefix(params, []byte("[")) {
 		return c, errors.New("params")
@@ -146,7 +146,7 @@ func oracleMessage(raw []byte) (Call, error) {
 	if !isString(p["name"]) {
 		return c, errors.New("name")
 	}
-	json.Unmarshal(p["name"], &c.Tool)
+	_ = json.Unmarshal(p["name"], &c.Tool)
 	if len(c.Tool) < 1 || len(c.Tool) > 128 {
 		return c, errors.New("name length")
 	}

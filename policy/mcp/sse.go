@@ -108,7 +108,7 @@ func (f *sseFilter) next() ([]byte, error) {
 		// a short first event is not held waiting for more bytes.
 		if b, err := f.br.Peek(1); err == nil && b[0] == 0xef {
 			if b, err := f.br.Peek(3); err == nil && string(b) == "\xef\xbb\xbf" {
-				f.br.Discard(3)
+				_, _ = f.br.Discard(3) // peeked: cannot fail
 			}
 		}
 	}
@@ -154,7 +154,7 @@ func (f *sseFilter) resolveCR() (lf bool, err error) {
 		return false, fmt.Errorf("read event stream: %w", err)
 	}
 	if err == nil && b[0] == '\n' {
-		f.br.Discard(1)
+		_, _ = f.br.Discard(1) // peeked: cannot fail
 	}
 	return !drop, nil
 }
@@ -193,7 +193,7 @@ func (f *sseFilter) readLine() (line span, ended bool, err error) {
 			return span{}, false, fmt.Errorf("%w: an event over %d bytes", ErrAnswer, MaxEventBytes)
 		}
 		ev.raw = append(ev.raw, buf[:n]...)
-		f.br.Discard(n)
+		_, _ = f.br.Discard(n) // peeked: cannot fail
 		if i < 0 {
 			continue
 		}
@@ -205,7 +205,7 @@ func (f *sseFilter) readLine() (line span, ended bool, err error) {
 				f.pendingCR = true
 			} else if next, _ := f.br.Peek(1); next[0] == '\n' {
 				ev.raw = append(ev.raw, '\n')
-				f.br.Discard(1)
+				_, _ = f.br.Discard(1) // peeked: cannot fail
 			} else {
 				ev.raw = append(ev.raw, '\n')
 			}

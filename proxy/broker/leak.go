@@ -219,7 +219,7 @@ func (b *BodyScan) Read(p []byte) (int, error) {
 		read := b.buf[len(b.buf) : len(b.buf)+n]
 		b.buf = b.buf[:len(b.buf)+n]
 		if b.m != nil {
-			b.m.Write(read)
+			_, _ = b.m.Write(read) // a Matcher never fails a write
 			b.mu.Lock()
 			b.found = b.m.Found()
 			b.mu.Unlock()
@@ -284,7 +284,7 @@ func (b *BodyScan) Close() error {
 	b.mu.Lock()
 	side := b.side
 	b.mu.Unlock()
-	side.end()
+	_ = side.end() // Findings reports what it found
 	return b.src.Close()
 }
 
@@ -337,7 +337,7 @@ func (ls *leakSide) search(r io.Reader) {
 	for {
 		n, err := r.Read(buf)
 		if m != nil {
-			m.Write(buf[:n])
+			_, _ = m.Write(buf[:n]) // a Matcher never fails a write
 			ls.found = m.Found()
 			if ls.found != 0 && ls.c.RefusePatterns {
 				ls.leak = &LeakError{Patterns: ls.c.Patterns.Names(ls.found), Where: "body (decompressed)"}
