@@ -50,7 +50,8 @@ func TestDecisionCarriesRuleOptions(t *testing.T) {
 	e := newTestEngine(t, Config{Dir: modulesWithData(t, `{"rules": [
 		{"id": "tools", "hosts": ["mcp.test"], "ports": [443], "inspect": true, "mcp": {"tools": ["search_*"]}, "max_request_bytes": 4096},
 		{"id": "model", "hosts": ["model.test"], "ports": [8080], "llm": {"api": "anthropic", "models": ["claude-*"], "max_output_tokens": 100, "budget": {"tokens": 1000, "per": "24h"}}},
-		{"id": "plain", "hosts": ["plain.test"], "ports": [443]}
+		{"id": "plain", "hosts": ["plain.test"], "ports": [443]},
+		{"id": "strict", "hosts": ["strict.test"], "ports": [443], "secret_patterns": "refuse"}
 	]}`)})
 	ctx := context.Background()
 	decide := func(u string) Decision {
@@ -67,6 +68,9 @@ func TestDecisionCarriesRuleOptions(t *testing.T) {
 	d = decide("http://model.test:8080/v1/messages")
 	if o := d.Options; !d.Allow || o == nil || o.LLM == nil || o.LLM.Budget == nil || o.LLM.Budget.Per != 24*time.Hour || o.LLM.Budget.Tokens != 1000 {
 		t.Errorf("llm rule decision %+v, options %+v", d, d.Options)
+	}
+	if d := decide("https://strict.test/x"); !d.Allow || d.Options == nil || d.Options.SecretPatterns != "refuse" || d.Options.MaxBodyBytes != 0 {
+		t.Errorf("secret_patterns rule decision %+v, options %+v; want refuse, and no body read", d, d.Options)
 	}
 	if d := decide("https://plain.test/x"); !d.Allow || d.Options != nil {
 		t.Errorf("plain rule decision %+v; want an allow without options", d)
