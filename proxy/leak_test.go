@@ -437,3 +437,32 @@ func TestLeakBodyAfterAnswer(t *testing.T) {
 		t.Errorf("completion %+v; want a deny, secret_in_request, naming github", r)
 	}
 }
+
+// TestLeakPatternsRuleKey: a bundle rule's "secret_patterns": "refuse"
+// refuses a request carrying a default pattern; the same request under a
+// rule without the key is recorded and passes.
+func TestLeakPatternsRuleKey(t *testing.T) {
+	f := startInspect(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }),
+		inspectOptions{patterns: secretpat.MustDefaults(), rules: `{"rules": [
+		{"id": "strict", "hosts": ["example.com"], "ports": [PORT], "methods": ["POST"], "paths": ["/strict/**"], "inspect": true, "secret_patterns": "refuse"},
+		{"id": "lax", "hosts": ["example.com"], "ports": [PORT], "methods": ["POST"], "paths": ["/lax/**"], "inspect": true}
+	]}`})
+	c := f.client(t, false)
+	for _, tc := range []struct {
+		path   string
+		status int
+	}{{"/strict/x", http.StatusForbidden}, {"/lax/x", http.StatusOK}} {
+		resp, err := c.Post(f.url(tc.path), "application/json", strings.NewReader(`{"key":"`+patternSamples["aws_access_key"]+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s: %d %q; want %d", tc.path, resp.StatusCode, resp.Header.Get("X-Egressd-Decision"), tc.status)
+		}
+	}
+	f.audit.WaitRecord(t, func(r audit.Record) bool {
+		return r.Kind == audit.KindHTTPDone && r.Path == "/lax/x" && r.SecretPattern == "aws_access_key"
+	})
+}
