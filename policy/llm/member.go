@@ -8,7 +8,9 @@ import (
 // isObject reports whether raw is one valid JSON object: what member
 // reads.
 func isObject(raw []byte) bool {
-	raw = bytes.TrimSpace(raw)
+	// JSON's whitespace only: bytes.TrimSpace would also take \v, \f and
+	// Unicode spaces, which no JSON text may hold.
+	raw = bytes.Trim(raw, " \t\r\n")
 	return len(raw) > 0 && raw[0] == '{' && json.Valid(raw)
 }
 
