@@ -1,13 +1,18 @@
 # The HTTP entry point: plain proxied requests (input.kind "http") and the
 # redirects a client is sent (input.kind "redirect") are judged by the same
-# rules. Refusals come first, then the first matching rule view (deny
-# views sort before allows), and anything unmatched is denied.
+# rules. Refusals come first, then the bundle's own refusals of what a
+# request carries (package egress.body: deny contains {"reason", "rule"},
+# deciding on input.body, input.mcp and input.llm; see README.md), then
+# the first matching rule view (deny views sort before allows), and
+# anything unmatched is denied.
 package egress.http
 
 # The refusal is input.flags[0] (base.refusal), read here directly: a
 # rule reference costs an evaluation of its own.
 decision := {"allow": false, "reason": reason, "rule": ""} if {
 	reason := input.flags[0]
+} else := {"allow": false, "reason": d.reason, "rule": d.rule} if {
+	d := min(data.egress.body.deny)
 } else := input.views[i].decision if {
 	i := min(matches)
 } else := {"allow": false, "reason": "no_matching_rule", "rule": ""}
