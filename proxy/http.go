@@ -440,10 +440,17 @@ func (f *httpFlow) complete(status int, reason policy.Reason, detail string) {
 	f.release()
 }
 
-// release gives back what the request holds: its idle timer, its upstream
-// context and its per-identity limit slot. It runs once the request is
+// release gives back what the request holds: its token reservation (when
+// nothing settled it), its idle timer, its upstream context and its
+// per-identity limit slot. It runs once the request is
 // refused or complete; a second call releases nothing.
 func (f *httpFlow) release() {
+	if f.reserve != nil && !f.settled {
+		// Refused after its reservation (credentials, a leak, the audit
+		// log): nothing was sent, nothing spent.
+		f.settled = true
+		f.reserve.Release()
+	}
 	if f.idle != nil {
 		f.idle.Stop()
 		f.cancel()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/internal/decisiontest"
+	"github.com/egressd/egressd/internal/fakemodel"
 	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy/budget"
@@ -167,5 +168,35 @@ func TestByteBudget(t *testing.T) {
 	}
 	if resp := post("sbx-b"); resp.StatusCode != http.StatusOK {
 		t.Errorf("sbx-b, without a budget: %d", resp.StatusCode)
+	}
+}
+
+// TestTokenReservationReleasedOnRefusal: a model request refused after it
+// reserved its tokens (here: it carries a loaded secret) gives the
+// reservation back, so the identity's next request still fits the budget.
+func TestTokenReservationReleasedOnRefusal(t *testing.T) {
+	f := startInspect(t, fakemodel.New(), inspectOptions{secrets: testStore(t), budgets: budget.NewLedger(nil), rules: `{"rules": [
+		{"id": "model", "hosts": ["example.com"], "ports": [PORT], "inspect": true,
+		 "llm": {"api": "anthropic", "models": ["claude-*"], "max_output_tokens": 100, "budget": {"tokens": 200, "per": "1h"}}}
+	]}`})
+	c := f.client(t, false)
+	send := func(key string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, f.url("/v1/messages"), strings.NewReader(`{"model":"claude-x","max_tokens":100,"messages":[]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Key", key)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	if resp := send(testSecret); resp.StatusCode != http.StatusForbidden || decisiontest.Reason(resp.Header) != "secret_in_request" {
+		t.Fatalf("request with a loaded secret: %d %s; want 403 secret_in_request", resp.StatusCode, decisiontest.Reason(resp.Header))
+	}
+	if resp := send("own"); resp.StatusCode != http.StatusOK {
+		t.Errorf("next request: %d %s; want 200: the refused request's reservation was kept", resp.StatusCode, decisiontest.Reason(resp.Header))
 	}
 }
