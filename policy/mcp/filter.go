@@ -41,11 +41,21 @@ func FilterJSON(body []byte, allow func(tool string) bool) ([]byte, error) {
 	return out, err
 }
 
+// toolsKey is the member name tools/list answers carry.
+var toolsKey = []byte(`"tools"`)
+
 // filterMessage is FilterJSON on one JSON text, reporting whether it
 // removed a tool.
 func filterMessage(msg []byte, allow func(string) bool) ([]byte, bool, error) {
 	if !json.Valid(msg) {
 		return nil, false, fmt.Errorf("%w: not JSON", ErrAnswer)
+	}
+	if !bytes.Contains(msg, toolsKey) && bytes.IndexByte(msg, '\\') < 0 {
+		// No member is named "tools", neither as written nor escaped (an
+		// escape needs a backslash): nothing can be offered, and which of
+		// two "result" members a client reads offers nothing either. Most
+		// answers (tool results) end here, unparsed.
+		return msg, false, nil
 	}
 	body := bytes.TrimSpace(msg)
 	switch body[0] {

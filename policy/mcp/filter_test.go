@@ -242,3 +242,21 @@ func (o *oneByteReader) Read(p []byte) (int, error) {
 	}
 	return o.r.Read(p[:1])
 }
+
+// TestFilterJSONEscapedTools: a "tools" member spelt with escapes is
+// filtered like the plain one: the unparsed fast path for answers without
+// "tools" must not let it through.
+func TestFilterJSONEscapedTools(t *testing.T) {
+	body := []byte(`{"jsonrpc":"2.0","id":1,"result":{"\u0074ools":[{"name":"ok"},{"name":"secret_tool"}]}}`)
+	out, err := FilterJSON(body, func(tool string) bool { return tool == "ok" })
+	if err != nil || bytes.Contains(out, []byte("secret_tool")) || !bytes.Contains(out, []byte(`"ok"`)) {
+		t.Errorf("FilterJSON(escaped tools) = %s, %v; want secret_tool removed", out, err)
+	}
+	plain := []byte(`{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"x"}]}}`)
+	if out, err := FilterJSON(plain, func(string) bool { return false }); err != nil || !bytes.Equal(out, plain) {
+		t.Errorf("FilterJSON(tool result) = %s, %v; want it unchanged", out, err)
+	}
+	if _, err := FilterJSON([]byte(`{"result":`), func(string) bool { return true }); err == nil {
+		t.Error("FilterJSON(not JSON) passed; want ErrAnswer")
+	}
+}
