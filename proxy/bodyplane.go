@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -65,7 +66,7 @@ func (s *Server) notesOf(b *policy.BodyFacts) *bodyNotes {
 		var methods, tools, ids, digests []string
 		for i := range b.MCP.Calls {
 			c := &b.MCP.Calls[i]
-			methods = append(methods, cmpOr(c.Method, "response"))
+			methods = append(methods, cmp.Or(c.Method, "response"))
 			ids = append(ids, c.ID)
 			if c.Method == "tools/call" {
 				tools = append(tools, c.Tool)
@@ -76,13 +77,6 @@ func (s *Server) notesOf(b *policy.BodyFacts) *bodyNotes {
 		n.rpcID, n.argsHMAC = strings.Join(ids, ","), strings.Join(digests, ",")
 	}
 	return n
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // argsDigest is the HMAC-SHA256 (hex) of a tool call's arguments in
@@ -156,7 +150,7 @@ func (f *httpFlow) filterAnswer(resp *http.Response) (refusal, bool) {
 	coded := resp.Header.Get("Content-Encoding") != "" && !strings.EqualFold(resp.Header.Get("Content-Encoding"), "identity")
 	switch {
 	case o.MCP != nil:
-		allow := func(tool string) bool { return mcpToolAllowed(o.MCP, tool) }
+		allow := func(tool string) bool { return mcp.ToolMatches(o.MCP.Tools, tool) }
 		switch {
 		case coded:
 			return answerRefusal("an MCP answer in a content coding egressd does not read (" + resp.Header.Get("Content-Encoding") + ")"), true
@@ -192,11 +186,6 @@ func (f *httpFlow) filterAnswer(resp *http.Response) (refusal, bool) {
 		f.watchUsage(resp, ct, coded)
 	}
 	return refusal{}, false
-}
-
-// mcpToolAllowed says whether the rule lets an agent see tool.
-func mcpToolAllowed(m *policy.MCPRule, tool string) bool {
-	return mcp.ToolMatches(m.Tools, tool)
 }
 
 // answerRefusal refuses an answer egressd cannot vouch for.
