@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/miekg/dns"
+	"github.com/open-policy-agent/opa/v1/ast"
 )
 
 // Reason is a stable snake_case deny reason. It appears identically in
@@ -144,6 +145,29 @@ func (r Reason) Refuses(k Kind) bool { return reasonTable[r].refuses.Has(k) }
 // Ends reports whether an allowed request of entry point k can end denied
 // with r: its completion record (http_done, connect_done) carries r.
 func (r Reason) Ends(k Kind) bool { return reasonTable[r].ends.Has(k) }
+
+// Liftable reports whether r is a rule's decision, which observe mode may
+// let through (recorded as would_deny) and a grant may lift. A reason only
+// the bundle spells is a rule's, except the request facts the bundle
+// refuses on (path flags, ip_obfuscated, userinfo): those, like the
+// address floor, malformed requests, secrets leaving and failures of the
+// audit log or the engine, protect the box and are never lifted.
+func (r Reason) Liftable() bool {
+	if e, ok := reasonTable[r]; ok {
+		return e.liftable
+	}
+	return !factRefusals[r]
+}
+
+// factRefusals are the undeclared reasons the bundle's base rules refuse
+// with: the names of the request facts in input.flags.
+var factRefusals = func() map[Reason]bool {
+	m := map[Reason]bool{Reason(termObfuscated.Value.(ast.String)): true, Reason(termUserinfo.Value.(ast.String)): true}
+	for _, n := range flagNames {
+		m[Reason(n)] = true
+	}
+	return m
+}()
 
 // Declared reports whether Go code declares r (as opposed to a reason only
 // the Rego bundle spells).

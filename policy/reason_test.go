@@ -229,3 +229,23 @@ func reasonsMarkdown() string {
 	}
 	return b.String()
 }
+
+// TestLiftable: rule decisions may be observed or granted; the refusals
+// that protect the box never.
+func TestLiftable(t *testing.T) {
+	for r, want := range map[policy.Reason]bool{
+		policy.ReasonNoMatchingRule: true, policy.ReasonRuleDeny: true, policy.ReasonPolicyDenied: true,
+		policy.ReasonMCPToolDenied: true, policy.ReasonModelDenied: true,
+		"tunnel_needs_host_wide_rule": true, "write_denied": true, "sql_database_denied": true,
+		policy.ReasonMetadataAddress: false, policy.ReasonPrivateAddress: false, policy.ReasonMetadataName: false,
+		policy.ReasonMalformedURL: false, policy.ReasonSecretInRequest: false, policy.ReasonAuditUnavailable: false,
+		policy.ReasonPolicyError: false, policy.ReasonNoDecision: false, policy.ReasonHostMismatch: false,
+		policy.ReasonProxyAuthRequired: false, policy.ReasonRateLimited: false, policy.ReasonTLSRequired: false,
+		policy.ReasonTokenBudgetExceeded: false, policy.ReasonSQLParseError: false,
+		"encoded_separator": false, "dot_segment": false, "invalid_utf8": false, "ip_obfuscated": false, "userinfo": false,
+	} {
+		if got := r.Liftable(); got != want {
+			t.Errorf("%s.Liftable() = %v; want %v", r, got, want)
+		}
+	}
+}

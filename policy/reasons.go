@@ -223,7 +223,12 @@ type reasonEntry struct {
 	refuses Kinds
 	// ends are the entry points whose allowed requests can end denied
 	// with the reason (an http_done or connect_done record).
-	ends     Kinds
+	ends Kinds
+	// liftable: a rule decision, which an observe mode may let through
+	// (recording it as would_deny) and a grant may lift. Never set for the
+	// refusals that protect the box itself: the address floor, malformed
+	// requests, secrets leaving, audit and engine failures.
+	liftable bool
 	http     int
 	rcode    *int
 	sqlState string
@@ -257,8 +262,8 @@ var reasonTable = map[Reason]reasonEntry{
 	ReasonMalformedDecision: {class: ClassPolicy, refuses: inEntries},
 	ReasonPolicyError:       {class: ClassPolicy, refuses: inEntries},
 	ReasonPolicyTimeout:     {class: ClassPolicy, refuses: inEntries},
-	ReasonNoMatchingRule:    {class: ClassPolicy, refuses: inEntries},
-	ReasonRuleDeny:          {class: ClassPolicy, refuses: inTargets},
+	ReasonNoMatchingRule:    {class: ClassPolicy, refuses: inEntries, liftable: true},
+	ReasonRuleDeny:          {class: ClassPolicy, refuses: inTargets, liftable: true},
 
 	ReasonMalformedURL:      {class: ClassMalformed, refuses: inTargets},
 	ReasonMalformedHost:     {class: ClassMalformed, refuses: inTargets},
@@ -295,8 +300,8 @@ var reasonTable = map[Reason]reasonEntry{
 	ReasonMalformedName:     {class: ClassMalformed, refuses: inDNS},
 	ReasonNameTooLong:       {class: ClassMalformed, refuses: inDNS},
 	ReasonLabelTooLong:      {class: ClassMalformed, refuses: inDNS},
-	ReasonPolicyDenied:      {class: ClassPolicy, refuses: inDNS},
-	ReasonQTypeNotAllowed:   {class: ClassPolicy, refuses: inDNS},
+	ReasonPolicyDenied:      {class: ClassPolicy, refuses: inDNS, liftable: true},
+	ReasonQTypeNotAllowed:   {class: ClassPolicy, refuses: inDNS, liftable: true},
 	ReasonQClassNotAllowed:  {class: ClassPolicy, refuses: inDNS},
 	ReasonUnknownClient:     {class: ClassIdentity, refuses: inDNS},
 	ReasonCNAMEChainTooLong: {class: ClassPolicy, refuses: inDNS | inSQL, ends: inDials},
@@ -320,7 +325,7 @@ var reasonTable = map[Reason]reasonEntry{
 	ReasonExpectationFailed:           {class: ClassMalformed, refuses: inHTTP, http: http.StatusExpectationFailed},
 	ReasonIncompleteRequest:           {class: ClassMalformed, refuses: inHTTP},
 	ReasonRequestBodyNotAllowed:       {class: ClassMalformed, refuses: inHTTP},
-	ReasonRedirectDenied:              {class: ClassPolicy, refuses: inRedirect},
+	ReasonRedirectDenied:              {class: ClassPolicy, refuses: inRedirect, liftable: true},
 	ReasonSNIMismatch:                 {class: ClassPolicy, refuses: inConnect, ends: inConnect},
 	ReasonTLSRequired:                 {class: ClassPolicy, refuses: inConnect, ends: inConnect},
 	ReasonMalformedClientHello:        {class: ClassMalformed, refuses: inConnect, ends: inConnect},
@@ -349,10 +354,10 @@ var reasonTable = map[Reason]reasonEntry{
 	ReasonCredentialUnscrubbable:     {class: ClassUpstream, ends: inHTTP},
 	ReasonBodyTooLarge:               {class: ClassLimit, refuses: inHTTP, ends: inHTTP, http: http.StatusRequestEntityTooLarge},
 	ReasonBodyUnparseable:            {class: ClassMalformed, refuses: inHTTP, http: http.StatusBadRequest},
-	ReasonMCPToolDenied:              {class: ClassPolicy, refuses: inHTTP},
-	ReasonMCPMethodDenied:            {class: ClassPolicy, refuses: inHTTP},
-	ReasonModelDenied:                {class: ClassPolicy, refuses: inHTTP},
-	ReasonMaxTokensExceeded:          {class: ClassPolicy, refuses: inHTTP},
+	ReasonMCPToolDenied:              {class: ClassPolicy, refuses: inHTTP, liftable: true},
+	ReasonMCPMethodDenied:            {class: ClassPolicy, refuses: inHTTP, liftable: true},
+	ReasonModelDenied:                {class: ClassPolicy, refuses: inHTTP, liftable: true},
+	ReasonMaxTokensExceeded:          {class: ClassPolicy, refuses: inHTTP, liftable: true},
 	ReasonTokenBudgetExceeded:        {class: ClassLimit, refuses: inHTTP},
 	ReasonByteBudgetExceeded:         {class: ClassLimit, refuses: inHTTP | inConnect, ends: inHTTP | inConnect},
 	ReasonSecretInRequest:            {class: ClassPolicy, refuses: inHTTP, ends: inHTTP},

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/signal"
@@ -23,6 +24,10 @@ func (d *daemon) run(ctx context.Context) error {
 	b, err := d.bind()
 	if err != nil {
 		return err
+	}
+	auth, err := admin.NewAuth(d.cfg.Admin.Clients)
+	if err != nil {
+		return fmt.Errorf("admin.clients: %w", err)
 	}
 	running := []string{"proxy"}
 	if d.dns != nil {
@@ -60,6 +65,7 @@ func (d *daemon) run(ctx context.Context) error {
 				admin.DNSCheck(d.cfg.DNS.Upstreams),
 			}...),
 			Reload: d.gen.Reload,
+			Auth:   auth,
 			Log:    d.log,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,

@@ -42,7 +42,11 @@ type Options struct {
 	Reload func(ctx context.Context) (restart []string, err error)
 	// ReadyTimeout bounds the whole /readyz evaluation. If zero, 2s.
 	ReadyTimeout time.Duration
-	Log          *zap.Logger
+	// Auth authenticates Routes; if nil, Routes answer 401.
+	Auth *Auth
+	// Routes are the authenticated routes (check, grants).
+	Routes []Route
+	Log    *zap.Logger
 }
 
 // Handler returns the admin mux.
@@ -84,6 +88,9 @@ func Handler(o Options) http.Handler {
 		}
 		text(w, http.StatusOK, "reloaded\n")
 	})
+	for _, rt := range o.Routes {
+		mux.HandleFunc(rt.Pattern, o.Auth.authenticated(rt))
+	}
 	// Profiles, for measuring before optimizing; operator-only like the
 	// rest of this listener.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard"
+	"github.com/egressd/egressd/internal/admin"
 	"github.com/egressd/egressd/internal/defaults"
 	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
@@ -73,6 +74,10 @@ type Admin struct {
 	// Listen is the admin address (/healthz, /readyz, /metrics, reload). It
 	// must be a loopback address. If empty, 127.0.0.1:9090 is used.
 	Listen string `yaml:"listen"`
+	// Clients are the bearer tokens (by SHA-256) its authenticated routes
+	// accept: `check --server` (scope check) and grants (scope grant). If
+	// empty, those routes refuse every request.
+	Clients []admin.Client `yaml:"clients"`
 }
 
 // Metrics is the `metrics:` section: a listener that serves only /metrics,
@@ -204,6 +209,16 @@ func (c *Config) Validate() error {
 	}
 	if err := validateLoopback(c.Admin.Listen); err != nil {
 		return fmt.Errorf("admin.%w", err)
+	}
+	names := map[string]bool{}
+	for i, cl := range c.Admin.Clients {
+		if err := cl.Validate(); err != nil {
+			return fmt.Errorf("admin.clients[%d]: %w", i, err)
+		}
+		if names[cl.Name] {
+			return fmt.Errorf("admin.clients[%d]: name %q is listed twice", i, cl.Name)
+		}
+		names[cl.Name] = true
 	}
 	if err := c.validateMetrics(); err != nil {
 		return err
