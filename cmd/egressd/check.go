@@ -83,7 +83,7 @@ func decided(kind policy.Kind, env *decideEnv, facts any, d policy.Decision) che
 		Kind: kind.String(), Identity: env.identity.ID,
 		Allow: d.Allow, Reason: d.Reason, Rule: d.Rule, Policy: d.Policy, TLS: d.TLS, Inspect: d.Inspect,
 		Credentials: credentialsOf(d.Credentials), WouldDeny: d.WouldDeny,
-		Facts:       facts,
+		Facts: facts,
 	}
 }
 
