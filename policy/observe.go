@@ -88,12 +88,20 @@ func (d *Decision) Liftable() bool {
 // observe turns d, a decision of the bundle for in, into an allow when it
 // denies with a Liftable reason and the rule it names, the identity or
 // the bundle observes. The allow keeps d's rule, and opens nothing more
-// than observing needs: no credentials are added, and a CONNECT becomes an
-// opaque tunnel that must carry TLS to the host it names (the SNI check).
-// Refusals that protect the box (the address floor, malformed requests,
-// secrets leaving, the audit log) are not Liftable and are never seen
-// here as Rego decisions anyway.
+// than observing needs: no credentials are added, and a CONNECT becomes
+// an opaque tunnel that must carry TLS to the host it names (the SNI
+// check). Refusals that protect the box (the address floor, malformed
+// requests, secrets leaving, the audit log) are not Liftable and are
+// never seen here as Rego decisions anyway. An observing identity's or
+// bundle's SQL login is not made read-only, or the writes it observes
+// would fail in PostgreSQL under a record that says allow.
 func (c *compiled) observe(d Decision, kind Kind, id Identity) Decision {
+	if d.Allow && d.ReadOnly && (id.Mode == ModeObserve || c.mode == ModeObserve) {
+		// A read-only upstream session enforces the profile's refusal
+		// of writes in PostgreSQL itself: observed, those writes run,
+		// and a record saying allow must not be refused upstream.
+		d.ReadOnly = false
+	}
 	if d.Allow || !d.Liftable() {
 		return d
 	}

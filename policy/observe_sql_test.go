@@ -31,6 +31,16 @@ func TestObserveSQL(t *testing.T) {
 		{"SET standard_conforming_strings = off", false},
 		{"SET ROLE postgres", false},
 	}
+	// The login: allowed, and not read-only, or PostgreSQL would refuse
+	// the writes observed here.
+	login := &sqlfacts.Statement{Command: "connect", Database: "shop", Relations: []sqlfacts.Relation{}, Functions: []sqlfacts.Function{}}
+	for _, mode := range []policy.Mode{policy.ModeEnforce, policy.ModeObserve} {
+		id := id
+		id.Mode = mode
+		if d := e.Decide(context.Background(), policy.Input{Identity: id, Facts: login}); !d.Allow || d.ReadOnly != (mode == policy.ModeEnforce) {
+			t.Errorf("login of a %s identity: %+v; want allowed, read-only only when enforcing", mode, d)
+		}
+	}
 	for _, tt := range tests {
 		sts, err := sqlfacts.Parse(tt.sql, sqlfacts.Options{Database: "shop"})
 		if err != nil || len(sts) != 1 {
