@@ -62,6 +62,17 @@ func (b ObservedBy) String() string {
 // MarshalText makes ObservedBy its name in JSON (`egressd check`).
 func (b ObservedBy) MarshalText() ([]byte, error) { return []byte(b.String()), nil }
 
+// UnmarshalText reads a name MarshalText wrote.
+func (b *ObservedBy) UnmarshalText(text []byte) error {
+	for i, n := range observedByNames {
+		if i > 0 && n == string(text) {
+			*b = ObservedBy(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("observed_by must be rule, identity or bundle, got %q", text)
+}
+
 // Observed is the deny an observe mode let through: Decision.WouldDeny.
 // The rule that would have denied stays in Decision.Rule.
 type Observed struct {

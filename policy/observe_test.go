@@ -172,3 +172,17 @@ func TestParseMode(t *testing.T) {
 		t.Errorf("ParseMode(OBSERVE) = nil error; want one")
 	}
 }
+
+func TestObservedByText(t *testing.T) {
+	for _, by := range []ObservedBy{ObservedByRule, ObservedByIdentity, ObservedByBundle} {
+		text, _ := by.MarshalText()
+		var got ObservedBy
+		if err := got.UnmarshalText(text); err != nil || got != by {
+			t.Errorf("UnmarshalText(%q) = %v, %v; want %v", text, got, err, by)
+		}
+	}
+	var b ObservedBy
+	if err := b.UnmarshalText([]byte("")); err == nil {
+		t.Errorf("UnmarshalText(\"\") = nil error; want one")
+	}
+}
