@@ -82,8 +82,9 @@ func decided(kind policy.Kind, env *decideEnv, facts any, d policy.Decision) che
 	return checkOutput{
 		Kind: kind.String(), Identity: env.identity.ID,
 		Allow: d.Allow, Reason: d.Reason, Rule: d.Rule, Policy: d.Policy, TLS: d.TLS, Inspect: d.Inspect,
-		Credentials: credentialsOf(d.Credentials), WouldDeny: d.WouldDeny,
-		Facts: facts,
+		Credentials: credentialsOf(d.Credentials),
+		WouldDeny:   d.WouldDeny,
+		Facts:       facts,
 	}
 }
 
