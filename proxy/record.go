@@ -136,6 +136,7 @@ func (s *Server) auditDecision(f *flowInfo, v verdict) error {
 		return err
 	}
 	s.metrics.decided(kind, r.Decision, v.Reason)
+	s.metrics.Decisions.IncWouldDeny(r)
 	return nil
 }
 
