@@ -235,6 +235,10 @@ type compiled struct {
 	cache           *lru
 	// bodyScopes are where the bundle's Rego rules decide on bodies.
 	bodyScopes scopeSet
+	// comp and store are what the queries were prepared with, kept for
+	// the ad-hoc queries of Explain.
+	comp  *ast.Compiler
+	store storage.Store
 }
 
 // entryPoints maps each Kind to its Rego package.
@@ -298,7 +302,7 @@ func prepare(ctx context.Context, pb *parsedBundle, cacheSize int) (*compiled, s
 	store := inmem.NewFromASTObject(pb.data)
 	c := &compiled{views: pb.views, sqlProfiles: pb.sqlProfiles, cache: newLRU(cacheSize),
 		credentialRules: pb.credentialRules, credentials: pb.credentials,
-		bodyScopes: newScopeSet(bodyScopes(prod))}
+		bodyScopes: newScopeSet(bodyScopes(prod)), comp: comp, store: store}
 	for k, pkg := range entryPoints {
 		pq, err := rego.New(
 			rego.Query("data.egress."+pkg+".decision"),

@@ -71,6 +71,17 @@ type checkOutput struct {
 	// order (sql: the connect, then each statement): a []any, empty when
 	// the request was refused before the policy; nil without --input.
 	Input any `json:"input,omitempty"`
+	// refused is the refusal made before the policy, for --explain; nil
+	// when the policy decided.
+	refused *refusal
+}
+
+// refusal is a refusal made before the policy: of a request of kind,
+// whose facts were computed as far as facts (nil: it did not parse).
+type refusal struct {
+	kind  policy.Kind
+	facts policy.Facts
+	err   error
 }
 
 // decided fills the output from facts and a decision.
@@ -106,7 +117,8 @@ func credentialsOf(cs []policy.Credential) []checkCredential {
 
 // refusedBeforePolicy is the output for input that never reaches Rego.
 func refusedBeforePolicy(kind policy.Kind, env *decideEnv, err error) checkOutput {
-	out := checkOutput{Kind: kind.String(), Identity: env.identity.ID, Policy: env.engine.Digest(), Reason: policy.ReasonMalformedRequest}
+	out := checkOutput{Kind: kind.String(), Identity: env.identity.ID, Policy: env.engine.Digest(), Reason: policy.ReasonMalformedRequest,
+		refused: &refusal{kind: kind, err: err}}
 	var de *policy.DenyError
 	if errors.As(err, &de) {
 		out.Reason, out.Detail = de.Reason, de.Detail
@@ -140,6 +152,7 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 	var ef engineFlags
 	ef.register(fs)
 	showInput := fs.Bool("input", false, "also print the Rego input the policy evaluated (a list: sql has one per statement after the connect)")
+	explain := fs.Bool("explain", false, "print, as text instead of JSON, why: the facts, the refusal before any rule, each candidate rule with the result of each condition, and the decision (exit status unchanged)")
 	decide := kind.setup(fs)
 	helpText{
 		synopsis: []string{"check " + args[0] + " [flags] " + kind.args},
@@ -165,6 +178,11 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 		return loadError(err)
 	}
 	env.stdin = stdin
+	var exp *explainRecorder
+	if *explain {
+		exp = &explainRecorder{checkEngine: env.engine}
+		env.engine = exp
+	}
 	var rec *inputRecorder
 	if *showInput {
 		rec = &inputRecorder{checkEngine: env.engine, inputs: []any{}}
@@ -173,6 +191,15 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 	out := decide(ctx, env, pos)
 	if rec != nil {
 		out.Input = rec.inputs
+	}
+	if exp != nil {
+		if err := exp.write(stdout, out); err != nil {
+			return err
+		}
+		if !out.Allow {
+			return errDenied
+		}
+		return nil
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
