@@ -50,11 +50,17 @@ func (c *compiled) sqlChecks(ctx context.Context, input ast.Object) []Condition 
 	dbOK, _ := c.query(ctx, "data.egress.sql.database_ok", input).(bool)
 	dbs := stringsOfAny(c.query(ctx, "data.egress.sql.profile.databases", input))
 	out = append(out, Condition{Name: "database", OK: dbOK, Got: db, Want: strings.Join(dbs, " ")})
-	for _, q := range []struct{ name, ref string }{
-		{"every profile refuses", "data.egress.sql.forbidden"},
-		{"profile " + profile + " refuses", "data.egress.sql.refusal"},
+	if stmt, ok := input.Get(ast.StringTerm("statement")).Value.(ast.Object); ok {
+		if cmd, _ := termString(stmt.Get(ast.StringTerm("command"))); cmd == "connect" {
+			// A login is decided on the database alone.
+			return out
+		}
+	}
+	for _, q := range []struct{ name, want, ref string }{
+		{"always", "refused in every profile", "data.egress.sql.forbidden"},
+		{"allowed", "what profile " + profile + " allows", "data.egress.sql.refusal"},
 	} {
-		cond := Condition{Name: q.name, OK: true, Got: "nothing"}
+		cond := Condition{Name: q.name, OK: true, Got: "nothing refused", Want: q.want}
 		if r, ok := c.query(ctx, q.ref, input).(string); ok {
 			cond.OK, cond.Got, cond.Reason = false, r, Reason(r)
 		}

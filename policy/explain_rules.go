@@ -100,8 +100,7 @@ func (x *viewIndex) explainDNS(name string, id Identity) []candidate {
 
 // eachCandidate calls fn for every view whose host matches (lookup, as
 // input.views is built); when there is none, for every view with a host
-// under the same registrable domain (a "*.x" rule asked for x itself, a
-// sibling name), in view order. fn drops a view that misses on host unless host is all
+// near it (see near), in view order. fn drops a view that misses on host unless host is all
 // it misses on: the one rule a typo in a name kept from matching.
 func (x *viewIndex) eachCandidate(host string, ip netip.Addr, fn func(v int, hostOK bool)) {
 	var stack [16]int
@@ -117,16 +116,23 @@ func (x *viewIndex) eachCandidate(host string, ip netip.Addr, fn func(v int, hos
 		return
 	}
 	for v := range x.views {
-		if slices.Contains(found, v) {
-			continue
-		}
 		for _, h := range x.ruleHosts[v] {
-			if r, err := publicsuffix.EffectiveTLDPlusOne(strings.TrimPrefix(h, "*.")); err == nil && r == reg {
+			if near(strings.TrimPrefix(h, "*."), host, reg) {
 				fn(v, false)
 				break
 			}
 		}
 	}
+}
+
+// near says a rule's host name (without "*.") is host's parent or child
+// under the registrable domain reg: the apex a "*.x" rule leaves out, a
+// subdomain of an exact name, or its parent.
+func near(name, host, reg string) bool {
+	if r, err := publicsuffix.EffectiveTLDPlusOne(name); err != nil || r != reg {
+		return false
+	}
+	return name == host || strings.HasSuffix(host, "."+name) || strings.HasSuffix(name, "."+host)
 }
 
 // candidate starts the Candidate of view v with its host condition.

@@ -151,17 +151,24 @@ func writeFacts(b *strings.Builder, facts any) {
 		fmt.Fprintf(b, "facts: %s\n", clip(string(raw)))
 		return
 	}
-	b.WriteString("facts:\n")
+	var rows [][2]string
+	width := 0
 	for dec.More() {
 		k, err := dec.Token()
 		if err != nil {
-			return
+			break
 		}
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
-			return
+			break
 		}
-		fmt.Fprintf(b, "  %-14s %s\n", k, factText(v))
+		key := fmt.Sprint(k)
+		width = max(width, len(key))
+		rows = append(rows, [2]string{key, factText(v)})
+	}
+	b.WriteString("facts:\n")
+	for _, r := range rows {
+		fmt.Fprintf(b, "  %-*s  %s\n", width, r[0], r[1])
 	}
 }
 
