@@ -158,7 +158,7 @@ func (x *viewIndex) view(v int) ast.Object { return x.views[v].Value.(ast.Object
 func (x *viewIndex) pathCondition(v int, pm *pathMatcher) Condition {
 	want := strings.Join(stringsOf(x.view(v).Get(ast.StringTerm("paths"))), " ")
 	if x.fold[v] {
-		want += " (any case: a deny rule)"
+		want += ", in any case (a deny rule)"
 	}
 	return Condition{Name: "path", OK: pm.matches(v), Got: pm.path, Want: want}
 }

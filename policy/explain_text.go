@@ -31,7 +31,7 @@ func (x *Explanation) WriteText(w io.Writer) error {
 		}
 	}
 	x.writeCandidates(&b)
-	if x.Kind == KindHTTP || x.Kind == KindRedirect {
+	if (x.Kind == KindHTTP || x.Kind == KindRedirect) && (x.Refusal == nil || !x.Refusal.BeforePolicy) {
 		if len(x.BodyDenials) == 0 {
 			b.WriteString("bundle body rules (egress.body): none refuse\n")
 		} else {
@@ -79,10 +79,17 @@ func (x *Explanation) writeCandidates(b *strings.Builder) {
 		return
 	}
 	if len(x.Candidates) == 0 {
-		b.WriteString("candidate rules: none names this host or another under its registrable domain\n")
+		b.WriteString("candidate rules: none names this host, its parent or a name under it\n")
 		return
 	}
-	fmt.Fprintf(b, "candidate rules, in the order the policy tries them (the first match decides):\n")
+	order := "the first match decides"
+	switch x.Kind {
+	case KindConnect:
+		order = "a matching deny decides, else the first matching inspected rule, else the first match"
+	case KindDNS:
+		order = "in data.rules order; the first match decides"
+	}
+	fmt.Fprintf(b, "candidate rules, in the order the policy tries them (%s):\n", order)
 	for _, c := range x.Candidates {
 		action := "allow"
 		if c.Deny {
