@@ -152,7 +152,7 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 	var ef engineFlags
 	ef.register(fs)
 	showInput := fs.Bool("input", false, "also print the Rego input the policy evaluated (a list: sql has one per statement after the connect)")
-	explain := fs.Bool("explain", false, "print, as text instead of JSON, why: the facts, the refusal before any rule, each candidate rule with the result of each condition, and the decision (exit status unchanged)")
+	explain := fs.Bool("explain", false, "print why, as text instead of JSON: the facts, the refusal before any rule, each candidate rule and each of its conditions, the decision (same exit status)")
 	decide := kind.setup(fs)
 	helpText{
 		synopsis: []string{"check " + args[0] + " [flags] " + kind.args},
@@ -218,7 +218,8 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 func checkUsage(w io.Writer) {
 	helpText{
 		synopsis: []string{"check <kind> [flags] args"},
-		about: "Decide one request offline, with the code the listeners run, and print the decision and its facts as one JSON object. " +
+		about: "Decide one request offline, with the code the listeners run, and print the decision and its facts as one JSON object " +
+			"(with --explain, why, as text: each candidate rule and each of its conditions). " +
 			"Run 'egressd check <kind> -h' for a kind's arguments and flags.",
 		actions:      table(checkKinds, func(k checkKind) string { return k.args }),
 		actionsTitle: "kinds",
