@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -19,84 +20,86 @@ import (
 // (the same lookup and glob matchers); port, identity and method results
 // read the same view fields the bundle's Rego reads (ports, identities /
 // any_identity, methods / any_method), and a test keeps the two agreeing:
-// the first candidate that Matches is the rule the decision names.
+// read in each entry point's order (for http, the first candidate that
+// Matches), the candidates give the decision Decide returned.
 type Explanation struct {
-	Kind     Kind
-	Identity Identity
+	Kind     Kind     `json:"kind"`
+	Identity Identity `json:"identity"`
 	// Facts are the input's facts as `egressd check` prints them (a
 	// Facts value, or what the caller knew of a request refused before
 	// the policy); nil when the request did not parse.
-	Facts any
+	Facts any `json:"facts"`
 	// Flags are input.flags, the refusal facts the base rules read (for
 	// sql, the statement's flags).
-	Flags []string
+	Flags []string `json:"flags,omitempty"`
 	// Refusal is the refusal found before any rule: input.flags[0], or
 	// a refusal made in Go before the policy was asked. Nil when none.
-	Refusal *Refusal
+	Refusal *Refusal `json:"refusal,omitempty"`
 	// Checks are the kind's conditions outside the rules (dns: qtype and
 	// data.dns.names; sql: profile, database, the refusals of every
 	// profile and of the profile), as far as the bundle names them.
-	Checks []Condition
+	Checks []Condition `json:"checks,omitempty"`
 	// Candidates are the rules that could decide: every rule whose host
 	// matches, then rules that miss only on host under the same
 	// registrable domain, in the order the policy tries them, at most
 	// MaxCandidates (the rule the decision names is always kept).
-	Candidates []Candidate
+	Candidates []Candidate `json:"candidates"`
 	// Omitted counts the candidates left out.
-	Omitted int
+	Omitted int `json:"omitted,omitempty"`
 	// BodyDenials are the refusals of the bundle's own body rules
 	// (package egress.body); the http entry point takes the least.
-	BodyDenials []Decision
+	BodyDenials []Decision `json:"body_denials,omitempty"`
 	// Decision is the answer: Decide's, or the refusal made before it.
-	Decision Decision
+	Decision Decision `json:"decision"`
 }
 
 // Refusal is a refusal that precedes every rule.
 type Refusal struct {
-	Reason Reason
+	Reason Reason `json:"reason"`
 	// Detail says what was refused (a refusal before the policy).
-	Detail string
+	Detail string `json:"detail,omitempty"`
 	// BeforePolicy says Go refused the request before the policy was
 	// asked (a parse error, the address floor); otherwise the refusal is
 	// input.flags[0], refused by the bundle's base rules.
-	BeforePolicy bool
+	BeforePolicy bool `json:"before_policy,omitempty"`
 	// Fired says the decision is this refusal: false when the bundle let
 	// a flag pass.
-	Fired bool
+	Fired bool `json:"fired"`
 }
 
 // Candidate is one rule and how the request fares against it.
 type Candidate struct {
 	// Rule is the rule's id and Index its position in data.rules.
-	Rule  string
-	Index int
+	Rule  string `json:"rule"`
+	Index int    `json:"index"`
 	// Deny marks an "action": "deny" rule.
-	Deny bool
+	Deny bool `json:"deny,omitempty"`
 	// Conditions are the rule's conditions in the order they are shown:
 	// host, port, then per kind method, path and body (http), tunnel
 	// (connect), action (dns), and identity.
-	Conditions []Condition
+	Conditions []Condition `json:"conditions"`
 	// Matches says every condition but body holds: the policy takes the
 	// first candidate that matches.
-	Matches bool
+	Matches bool `json:"matches"`
 	// Verdict is what the rule decides when it is the one taken: its
 	// allow, rule_deny, or the refusal its body condition gives.
-	Verdict Decision
+	Verdict Decision `json:"verdict"`
 	// Decided marks the rule the decision names.
-	Decided bool
+	Decided bool `json:"decided,omitempty"`
 }
 
 // Condition is one condition of a rule, or of the entry point.
 type Condition struct {
 	// Name is the condition: host, port, method, path, identity, body,
 	// tunnel, action, qtype, profile, …
-	Name string
-	OK   bool
+	Name string `json:"name"`
+	OK   bool   `json:"ok"`
 	// Got is the request's value and Want what the rule says.
-	Got, Want string
+	Got  string `json:"got"`
+	Want string `json:"want,omitempty"`
 	// Reason is the refusal a failed condition gives, when it gives one
 	// of its own (a body condition, a check).
-	Reason Reason
+	Reason Reason `json:"reason,omitempty"`
 }
 
 // MaxCandidates bounds Explanation.Candidates.
@@ -110,7 +113,7 @@ func (e *Engine) Explain(ctx context.Context, in Input) Explanation {
 		return x
 	}
 	x.Facts, x.Kind = in.Facts, in.Facts.Kind()
-	e.cur.explain(ctx, &x, in)
+	e.cur.explain(ctx, &x, in, e.cfg.EvalTimeout)
 	return x
 }
 
@@ -130,22 +133,28 @@ func (e *Engine) ExplainRefusal(kind Kind, id Identity, facts Facts, err error) 
 	x := Explanation{Kind: kind, Identity: id, Refusal: r, Decision: Decision{Reason: r.Reason, Policy: e.cur.digest}}
 	if facts != nil {
 		x.Facts = facts
-		e.cur.explain(context.Background(), &x, Input{Identity: id, Facts: facts})
-		x.Refusal = r
+		e.cur.explain(context.Background(), &x, Input{Identity: id, Facts: facts}, e.cfg.EvalTimeout)
 	}
 	return x
 }
 
 // explain fills x's flags, checks and candidates for in, whose decision
-// x already holds.
-func (c *compiled) explain(ctx context.Context, x *Explanation, in Input) {
+// (and refusal before the policy, if any) x already holds. Each query of
+// the bundle it makes is bounded by timeout, as an evaluation is.
+func (c *compiled) explain(ctx context.Context, x *Explanation, in Input, timeout time.Duration) {
 	kind := in.Facts.Kind()
 	if kind == 0 || int(kind) >= len(c.queries) || c.queries[kind] == nil {
 		return
 	}
+	q := func(ref string, input ast.Object) any {
+		qctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return c.query(qctx, ref, input)
+	}
+	before := x.Refusal != nil && x.Refusal.BeforePolicy
 	input := c.input(kind, in)
 	x.Flags = stringsOf(input.Get(termFlags))
-	if len(x.Flags) > 0 {
+	if len(x.Flags) > 0 && !before {
 		first := Reason(x.Flags[0])
 		x.Refusal = &Refusal{Reason: first, Fired: !x.Decision.Allow && x.Decision.Reason == first}
 	}
@@ -153,7 +162,9 @@ func (c *compiled) explain(ctx context.Context, x *Explanation, in Input) {
 	switch f := in.Facts.(type) {
 	case *URLFacts:
 		cands = c.views.explainRequest(f, in.Identity)
-		x.BodyDenials = c.bodyDenials(ctx, input)
+		if !before {
+			x.BodyDenials = c.bodyDenials(q, input)
+		}
 	case *ConnectFacts:
 		cands = c.views.explainConnect(f, in.Identity)
 	default:
@@ -161,10 +172,10 @@ func (c *compiled) explain(ctx context.Context, x *Explanation, in Input) {
 		case KindDNS:
 			host, _ := termString(input.Get(termHost))
 			cands = c.views.explainDNS(host, in.Identity)
-			x.Checks = c.dnsChecks(ctx, input)
+			x.Checks = dnsChecks(q, input)
 		case KindSQL:
-			x.Checks = c.sqlChecks(ctx, input)
-			x.Flags = stringsOfAny(c.query(ctx, "data.egress.sql.flags", input))
+			x.Checks = sqlChecks(q, input)
+			x.Flags = stringsOfAny(q("data.egress.sql.flags", input))
 		}
 	}
 	x.Candidates, x.Omitted = pick(cands, x.Decision)
@@ -200,6 +211,9 @@ func pick(cands []candidate, d Decision) ([]Candidate, int) {
 	return out, len(cands) - len(out)
 }
 
+// queryFunc is compiled.query bounded by the evaluation timeout.
+type queryFunc func(ref string, input ast.Object) any
+
 // query evaluates ref (a reference into the bundle, such as
 // data.egress.sql.profile_name) against input, for what an explanation
 // shows beside the decision. An undefined ref, or one the bundle does not
@@ -219,8 +233,8 @@ func (c *compiled) query(ctx context.Context, ref string, input ast.Object) any 
 
 // bodyDenials are the bundle's own body refusals of an http input
 // (data.egress.body.deny), least first as the entry point takes them.
-func (c *compiled) bodyDenials(ctx context.Context, input ast.Object) []Decision {
-	list, _ := c.query(ctx, "sort([[d.reason, d.rule] | some d in data.egress.body.deny])", input).([]any)
+func (c *compiled) bodyDenials(q queryFunc, input ast.Object) []Decision {
+	list, _ := q("sort([[d.reason, d.rule] | some d in data.egress.body.deny])", input).([]any)
 	var out []Decision
 	for _, v := range list {
 		pair, _ := v.([]any)

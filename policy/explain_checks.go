@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"context"
 	"slices"
 	"strings"
 
@@ -15,15 +14,15 @@ import (
 
 // dnsChecks are the qtype the name is asked with against the answered
 // types, and whether data.dns.names lists the name.
-func (c *compiled) dnsChecks(ctx context.Context, input ast.Object) []Condition {
+func dnsChecks(q queryFunc, input ast.Object) []Condition {
 	var out []Condition
 	qtype, _ := termString(input.Get(ast.StringTerm("qtype")))
-	if qtypes := stringsOfAny(c.query(ctx, "data.egress.dns.qtypes", input)); qtypes != nil {
+	if qtypes := stringsOfAny(q("data.egress.dns.qtypes", input)); qtypes != nil {
 		out = append(out, Condition{Name: "qtype", OK: slices.Contains(qtypes, qtype), Got: qtype, Want: strings.Join(qtypes, " ")})
 	}
-	if names, ok := c.query(ctx, "data.egress.dns.extra_names", input).([]any); ok {
+	if names, ok := q("data.egress.dns.extra_names", input).([]any); ok {
 		name, _ := termString(input.Get(ast.StringTerm("name")))
-		listed, _ := c.query(ctx, "data.egress.dns.listed", input).(bool)
+		listed, _ := q("data.egress.dns.listed", input).(bool)
 		want := strings.Join(stringsOfAny(names), " ")
 		if want == "" {
 			want = "none listed"
@@ -35,33 +34,31 @@ func (c *compiled) dnsChecks(ctx context.Context, input ast.Object) []Condition 
 
 // sqlChecks are the identity's profile, the database against the
 // profile's, the refusals every profile makes, and the profile's own.
-func (c *compiled) sqlChecks(ctx context.Context, input ast.Object) []Condition {
+func sqlChecks(q queryFunc, input ast.Object) []Condition {
 	var out []Condition
-	profile, ok := c.query(ctx, "data.egress.sql.profile_name", input).(string)
+	profile, ok := q("data.egress.sql.profile_name", input).(string)
 	if !ok {
 		return append(out, Condition{Name: "profile", Got: "none", Want: "the identity's attribute sql_profile, or its entry in data.sql.identities"})
 	}
-	_, exists := c.query(ctx, "data.egress.sql.profile", input).(map[string]any)
+	_, exists := q("data.egress.sql.profile", input).(map[string]any)
 	out = append(out, Condition{Name: "profile", OK: exists, Got: profile, Want: "a profile in data.sql.profiles"})
 	if !exists {
 		return out
 	}
 	db, _ := termString(input.Get(ast.StringTerm("database")))
-	dbOK, _ := c.query(ctx, "data.egress.sql.database_ok", input).(bool)
-	dbs := stringsOfAny(c.query(ctx, "data.egress.sql.profile.databases", input))
+	dbOK, _ := q("data.egress.sql.database_ok", input).(bool)
+	dbs := stringsOfAny(q("data.egress.sql.profile.databases", input))
 	out = append(out, Condition{Name: "database", OK: dbOK, Got: db, Want: strings.Join(dbs, " ")})
-	if stmt, ok := input.Get(ast.StringTerm("statement")).Value.(ast.Object); ok {
-		if cmd, _ := termString(stmt.Get(ast.StringTerm("command"))); cmd == "connect" {
-			// A login is decided on the database alone.
-			return out
-		}
+	if cmd, _ := q("input.statement.command", input).(string); cmd == "connect" {
+		// A login is decided on the database alone.
+		return out
 	}
-	for _, q := range []struct{ name, want, ref string }{
+	for _, check := range []struct{ name, want, ref string }{
 		{"always", "refused in every profile", "data.egress.sql.forbidden"},
 		{"allowed", "what profile " + profile + " allows", "data.egress.sql.refusal"},
 	} {
-		cond := Condition{Name: q.name, OK: true, Got: "nothing refused", Want: q.want}
-		if r, ok := c.query(ctx, q.ref, input).(string); ok {
+		cond := Condition{Name: check.name, OK: true, Got: "nothing refused", Want: check.want}
+		if r, ok := q(check.ref, input).(string); ok {
 			cond.OK, cond.Got, cond.Reason = false, r, Reason(r)
 		}
 		out = append(out, cond)

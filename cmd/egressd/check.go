@@ -71,6 +71,10 @@ type checkOutput struct {
 	// order (sql: the connect, then each statement): a []any, empty when
 	// the request was refused before the policy; nil without --input.
 	Input any `json:"input,omitempty"`
+	// Explain is, with --explain=json, the explanation of every decision
+	// the check asked for, in order, then of a refusal made before the
+	// policy.
+	Explain []policy.Explanation `json:"explain,omitempty"`
 	// refused is the refusal made before the policy, for --explain; nil
 	// when the policy decided.
 	refused *refusal
@@ -152,7 +156,8 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 	var ef engineFlags
 	ef.register(fs)
 	showInput := fs.Bool("input", false, "also print the Rego input the policy evaluated (a list: sql has one per statement after the connect)")
-	explain := fs.Bool("explain", false, "print why, as text instead of JSON: the facts, the refusal before any rule, each candidate rule and each of its conditions, the decision (same exit status)")
+	var explain explainMode
+	fs.Var(&explain, "explain", "print why, as text instead of JSON: the facts, the refusal before any rule, each candidate rule and each of its conditions, the decision (same exit status); --explain=json adds it to the JSON output as \"explain\"")
 	decide := kind.setup(fs)
 	helpText{
 		synopsis: []string{"check " + args[0] + " [flags] " + kind.args},
@@ -179,7 +184,7 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 	}
 	env.stdin = stdin
 	var exp *explainRecorder
-	if *explain {
+	if explain != explainOff {
 		exp = &explainRecorder{checkEngine: env.engine}
 		env.engine = exp
 	}
@@ -192,7 +197,10 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 	if rec != nil {
 		out.Input = rec.inputs
 	}
-	if exp != nil {
+	if exp != nil && explain == explainJSON {
+		out.Explain = exp.all(out)
+	}
+	if exp != nil && explain == explainText {
 		if err := exp.write(stdout, out); err != nil {
 			return err
 		}

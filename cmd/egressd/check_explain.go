@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/egressd/egressd/policy"
@@ -34,10 +35,7 @@ func (r *explainRecorder) Decide(ctx context.Context, in policy.Input) policy.De
 // unless the entry point refused after the policy answered (a DNS type
 // egressd never answers, a statement the gate refused with its query).
 func (r *explainRecorder) write(w io.Writer, out checkOutput) error {
-	xs := r.explanations
-	if f := out.refused; f != nil {
-		xs = append(xs, r.ExplainRefusal(f.kind, policy.Identity{ID: out.Identity}, f.facts, f.err))
-	}
+	xs := r.all(out)
 	var b strings.Builder
 	for i := range xs {
 		if i > 0 {
@@ -60,6 +58,56 @@ func (r *explainRecorder) write(w io.Writer, out checkOutput) error {
 	}
 	return nil
 }
+
+// all are the explanations of the check whose output is out: one per
+// decision, then the refusal made before the policy, if any.
+func (r *explainRecorder) all(out checkOutput) []policy.Explanation {
+	xs := r.explanations
+	if f := out.refused; f != nil {
+		xs = append(xs, r.ExplainRefusal(f.kind, policy.Identity{ID: out.Identity}, f.facts, f.err))
+	}
+	return xs
+}
+
+// explainMode is --explain: off, text (--explain) or json
+// (--explain=json). It is a boolean flag that also takes "json".
+type explainMode int
+
+const (
+	explainOff explainMode = iota
+	explainText
+	explainJSON
+)
+
+func (m *explainMode) String() string {
+	if m != nil && *m == explainJSON {
+		return "json"
+	}
+	return strconv.FormatBool(m != nil && *m == explainText)
+}
+
+func (m *explainMode) Set(v string) error {
+	switch v {
+	case "json":
+		*m = explainJSON
+		return nil
+	case "text":
+		*m = explainText
+		return nil
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return fmt.Errorf("--explain takes json, or no value for text; got %q", v)
+	}
+	*m = explainOff
+	if on {
+		*m = explainText
+	}
+	return nil
+}
+
+// IsBoolFlag lets --explain stand alone, as text.
+func (m *explainMode) IsBoolFlag() bool { return true }
 
 // resultText is the check's answer on one line, as its JSON says it.
 func resultText(out checkOutput) string {

@@ -147,8 +147,20 @@ func TestCheckExplainKeepsDecision(t *testing.T) {
 				t.Errorf("check %v: exit %d, ends %q, stderr %q; want exit %d (the JSON check's) and the result line %q",
 					ex, xcode, lastLine(xs.String()), xe.String(), jcode, want)
 			}
-			if !strings.Contains(xs.String(), "rego input, as evaluated:") && !strings.Contains(xs.String(), "refused before the policy") {
+			if !strings.Contains(xs.String(), "rego input, as evaluated:") {
 				t.Errorf("check %v printed no rego input:\n%s", ex, xs.String())
+			}
+			ej := append([]string{args[0], "--explain=json"}, base[1:]...)
+			var ejs, eje bytes.Buffer
+			ejcode := exitCode(runCheckFrom(strings.NewReader(""), ej, &ejs, &eje), &eje)
+			var withExplain checkOutput
+			if err := json.Unmarshal(ejs.Bytes(), &withExplain); err != nil {
+				t.Fatalf("check %v: %v: %s", ej, err, ejs.String())
+			}
+			n := len(withExplain.Explain)
+			if ejcode != jcode || n == 0 || withExplain.Allow != out.Allow || withExplain.Reason != out.Reason ||
+				withExplain.Explain[n-1].Decision.Reason != out.Reason && !strings.HasPrefix(args[0], "dns") {
+				t.Errorf("check %v: exit %d, %+v; want exit %d, the decision %s %s explained last", ej, ejcode, withExplain, jcode, out.Reason, out.Rule)
 			}
 		})
 	}
