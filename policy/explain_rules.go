@@ -28,12 +28,12 @@ func (x *viewIndex) explainRequest(f *URLFacts, id Identity) []candidate {
 	var out []candidate
 	pm := pathMatcher{x: x, path: f.PathDecoded}
 	x.eachCandidate(f.Host, f.IP, func(v int, hostOK bool) {
-		c := x.candidate(v, hostOK, f.Host, f.IP)
-		c.add(portCondition(x.view(v), f.Port))
-		c.add(setCondition("method", x.view(v), "methods", "any_method", f.Method))
+		c, view := x.candidate(v, hostOK, f.Host, f.IP), x.view(v)
+		c.add(portCondition(view, f.Port))
+		c.add(setCondition("method", view, "methods", "any_method", f.Method))
 		c.add(x.pathCondition(v, &pm))
-		c.add(setCondition("identity", x.view(v), "identities", "any_identity", id.ID))
-		if c.Matches = allOK(c.Conditions); !hostOK && !allOK(c.Conditions[1:]) {
+		c.add(setCondition("identity", view, "identities", "any_identity", id.ID))
+		if !c.settle(hostOK) {
 			return
 		}
 		c.Verdict = viewDecision(x.views[v])
@@ -58,12 +58,11 @@ func (x *viewIndex) explainRequest(f *URLFacts, id Identity) []candidate {
 func (x *viewIndex) explainConnect(f *ConnectFacts, id Identity) []candidate {
 	var out []candidate
 	x.eachCandidate(f.Host, f.IP, func(v int, hostOK bool) {
-		c := x.candidate(v, hostOK, f.Host, f.IP)
-		view := x.view(v)
+		c, view := x.candidate(v, hostOK, f.Host, f.IP), x.view(v)
 		c.add(portCondition(view, f.Port))
 		c.add(tunnelCondition(view))
 		c.add(setCondition("identity", view, "identities", "any_identity", id.ID))
-		if c.Matches = allOK(c.Conditions); !hostOK && !allOK(c.Conditions[1:]) {
+		if !c.settle(hostOK) {
 			return
 		}
 		c.Verdict = Decision{Allow: !c.Deny, Reason: ReasonAllowed, Rule: c.Rule, Inspect: viewBool(view, "inspect")}
@@ -89,7 +88,7 @@ func (x *viewIndex) explainDNS(name string, id Identity) []candidate {
 		}
 		c.add(action)
 		c.add(setCondition("identity", x.view(v), "identities", "any_identity", id.ID))
-		if c.Matches = allOK(c.Conditions); !hostOK && !allOK(c.Conditions[1:]) {
+		if !c.settle(hostOK) {
 			return
 		}
 		c.Verdict = Decision{Allow: true, Reason: ReasonAllowed, Rule: c.Rule}
@@ -149,6 +148,14 @@ func (x *viewIndex) candidate(v int, hostOK bool, host string, ip netip.Addr) ca
 }
 
 func (c *candidate) add(cond Condition) { c.Conditions = append(c.Conditions, cond) }
+
+// settle sets Matches from the request-line conditions added so far and
+// says whether to list c: a view listed for a near host is kept only
+// when host (its first condition) is all it misses on.
+func (c *candidate) settle(hostOK bool) bool {
+	c.Matches = allOK(c.Conditions)
+	return hostOK || allOK(c.Conditions[1:])
+}
 
 // view is view v's object.
 func (x *viewIndex) view(v int) ast.Object { return x.views[v].Value.(ast.Object) }
