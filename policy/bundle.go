@@ -242,6 +242,10 @@ type compiled struct {
 	bodyScopes scopeSet
 	// mode is data.mode: ModeObserve lets every liftable deny through.
 	mode Mode
+	// comp and store are what the queries were prepared with, kept for
+	// the ad-hoc queries of Explain.
+	comp  *ast.Compiler
+	store storage.Store
 }
 
 // entryPoints maps each Kind to its Rego package.
@@ -305,7 +309,7 @@ func prepare(ctx context.Context, pb *parsedBundle, cacheSize int) (*compiled, s
 	store := inmem.NewFromASTObject(pb.data)
 	c := &compiled{views: pb.views, sqlProfiles: pb.sqlProfiles, cache: newLRU(cacheSize),
 		credentialRules: pb.credentialRules, credentials: pb.credentials,
-		bodyScopes: newScopeSet(bodyScopes(prod)), mode: pb.mode}
+		bodyScopes: newScopeSet(bodyScopes(prod)), mode: pb.mode, comp: comp, store: store}
 	for k, pkg := range entryPoints {
 		pq, err := rego.New(
 			rego.Query("data.egress."+pkg+".decision"),

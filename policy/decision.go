@@ -6,6 +6,7 @@ package policy
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 )
@@ -26,6 +27,21 @@ const (
 )
 
 var kindNames = [...]string{"", "http", "connect", "dns", "sql", "redirect"}
+
+// MarshalText writes the kind's name ("http"), as input.kind and audit
+// records spell it.
+func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText reads a kind's name.
+func (k *Kind) UnmarshalText(b []byte) error {
+	for i := 1; i < len(kindNames); i++ {
+		if kindNames[i] == string(b) {
+			*k = Kind(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown kind %q: want one of %s", b, strings.Join(kindNames[1:], ", "))
+}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && k != 0 {

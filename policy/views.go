@@ -27,7 +27,10 @@ type viewIndex struct {
 	// (deny rules, see newViewIndex).
 	fold  []bool
 	hosts map[string][]int // keyed like data.rule_index.hosts
-	cidrs []cidrViews
+	// ruleHosts are each view's hosts as its rule lists them, for
+	// Explain.
+	ruleHosts [][]string
+	cidrs     []cidrViews
 	// opts are each view's RuleOptions (nil for a rule without request
 	// keys), and byRule the same by rule id, for Decision.Options.
 	opts   []*RuleOptions
@@ -56,7 +59,8 @@ type cidrViews struct {
 //     allow for "/public/**" must not open "/PUBLIC/…", which a
 //     case-sensitive upstream serves as another resource.
 func newViewIndex(views []*ast.Term, paths [][]string, fold []bool) *viewIndex {
-	x := &viewIndex{views: views, paths: make([][]*glob.Pattern, len(views)), fold: fold, hosts: map[string][]int{}, observe: map[string]bool{}}
+	x := &viewIndex{views: views, paths: make([][]*glob.Pattern, len(views)), fold: fold, hosts: map[string][]int{},
+		observe: map[string]bool{}, ruleHosts: make([][]string, len(views))}
 	for v, ps := range paths {
 		for _, p := range ps {
 			if fold[v] {
@@ -81,6 +85,7 @@ func (x *viewIndex) compile(v int, p string) {
 
 // addHost records that view v matches host h as written in a rule.
 func (x *viewIndex) addHost(h string, v int) {
+	x.ruleHosts[v] = append(x.ruleHosts[v], h)
 	if !strings.Contains(h, "/") {
 		x.hosts[h] = append(x.hosts[h], v)
 		return
@@ -122,20 +127,10 @@ func (x *viewIndex) add(in ast.Object, host string, isIP bool, path string, req 
 	found := x.lookup(stack[:0], host, isIP)
 	terms := make([]*ast.Term, 0, len(found))
 	var refused []*ast.Term
-	lower, win := "", ""
+	pm := pathMatcher{x: x, path: path}
 	for _, v := range found {
 		if req != nil {
-			ok := false
-			if x.fold[v] {
-				if lower == "" {
-					lower = asciiLower(path)
-					win = windowsForm(lower)
-				}
-				ok = x.pathMatches(v, lower) || (win != lower && x.pathMatches(v, win))
-			} else {
-				ok = x.pathMatches(v, path)
-			}
-			if !ok {
+			if !pm.matches(v) {
 				continue
 			}
 			if reason := req.bodyRefusal(x.opts[v]); reason != "" {
@@ -175,6 +170,27 @@ func (x *viewIndex) lookup(found []int, host string, isIP bool) []int {
 	}
 	sortInts(found)
 	return slices.Compact(found)
+}
+
+// pathMatcher matches one request's decoded path against views as
+// input.views are chosen: case-sensitively for allow views; for deny
+// views in any ASCII case and in the path's Windows form too. The folded
+// forms are computed once, on the first deny view.
+type pathMatcher struct {
+	x                *viewIndex
+	path, lower, win string
+	folded           bool
+}
+
+func (m *pathMatcher) matches(v int) bool {
+	if !m.x.fold[v] {
+		return m.x.pathMatches(v, m.path)
+	}
+	if !m.folded {
+		m.lower, m.folded = asciiLower(m.path), true
+		m.win = windowsForm(m.lower)
+	}
+	return m.x.pathMatches(v, m.lower) || (m.win != m.lower && m.x.pathMatches(v, m.win))
 }
 
 func (x *viewIndex) pathMatches(v int, path string) bool {

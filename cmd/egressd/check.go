@@ -75,6 +75,21 @@ type checkOutput struct {
 	// order (sql: the connect, then each statement): a []any, empty when
 	// the request was refused before the policy; nil without --input.
 	Input any `json:"input,omitempty"`
+	// Explain is, with --explain=json, the explanation of every decision
+	// the check asked for, in order, then of a refusal made before the
+	// policy.
+	Explain []policy.Explanation `json:"explain,omitempty"`
+	// refused is the refusal made before the policy, for --explain; nil
+	// when the policy decided.
+	refused *refusal
+}
+
+// refusal is a refusal made before the policy: of a request of kind,
+// whose facts were computed as far as facts (nil: it did not parse).
+type refusal struct {
+	kind  policy.Kind
+	facts policy.Facts
+	err   error
 }
 
 // decided fills the output from facts and a decision.
@@ -111,7 +126,8 @@ func credentialsOf(cs []policy.Credential) []checkCredential {
 
 // refusedBeforePolicy is the output for input that never reaches Rego.
 func refusedBeforePolicy(kind policy.Kind, env *decideEnv, err error) checkOutput {
-	out := checkOutput{Kind: kind.String(), Identity: env.identity.ID, Policy: env.engine.Digest(), Reason: policy.ReasonMalformedRequest}
+	out := checkOutput{Kind: kind.String(), Identity: env.identity.ID, Policy: env.engine.Digest(), Reason: policy.ReasonMalformedRequest,
+		refused: &refusal{kind: kind, err: err}}
 	var de *policy.DenyError
 	if errors.As(err, &de) {
 		out.Reason, out.Detail = de.Reason, de.Detail
@@ -145,6 +161,8 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 	var ef engineFlags
 	ef.register(fs)
 	showInput := fs.Bool("input", false, "also print the Rego input the policy evaluated (a list: sql has one per statement after the connect)")
+	var explain explainMode
+	fs.Var(&explain, "explain", "print why, as text instead of JSON: the facts, the refusal before any rule, each candidate rule and each of its conditions, the decision (same exit status); --explain=json adds it to the JSON output as \"explain\"")
 	decide := kind.setup(fs)
 	helpText{
 		synopsis: []string{"check " + args[0] + " [flags] " + kind.args},
@@ -170,6 +188,11 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 		return loadError(err)
 	}
 	env.stdin = stdin
+	var exp *explainRecorder
+	if explain != explainOff {
+		exp = &explainRecorder{checkEngine: env.engine}
+		env.engine = exp
+	}
 	var rec *inputRecorder
 	if *showInput {
 		rec = &inputRecorder{checkEngine: env.engine, inputs: []any{}}
@@ -178,6 +201,18 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 	out := decide(ctx, env, pos)
 	if rec != nil {
 		out.Input = rec.inputs
+	}
+	if exp != nil && explain == explainJSON {
+		out.Explain = exp.all(out)
+	}
+	if exp != nil && explain == explainText {
+		if err := exp.write(stdout, out); err != nil {
+			return err
+		}
+		if !out.Allow {
+			return errDenied
+		}
+		return nil
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
@@ -196,7 +231,8 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 func checkUsage(w io.Writer) {
 	helpText{
 		synopsis: []string{"check <kind> [flags] args"},
-		about: "Decide one request offline, with the code the listeners run, and print the decision and its facts as one JSON object. " +
+		about: "Decide one request offline, with the code the listeners run, and print the decision and its facts as one JSON object " +
+			"(with --explain, why, as text: each candidate rule and each of its conditions). " +
 			"Run 'egressd check <kind> -h' for a kind's arguments and flags.",
 		actions:      table(checkKinds, func(k checkKind) string { return k.args }),
 		actionsTitle: "kinds",

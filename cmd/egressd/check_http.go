@@ -98,7 +98,7 @@ func outcomeOutput(kind policy.Kind, env *decideEnv, o policy.Outcome) checkOutp
 		return out
 	}
 	out := refusedBeforePolicy(kind, env, o.Err)
-	out.Facts, out.Inspected = facts, o.Inspected
+	out.Facts, out.Inspected, out.refused.facts = facts, o.Inspected, o.Facts
 	var de *policy.DenyError
 	if !errors.As(o.Err, &de) {
 		out.Reason = o.Decision.Reason

@@ -12,6 +12,8 @@ type checkEngine interface {
 	policy.Decider
 	policy.BodyNeeder
 	RegoInput(in policy.Input) (any, error)
+	Explain(ctx context.Context, in policy.Input) policy.Explanation
+	ExplainRefusal(kind policy.Kind, id policy.Identity, facts policy.Facts, err error) policy.Explanation
 }
 
 // inputRecorder keeps the Rego input of every decision the check asks

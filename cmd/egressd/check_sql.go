@@ -101,6 +101,11 @@ var checkSQL = checkKind{
 					_, err := sqlfacts.ParseContext(ctx, args[0], opts)
 					out.Detail = parseDetail(args[0], err)
 				}
+				// The gate refused the text before any statement reached
+				// the policy.
+				if !qd.Allow {
+					out.refused = &refusal{kind: policy.KindSQL, err: &policy.DenyError{Reason: qd.Reason, Detail: out.Detail}}
+				}
 				return out
 			}
 			// The facts are for the reader; the decisions are the gate's.

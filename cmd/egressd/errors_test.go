@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/errors/*.golden from the current messages")
+var update = flag.Bool("update", false, "rewrite testdata/errors/*.golden and testdata/explain/*.golden from the current output")
 
 // goldenConfig is prepended to every config of the error tests: a long
 // eval timeout, since under -race on a loaded machine the 100ms default
