@@ -112,7 +112,7 @@ type parsedBundle struct {
 // parseBundle parses every module (Rego v1) and data file and builds the
 // rule index. Errors name file:line where the parser knows it, and the
 // file and key of a data mistake.
-func parseBundle(srcs []source) (*parsedBundle, error) {
+func parseBundle(srcs []source, grants []Grant) (*parsedBundle, error) {
 	pb := &parsedBundle{modules: make(map[string]*ast.Module)}
 	root := map[string]any{}
 	origin := origins{}
@@ -146,6 +146,12 @@ func parseBundle(srcs []source) (*parsedBundle, error) {
 		return nil, errs
 	}
 	if err := checkEntryPoints(pb.modules); err != nil {
+		return nil, err
+	}
+	if err := checkGrantPrefix(root); err != nil {
+		return nil, fmt.Errorf("%s: %w", origin.of("rules"), err)
+	}
+	if err := appendGrants(root, grants); err != nil {
 		return nil, err
 	}
 	if _, ok := root[indexKey]; ok {
@@ -250,8 +256,8 @@ var entryPoints = map[Kind]string{
 // tests; without, it still compiles them, so that `policy check` refuses
 // every module a start would (a test calling a removed built-in among
 // them). Any failure refuses the whole bundle.
-func compileBundle(ctx context.Context, srcs []source, cacheSize int, withTests bool) (*compiled, error) {
-	pb, err := parseBundle(srcs)
+func compileBundle(ctx context.Context, srcs []source, grants []Grant, cacheSize int, withTests bool) (*compiled, error) {
+	pb, err := parseBundle(srcs, grants)
 	if err != nil {
 		return nil, err
 	}
@@ -323,7 +329,7 @@ func Check(ctx context.Context, fsys fs.FS) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	c, err := compileBundle(ctx, srcs, 0, false)
+	c, err := compileBundle(ctx, srcs, nil, 0, false)
 	if err != nil {
 		return "", err
 	}
@@ -337,7 +343,7 @@ func Test(ctx context.Context, fsys fs.FS) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	pb, err := parseBundle(srcs)
+	pb, err := parseBundle(srcs, nil)
 	if err != nil {
 		return 0, err
 	}

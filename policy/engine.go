@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -26,7 +27,11 @@ type Engine struct {
 	cfg    Config
 	log    *zap.Logger
 	source func() (fs.FS, string)
-	cur    *compiled
+	// srcs are the bundle files cur was compiled from, which WithGrants
+	// compiles again: a grant applies to the bundle in force, never to
+	// one edited on disk since.
+	srcs []source
+	cur  *compiled
 }
 
 // New loads cfg.Dir, or the bundle embedded by package rego when cfg.Dir is
@@ -66,11 +71,42 @@ func (e *Engine) build(ctx context.Context) (*compiled, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", name, err)
 	}
-	c, err := compileBundle(ctx, srcs, e.cfg.CacheSize, true)
+	c, err := compileBundle(ctx, srcs, e.cfg.Grants, e.cfg.CacheSize, true)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", name, err)
 	}
+	e.srcs = srcs
 	return c, nil
+}
+
+// WithGrants is the engine's bundle with grants in place of its own:
+// compiled and tested as New does, so that a grant the bundle's checks or
+// Rego tests refuse is an error and e stays as it is.
+func (e *Engine) WithGrants(ctx context.Context, grants []Grant) (*Engine, error) {
+	ne := &Engine{cfg: e.cfg, log: e.log, source: e.source, srcs: e.srcs}
+	ne.cfg.Grants = grants
+	c, err := compileBundle(ctx, e.srcs, grants, e.cfg.CacheSize, true)
+	if err != nil {
+		return nil, fmt.Errorf("the policy bundle with %d grant(s): %w", len(grants), err)
+	}
+	ne.cur = c
+	return ne, nil
+}
+
+// Grants are the grants the engine decides with.
+func (e *Engine) Grants() []Grant { return e.cfg.Grants }
+
+// GrantOf is the grant whose rule id is rule, if the engine holds it.
+func (e *Engine) GrantOf(rule string) (Grant, bool) {
+	if !strings.HasPrefix(rule, GrantRulePrefix) {
+		return Grant{}, false
+	}
+	for _, g := range e.cfg.Grants {
+		if g.RuleID() == rule {
+			return g, true
+		}
+	}
+	return Grant{}, false
 }
 
 // Digest identifies the bundle ("sha256:…").

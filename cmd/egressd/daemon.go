@@ -14,6 +14,7 @@ import (
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/cmd/egressd/generation"
+	"github.com/egressd/egressd/cmd/egressd/grants"
 	"github.com/egressd/egressd/dnsguard"
 	"github.com/egressd/egressd/internal/admin"
 	"github.com/egressd/egressd/internal/fdlimit"
@@ -41,6 +42,7 @@ type daemon struct {
 	dns      *dnsguard.Server // nil unless dns.listen is set
 	gate     *pggate.Gate     // nil unless postgres.listen is set
 	fds      *fdlimit.Budget  // nil if the limit could not be read
+	grants   *grants.Manager
 
 	// draining is set when the drain starts: /readyz fails from then on.
 	draining atomic.Bool
@@ -49,6 +51,13 @@ type daemon struct {
 // build makes the daemon; the secrets it loads go into store, which the
 // logger already scrubs with.
 func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Logger, store *broker.Store) (*daemon, error) {
+	// The grants in force at the last stop, less those expired since,
+	// decide from the first request on.
+	liveGrants, expiredGrants, err := grants.Load(grants.Path(cfg.Audit.Dir), time.Now())
+	if err != nil {
+		return nil, err
+	}
+	cfg.Policy.Grants = liveGrants
 	gen, err := generation.Build(ctx, cfg, cfgPath, generation.Serving, log)
 	if err != nil {
 		return nil, err
@@ -155,5 +164,12 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		Path: cfgPath, Log: log, Flush: res.Flush, Secrets: store, Listeners: reloaders,
 		Policy: metrics.NewPolicy(reg), Reloads: d.metrics.Reloads, OpenedRoots: caOpts.Configured,
 	})
+	d.grants, err = grants.New(grants.Options{
+		Path: grants.Path(cfg.Audit.Dir), AuditDir: cfg.Audit.Dir, Audit: aw, Apply: d.gen.SetGrants,
+		Registerer: reg, Log: log.Named("grants"),
+	}, liveGrants, expiredGrants)
+	if err != nil {
+		return fail(err)
+	}
 	return d, nil
 }
