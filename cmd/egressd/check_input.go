@@ -12,6 +12,7 @@ type checkEngine interface {
 	policy.Decider
 	policy.BodyNeeder
 	RegoInput(in policy.Input) (any, error)
+	GrantOf(rule string) (policy.Grant, bool)
 }
 
 // inputRecorder keeps the Rego input of every decision the check asks

@@ -35,7 +35,10 @@ func findDecision(dir, id string) (*audit.Record, error) {
 	return nil, fmt.Errorf("request %q: no decision record in the newest %d segment(s) of %s: %w", id, min(len(segs), maxSegments), dir, errNotFound)
 }
 
-// findIn reads one segment for id's decision record; the last one wins.
+// findIn reads one segment for id's decision record. A refusal after the
+// decision, in a completion (the address floor at dial), is the request's
+// verdict: the record returned has the decision's target and the
+// completion's verdict.
 func findIn(path, id string) (*audit.Record, error) {
 	rd, err := audit.NewReader([]string{path})
 	if err != nil {
@@ -51,9 +54,13 @@ func findIn(path, id string) (*audit.Record, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read audit log %s: %w", path, err)
 		}
-		if r.Request == id && r.Decision != "" && !r.Kind.IsCompletion() {
+		switch {
+		case r.Request != id || r.Decision == "":
+		case !r.Kind.IsCompletion():
 			cp := *r
 			found = &cp
+		case found != nil && r.Decision == audit.DecisionDeny:
+			found.Decision, found.Reason, found.Rule = r.Decision, r.Reason, r.Rule
 		}
 	}
 }
