@@ -10,6 +10,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -241,6 +242,9 @@ type compiled struct {
 	cache           *lru
 	// bodyScopes are where the bundle's Rego rules decide on bodies.
 	bodyScopes scopeSet
+	// grantExpiry is when each grant's rule stops allowing, by rule id;
+	// nil without grants.
+	grantExpiry map[string]time.Time
 }
 
 // entryPoints maps each Kind to its Rego package.
@@ -266,6 +270,12 @@ func compileBundle(ctx context.Context, srcs []source, grants []Grant, cacheSize
 		return nil, err
 	}
 	c.digest = digestOf(srcs)
+	if len(grants) > 0 {
+		c.grantExpiry = make(map[string]time.Time, len(grants))
+		for i := range grants {
+			c.grantExpiry[grants[i].RuleID()] = grants[i].Expires
+		}
+	}
 	if withTests {
 		if _, err := testBundle(ctx, pb, store); err != nil {
 			return nil, err

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/metrics"
@@ -131,7 +132,7 @@ func (e *Engine) Decide(ctx context.Context, in Input) Decision {
 	if f, ok := in.Facts.(*URLFacts); ok && f.Body != nil {
 		// A body is not part of the cache key: decided every time.
 		d, _ := c.eval(ctx, e, kind, in)
-		return d
+		return c.unexpired(d)
 	}
 	bp := keyPool.Get().(*[]byte)
 	key := appendInputKey((*bp)[:0], kind, in)
@@ -145,9 +146,24 @@ func (e *Engine) Decide(ctx context.Context, in Input) Decision {
 	}
 	*bp = key[:0]
 	keyPool.Put(bp)
+	d = c.unexpired(d)
 	if ce := e.log.Check(zap.DebugLevel, "decision"); ce != nil {
 		ce.Write(zap.Stringer("kind", kind), zap.String("identity", in.Identity.ID),
 			zap.Bool("allow", d.Allow), zap.Stringer("reason", d.Reason), zap.String("rule", d.Rule), zap.Bool("cached", ok))
+	}
+	return d
+}
+
+// unexpired is d, unless a grant allowed it and has expired: the timer
+// that takes an expired grant out of the bundle (serve's grants manager)
+// may run late or fail to apply, and a grant must stop allowing on time
+// whatever happens to it.
+func (c *compiled) unexpired(d Decision) Decision {
+	if !d.Allow || c.grantExpiry == nil {
+		return d
+	}
+	if exp, ok := c.grantExpiry[d.Rule]; ok && !time.Now().Before(exp) {
+		return Decision{Reason: ReasonGrantExpired, Rule: d.Rule, Policy: c.digest}
 	}
 	return d
 }

@@ -167,3 +167,21 @@ func TestGrantFor(t *testing.T) {
 		})
 	}
 }
+
+// A grant past its expiry stops allowing even while it is still in the
+// bundle (the manager's timer late, or its rebuild failed), on a cached
+// decision too.
+func TestExpiredGrantStopsAllowing(t *testing.T) {
+	g := testGrant("old", "GET", "granted.test", 80, "/x")
+	g.Expires = time.Now().Add(-time.Second)
+	e, err := newTestEngine(t, Config{}).WithGrants(context.Background(), []Grant{g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		d := e.Decide(context.Background(), Input{Identity: Identity{ID: "anonymous"}, Facts: mustParse(t, "GET", "http://granted.test/x")})
+		if d.Allow || d.Reason != ReasonGrantExpired || d.Rule != "grant:old" {
+			t.Errorf("Decide #%d under an expired grant = %+v; want deny %s by grant:old", i+1, d, ReasonGrantExpired)
+		}
+	}
+}
