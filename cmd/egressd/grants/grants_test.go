@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
@@ -25,6 +26,7 @@ var t0 = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 // with a clock the test moves and an Apply that takes every set.
 type fixture struct {
 	m       *Manager
+	reg     *prometheus.Registry
 	rec     *audittest.Recorder
 	dir     string
 	mu      sync.Mutex
@@ -36,7 +38,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, records ...audit.Record) *fixture {
 	t.Helper()
-	f := &fixture{rec: &audittest.Recorder{}, dir: t.TempDir(), now: t0}
+	f := &fixture{rec: &audittest.Recorder{}, reg: prometheus.NewRegistry(), dir: t.TempDir(), now: t0}
 	ac := audit.Config{Dir: f.dir}
 	ac.Provision()
 	w, err := audit.Open(ac, zap.NewNop())
@@ -52,7 +54,7 @@ func newFixture(t *testing.T, records ...audit.Record) *fixture {
 		t.Fatal(err)
 	}
 	m, err := New(Options{Path: Path(f.dir), AuditDir: f.dir, Audit: f.rec, Apply: f.apply,
-		Registerer: prometheus.NewRegistry(), Log: zap.NewNop(), Now: f.clock}, nil, nil)
+		Registerer: f.reg, Log: zap.NewNop(), Now: f.clock}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,6 +274,39 @@ func TestLoad(t *testing.T) {
 		}
 		if _, _, err := Load(p, t0); err == nil || !strings.Contains(err.Error(), p) {
 			t.Errorf("Load(%s) = %v; want an error naming the file", name, err)
+		}
+	}
+}
+
+// The grant metrics pass promlint and move with the grants.
+func TestMetrics(t *testing.T) {
+	f := newFixture(t)
+	m, reg := f.m, f.reg
+	ctx := context.Background()
+	for range 2 {
+		if _, err := m.Create(ctx, CreateRequest{Identity: "sbx", Method: "GET", URL: "http://a.test/", TTL: "1h"}, "approver"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.set(t0.Add(2 * time.Hour))
+	m.expire()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil || len(problems) > 0 {
+		t.Errorf("promlint: %v, %+v", err, problems)
+	}
+	for name, want := range map[string]float64{"egressd_grants_active": 0, "egressd_grants_created_total": 2, "egressd_grants_expired_total": 2, "egressd_grants_revoked_total": 0} {
+		got := -1.0
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				got = mf.GetMetric()[0].GetGauge().GetValue() + mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		if got != want {
+			t.Errorf("%s = %v; want %v", name, got, want)
 		}
 	}
 }

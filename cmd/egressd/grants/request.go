@@ -13,7 +13,7 @@ import (
 
 // maxSegments bounds the search for a request's record: the newest
 // segments only, as a grant answers a refusal the operator just saw.
-const maxSegments = 8
+const maxSegments = 4
 
 // errNotFound means no decision record names the request.
 var errNotFound = errors.New("not found")
