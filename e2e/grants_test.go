@@ -213,6 +213,9 @@ func TestGrantRefusals(t *testing.T) {
 	if _, stderr, code := grantCLI(t, w, tokenFile, "--from-request", "nosuchrequest", "--ttl", "1h"); code != 1 || !strings.Contains(stderr, "404") {
 		t.Errorf("grant of an unknown request: exit %d, %s; want exit 1, 404", code, stderr)
 	}
+	if _, stderr, code := grantCLI(t, w, tokenFile, "--identity", "sandbox-1", "--method", "GET", "--url", "http://other.test/", "--ttl", "1h"); code != 1 || !strings.Contains(stderr, "not one egressd knows") {
+		t.Errorf("grant for an identity not configured: exit %d, %s; want exit 1 naming it", code, stderr)
+	}
 	if _, stderr, code := grantCLI(t, w, tokenFile, "--identity", "anonymous", "--method", "GET", "--url", "http://other.test/", "--ttl", "200h"); code != 1 || !strings.Contains(stderr, "longer than a grant may last") {
 		t.Errorf("grant for 200h: exit %d, %s; want exit 1 naming the limit", code, stderr)
 	}

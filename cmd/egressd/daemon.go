@@ -18,6 +18,7 @@ import (
 	"github.com/egressd/egressd/dnsguard"
 	"github.com/egressd/egressd/internal/admin"
 	"github.com/egressd/egressd/internal/fdlimit"
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/internal/metrics"
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/proxy"
@@ -46,6 +47,17 @@ type daemon struct {
 
 	// draining is set when the drain starts: /readyz fails from then on.
 	draining atomic.Bool
+}
+
+// knownIdentity reports whether id is an identity of the generation in
+// force: "anonymous" when none are configured.
+func (d *daemon) knownIdentity(id string) bool {
+	ids := d.gen.Current().Identities
+	if ids.AllAnonymous() {
+		return id == identity.Anonymous.ID
+	}
+	_, _, ok := ids.Lookup(id)
+	return ok
 }
 
 // build makes the daemon; the secrets it loads go into store, which the
@@ -166,7 +178,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	})
 	d.grants, err = grants.New(grants.Options{
 		Path: grants.Path(cfg.Audit.Dir), AuditDir: cfg.Audit.Dir, Audit: aw, Apply: d.gen.SetGrants,
-		Registerer: reg, Log: log.Named("grants"),
+		Known: d.knownIdentity, Registerer: reg, Log: log.Named("grants"),
 	}, liveGrants, expiredGrants)
 	if err != nil {
 		return fail(err)

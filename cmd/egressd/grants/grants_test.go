@@ -310,3 +310,13 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 }
+
+// A grant for an identity no request can come from is refused.
+func TestUnknownIdentity(t *testing.T) {
+	f := newFixture(t)
+	f.m.o.Known = func(id string) bool { return id == "sbx" }
+	_, err := f.m.Create(context.Background(), CreateRequest{Identity: "sbx-typo", Method: "GET", URL: "http://a.test/", TTL: "1h"}, "approver")
+	if statusOf(err) != 400 || !strings.Contains(err.Error(), `"sbx-typo" is not one egressd knows`) {
+		t.Errorf("Create for an unknown identity = %v; want 400 naming it", err)
+	}
+}

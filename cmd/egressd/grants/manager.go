@@ -42,6 +42,9 @@ type Options struct {
 	// Apply puts a set of grants in force, calling commit between
 	// compiling and swapping (generation.Running.SetGrants).
 	Apply func(ctx context.Context, grants []policy.Grant, commit func() error) error
+	// Known reports whether an identity is one requests can come from; a
+	// grant for any other would allow nothing. If nil, every identity is.
+	Known func(identity string) bool
 	// Registerer takes the grant metrics.
 	Registerer prometheus.Registerer
 	Log        *zap.Logger
@@ -152,6 +155,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, principal strin
 	g, err := m.target(req)
 	if err != nil {
 		return policy.Grant{}, err
+	}
+	if m.o.Known != nil && !m.o.Known(g.Identity) {
+		return policy.Grant{}, refuse(400, "identity %q is not one egressd knows (identities: in the config, or \"anonymous\" when none are listed): a grant for it would allow nothing", g.Identity)
 	}
 	now := m.o.Now().UTC().Truncate(time.Millisecond)
 	g.ID, g.GrantedBy, g.Created, g.Expires = newID(), principal, now, now.Add(ttl)

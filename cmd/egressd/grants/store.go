@@ -104,6 +104,12 @@ func save(path string, gs []policy.Grant) error {
 		return fmt.Errorf("save grants %s: %w", path, err)
 	}
 	defer os.Remove(tmp.Name()) // after the rename, there is nothing to remove
+	// Readable by the log's readers (segments are 0640): egressd check
+	// reads it to answer as the proxy would.
+	if err := tmp.Chmod(0o640); err != nil {
+		tmp.Close()
+		return fmt.Errorf("save grants %s: %w", path, err)
+	}
 	if _, err := tmp.Write(b); err != nil {
 		tmp.Close()
 		return fmt.Errorf("save grants %s: %w", path, err)
