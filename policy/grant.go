@@ -101,7 +101,7 @@ func (g *Grant) Validate() error {
 // granted: a request whose facts the base rules refuse (an encoded
 // separator, a dot segment …) is refused whatever a rule says.
 func GrantFor(identity, method string, f *URLFacts) (Grant, error) {
-	if f.PathFlags != 0 || f.Userinfo || f.HostMismatch {
+	if f.PathFlags != 0 || f.Userinfo || f.HostMismatch || f.IPObfuscated {
 		return Grant{}, fmt.Errorf("the request's own facts refuse it whatever a rule allows (%s): no grant can lift that", f.refusedFacts())
 	}
 	return Grant{Identity: identity, Method: method, Host: f.Host, Port: int(f.Port), Path: f.PathDecoded,
@@ -118,6 +118,9 @@ func (f *URLFacts) refusedFacts() string {
 	}
 	if f.HostMismatch {
 		s = append(s, "host_mismatch")
+	}
+	if f.IPObfuscated {
+		s = append(s, "ip_obfuscated")
 	}
 	return strings.Join(s, ",")
 }

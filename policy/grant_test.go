@@ -5,7 +5,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"go.uber.org/zap"
 )
 
@@ -157,6 +159,8 @@ func TestGrantFor(t *testing.T) {
 		{"PUT", "http://H.test:8080/x", Grant{Identity: "i", Method: "PUT", Host: "h.test", Port: 8080, Path: "/x"}, ""},
 		{"GET", "http://h.test/a/../b", Grant{}, "dot_segment"},
 		{"GET", "http://h.test/a%2Fb", Grant{}, "encoded_separator"},
+		{"GET", "http://2130706433/", Grant{}, "ip_obfuscated"},
+		{"GET", "http://u:p@h.test/", Grant{}, "userinfo"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.url, func(t *testing.T) {
@@ -184,4 +188,27 @@ func TestExpiredGrantStopsAllowing(t *testing.T) {
 			t.Errorf("Decide #%d under an expired grant = %+v; want deny %s by grant:old", i+1, d, ReasonGrantExpired)
 		}
 	}
+}
+
+// FuzzGrantPathIsLiteral: a grant's path, compiled as the rule index
+// compiles rule paths, matches that path and no other (the oracle is
+// string equality): glob characters in a request path never widen a
+// grant.
+func FuzzGrantPathIsLiteral(f *testing.F) {
+	for _, s := range [][2]string{{"/a*b", "/aXb"}, {"/x/**", "/x/y"}, {"/{a,b}", "/a"}, {"/[ab]", "/a"}, {"/a\\", "/a"}, {"/?", "/x"}, {"/p/**", "/p"}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, p, q string) {
+		if !strings.HasPrefix(p, "/") || !utf8.ValidString(p) || !utf8.ValidString(q) {
+			return
+		}
+		g := Grant{Path: p, Method: "GET", Host: "h.test", Port: 80}
+		x := newViewIndex([]*ast.Term{nil}, [][]string{{g.rule()["paths"].([]any)[0].(string)}}, []bool{false})
+		if !x.pathMatches(0, p) {
+			t.Fatalf("the grant for %q does not match it", p)
+		}
+		if q != p && x.pathMatches(0, q) {
+			t.Fatalf("the grant for %q matches %q", p, q)
+		}
+	})
 }
