@@ -215,9 +215,7 @@ func (s *Server) auditAndRefuseInnerConnect(w http.ResponseWriter, r *http.Reque
 	if err := s.auditDecision(&f.flowInfo, verdict{Verdict: audit.Verdict{Reason: rf.Reason}, detail: "CONNECT inside an inspected tunnel"}); err != nil {
 		rf = refusalOf(policy.ReasonAuditUnavailable)
 	}
-	rf.header(w.Header(), f.id)
-	w.WriteHeader(rf.status)
-	w.Write([]byte(rf.body(f.id))) //nolint:errcheck // the refusal is audited; a client gone before reading it changes nothing
+	rf.serve(w, r, f.id)
 }
 
 // innerConn is an inspected tunnel's HTTP/1.1 connection, watched as the
