@@ -219,8 +219,8 @@ func TestChangeNotMadeOnFailure(t *testing.T) {
 	}
 	f.refuse = nil
 	f.rec.SetFail(true)
-	if _, err := f.m.Create(ctx, req, "approver"); err == nil {
-		t.Errorf("Create with the audit log failing = nil; want an error")
+	if _, err := f.m.Create(ctx, req, "approver"); err == nil || statusOf(err) != 0 {
+		t.Errorf("Create with the audit log failing = %v (status %d); want an internal error", err, statusOf(err))
 	}
 	f.rec.SetFail(false)
 	if got := f.m.List(); len(got) != 0 {

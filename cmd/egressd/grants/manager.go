@@ -279,22 +279,25 @@ func (m *Manager) scheduleLocked() {
 // swapping saves the file and records changed under event, so a change is
 // made only once it is durable and in the log.
 func (m *Manager) applyLocked(ctx context.Context, next, changed []policy.Grant, event, by string) error {
+	var commitErr error
 	err := m.o.Apply(ctx, next, func() error {
-		if err := save(m.o.Path, next); err != nil {
-			return err
+		if commitErr = save(m.o.Path, next); commitErr != nil {
+			return commitErr
 		}
-		if err := m.record(changed, event, by); err != nil {
+		if commitErr = m.record(changed, event, by); commitErr != nil {
 			// Put the file back as it was: the change was not made.
-			return errors.Join(err, save(m.o.Path, m.live))
+			commitErr = errors.Join(commitErr, save(m.o.Path, m.live))
 		}
-		return nil
+		return commitErr
 	})
-	if err != nil {
-		var r *refusal
-		if !errors.As(err, &r) {
-			err = &refusal{status: 409, err: fmt.Errorf("grant not applied: %w", err)}
-		}
-		return err
+	switch {
+	case err == nil:
+	case commitErr != nil:
+		// egressd's own state or log failed: a 500, logged.
+		return fmt.Errorf("grant not %s: %w", event, commitErr)
+	default:
+		// The bundle refused the set (its checks or Rego tests).
+		return &refusal{status: 409, err: fmt.Errorf("grant not %s: %w", event, err)}
 	}
 	m.live = next
 	m.active.Set(float64(len(next)))
