@@ -101,13 +101,30 @@ func TestGrantFromRequestExpires(t *testing.T) {
 	if resp, err := c.Post(target, "text/plain", strings.NewReader("x")); err != nil || resp.StatusCode != http.StatusForbidden {
 		t.Errorf("POST %s under a GET grant = %v, %v; want 403", target, resp, err)
 	}
-	out, _, code := RunCLI(t, "check", "http", "--config", w.E.ConfigPath, "GET", target)
-	if code != 0 || !strings.Contains(out, `"rule":"grant:`+g.ID+`"`) || !strings.Contains(out, `"expires":`) {
-		t.Errorf("check under the grant: exit %d, %s; want allowed by rule grant:%s with its expiry", code, out, g.ID)
+	// An explicit grant, for longer, shows in check and list and is
+	// revoked: the 3s grant may expire while a slow check starts.
+	explicit := w.url("other.test", "/files/b")
+	stdout, stderr, code = grantCLI(t, w, tokenFile, "--identity", "anonymous", "--method", "GET", "--url", explicit, "--ttl", "1h")
+	var g2 grantOut
+	if code != 0 || json.Unmarshal([]byte(stdout), &g2) != nil || g2.Path != "/files/b" {
+		t.Fatalf("grant --url %s: exit %d, %s%s; want a grant for /files/b", explicit, code, stdout, stderr)
+	}
+	out, _, code := RunCLI(t, "check", "http", "--config", w.E.ConfigPath, "GET", explicit)
+	if code != 0 || !strings.Contains(out, `"rule":"grant:`+g2.ID+`"`) || !strings.Contains(out, `"expires":`) {
+		t.Errorf("check under the grant: exit %d, %s; want allowed by rule grant:%s with its expiry", code, out, g2.ID)
 	}
 	list, _, code := grantCLI(t, w, tokenFile, "list")
-	if code != 0 || !strings.Contains(list, g.ID) {
+	if code != 0 || !strings.Contains(list, g2.ID) {
 		t.Errorf("grant list: exit %d, %s; want the grant", code, list)
+	}
+	if status, _ := get(explicit); status != http.StatusOK {
+		t.Errorf("GET %s under the explicit grant = %d; want 200", explicit, status)
+	}
+	if _, stderr, code := grantCLI(t, w, tokenFile, "revoke", g2.ID); code != 0 {
+		t.Errorf("grant revoke %s: exit %d, %s", g2.ID, code, stderr)
+	}
+	if status, _ := get(explicit); status != http.StatusForbidden {
+		t.Errorf("GET %s after the revoke = %d; want 403", explicit, status)
 	}
 
 	w.E.WaitRecords(t, "the grant's expiry", func(r audit.Record) bool {
@@ -117,14 +134,17 @@ func TestGrantFromRequestExpires(t *testing.T) {
 		t.Errorf("GET %s after the grant expired = %d; want 403", target, status)
 	}
 	created := w.E.WaitRecords(t, "the grant's creation", func(r audit.Record) bool {
-		return r.Kind == audit.KindGrant && r.Detail["event"] == "created"
+		return r.Kind == audit.KindGrant && r.Detail["event"] == "created" && r.Detail["id"] == g.ID
 	})[0]
+	w.E.WaitRecords(t, "the revoke", func(r audit.Record) bool {
+		return r.Kind == audit.KindGrant && r.Detail["event"] == "revoked" && r.Detail["id"] == g2.ID && r.Detail["by"] == "approver"
+	})
 	if created.Detail["by"] != "approver" || created.Detail["from_request"] != id || created.Rule != "grant:"+g.ID ||
 		created.Path != "/files/a*b" || created.Detail["expires"] != g.Expires.UTC().Format(time.RFC3339) {
 		t.Errorf("created record = %+v; want by approver, from_request %s, rule grant:%s, its path and expiry", created, id, g.ID)
 	}
 	m := w.E.Metrics(t)
-	for _, s := range []string{"egressd_grants_created_total 1", "egressd_grants_expired_total 1", "egressd_grants_active 0"} {
+	for _, s := range []string{"egressd_grants_created_total 2", "egressd_grants_expired_total 1", "egressd_grants_revoked_total 1", "egressd_grants_active 0"} {
 		if !strings.Contains(m, s+"\n") {
 			t.Errorf("metrics lack %q", s)
 		}
