@@ -116,6 +116,7 @@ func TestCreateFromRequest(t *testing.T) {
 		denied("r-https", "http", "POST", "a.test", 443, "/v1/x", policy.ReasonNoMatchingRule),
 		denied("r-connect", "connect", "", "a.test", 443, "", policy.ReasonNoMatchingRule),
 		denied("r-flag", "http", "GET", "a.test", 80, "/a/../b", "dot_segment"),
+		denied("r-deny", "http", "GET", "a.test", 80, "/admin", policy.ReasonRuleDeny),
 		allowed, floorDone, floorEnd,
 	)
 	ctx := context.Background()
@@ -135,6 +136,7 @@ func TestCreateFromRequest(t *testing.T) {
 		{"connect without tunnel", CreateRequest{FromRequest: "r-connect", TTL: "1h"}, policy.Grant{}, 400, `"tunnel": true`},
 		{"request fact", CreateRequest{FromRequest: "r-flag", TTL: "1h"}, policy.Grant{}, 409, "no grant lifts it"},
 		{"allowed", CreateRequest{FromRequest: "r-allowed", TTL: "1h"}, policy.Grant{}, 409, "nothing to grant"},
+		{"deny rule", CreateRequest{FromRequest: "r-deny", TTL: "1h"}, policy.Grant{}, 409, "beats every allow"},
 		{"floor at dial", CreateRequest{FromRequest: "r-floor", TTL: "1h"}, policy.Grant{}, 409, "metadata_address"},
 		{"unknown", CreateRequest{FromRequest: "r-none", TTL: "1h"}, policy.Grant{}, 404, "no decision record"},
 		{"no ttl", CreateRequest{FromRequest: "r-http"}, policy.Grant{}, 400, "ttl is required"},

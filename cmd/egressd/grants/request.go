@@ -94,6 +94,11 @@ func fromRecord(rec *audit.Record, tunnel bool) (policy.Grant, error) {
 	if reason := policy.Reason(rec.Reason); !reason.Liftable() {
 		return policy.Grant{}, refuse(409, "request %s was denied %s, which protects the box (the address floor, a request fact, a secret leaving, the audit log or the engine), not a rule's decision: no grant lifts it", id, reason)
 	}
+	if policy.Reason(rec.Reason) == policy.ReasonRuleDeny {
+		// A grant is an allow rule, and an explicit deny beats every
+		// allow: the grant would allow nothing.
+		return policy.Grant{}, refuse(409, "request %s was denied by the deny rule %q, which beats every allow, a grant's too: change that rule (and reload) instead", id, rec.Rule)
+	}
 	g := policy.Grant{Identity: rec.Identity, Host: rec.Host, Port: int(rec.Port), FromRequest: id}
 	switch rec.Kind {
 	case audit.KindConnect:
