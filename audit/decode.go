@@ -261,7 +261,7 @@ func (d *decoder) value(r *Record, idx int) error {
 var internedKinds = func() map[string]Kind {
 	m := map[string]Kind{}
 	for _, k := range []Kind{KindHTTP, KindConnect, KindDNS, KindSQL, KindRedirect,
-		KindHTTPDone, KindConnectDone, KindSegment, KindCheckpoint, KindStarted} {
+		KindHTTPDone, KindConnectDone, KindSegment, KindCheckpoint, KindStarted, KindGrant} {
 		m[string(k)] = k
 	}
 	return m

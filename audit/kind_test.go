@@ -30,6 +30,7 @@ func TestKindWireNames(t *testing.T) {
 		{"resumed", KindResumed.String(), "resumed"},
 		{"accepted_break", KindAcceptedBreak.String(), "accepted_break"},
 		{"started", KindStarted.String(), "started"},
+		{"grant", KindGrant.String(), "grant"},
 		{"allow", DecisionAllow.String(), "allow"},
 		{"deny", DecisionDeny.String(), "deny"},
 	} {

@@ -124,6 +124,14 @@ const (
 	// "version", "config" (SHA-256 of the config file, or "embedded") and
 	// "policy" (the bundle digest).
 	KindStarted Kind = "started"
+	// KindGrant records a time-bound grant created, revoked or expired:
+	// Identity, the target fields (method, host, port, path) and Rule
+	// ("grant:ID") say what it allows; Detail "event" (created, revoked,
+	// expired), "id", "by" (the admin client that created or revoked it;
+	// none on expiry), "expires" (RFC 3339), "from_request" (the denied
+	// request it was made from, if any) and "tunnel" ("true" for a
+	// host-wide grant that opens tunnels).
+	KindGrant Kind = "grant"
 )
 
 // Appender is what entry points need of the log. Append returns only once the

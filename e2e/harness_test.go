@@ -68,6 +68,9 @@ func runMain(m *testing.M) int {
 type Options struct {
 	// YAML is extra top-level config: `internal:`, `identities:`, … .
 	YAML string
+	// AdminYAML is extra keys of the `admin:` section, as YAML lines
+	// indented as if at the top level ("clients:\n  - name: …").
+	AdminYAML string
 	// AuditYAML is extra keys of the `audit:` section, one per line.
 	AuditYAML string
 	// ProxyYAML is extra keys of the `proxy:` section, one per line,
@@ -243,7 +246,13 @@ func (e *Egressd) WriteConfig(t testing.TB, o Options) {
 			fmt.Fprintf(&b, "  %s\n", l)
 		}
 	}
-	fmt.Fprintf(&b, "admin:\n  listen: %s\naudit:\n  dir: %s\n", e.AdminAddr, e.AuditDir)
+	fmt.Fprintf(&b, "admin:\n  listen: %s\n", e.AdminAddr)
+	for _, l := range strings.Split(strings.TrimSpace(o.AdminYAML), "\n") {
+		if l != "" {
+			fmt.Fprintf(&b, "  %s\n", l)
+		}
+	}
+	fmt.Fprintf(&b, "audit:\n  dir: %s\n", e.AuditDir)
 	for _, l := range strings.Split(strings.TrimSpace(o.AuditYAML), "\n") {
 		if l != "" {
 			fmt.Fprintf(&b, "  %s\n", l)

@@ -139,7 +139,7 @@ func TestBodyScopesShipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pb, err := parseBundle(srcs)
+	pb, err := parseBundle(srcs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -114,7 +115,7 @@ type parsedBundle struct {
 // parseBundle parses every module (Rego v1) and data file and builds the
 // rule index. Errors name file:line where the parser knows it, and the
 // file and key of a data mistake.
-func parseBundle(srcs []source) (*parsedBundle, error) {
+func parseBundle(srcs []source, grants []Grant) (*parsedBundle, error) {
 	pb := &parsedBundle{modules: make(map[string]*ast.Module)}
 	root := map[string]any{}
 	origin := origins{}
@@ -148,6 +149,12 @@ func parseBundle(srcs []source) (*parsedBundle, error) {
 		return nil, errs
 	}
 	if err := checkEntryPoints(pb.modules); err != nil {
+		return nil, err
+	}
+	if err := checkGrantPrefix(root); err != nil {
+		return nil, fmt.Errorf("%s: %w", origin.of("rules"), err)
+	}
+	if err := appendGrants(root, grants); err != nil {
 		return nil, err
 	}
 	if _, ok := root[indexKey]; ok {
@@ -246,6 +253,9 @@ type compiled struct {
 	// the ad-hoc queries of Explain.
 	comp  *ast.Compiler
 	store storage.Store
+	// grantExpiry is when each grant's rule stops allowing, by rule id;
+	// nil without grants.
+	grantExpiry map[string]time.Time
 }
 
 // entryPoints maps each Kind to its Rego package.
@@ -261,8 +271,8 @@ var entryPoints = map[Kind]string{
 // tests; without, it still compiles them, so that `policy check` refuses
 // every module a start would (a test calling a removed built-in among
 // them). Any failure refuses the whole bundle.
-func compileBundle(ctx context.Context, srcs []source, cacheSize int, withTests bool) (*compiled, error) {
-	pb, err := parseBundle(srcs)
+func compileBundle(ctx context.Context, srcs []source, grants []Grant, cacheSize int, withTests bool) (*compiled, error) {
+	pb, err := parseBundle(srcs, grants)
 	if err != nil {
 		return nil, err
 	}
@@ -271,6 +281,12 @@ func compileBundle(ctx context.Context, srcs []source, cacheSize int, withTests 
 		return nil, err
 	}
 	c.digest = digestOf(srcs)
+	if len(grants) > 0 {
+		c.grantExpiry = make(map[string]time.Time, len(grants))
+		for i := range grants {
+			c.grantExpiry[grants[i].RuleID()] = grants[i].Expires
+		}
+	}
 	if withTests {
 		if _, err := testBundle(ctx, pb, store); err != nil {
 			return nil, err
@@ -334,7 +350,7 @@ func Check(ctx context.Context, fsys fs.FS) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	c, err := compileBundle(ctx, srcs, 0, false)
+	c, err := compileBundle(ctx, srcs, nil, 0, false)
 	if err != nil {
 		return "", err
 	}
@@ -348,7 +364,7 @@ func Test(ctx context.Context, fsys fs.FS) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	pb, err := parseBundle(srcs)
+	pb, err := parseBundle(srcs, nil)
 	if err != nil {
 		return 0, err
 	}

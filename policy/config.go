@@ -18,6 +18,10 @@ type Config struct {
 	// EvalTimeout bounds one Rego evaluation; past it the decision is a deny
 	// with reason "policy_timeout". If zero, 100ms is used.
 	EvalTimeout time.Duration `yaml:"eval_timeout"`
+	// Grants are the live time-bound grants, appended to data.rules as
+	// allow rules. Not a config key: serve and check read them from the
+	// grants file (audit.dir/grants.json). If nil, none.
+	Grants []Grant `yaml:"-"`
 }
 
 // DefaultConfig returns the documented defaults.

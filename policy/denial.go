@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 )
 
 // Action is what an agent refused with a reason can do about it. It is
@@ -24,11 +25,22 @@ const (
 	ActionNone Action = "none"
 )
 
-// Action is what an agent refused with r can do.
-func (r Reason) Action() Action {
-	if r.Liftable() {
+// Grantable reports whether a grant lifts a refusal with reason by rule. A
+// grant is an allow rule after the bundle's own, so it changes only a
+// decision no rule of the bundle made (no rule matched, or a grant
+// expired); a rule's own refusal (a deny rule, a tool or model its allow
+// refuses, a body rule's deny) stands before it, and only changing that
+// rule lifts it.
+func Grantable(reason Reason, rule string) bool {
+	return reason.Liftable() && (rule == "" || strings.HasPrefix(rule, GrantRulePrefix))
+}
+
+// ActionOf is what an agent refused with reason by rule can do.
+func ActionOf(reason Reason, rule string) Action {
+	if Grantable(reason, rule) {
 		return ActionRequestGrant
 	}
+	r := reason
 	switch r.Class() {
 	case ClassLimit, ClassUnavailable:
 		return ActionRetryLater
@@ -53,7 +65,7 @@ var actionMessages = map[Action]string{
 	ActionRetryLater:   "a limit was reached or egressd cannot decide right now; retry later",
 	ActionAuthenticate: "the sandbox's proxy credentials are missing or not accepted",
 	ActionFixRequest:   "the request could not be read exactly as sent; send it well-formed",
-	ActionNone:         "this refusal protects the sandbox's boundary; no grant lifts it",
+	ActionNone:         "no grant lifts this refusal: it protects the sandbox's boundary, or a rule of the policy refuses it",
 }
 
 // Denial is the JSON refusal an agent reads (an HTTP body for a client
@@ -73,7 +85,7 @@ type Denial struct {
 // DenialOf builds the denial of reason by rule for request id requestID;
 // retryAfter is in seconds, 0 when unknown.
 func DenialOf(reason Reason, rule, requestID string, retryAfter int) Denial {
-	a := reason.Action()
+	a := ActionOf(reason, rule)
 	msg := "egressd denied this request (" + string(reason) + "): " + actionMessages[a]
 	if retryAfter > 0 {
 		msg += " (after " + strconv.Itoa(retryAfter) + "s)"

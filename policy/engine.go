@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/metrics"
@@ -26,7 +28,11 @@ type Engine struct {
 	cfg    Config
 	log    *zap.Logger
 	source func() (fs.FS, string)
-	cur    *compiled
+	// srcs are the bundle files cur was compiled from, which WithGrants
+	// compiles again: a grant applies to the bundle in force, never to
+	// one edited on disk since.
+	srcs []source
+	cur  *compiled
 }
 
 // New loads cfg.Dir, or the bundle embedded by package rego when cfg.Dir is
@@ -66,11 +72,42 @@ func (e *Engine) build(ctx context.Context) (*compiled, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", name, err)
 	}
-	c, err := compileBundle(ctx, srcs, e.cfg.CacheSize, true)
+	c, err := compileBundle(ctx, srcs, e.cfg.Grants, e.cfg.CacheSize, true)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", name, err)
 	}
+	e.srcs = srcs
 	return c, nil
+}
+
+// WithGrants is the engine's bundle with grants in place of its own:
+// compiled and tested as New does, so that a grant the bundle's checks or
+// Rego tests refuse is an error and e stays as it is.
+func (e *Engine) WithGrants(ctx context.Context, grants []Grant) (*Engine, error) {
+	ne := &Engine{cfg: e.cfg, log: e.log, source: e.source, srcs: e.srcs}
+	ne.cfg.Grants = grants
+	c, err := compileBundle(ctx, e.srcs, grants, e.cfg.CacheSize, true)
+	if err != nil {
+		return nil, fmt.Errorf("the policy bundle with %d grant(s): %w", len(grants), err)
+	}
+	ne.cur = c
+	return ne, nil
+}
+
+// Grants are the grants the engine decides with.
+func (e *Engine) Grants() []Grant { return e.cfg.Grants }
+
+// GrantOf is the grant whose rule id is rule, if the engine holds it.
+func (e *Engine) GrantOf(rule string) (Grant, bool) {
+	if !strings.HasPrefix(rule, GrantRulePrefix) {
+		return Grant{}, false
+	}
+	for _, g := range e.cfg.Grants {
+		if g.RuleID() == rule {
+			return g, true
+		}
+	}
+	return Grant{}, false
 }
 
 // Digest identifies the bundle ("sha256:…").
@@ -95,7 +132,7 @@ func (e *Engine) Decide(ctx context.Context, in Input) Decision {
 	if f, ok := in.Facts.(*URLFacts); ok && f.Body != nil {
 		// A body is not part of the cache key: decided every time.
 		d, _ := c.eval(ctx, e, kind, in)
-		return d
+		return c.unexpired(d)
 	}
 	bp := keyPool.Get().(*[]byte)
 	key := appendInputKey((*bp)[:0], kind, in)
@@ -109,9 +146,24 @@ func (e *Engine) Decide(ctx context.Context, in Input) Decision {
 	}
 	*bp = key[:0]
 	keyPool.Put(bp)
+	d = c.unexpired(d)
 	if ce := e.log.Check(zap.DebugLevel, "decision"); ce != nil {
 		ce.Write(zap.Stringer("kind", kind), zap.String("identity", in.Identity.ID),
 			zap.Bool("allow", d.Allow), zap.Stringer("reason", d.Reason), zap.String("rule", d.Rule), zap.Bool("cached", ok))
+	}
+	return d
+}
+
+// unexpired is d, unless a grant allowed it and has expired: the timer
+// that takes an expired grant out of the bundle (serve's grants manager)
+// may run late or fail to apply, and a grant must stop allowing on time
+// whatever happens to it.
+func (c *compiled) unexpired(d Decision) Decision {
+	if !d.Allow || c.grantExpiry == nil {
+		return d
+	}
+	if exp, ok := c.grantExpiry[d.Rule]; ok && !time.Now().Before(exp) {
+		return Decision{Reason: ReasonGrantExpired, Rule: d.Rule, Policy: c.digest}
 	}
 	return d
 }

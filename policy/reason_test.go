@@ -203,7 +203,7 @@ func reasonsMarkdown() string {
 	}
 	var rows []*row
 	for _, r := range policy.Reasons() {
-		c, cl, a := r.Codes(), r.Class(), r.Action()
+		c, cl, a := r.Codes(), r.Class(), policy.ActionOf(r, "")
 		var found *row
 		for _, x := range rows {
 			if x.class == cl && x.codes == c && x.action == a {

@@ -20,6 +20,9 @@ const (
 	// ReasonRuleDeny is the reason of a rule with action "deny": the rule
 	// index writes it into the rule's view (see buildIndex).
 	ReasonRuleDeny Reason = "rule_deny"
+	// ReasonGrantExpired refuses what only an expired grant would allow,
+	// in the moment before the grant is taken out of the bundle.
+	ReasonGrantExpired Reason = "grant_expired"
 
 	// Reasons of the URL and CONNECT target parsers.
 	ReasonMalformedURL      Reason = "malformed_url"
@@ -264,6 +267,7 @@ var reasonTable = map[Reason]reasonEntry{
 	ReasonPolicyTimeout:     {class: ClassPolicy, refuses: inEntries},
 	ReasonNoMatchingRule:    {class: ClassPolicy, refuses: inEntries, liftable: true},
 	ReasonRuleDeny:          {class: ClassPolicy, refuses: inTargets, liftable: true},
+	ReasonGrantExpired:      {class: ClassPolicy, refuses: inTargets, liftable: true},
 
 	ReasonMalformedURL:      {class: ClassMalformed, refuses: inTargets},
 	ReasonMalformedHost:     {class: ClassMalformed, refuses: inTargets},

@@ -106,7 +106,7 @@ func (s *Server) argsDigest(v ast.Value) string {
 func mcpRefusal(d *policy.Decision, req *mcp.Request, requestID string) (body []byte, status int) {
 	refusal := func(reason policy.Reason) mcp.Refusal {
 		return mcp.Refusal{Reason: reason.String(), Class: reason.Class().String(),
-			Action: string(reason.Action()), Request: requestID}
+			Action: string(policy.ActionOf(reason, d.Rule)), Request: requestID}
 	}
 	refused := map[int]mcp.Refusal{}
 	if d.Options != nil && d.Options.MCP != nil {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/egressd/egressd/policy"
 )
@@ -65,6 +66,9 @@ type checkOutput struct {
 	// the reason it would be denied with and whose mode ("rule",
 	// "identity", "bundle").
 	WouldDeny *policy.Observed `json:"would_deny,omitempty"`
+	// Grant is set when a time-bound grant decided (Rule "grant:ID"):
+	// until when, by whom, from which request.
+	Grant *checkGrant `json:"grant,omitempty"`
 	// Detail explains a refusal found before Rego (a malformed URL).
 	Detail string `json:"detail,omitempty"`
 	// Assumes states what the answer takes for granted that the gate
@@ -92,15 +96,27 @@ type refusal struct {
 	err   error
 }
 
+// checkGrant is the grant that decided, as a check prints it.
+type checkGrant struct {
+	ID          string    `json:"id"`
+	Expires     time.Time `json:"expires"`
+	GrantedBy   string    `json:"granted_by"`
+	FromRequest string    `json:"from_request,omitempty"`
+}
+
 // decided fills the output from facts and a decision.
 func decided(kind policy.Kind, env *decideEnv, facts any, d policy.Decision) checkOutput {
-	return checkOutput{
+	out := checkOutput{
 		Kind: kind.String(), Identity: env.identity.ID,
 		Allow: d.Allow, Reason: d.Reason, Rule: d.Rule, Policy: d.Policy, TLS: d.TLS, Inspect: d.Inspect,
 		Credentials: credentialsOf(d.Credentials),
 		WouldDeny:   d.WouldDeny,
 		Facts:       facts,
 	}
+	if g, ok := env.engine.GrantOf(d.Rule); ok {
+		out.Grant = &checkGrant{ID: g.ID, Expires: g.Expires, GrantedBy: g.GrantedBy, FromRequest: g.FromRequest}
+	}
+	return out
 }
 
 // checkCredential is one credential action as a check prints it: the

@@ -14,6 +14,7 @@ type checkEngine interface {
 	RegoInput(in policy.Input) (any, error)
 	Explain(ctx context.Context, in policy.Input) policy.Explanation
 	ExplainRefusal(kind policy.Kind, id policy.Identity, facts policy.Facts, err error) policy.Explanation
+	GrantOf(rule string) (policy.Grant, bool)
 }
 
 // inputRecorder keeps the Rego input of every decision the check asks

@@ -81,7 +81,7 @@ func TestDeployExampleParses(t *testing.T) {
 	if err != nil {
 		t.Fatalf("config.Load(deploy/egressd.yaml): %v", err)
 	}
-	if def := config.Default(); c.Policy != def.Policy {
+	if def := config.Default(); !reflect.DeepEqual(c.Policy, def.Policy) {
 		t.Errorf("deploy/egressd.yaml policy = %+v; want the defaults %+v", c.Policy, def.Policy)
 	}
 }

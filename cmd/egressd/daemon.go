@@ -14,9 +14,11 @@ import (
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/cmd/egressd/generation"
+	"github.com/egressd/egressd/cmd/egressd/grants"
 	"github.com/egressd/egressd/dnsguard"
 	"github.com/egressd/egressd/internal/admin"
 	"github.com/egressd/egressd/internal/fdlimit"
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/internal/metrics"
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/proxy"
@@ -41,14 +43,33 @@ type daemon struct {
 	dns      *dnsguard.Server // nil unless dns.listen is set
 	gate     *pggate.Gate     // nil unless postgres.listen is set
 	fds      *fdlimit.Budget  // nil if the limit could not be read
+	grants   *grants.Manager
 
 	// draining is set when the drain starts: /readyz fails from then on.
 	draining atomic.Bool
 }
 
+// knownIdentity reports whether id is an identity of the generation in
+// force: "anonymous" when none are configured.
+func (d *daemon) knownIdentity(id string) bool {
+	ids := d.gen.Current().Identities
+	if ids.AllAnonymous() {
+		return id == identity.Anonymous.ID
+	}
+	_, _, ok := ids.Lookup(id)
+	return ok
+}
+
 // build makes the daemon; the secrets it loads go into store, which the
 // logger already scrubs with.
 func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Logger, store *broker.Store) (*daemon, error) {
+	// The grants in force at the last stop, less those expired since,
+	// decide from the first request on.
+	liveGrants, expiredGrants, err := grants.Load(grants.Path(cfg.Audit.Dir), time.Now())
+	if err != nil {
+		return nil, err
+	}
+	cfg.Policy.Grants = liveGrants
 	gen, err := generation.Build(ctx, cfg, cfgPath, generation.Serving, log)
 	if err != nil {
 		return nil, err
@@ -155,5 +176,12 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		Path: cfgPath, Log: log, Flush: res.Flush, Secrets: store, Listeners: reloaders,
 		Policy: metrics.NewPolicy(reg), Reloads: d.metrics.Reloads, OpenedRoots: caOpts.Configured,
 	})
+	d.grants, err = grants.New(grants.Options{
+		Path: grants.Path(cfg.Audit.Dir), AuditDir: cfg.Audit.Dir, Audit: aw, Apply: d.gen.SetGrants,
+		Known: d.knownIdentity, Registerer: reg, Log: log.Named("grants"),
+	}, liveGrants, expiredGrants)
+	if err != nil {
+		return fail(err)
+	}
 	return d, nil
 }

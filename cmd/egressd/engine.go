@@ -5,11 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/cmd/egressd/generation"
+	"github.com/egressd/egressd/cmd/egressd/grants"
 	"github.com/egressd/egressd/dnsguard"
 	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
@@ -51,6 +53,11 @@ func (f *engineFlags) load(ctx context.Context) (*decideEnv, error) {
 	}
 	if f.policy != "" {
 		cfg.Policy.Dir = f.policy
+	}
+	// The grants serve decides with, read from its file (none if there
+	// is none), so that a check answers as the proxy would.
+	if cfg.Policy.Grants, _, err = grants.Load(grants.Path(cfg.Audit.Dir), time.Now()); err != nil {
+		return nil, err
 	}
 	gen, err := generation.Build(ctx, cfg, f.config, generation.Deciding, zap.NewNop())
 	if err != nil {

@@ -66,6 +66,10 @@ func TestErrorMessages(t *testing.T) {
 			[]string{"check", "connect", "--config", "egressd.yaml", "--identity", "sandbox-1", "pypi.org:443"}, ""},
 		{"check_http_url_first", nil, []string{"check", "http", "http://docs.example.com/", "GET"}, ""},
 		{"check_http_one_argument", nil, []string{"check", "http", "http://docs.example.com/"}, ""},
+		{"grant_without_ttl", nil, []string{"grant", "--from-request", "0123abcd"}, ""},
+		{"grant_nothing_to_grant", nil, []string{"grant", "--ttl", "1h"}, ""},
+		{"grant_without_token", nil, []string{"grant", "--from-request", "0123abcd", "--ttl", "1h"}, ""},
+		{"grant_revoke_without_id", nil, []string{"grant", "revoke"}, ""},
 		{"sql_parse_error", map[string]string{"egressd.yaml": sqlConfig},
 			[]string{"check", "sql", "--identity", "sandbox-1", "--config", "egressd.yaml", "SELECT 1;\nSELEC name FROM users"}, ""},
 		{"sql_parse_error_stdin", map[string]string{"egressd.yaml": sqlConfig},
@@ -152,6 +156,9 @@ func TestHelpExitsZero(t *testing.T) {
 	}
 	for action := range auditActions {
 		cmds = append(cmds, []string{"audit", action})
+	}
+	for action := range grantActions {
+		cmds = append(cmds, []string{"grant", action})
 	}
 	cmds = append(cmds, []string{"identity", "hash"})
 	for _, cmd := range cmds {

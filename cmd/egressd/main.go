@@ -28,6 +28,7 @@ var commands = map[string]command{
 	"check":    {summary: "decide one request offline, exactly as the listeners would", run: runCheck},
 	"policy":   {summary: "start (init), compile (check) or test (test) a policy bundle", run: runPolicy},
 	"audit":    {summary: "verify the audit log's hash chain, or show its records", run: runAudit},
+	"grant":    {summary: "let an identity through for a while: from a denied request, or one method and URL; list, revoke", run: runGrant},
 	"identity": {summary: "hash a sandbox secret into an identities: entry", run: runIdentity},
 	"ca":       {summary: "create a CA directory (init) or export an identity's root for its sandbox (export)", run: runCA},
 	"version":  {summary: "print the version, commit, Go and pg_query versions", run: runVersion},

@@ -66,6 +66,7 @@ func (d *daemon) run(ctx context.Context) error {
 			}...),
 			Reload: d.gen.Reload,
 			Auth:   auth,
+			Routes: d.grants.Routes(),
 			Log:    d.log,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -76,6 +77,8 @@ func (d *daemon) run(ctx context.Context) error {
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          zap.NewStdLog(d.log.Named("metrics")),
 	}
+	d.grants.Start()
+	defer d.grants.Stop()
 	errc := make(chan error, 5)
 	go func() { errc <- d.proxy.Serve(b.proxy) }()
 	// The admin listener is never refused for want of descriptors; at

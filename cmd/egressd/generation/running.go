@@ -64,14 +64,16 @@ type Running struct {
 	// floor is the floor the resolver and the dialers hold: the first
 	// generation's, updated in place when internal: changes.
 	floor *dnsguard.Floor
-	// mu makes reloads one at a time.
+	// mu makes reloads and grant changes one at a time.
 	mu  sync.Mutex
 	cur atomic.Pointer[Generation]
+	// grants are the grants in force, which a reload keeps.
+	grants []policy.Grant
 }
 
 // NewRunning puts first in force; the listeners were built with it.
 func NewRunning(first *Generation, o Options) *Running {
-	r := &Running{o: o, started: first.Config, floor: first.Floor}
+	r := &Running{o: o, started: first.Config, floor: first.Floor, grants: first.Config.Policy.Grants}
 	r.cur.Store(first)
 	o.Policy.Loaded(first.Engine.Digest(), time.Now())
 	return r
@@ -107,6 +109,7 @@ func (r *Running) reloadLocked(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	cfg.Audit.AcceptBreak = r.started.Audit.AcceptBreak // a flag, not a key
+	cfg.Policy.Grants = r.grants                        // state, not a key
 	// Re-read on every reload, changed or not: a rotated file or variable
 	// is a new value under the same config.
 	next, err := Build(ctx, cfg, r.o.Path, Serving, r.o.Log)
@@ -136,6 +139,37 @@ func (r *Running) reloadLocked(ctx context.Context) ([]string, error) {
 	r.o.Log.Info("reloaded", zap.String("policy", next.Engine.Digest()), zap.Int("identities", next.Identities.Len()),
 		zap.Int("secrets", next.Secrets.Len()))
 	return pending, nil
+}
+
+// SetGrants puts grants in force in place of the current ones: the bundle
+// in force is compiled and tested with them (policy.Engine.WithGrants),
+// then commit runs, and only if both succeed do the listeners take the
+// new engine, which re-decides their open tunnels as a reload does. commit
+// is where the caller makes the change durable and audited; if it fails,
+// nothing changes. Neither the config file nor the bundle directory is
+// read again.
+func (r *Running) SetGrants(ctx context.Context, grants []policy.Grant, commit func() error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.cur.Load()
+	engine, err := cur.Engine.WithGrants(ctx, grants)
+	if err != nil {
+		return err
+	}
+	if err := commit(); err != nil {
+		return err
+	}
+	cfg := *cur.Config
+	cfg.Policy.Grants = grants
+	next := *cur
+	next.Config, next.Engine = &cfg, engine
+	for _, l := range r.o.Listeners {
+		l.Reload(next.Engine, next.Identities)
+	}
+	r.grants = grants
+	r.cur.Store(&next)
+	r.o.Log.Info("grants applied", zap.Int("grants", len(grants)), zap.String("policy", engine.Digest()))
+	return nil
 }
 
 // restartNeeded names the sections that differ between the running and the
