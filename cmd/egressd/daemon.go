@@ -93,6 +93,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	if err != nil {
 		return nil, fmt.Errorf("open audit log: %w", err)
 	}
+	generation.Archive(gen.Engine, ac.Dir, log)
 	argsKey, err := audit.LocalKey(ac.Dir)
 	if err != nil {
 		return nil, errors.Join(err, aw.Close())
@@ -154,6 +155,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	d.gen = generation.NewRunning(gen, generation.Options{
 		Path: cfgPath, Log: log, Flush: res.Flush, Secrets: store, Listeners: reloaders,
 		Policy: metrics.NewPolicy(reg), Reloads: d.metrics.Reloads, OpenedRoots: caOpts.Configured,
+		AuditDir: cfg.Audit.Dir,
 	})
 	return d, nil
 }

@@ -47,6 +47,10 @@ type Options struct {
 	Policy *metrics.Policy
 	// Reloads counts reloads by result ("ok", "failed").
 	Reloads *prometheus.CounterVec
+	// AuditDir is the audit directory whose bundle archive
+	// (policy.ArchiveDir) keeps every bundle put in force. If empty, none
+	// is archived.
+	AuditDir string
 	// OpenedRoots are the identities' configured CA roots opened at start
 	// (a reload takes identities, but not their roots). If nil, none were.
 	OpenedRoots map[string]ca.Files
@@ -123,6 +127,9 @@ func (r *Running) reloadLocked(ctx context.Context) ([]string, error) {
 			r.o.Flush()
 		}
 	}
+	// Archived before it decides anything: every digest a record names
+	// can then be loaded again (policy replay, audit explain).
+	Archive(next.Engine, r.o.AuditDir, r.o.Log)
 	r.o.Secrets.Set(next.Secrets)
 	for _, l := range r.o.Listeners {
 		l.Reload(next.Engine, next.Identities)
@@ -136,6 +143,18 @@ func (r *Running) reloadLocked(ctx context.Context) ([]string, error) {
 	r.o.Log.Info("reloaded", zap.String("policy", next.Engine.Digest()), zap.Int("identities", next.Identities.Len()),
 		zap.Int("secrets", next.Secrets.Len()))
 	return pending, nil
+}
+
+// Archive keeps e's bundle in auditDir's bundle archive. A failure is
+// logged, not returned: the bundle still decides, and only a later replay
+// of its records lacks it.
+func Archive(e *policy.Engine, auditDir string, log *zap.Logger) {
+	if auditDir == "" {
+		return
+	}
+	if _, err := e.Archive(policy.ArchiveDir(auditDir)); err != nil {
+		log.Warn("bundle not archived: policy replay and audit explain cannot load it", zap.String("policy", e.Digest()), zap.Error(err))
+	}
 }
 
 // restartNeeded names the sections that differ between the running and the
