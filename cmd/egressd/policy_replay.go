@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"go.uber.org/zap"
@@ -82,6 +83,9 @@ func runPolicyReplay(args []string, stdout, stderr io.Writer, now time.Time) err
 	}
 	if o.auditDir == "" {
 		o.auditDir = cfg.Audit.Dir
+	}
+	if st, err := os.Stat(o.auditDir); err != nil || !st.IsDir() {
+		return usageErrorf("policy replay: audit directory %q is not a directory: give --audit DIR, or --config FILE whose audit.dir serve wrote", o.auditDir)
 	}
 	cfg.Policy.Dir = o.policyDir
 	gen, err := generation.Build(ctx, cfg, o.config, generation.Deciding, zap.NewNop())
