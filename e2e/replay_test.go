@@ -79,6 +79,16 @@ func TestPolicyReplay(t *testing.T) {
 		target := fmt.Sprintf("%s:%d", host, hp)
 		connectOnly(t, w.E.ProxyAddr, target)
 	}
+	// A reload archives its bundle too; the DNS records below are made
+	// under it.
+	b, err := json.Marshal(map[string]any{"rules": append(w.rules(), Rule{ID: "extra", Hosts: []string{"extra.test"}, Ports: []int{hp}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(w.Policy, "data.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.E.Reload(t)
 	for _, name := range []string{"paths.test.", "other.test."} {
 		m := new(dns.Msg).SetQuestion(name, dns.TypeA)
 		if _, _, err := (&dns.Client{Net: "udp", Timeout: 5 * time.Second}).Exchange(m, held.Addr()); err != nil {
@@ -89,8 +99,9 @@ func TestPolicyReplay(t *testing.T) {
 	if err := w.E.Stop(10 * time.Second); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
-	if des, err := os.ReadDir(filepath.Join(w.E.AuditDir, "bundles")); err != nil || len(des) != 1 {
-		t.Fatalf("bundle archive = %v, %v; want the one bundle served", des, err)
+	VerifyAudit(t, w.E)
+	if des, err := os.ReadDir(filepath.Join(w.E.AuditDir, "bundles")); err != nil || len(des) != 2 {
+		t.Fatalf("bundle archive = %v, %v; want the two bundles served (start, reload)", des, err)
 	}
 
 	// Narrowed: no path rule, and the IP literal dropped from "upstream".

@@ -54,9 +54,9 @@ type Case struct {
 type Missing struct {
 	// Fact is the class of what is missing, a stable snake_case key
 	// (one of the Fact constants).
-	Fact Fact
+	Fact Fact `json:"fact"`
 	// Detail says what of this record.
-	Detail string
+	Detail string `json:"detail,omitempty"`
 }
 
 func (m *Missing) Error() string {
