@@ -2,14 +2,15 @@
 // back into the request its listener decided (InputOf), decides it again
 // with the listeners' own code against a bundle (Env.Decide), and, over a
 // whole log, reports what a candidate bundle would change (Replayer).
-// What a record does not hold exactly (a redacted query, a body, a DNS
-// answer) is classified by the missing fact, never guessed.
+// What a record does not hold exactly (a body, a DNS answer, a folded
+// count) is classified by the missing fact, never guessed.
 package replay
 
 import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -75,8 +76,6 @@ const (
 	FactFolded Fact = "folded"
 	// FactCapped: a target field was cut to audit.max_field_bytes.
 	FactCapped Fact = "capped"
-	// FactQueryRedacted: a query parameter's value is [redacted:N].
-	FactQueryRedacted Fact = "query_redacted"
 	// FactBody: the decision read (or may now read) the request's body,
 	// which is never recorded.
 	FactBody Fact = "body"
@@ -158,8 +157,12 @@ func InputOf(rec *audit.Record) (Case, error) {
 	return sqlCase(c, rec)
 }
 
-// targetFields are the record fields a Case is built from.
-var targetFields = []string{"method", "scheme", "host", "path", "query", "name", "qtype", "database", "sql", "identity"}
+// targetFields are the record fields a Case is built from and the policy
+// reads. The query is not one: no rule sees it (it is not in the Rego
+// input; TestQueryNotInInput), so a redacted or capped query does not stop
+// a re-decision. The checks after the policy that read it (credentials,
+// secrets) are classified as FactRequest.
+var targetFields = []string{"method", "scheme", "host", "path", "name", "qtype", "database", "sql", "identity"}
 
 // cappedTarget names the target fields of a record's "truncated" mark.
 func cappedTarget(truncated string) string {
@@ -175,14 +178,18 @@ func cappedTarget(truncated string) string {
 }
 
 func httpCase(c Case, rec *audit.Record) (Case, error) {
-	if strings.Contains(rec.Query, "[redacted:") {
-		return Case{}, &Missing{Fact: FactQueryRedacted, Detail: "query " + rec.Query}
+	if rec.Host == "" {
+		// A redirect whose Location did not parse names no target.
+		return Case{}, &Missing{Fact: FactTarget, Detail: "no target recorded"}
 	}
 	if rec.MCPMethod != "" || rec.Tool != "" || rec.Model != "" || rec.RPCID != "" || rec.ArgsHMAC != "" {
 		return Case{}, &Missing{Fact: FactBody, Detail: "a rule decided on the body"}
 	}
 	target := rec.Scheme + "://" + authority(rec.Host, rec.Port) + rec.Path
-	if rec.Query != "" {
+	// A capped query may end inside an escape the parser refuses; the
+	// policy never reads it (see targetFields), so it is left out. A
+	// redacted one stays: its markers parse as the value did.
+	if rec.Query != "" && !slices.Contains(strings.Split(rec.Truncated, ","), "query") {
 		target += "?" + rec.Query
 	}
 	c.Request = policy.HTTPRequest{Method: rec.Method, Target: target}

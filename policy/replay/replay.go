@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sort"
 	"time"
 
@@ -132,6 +133,7 @@ func (r *Replayer) replay(ctx context.Context, rec *audit.Record) Entry {
 	case c.Kind == policy.KindSQL && e.Recorded.Reason == policy.ReasonOtherStatementDenied:
 		return notRedecidable(e, &Missing{Fact: FactOtherStatements, Detail: "refused for another statement of its query"})
 	}
+	var own *Result
 	if eng := r.ownEngine(ctx, rec.Policy); eng != nil {
 		old, err := r.o.Decide(ctx, eng, c)
 		if err != nil {
@@ -140,10 +142,13 @@ func (r *Replayer) replay(ctx context.Context, rec *audit.Record) Entry {
 		if m := r.mayReadBody(c, old); m != nil {
 			return notRedecidable(e, m)
 		}
-		if d := disagree(e.Recorded, st, old.Decision); d != "" {
+		// A refused redirect is recorded redirect_denied whatever the
+		// policy's reason (proxy: the Location's refusal).
+		anyReason := c.Kind == policy.KindRedirect
+		if d := disagree(e.Recorded, st, old.Decision, anyReason); d != "" {
 			return notRedecidable(e, &Missing{Fact: FactOwnBundle, Detail: d})
 		}
-		e.Verified = true
+		e.Verified, own = true, &old
 	}
 	res, err := r.o.Decide(ctx, r.o.New, c)
 	if err != nil {
@@ -166,8 +171,8 @@ func (r *Replayer) replay(ctx context.Context, rec *audit.Record) Entry {
 		e.Outcome = Same
 		return e
 	}
-	if nv.Allow && e.Recorded.Allow && nv.Rule != e.Recorded.Rule && (len(res.Decision.Credentials) > 0 || res.Decision.Options != nil) {
-		return notRedecidable(e, &Missing{Fact: FactRequest, Detail: "the candidate's rule " + nv.Rule + " binds credentials or bounds the request, which later checks apply to headers and sizes not recorded"})
+	if nv.Allow && e.Recorded.Allow && requestChecks(res.Decision) && (own == nil || !sameChecks(own.Decision, res.Decision)) {
+		return notRedecidable(e, &Missing{Fact: FactRequest, Detail: "the candidate's rule " + nv.Rule + " binds credentials or bounds the request otherwise, and the checks after the policy read headers, query values and sizes the record does not hold"})
 	}
 	switch {
 	case nv.Allow == e.Recorded.Allow:
@@ -178,6 +183,17 @@ func (r *Replayer) replay(ctx context.Context, rec *audit.Record) Entry {
 		e.Outcome = NewlyDenied
 	}
 	return e
+}
+
+// requestChecks reports whether an allow leads to checks after the
+// policy that read what a record does not hold: credentials to add, or a
+// rule's bounds and body conditions.
+func requestChecks(d policy.Decision) bool { return len(d.Credentials) > 0 || d.Options != nil }
+
+// sameChecks reports whether two allows lead to the same checks after the
+// policy, so a request that passed them under a passes them under b.
+func sameChecks(a, b policy.Decision) bool {
+	return reflect.DeepEqual(a.Credentials, b.Credentials) && reflect.DeepEqual(a.Options, b.Options)
 }
 
 // mayReadBody is a *Missing when a rule of eng may decide on the body of
@@ -233,7 +249,7 @@ func (r *Replayer) ownEngine(ctx context.Context, digest string) Engine {
 
 // disagree says how a re-decision under the record's own bundle differs
 // from the record, "" when it does not.
-func disagree(rec Verdict, st stage, d policy.Decision) string {
+func disagree(rec Verdict, st stage, d policy.Decision, anyReason bool) string {
 	if st == stageAfter {
 		if d.Allow {
 			return ""
@@ -245,7 +261,7 @@ func disagree(rec Verdict, st stage, d policy.Decision) string {
 		return fmt.Sprintf("recorded %s, re-decided %s (%s, rule %q)", verb(rec.Allow), verb(d.Allow), d.Reason, d.Rule)
 	case rec.Rule != d.Rule:
 		return fmt.Sprintf("recorded by rule %q, re-decided by rule %q", rec.Rule, d.Rule)
-	case !rec.Allow && rec.Reason != d.Reason:
+	case !rec.Allow && !anyReason && rec.Reason != d.Reason:
 		return fmt.Sprintf("recorded reason %s, re-decided %s", rec.Reason, d.Reason)
 	}
 	return ""

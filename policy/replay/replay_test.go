@@ -17,6 +17,7 @@ import (
 	"github.com/egressd/egressd/dnsguard"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/policy/sqlfacts"
+	"github.com/egressd/egressd/policy/sqlfacts/analyst"
 	"github.com/egressd/egressd/policy/sqlparse"
 	defaultbundle "github.com/egressd/egressd/rego"
 )
@@ -101,6 +102,9 @@ func TestInputOf(t *testing.T) {
 	capped.Truncated = "path"
 	cappedError := httpRec("GET", "http", "docs.test", 80, "/a", "", true, "allowed", "docs")
 	cappedError.Truncated = "error"
+	cappedQuery := httpRec("GET", "http", "docs.test", 80, "/a", "q=%4", true, "allowed", "docs")
+	cappedQuery.Truncated = "query"
+	noLocation := audit.Record{Kind: audit.KindRedirect, Identity: "anonymous", Method: "GET", Decision: audit.DecisionDeny, Reason: "redirect_denied"}
 	mcp := httpRec("POST", "https", "mcp.test", 443, "/mcp", "", true, "allowed", "tools")
 	mcp.Inspected, mcp.MCPMethod, mcp.Tool = true, "tools/call", "search_docs"
 	tests := []struct {
@@ -139,7 +143,11 @@ func TestInputOf(t *testing.T) {
 		{name: "capped path", rec: capped, fact: FactCapped},
 		{name: "capped error only", rec: cappedError,
 			want: Case{Kind: policy.KindHTTP, Identity: "anonymous", Request: policy.HTTPRequest{Method: "GET", Target: "http://docs.test:80/a"}}},
-		{name: "redacted query", rec: httpRec("GET", "http", "docs.test", 80, "/", "token=[redacted:12]&x=1", true, "allowed", "docs"), fact: FactQueryRedacted},
+		{name: "redacted query", rec: httpRec("GET", "http", "docs.test", 80, "/", "token=[redacted:12]&x=1", true, "allowed", "docs"),
+			want: Case{Kind: policy.KindHTTP, Identity: "anonymous", Request: policy.HTTPRequest{Method: "GET", Target: "http://docs.test:80/?token=[redacted:12]&x=1"}}},
+		{name: "capped query", rec: cappedQuery,
+			want: Case{Kind: policy.KindHTTP, Identity: "anonymous", Request: policy.HTTPRequest{Method: "GET", Target: "http://docs.test:80/a"}}},
+		{name: "redirect without a target", rec: noLocation, fact: FactTarget},
 		{name: "mcp call", rec: mcp, fact: FactBody},
 	}
 	for _, tt := range tests {
@@ -181,6 +189,8 @@ func TestReplay(t *testing.T) {
 	inspected.Inspected = true
 	mcpPost := rec(httpRec("POST", "https", "mcp.test", 443, "/mcp", "", true, "allowed", "tools"), d)
 	mcpPost.Inspected = true
+	redirectDenied := rec(httpRec("GET", "http", "other.test", 80, "/", "", false, "redirect_denied", ""), d)
+	redirectDenied.Kind = audit.KindRedirect
 	mcpGet := rec(httpRec("GET", "https", "mcp.test", 443, "/mcp", "", true, "allowed", "tools"), d)
 	mcpGet.Inspected = true
 
@@ -219,6 +229,8 @@ func TestReplay(t *testing.T) {
 		{"refused after the policy, still allowed", rec(httpRec("GET", "http", "docs.test", 80, "/", "", false, "secret_in_request", ""), d), NotRedecidable, FactRequest, true},
 		{"parse refusal", rec(httpRec("GET", "http", "docs.test", 0, "", "", false, "malformed_url", ""), d), NotRedecidable, FactTarget, false},
 		{"unknown identity", audit.Record{Kind: audit.KindHTTP, Identity: "gone", Method: "GET", Scheme: "http", Host: "docs.test", Port: 80, Path: "/", Decision: audit.DecisionAllow, Rule: "docs", Policy: d}, NotRedecidable, FactIdentity, false},
+		{"redirect refused: recorded redirect_denied", redirectDenied, Same, "", true},
+		{"redacted query", rec(httpRec("GET", "http", "docs.test", 80, "/", "token=[redacted:3]", true, "allowed", "docs"), d), Same, "", true},
 		{"refused before the policy", rec(httpRec("GET", "http", "docs.test", 80, "/", "", false, "proxy_auth_required", ""), d), Skipped, "", false},
 		{"completion", audit.Record{Kind: audit.KindHTTPDone, Decision: audit.DecisionAllow}, Skipped, "", false},
 	}
@@ -275,4 +287,72 @@ func sqlParse(t *testing.T, text string) parsedSQL {
 		t.Fatalf("parse %q: %v", text, err)
 	}
 	return parsedSQL{st: sts[0], audit: sts[0].AuditSQL}
+}
+
+// TestRecordedSQLKeepsFacts: a statement's recorded text (every literal a
+// $n) has the facts the gate decided the statement on, unless the gate
+// marks them as read from a constant (which replay classifies sql_text).
+// The corpus is the analyst workload and a few writes and utilities.
+func TestRecordedSQLKeepsFacts(t *testing.T) {
+	texts := append(analyst.Queries(),
+		"INSERT INTO users (name) VALUES ('x') RETURNING id",
+		"UPDATE users SET name = 'y' WHERE id = 3",
+		"DELETE FROM users WHERE created < now() - interval '1 day'",
+		"SELECT nextval('users_id_seq')",
+		"SET statement_timeout = '5s'",
+		"COPY (SELECT 1) TO STDOUT",
+	)
+	ctx := context.Background()
+	checked := 0
+	for _, text := range texts {
+		sts, err := sqlfacts.ParseContext(ctx, text, sqlfacts.Options{Database: "app"})
+		if err != nil {
+			continue
+		}
+		for _, st := range sts {
+			if st.ConstantFacts || st.AuditSQL == sqlfacts.RedactionFailed {
+				continue
+			}
+			again, err := sqlfacts.ParseContext(ctx, st.AuditSQL, sqlfacts.Options{Database: "app"})
+			if err != nil || len(again) != 1 {
+				t.Errorf("recorded %q (of %q) re-parses as %d statements: %v", st.AuditSQL, st.Text, len(again), err)
+				continue
+			}
+			if k1, k2 := st.AppendKey(nil), again[0].AppendKey(nil); string(k1) != string(k2) {
+				t.Errorf("recorded %q has other facts than %q", st.AuditSQL, st.Text)
+			}
+			checked++
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("only %d statements checked", checked)
+	}
+}
+
+// TestQueryNotInInput pins what InputOf relies on to re-decide a record
+// whose query was redacted or capped: no rule reads the query, so two
+// requests that differ only in it have the same Rego input.
+func TestQueryNotInInput(t *testing.T) {
+	e := engine(t, ownRules)
+	var inputs []string
+	for _, q := range []string{"", "?token=abc", "?token=[redacted:3]&x=%4"} {
+		f, err := policy.ParseHTTP(policy.KindHTTP, "GET", "http://docs.test/a"+q, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := e.RegoInput(policy.Input{Identity: policy.Identity{ID: "anonymous"}, Facts: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, string(b))
+	}
+	for _, in := range inputs[1:] {
+		if in != inputs[0] {
+			t.Fatalf("the query reached the Rego input:\n%s\n%s\nInputOf keeps redacted and capped queries re-decidable on the premise that it does not", inputs[0], in)
+		}
+	}
 }
