@@ -60,17 +60,30 @@ var after = map[policy.Kind]map[policy.Reason]bool{
 		policy.ReasonMalformedClientHello, policy.ReasonTunnelHostMismatch, policy.ReasonEncryptedClientHello,
 		policy.ReasonInspectionRequired,
 	),
-	policy.KindDNS: reasonSet(
+	// The lookup, and the floor on the answer's addresses.
+	policy.KindDNS: reasonSet(append([]policy.Reason{
 		policy.ReasonDNSFailure, policy.ReasonDNSNXDomain, policy.ReasonDNSNoAddress, policy.ReasonCNAMEChainTooLong,
-		// The floor, on the answer's addresses.
-		policy.ReasonLoopbackAddress, policy.ReasonPrivateAddress, policy.ReasonLinkLocalAddress,
-		policy.ReasonCGNATAddress, policy.ReasonULAAddress, policy.ReasonMulticastAddress,
-		policy.ReasonUnspecifiedAddress, policy.ReasonBroadcastAddress, policy.ReasonDocumentationAddress,
-		policy.ReasonBenchmarkingAddress, policy.ReasonReservedAddress, policy.ReasonThisNetworkAddress,
-		policy.ReasonMetadataAddress, policy.ReasonUnknownAddress, policy.ReasonZonedAddress,
-		policy.ReasonInternalDenied, policy.ReasonInternalPortNotAllowed,
-	),
+	}, floorReasons...)...),
 }
+
+// floorReasons are the address floor's refusals.
+var floorReasons = []policy.Reason{
+	policy.ReasonLoopbackAddress, policy.ReasonPrivateAddress, policy.ReasonLinkLocalAddress,
+	policy.ReasonCGNATAddress, policy.ReasonULAAddress, policy.ReasonMulticastAddress,
+	policy.ReasonUnspecifiedAddress, policy.ReasonBroadcastAddress, policy.ReasonDocumentationAddress,
+	policy.ReasonBenchmarkingAddress, policy.ReasonReservedAddress, policy.ReasonThisNetworkAddress,
+	policy.ReasonMetadataAddress, policy.ReasonUnknownAddress, policy.ReasonZonedAddress,
+	policy.ReasonInternalDenied, policy.ReasonInternalPortNotAllowed,
+}
+
+// sqlUpstream are the Postgres gate's refusals of a session for its
+// upstream's address or name, found when it dials, before the login is
+// decided.
+var sqlUpstream = reasonSet(append([]policy.Reason{
+	policy.ReasonAddressDenied, policy.ReasonMalformedAddress, policy.ReasonInvalidPort,
+	policy.ReasonMetadataName, policy.ReasonCNAMEChainTooLong, policy.ReasonDNSFailure,
+	policy.ReasonDNSNXDomain, policy.ReasonDNSNoAddress,
+}, floorReasons...)...)
 
 // bodyReasons are the refusals of a body a rule decided on.
 var bodyReasons = reasonSet(
@@ -89,7 +102,7 @@ func reasonSet(rs ...policy.Reason) map[policy.Reason]bool {
 // stageOf is where a record of kind k with reason r was decided.
 func stageOf(k policy.Kind, r policy.Reason) stage {
 	switch {
-	case before[r]:
+	case before[r], k == policy.KindSQL && sqlUpstream[r]:
 		return stageBefore
 	case parsing[r]:
 		return stageParse
