@@ -93,7 +93,6 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	if err != nil {
 		return nil, fmt.Errorf("open audit log: %w", err)
 	}
-	generation.Archive(gen.Engine, ac.Dir, log)
 	argsKey, err := audit.LocalKey(ac.Dir)
 	if err != nil {
 		return nil, errors.Join(err, aw.Close())

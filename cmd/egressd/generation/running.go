@@ -73,9 +73,11 @@ type Running struct {
 	cur atomic.Pointer[Generation]
 }
 
-// NewRunning puts first in force; the listeners were built with it.
+// NewRunning puts first in force (archived like every reloaded bundle);
+// the listeners were built with it and serve nothing yet.
 func NewRunning(first *Generation, o Options) *Running {
 	r := &Running{o: o, started: first.Config, floor: first.Floor}
+	archive(first.Engine, o.AuditDir, o.Log)
 	r.cur.Store(first)
 	o.Policy.Loaded(first.Engine.Digest(), time.Now())
 	return r
@@ -129,7 +131,7 @@ func (r *Running) reloadLocked(ctx context.Context) ([]string, error) {
 	}
 	// Archived before it decides anything: every digest a record names
 	// can then be loaded again (policy replay, audit explain).
-	Archive(next.Engine, r.o.AuditDir, r.o.Log)
+	archive(next.Engine, r.o.AuditDir, r.o.Log)
 	r.o.Secrets.Set(next.Secrets)
 	for _, l := range r.o.Listeners {
 		l.Reload(next.Engine, next.Identities)
@@ -145,10 +147,10 @@ func (r *Running) reloadLocked(ctx context.Context) ([]string, error) {
 	return pending, nil
 }
 
-// Archive keeps e's bundle in auditDir's bundle archive. A failure is
+// archive keeps e's bundle in auditDir's bundle archive. A failure is
 // logged, not returned: the bundle still decides, and only a later replay
 // of its records lacks it.
-func Archive(e *policy.Engine, auditDir string, log *zap.Logger) {
+func archive(e *policy.Engine, auditDir string, log *zap.Logger) {
 	if auditDir == "" {
 		return
 	}
