@@ -33,6 +33,8 @@ const (
 	fReason
 	fRule
 	fPolicy
+	fWouldDeny
+	fObservedBy
 	fCredentials
 	fMCPMethod
 	fTool
@@ -61,7 +63,8 @@ var fieldIndex = map[string]int{
 	"scheme": fScheme, "host": fHost, "port": fPort, "path": fPath, "query": fQuery, "inspected": fInspected,
 	"name": fName, "qtype": fQType, "database": fDatabase, "sql": fSQL,
 	"fingerprint": fFingerprint, "ip": fIP, "decision": fDecision,
-	"reason": fReason, "rule": fRule, "policy": fPolicy, "credentials": fCredentials,
+	"reason": fReason, "rule": fRule, "policy": fPolicy,
+	"would_deny": fWouldDeny, "observed_by": fObservedBy, "credentials": fCredentials,
 	"mcp_method": fMCPMethod, "tool": fTool, "rpc_id": fRPCID, "args_hmac": fArgsHMAC, "model": fModel,
 	"tokens_in": fTokensIn, "tokens_out": fTokensOut, "secret": fSecret, "secret_pattern": fSecretPattern, "status": fStatus,
 	"bytes_in": fBytesIn, "bytes_out": fBytesOut, "duration_us": fDurationUS,
@@ -313,6 +316,10 @@ func stringField(r *Record, idx int) *string {
 		return &r.Rule
 	case fPolicy:
 		return &r.Policy
+	case fWouldDeny:
+		return &r.WouldDeny
+	case fObservedBy:
+		return &r.ObservedBy
 	case fMCPMethod:
 		return &r.MCPMethod
 	case fTool:

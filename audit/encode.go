@@ -84,6 +84,8 @@ func (e *encoder) appendLine(b []byte, r *Record, seq uint64, prev *[sha256.Size
 	b = appendOpt(b, `,"reason":`, r.Reason)
 	b = appendOpt(b, `,"rule":`, r.Rule)
 	b = appendOpt(b, `,"policy":`, r.Policy)
+	b = appendOpt(b, `,"would_deny":`, r.WouldDeny)
+	b = appendOpt(b, `,"observed_by":`, r.ObservedBy)
 	if len(r.Credentials) > 0 {
 		b = appendObject(b, `,"credentials":{`, r.Credentials)
 	}

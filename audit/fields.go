@@ -16,7 +16,7 @@ import (
 // in layout order; capField returns field i of r.
 var capNames = [...]string{"request", "identity", "user", "client", "method", "scheme", "host", "path",
 	"query", "name", "qtype", "database", "sql", "fingerprint", "ip", "decision", "reason", "rule",
-	"policy", "mcp_method", "tool", "rpc_id", "model", "secret", "secret_pattern", "error"}
+	"policy", "would_deny", "observed_by", "mcp_method", "tool", "rpc_id", "model", "secret", "secret_pattern", "error"}
 
 // capQuery is the index of "query" in capNames.
 const capQuery = 8
@@ -64,16 +64,20 @@ func capField(r *Record, i int) *string {
 	case 18:
 		return &r.Policy
 	case 19:
-		return &r.MCPMethod
+		return &r.WouldDeny
 	case 20:
-		return &r.Tool
+		return &r.ObservedBy
 	case 21:
-		return &r.RPCID
+		return &r.MCPMethod
 	case 22:
-		return &r.Model
+		return &r.Tool
 	case 23:
-		return &r.Secret
+		return &r.RPCID
 	case 24:
+		return &r.Model
+	case 25:
+		return &r.Secret
+	case 26:
 		return &r.SecretPattern
 	}
 	return &r.Error

@@ -22,6 +22,8 @@ func FuzzParseRecord(f *testing.F) {
 		{TS: time.Unix(6, 0), Kind: KindHTTP, Method: "GET", Path: "/p", Query: "k=egressd:secret:gh", Decision: "allow",
 			Credentials: map[string]string{"gh": "header:Authorization", "oa": "query:k,header:X-Key"}},
 		{TS: time.Unix(5, 0), Kind: KindHTTP, Method: "GET", Scheme: "https", Host: "api.test", Port: 443, Path: "/p", Inspected: true, Decision: "allow"},
+		{TS: time.Unix(7, 0), Kind: KindHTTP, Method: "GET", Host: "w.test", Decision: "allow", Reason: "allowed", Rule: "watch", Policy: "sha256:00",
+			WouldDeny: "rule_deny", ObservedBy: "rule"},
 		{TS: time.Unix(4, 0), Kind: KindStarted, Detail: map[string]string{"version": "v1", "config": "embedded", "policy": "sha256:00"}},
 	} {
 		line, _ := enc.appendLine(nil, r, 7, &zeroHash)

@@ -67,12 +67,21 @@ type Verdict struct {
 	Rule string
 	// Policy is the digest of the bundle that decided.
 	Policy string
+	// WouldDeny and ObservedBy are set on an allow an observe mode let
+	// through (policy.Decision.WouldDeny): the reason it would have been
+	// denied with, and whose mode. Zero otherwise.
+	WouldDeny  policy.Reason
+	ObservedBy policy.ObservedBy
 }
 
 // VerdictOf is the verdict of decision d: the one place a decision's
 // fields become a record's.
 func VerdictOf(d policy.Decision) Verdict {
-	return Verdict{Allow: d.Allow, Reason: d.Reason, Rule: d.Rule, Policy: d.Policy}
+	v := Verdict{Allow: d.Allow, Reason: d.Reason, Rule: d.Rule, Policy: d.Policy}
+	if w := d.WouldDeny; w != nil && d.Allow {
+		v.WouldDeny, v.ObservedBy = w.Reason, w.By
+	}
+	return v
 }
 
 // Decided is the record of one decision: what kind, who asked (identity
@@ -86,9 +95,13 @@ func Decided(kind Kind, identity, client string, v Verdict) *Record {
 	return r
 }
 
-// SetVerdict sets r's decision, reason, rule and policy to v's, for a
-// record built before the decision was known.
+// SetVerdict sets r's decision, reason, rule, policy and would_deny to
+// v's, for a record built before the decision was known.
 func (r *Record) SetVerdict(v Verdict) {
 	r.Decision = DecisionOf(v.Allow)
 	r.Reason, r.Rule, r.Policy = v.Reason.String(), v.Rule, v.Policy
+	r.WouldDeny, r.ObservedBy = "", ""
+	if v.Allow && v.WouldDeny != "" {
+		r.WouldDeny, r.ObservedBy = v.WouldDeny.String(), v.ObservedBy.String()
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"strings"
 	"testing"
+
+	"github.com/egressd/egressd/policy"
 )
 
 // TestKindWireNames pins the on-disk spelling of every kind and decision:
@@ -74,6 +76,13 @@ func TestDecidedLine(t *testing.T) {
 			want: &Record{Kind: "sql", Identity: "agent", Client: "10.0.0.2", Decision: "allow", Reason: "allowed", Rule: "r1", Policy: "sha256:ab"},
 		},
 		{
+			name: "allow",
+			got: Decided(KindHTTP, "agent", "10.0.0.4", VerdictOf(policy.Decision{Allow: true, Reason: "allowed", Rule: "watch", Policy: "sha256:ab",
+				WouldDeny: &policy.Observed{Reason: policy.ReasonRuleDeny, By: policy.ObservedByRule}})),
+			want: &Record{Kind: "http", Identity: "agent", Client: "10.0.0.4", Decision: "allow", Reason: "allowed", Rule: "watch", Policy: "sha256:ab",
+				WouldDeny: "rule_deny", ObservedBy: "rule"},
+		},
+		{
 			name: "deny",
 			got:  Decided(KindHTTP, "", "10.0.0.3", Verdict{Reason: "unknown_client"}),
 			want: &Record{Kind: "http", Client: "10.0.0.3", Decision: "deny", Reason: "unknown_client"},
@@ -98,6 +107,20 @@ func TestSetVerdictReplaces(t *testing.T) {
 	r.SetVerdict(Verdict{Reason: "audit_budget", Policy: "p"})
 	if r.Decision != DecisionDeny || r.Reason != "audit_budget" || r.Rule != "" || r.Policy != "p" {
 		t.Errorf("after SetVerdict: %+v", r)
+	}
+	// An observed allow refused after all (over the audit budget) keeps
+	// no would_deny: a deny would not have been.
+	r = Decided(KindDNS, "agent", "10.0.0.2", Verdict{Allow: true, Reason: "allowed", WouldDeny: policy.ReasonNoMatchingRule, ObservedBy: policy.ObservedByBundle})
+	if r.WouldDeny != "no_matching_rule" || r.ObservedBy != "bundle" {
+		t.Errorf("observed allow: would_deny %q observed_by %q; want no_matching_rule by bundle", r.WouldDeny, r.ObservedBy)
+	}
+	r.SetVerdict(Verdict{Reason: "audit_budget", Policy: "p"})
+	if r.WouldDeny != "" || r.ObservedBy != "" {
+		t.Errorf("after SetVerdict of a deny: would_deny %q observed_by %q; want none", r.WouldDeny, r.ObservedBy)
+	}
+	// A deny never carries one, whatever its decision said.
+	if v := VerdictOf(policy.Decision{Reason: "rule_deny", WouldDeny: &policy.Observed{Reason: "rule_deny", By: policy.ObservedByRule}}); v.WouldDeny != "" {
+		t.Errorf("VerdictOf(deny) = %+v; want no would_deny", v)
 	}
 }
 

@@ -43,6 +43,13 @@ type Record struct {
 	Reason   string   `json:"reason,omitempty"`
 	Rule     string   `json:"rule,omitempty"`
 	Policy   string   `json:"policy,omitempty"`
+	// WouldDeny is set on an allow that an observe mode let through: the
+	// reason the decision would have denied with. Rule names the rule
+	// that would have denied ("" when none matched).
+	WouldDeny string `json:"would_deny,omitempty"`
+	// ObservedBy says whose observe mode let it through: "rule",
+	// "identity" or "bundle". Set exactly when WouldDeny is.
+	ObservedBy string `json:"observed_by,omitempty"`
 	// Credentials names each secret the proxy added to the request and
 	// where ("header:Authorization", "query:key"; several joined by ","),
 	// never a value; the target fields hold the request as the sandbox

@@ -44,7 +44,9 @@ func Decide(ctx context.Context, d policy.Decider, id policy.Identity, name stri
 		dec.Reason = policy.ReasonPolicyDenied
 	}
 	if dec.Allow && !answerable(qtype) {
-		dec.Allow, dec.Reason = false, policy.ReasonQTypeNotAllowed
+		// Not a rule's decision but what the resolver can answer at all:
+		// an observed allow is refused too, and would_deny goes with it.
+		dec.Allow, dec.Reason, dec.WouldDeny = false, policy.ReasonQTypeNotAllowed, nil
 	}
 	return facts, dec, nil
 }
@@ -145,7 +147,7 @@ func (s *Server) decide(ctx context.Context, client netip.Addr, q dns.Question) 
 	}
 	ans := s.res.resolve(ctx, facts.Name)
 	if ans.err != nil {
-		return s.failed(out, ans)
+		return s.failed(out, ans, d)
 	}
 	out.rec.SetVerdict(audit.VerdictOf(d))
 	out.rcode = dns.RcodeSuccess
@@ -179,19 +181,19 @@ func (s *Server) refusedErr(out outcome, err error) outcome {
 	return s.refused(out, policy.ReasonMalformedName, "")
 }
 
-// failed maps a resolution that gave no vetted address: an allowed name
-// that does not exist is NXDOMAIN, one without addresses is an empty
-// answer, a forbidden address refuses the whole answer, and an upstream
-// failure is SERVFAIL.
-func (s *Server) failed(out outcome, ans *answer) outcome {
+// failed maps a resolution of the name d allowed that gave no vetted
+// address: a name that does not exist is NXDOMAIN, one without addresses
+// is an empty answer (an allow, observed if d was), a forbidden address
+// refuses the whole answer, and an upstream failure is SERVFAIL.
+func (s *Server) failed(out outcome, ans *answer, d policy.Decision) outcome {
 	var de *policy.DenyError
 	reason := policy.ReasonDNSFailure
 	if errors.As(ans.err, &de) {
 		reason = de.Reason
 	}
-	// An allowed name without addresses is an allow with an empty answer.
-	allow := reason == policy.ReasonDNSNoAddress
-	out.rec.SetVerdict(audit.Verdict{Allow: allow, Reason: reason, Rule: out.rec.Rule, Policy: out.rec.Policy})
+	v := audit.VerdictOf(d)
+	v.Allow, v.Reason = reason == policy.ReasonDNSNoAddress, reason
+	out.rec.SetVerdict(v)
 	out.rcode = s.rcodeFor(reason)
 	if reason.Codes().Rcode == dns.RcodeRefused && de != nil {
 		out.rec.Detail = map[string]string{"detail": de.Detail}

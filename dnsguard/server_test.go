@@ -34,6 +34,13 @@ const testRules = `{"rules": [
 // data.
 func testEngine(t testing.TB) *policy.Engine {
 	t.Helper()
+	return engineWithData(t, testRules)
+}
+
+// engineWithData loads the real default bundle's modules with data as its
+// data.json.
+func engineWithData(t testing.TB, data string) *policy.Engine {
+	t.Helper()
 	dir := t.TempDir()
 	err := fs.WalkDir(rego.FS, ".", func(p string, d fs.DirEntry, err error) error {
 		// The bundle's own Rego tests assert the default data, which
@@ -46,7 +53,7 @@ func testEngine(t testing.TB) *policy.Engine {
 			return err
 		}
 		if p == "data.json" {
-			b = []byte(testRules)
+			b = []byte(data)
 		}
 		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755); err != nil {
 			return err

@@ -107,6 +107,46 @@ for url in sys.argv[2:]:
 	}
 }
 
+// TestPythonJSONDenial: an agent that asks for JSON reads its refusal as
+// JSON with Python's own parser: the reason, its class, what it can do,
+// and the request id its record and X-Egressd-Request carry; nothing
+// about other rules or hosts.
+func TestPythonJSONDenial(t *testing.T) {
+	w := newWorld(t, nil)
+	script := `
+import json, sys, urllib.request, urllib.error
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": sys.argv[1]}))
+req = urllib.request.Request(sys.argv[2], headers={"Accept": "application/json"})
+try:
+    opener.open(req, timeout=10)
+    print("allowed")
+except urllib.error.HTTPError as e:
+    d = json.loads(e.read())
+    print(e.code, e.headers.get("Content-Type"), e.headers.get("X-Egressd-Request") == d["request"])
+    print(d["denied"], d["reason"], d["class"], d["action"], d["request"])
+    print(d["message"])
+`
+	out, err := run(t, "python3", "-c", script, "http://"+w.E.ProxyAddr, w.url("other.test", "/x"))
+	if err != nil {
+		t.Fatalf("python3: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || lines[0] != "403 application/json True" {
+		t.Fatalf("python output %q; want a 403 JSON refusal whose request matches X-Egressd-Request", out)
+	}
+	f := strings.Fields(lines[1])
+	if len(f) != 5 || f[0] != "True" || f[1] != "no_matching_rule" || f[2] != "policy" || f[3] != "request_grant" {
+		t.Errorf("denial %q; want True no_matching_rule policy request_grant ID", lines[1])
+	}
+	if strings.Contains(lines[2], "upstream.test") || !strings.Contains(lines[2], "grant") {
+		t.Errorf("message %q; want how to ask for a grant, naming no allowed host", lines[2])
+	}
+	recs := w.E.WaitRecords(t, "of the refusal", func(r audit.Record) bool { return r.Kind == audit.KindHTTP && r.Host == "other.test" })
+	if len(f) == 5 && recs[0].Request != f[4] {
+		t.Errorf("record request %q; the agent read %q", recs[0].Request, f[4])
+	}
+}
+
 func TestProxyAuthentication(t *testing.T) {
 	sum := sha256.Sum256([]byte("tok-1"))
 	w := newWorld(t, func(w *world) {

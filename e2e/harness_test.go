@@ -501,6 +501,8 @@ type Rule struct {
 	MCP             map[string]any `json:"mcp,omitempty"`
 	LLM             map[string]any `json:"llm,omitempty"`
 	SecretPatterns  string         `json:"secret_patterns,omitempty"`
+	// Mode is "observe" for a rule whose denies are only recorded.
+	Mode string `json:"mode,omitempty"`
 }
 
 // WritePolicy writes the default bundle (package rego) into a temporary

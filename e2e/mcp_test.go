@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/egressd/egressd/audit"
@@ -95,6 +98,14 @@ func TestMCPToolPlane(t *testing.T) {
 				_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: c.tool, Arguments: c.args})
 				if err == nil || !strings.Contains(err.Error(), c.reason) {
 					t.Errorf("call of %s: err = %v; want a JSON-RPC error naming %s", c.tool, err, c.reason)
+				}
+				// The SDK's own error type carries error.data: what the
+				// agent can do, and the request id a grant names.
+				var werr *jsonrpc.Error
+				var data struct{ Reason, Class, Action, Request string }
+				if !errors.As(err, &werr) || json.Unmarshal(werr.Data, &data) != nil ||
+					data.Reason != c.reason || data.Action != "request_grant" || data.Class != "policy" || data.Request == "" {
+					t.Errorf("call of %s: error data %+v; want reason, class policy, action request_grant and a request id", c.tool, data)
 				}
 				if n := srv.Ran(c.tool) - ran; n != 0 {
 					t.Errorf("%s reached the server %d times", c.tool, n)

@@ -305,7 +305,7 @@ var (
 	shortHexRE = regexp.MustCompile(`\b[0-9a-f]{4,}…`)
 	longHexRE  = regexp.MustCompile(`\b[0-9a-f]{32,}\b`)
 	bytesRE    = regexp.MustCompile(`\b\d+ bytes\b`)
-	requestRE  = regexp.MustCompile(`\brequest [0-9a-f]+-\d+\b`)
+	requestRE  = regexp.MustCompile(`\brequest("?:"?| )[0-9a-f]+-\d+\b`)
 	timeRE     = regexp.MustCompile(`\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z\b`)
 )
 

@@ -107,6 +107,8 @@ type parsedBundle struct {
 	// their actions by rule id.
 	credentialRules []CredentialRule
 	credentials     map[string][]Credential
+	// mode is data.mode, the bundle's own.
+	mode Mode
 }
 
 // parseBundle parses every module (Rego v1) and data file and builds the
@@ -160,6 +162,9 @@ func parseBundle(srcs []source) (*parsedBundle, error) {
 		return nil, fmt.Errorf("%s: %w", origin.of("rules"), err)
 	}
 	if pb.sqlProfiles, err = sqlProfiles(root, origin); err != nil {
+		return nil, err
+	}
+	if pb.mode, err = bundleMode(root, origin); err != nil {
 		return nil, err
 	}
 	val, err := ast.InterfaceToValue(root)
@@ -237,6 +242,8 @@ type compiled struct {
 	cache           *lru
 	// bodyScopes are where the bundle's Rego rules decide on bodies.
 	bodyScopes scopeSet
+	// mode is data.mode: ModeObserve lets every liftable deny through.
+	mode Mode
 }
 
 // entryPoints maps each Kind to its Rego package.
@@ -300,7 +307,7 @@ func prepare(ctx context.Context, pb *parsedBundle, cacheSize int) (*compiled, s
 	store := inmem.NewFromASTObject(pb.data)
 	c := &compiled{views: pb.views, sqlProfiles: pb.sqlProfiles, cache: newLRU(cacheSize),
 		credentialRules: pb.credentialRules, credentials: pb.credentials,
-		bodyScopes: newScopeSet(bodyScopes(prod))}
+		bodyScopes: newScopeSet(bodyScopes(prod)), mode: pb.mode}
 	for k, pkg := range entryPoints {
 		pq, err := rego.New(
 			rego.Query("data.egress."+pkg+".decision"),

@@ -42,6 +42,9 @@ type Identity struct {
 	// Attributes are operator-assigned labels (team, sql profile, …). Nil
 	// means none.
 	Attributes map[string]string `json:"attributes,omitempty"`
+	// Mode is the identity's `mode:`; ModeObserve lets its liftable
+	// denies through as would_deny. Rego does not see it.
+	Mode Mode `json:"-"`
 }
 
 // Facts are the Go-computed facts one entry point decides on. Implementations
@@ -98,6 +101,12 @@ type Decision struct {
 	// default_transaction_read_only on, so that PostgreSQL refuses a write
 	// too. False on every other decision.
 	ReadOnly bool `json:"read_only,omitempty"`
+	// WouldDeny is set on an allow that was a deny an observe mode (of
+	// the rule, the identity or the bundle) let through: the reason it
+	// would have been denied with, and which mode. Rule still names the
+	// rule that decided. Nil on every other decision; shared by every
+	// decision of the cache entry: read only.
+	WouldDeny *Observed `json:"would_deny,omitempty"`
 }
 
 // DenyError is the one typed error for a refusal found outside Rego (a

@@ -120,10 +120,10 @@ func (c *compiled) deny(reason Reason) Decision {
 	return Decision{Reason: reason, Policy: c.digest}
 }
 
-// appendInputKey encodes the kind, the identity (attributes in key order,
-// so that map order never splits the cache) and the facts.
+// appendInputKey encodes the kind, the identity (its mode, and attributes
+// in key order, so that map order never splits the cache) and the facts.
 func appendInputKey(dst []byte, kind Kind, in Input) []byte {
-	dst = append(dst, byte(kind))
+	dst = append(dst, byte(kind), byte(in.Identity.Mode))
 	dst = appendStr(dst, in.Identity.ID)
 	attrs := in.Identity.Attributes
 	dst = binary.AppendUvarint(dst, uint64(len(attrs)))
@@ -194,7 +194,9 @@ func (c *compiled) eval(ctx context.Context, e *Engine, kind Kind, in Input) (d 
 	if kind == KindHTTP && d.Rule != "" {
 		d.Options = c.views.byRule[d.Rule]
 	}
-	return d, true
+	// Observed here, before the cache, so that a cached observed decision
+	// costs nothing more: the identity's mode is in the cache key.
+	return c.observe(d, kind, in.Identity), true
 }
 
 // Options shared by every evaluation: no metrics, and the result left as

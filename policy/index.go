@@ -44,6 +44,9 @@ type ruleSpec struct {
 	mcp            *MCPRule
 	llm            *llmRuleSpec
 	SecretPatterns string `json:"secret_patterns,omitempty"`
+	// Mode is "enforce" (or absent) or "observe": the rule's liftable
+	// denies are let through and recorded as would_deny.
+	Mode string `json:"mode,omitempty"`
 	// Comment is free text for the operator.
 	Comment string `json:"comment,omitempty"`
 }
@@ -99,6 +102,11 @@ func buildIndex(raw any) (*ast.Term, *viewIndex, error) {
 	}
 	vx := newViewIndex(views, paths, fold)
 	vx.setOptions(rules, order)
+	for i := range rules {
+		if m, _ := ParseMode(rules[i].Mode); m == ModeObserve {
+			vx.observe[rules[i].ID] = true
+		}
+	}
 	for v, i := range order {
 		for _, h := range rules[i].Hosts {
 			byView.add(h, v)
@@ -153,7 +161,7 @@ func decodeRules(raw any) ([]ruleSpec, error) {
 				return nil, fmt.Errorf("rules[%d].%s: want %s, got a %s%s", i, te.Field, goKind(te.Type), te.Value, named)
 			}
 			if key, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-				return nil, fmt.Errorf("rules[%d] has unknown key %s%s: a rule has id, hosts, ports, methods, paths, identities, tls, inspect, action, credentials, max_body_bytes, max_request_bytes, mcp, llm, secret_patterns and comment", i, key, named)
+				return nil, fmt.Errorf("rules[%d] has unknown key %s%s: a rule has id, hosts, ports, methods, paths, identities, tls, inspect, action, credentials, max_body_bytes, max_request_bytes, mcp, llm, secret_patterns, mode and comment", i, key, named)
 			}
 			return nil, fmt.Errorf("rules[%d]: %w%s", i, err, named)
 		}
@@ -366,6 +374,9 @@ func (r *ruleSpec) validate() error {
 	}
 	if r.Action != "" && r.Action != "allow" && r.Action != "deny" {
 		return fmt.Errorf("action must be \"allow\" or \"deny\", got %q (rule %q)", r.Action, r.ID)
+	}
+	if _, err := ParseMode(r.Mode); err != nil {
+		return fmt.Errorf("mode %w (rule %q)", err, r.ID)
 	}
 	if r.Inspect && r.Action == "deny" {
 		return fmt.Errorf("inspect must not be set on a deny rule, which closes the tunnel anyway: remove it (rule %q)", r.ID)

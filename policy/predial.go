@@ -171,12 +171,18 @@ func (d *PreDial) decideRequest(ctx context.Context, id Identity, f *URLFacts, r
 	if b := f.Body; o.Decision.Allow && b != nil && b.MCP != nil && b.MCP.Batch {
 		// Rego decides each call of a batch as it would the call alone
 		// (input.mcp.tool, …): a rule on one call must not read a
-		// batch's list and never fire. One refused call refuses all.
+		// batch's list and never fire. One refused call refuses all;
+		// under observe mode, the first call that would be refused
+		// speaks for the batch, so its record says would_deny.
 		defer func() { b.call = 0 }()
 		for i := range b.MCP.Calls {
 			b.call = i + 1
-			if oi := d.decide(ctx, id, f, f.IP, f.Port); !oi.Decision.Allow {
+			oi := d.decide(ctx, id, f, f.IP, f.Port)
+			if !oi.Decision.Allow {
 				return oi
+			}
+			if oi.Decision.WouldDeny != nil && o.Decision.WouldDeny == nil {
+				o = oi
 			}
 		}
 	}

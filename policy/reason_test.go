@@ -198,33 +198,34 @@ func reasonsMarkdown() string {
 	type row struct {
 		class   policy.Class
 		codes   policy.Codes
+		action  policy.Action
 		reasons []string
 	}
 	var rows []*row
 	for _, r := range policy.Reasons() {
-		c, cl := r.Codes(), r.Class()
+		c, cl, a := r.Codes(), r.Class(), r.Action()
 		var found *row
 		for _, x := range rows {
-			if x.class == cl && x.codes == c {
+			if x.class == cl && x.codes == c && x.action == a {
 				found = x
 			}
 		}
 		if found == nil {
-			found = &row{class: cl, codes: c}
+			found = &row{class: cl, codes: c, action: a}
 			rows = append(rows, found)
 		}
 		found.reasons = append(found.reasons, "`"+r.String()+"`")
 	}
 	// Classes in their declared order, rows of one class by first reason.
 	var b strings.Builder
-	b.WriteString("| class | HTTP | DNS | SQLSTATE | reasons |\n| --- | --- | --- | --- | --- |\n")
+	b.WriteString("| class | HTTP | DNS | SQLSTATE | agent action | reasons |\n| --- | --- | --- | --- | --- | --- |\n")
 	for cl := policy.ClassPolicy; cl <= policy.ClassClient; cl++ {
 		for _, x := range rows {
 			if x.class != cl {
 				continue
 			}
 			b.WriteString("| " + cl.String() + " | " + strconv.Itoa(x.codes.HTTP) + " | " + dns.RcodeToString[x.codes.Rcode] +
-				" | " + x.codes.SQLState + " | " + strings.Join(x.reasons, ", ") + " |\n")
+				" | " + x.codes.SQLState + " | `" + string(x.action) + "` | " + strings.Join(x.reasons, ", ") + " |\n")
 		}
 	}
 	return b.String()

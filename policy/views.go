@@ -35,6 +35,8 @@ type viewIndex struct {
 	// bodyDenied are, for each view deciding on bodies, its stand-ins
 	// by refusal (setBodyDenials).
 	bodyDenied []map[Reason]*ast.Term
+	// observe are the ids of the rules with "mode": "observe".
+	observe map[string]bool
 }
 
 type cidrViews struct {
@@ -54,7 +56,7 @@ type cidrViews struct {
 //     allow for "/public/**" must not open "/PUBLIC/…", which a
 //     case-sensitive upstream serves as another resource.
 func newViewIndex(views []*ast.Term, paths [][]string, fold []bool) *viewIndex {
-	x := &viewIndex{views: views, paths: make([][]*glob.Pattern, len(views)), fold: fold, hosts: map[string][]int{}}
+	x := &viewIndex{views: views, paths: make([][]*glob.Pattern, len(views)), fold: fold, hosts: map[string][]int{}, observe: map[string]bool{}}
 	for v, ps := range paths {
 		for _, p := range ps {
 			if fold[v] {

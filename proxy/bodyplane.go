@@ -103,17 +103,21 @@ func (s *Server) argsDigest(v ast.Value) string {
 // mcpRefusal is the JSON-RPC answer to a refused MCP request, so that the
 // agent reads which call was refused and why, in the protocol it speaks,
 // rather than an HTTP error its SDK reports as a broken transport.
-func mcpRefusal(d *policy.Decision, req *mcp.Request) (body []byte, status int) {
+func mcpRefusal(d *policy.Decision, req *mcp.Request, requestID string) (body []byte, status int) {
+	refusal := func(reason policy.Reason) mcp.Refusal {
+		return mcp.Refusal{Reason: reason.String(), Class: reason.Class().String(),
+			Action: string(reason.Action()), Request: requestID}
+	}
 	refused := map[int]mcp.Refusal{}
 	if d.Options != nil && d.Options.MCP != nil {
 		for i, reason := range d.Options.MCP.Refusals(req) {
-			refused[i] = mcp.Refusal{Reason: reason.String()}
+			refused[i] = refusal(reason)
 		}
 	}
 	if len(refused) == 0 {
 		// Refused by another rule (a Rego rule on input.mcp): every call.
 		for i := range req.Calls {
-			refused[i] = mcp.Refusal{Reason: d.Reason.String()}
+			refused[i] = refusal(d.Reason)
 		}
 	}
 	return mcp.ErrorBody(req, refused)
@@ -123,7 +127,7 @@ func mcpRefusal(d *policy.Decision, req *mcp.Request) (body []byte, status int) 
 // it is a POST of an HTTP+SSE session (its body then is 202 Accepted),
 // else in its body.
 func (s *Server) tellRefusal(rf *refusal, f *httpFlow, d *policy.Decision, req *mcp.Request) {
-	body, status := mcpRefusal(d, req)
+	body, status := mcpRefusal(d, req, f.id)
 	if f.method == http.MethodPost && status == http.StatusOK && s.sse.inject(f.identity.ID, f.target, body) {
 		rf.agentBody, rf.status = []byte{}, http.StatusAccepted
 		return

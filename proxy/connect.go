@@ -52,6 +52,7 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 		method: http.MethodConnect, start: start}
 	f.setClient(r.RemoteAddr)
 	f.target = claim{authority: r.RequestURI}.target()
+	f.accept = acceptOf(r)
 	client.SetDeadline(start.Add(s.cfg.DialTimeout + s.cfg.ReadHeaderTimeout))
 
 	if s.draining.Load() {
@@ -172,7 +173,7 @@ func (s *Server) respondRefusedConn(f *flowInfo, c net.Conn, rf refusal) {
 		ce.Write(zap.String("request", f.id), zap.String("kind", "connect"),
 			zap.String("identity", f.identity), zap.Stringer("reason", rf.Reason))
 	}
-	_ = rf.write(c, f.id) // the connection is closed next; a client gone has nothing to be told
+	_ = rf.write(c, f.accept, f.id) // the connection is closed next; a client gone has nothing to be told
 }
 
 func (s *Server) track(t *tunnel) bool {

@@ -76,11 +76,7 @@ func credProxy(t *testing.T, d policy.Decider, dial Dialer) (addr string, lines 
 		t.Fatal(err)
 	}
 	go s.Serve(ln) //nolint:errcheck // ends with Shutdown below
-	t.Cleanup(func() {
-		if err := s.Shutdown(context.Background()); err != nil {
-			t.Errorf("proxy shutdown: %v", err)
-		}
-	})
+	shutdownOnCleanup(t, s)
 	return ln.Addr().String(), lines, logs
 }
 

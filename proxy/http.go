@@ -473,7 +473,5 @@ func (s *Server) serveNonProxy(w http.ResponseWriter, r *http.Request) {
 	if err := s.auditDecision(&f.flowInfo, rf.verdict); err != nil {
 		rf = refusalOf(policy.ReasonAuditUnavailable)
 	}
-	rf.header(w.Header(), f.id)
-	w.WriteHeader(rf.status)
-	_, _ = w.Write([]byte(rf.body(f.id))) // a client gone mid-refusal has nothing to be told
+	rf.serve(w, r, f.id)
 }

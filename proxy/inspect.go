@@ -119,7 +119,8 @@ func (t *tunnel) serveInner(c net.Conn) {
 	cfg := t.s.cfg
 	l := &oneConnListener{conn: c, stop: make(chan struct{}), done: make(chan struct{})}
 	ic, _ := c.(*innerConn)
-	srv := &http.Server{
+	var srv *http.Server
+	srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if ic != nil {
 				ic.unhandled.Store(false)
@@ -140,6 +141,19 @@ func (t *tunnel) serveInner(c net.Conn) {
 		BaseContext:       func(net.Listener) context.Context { return context.WithValue(context.Background(), innerKey{}, t) },
 		ConnState: func(_ net.Conn, st http.ConnState) {
 			switch st {
+			case http.StateNew:
+				// A drain lets the request in flight finish, then closes
+				// the connection (h2: GOAWAY) rather than waiting for the
+				// client to leave a keep-alive connection. Published only
+				// now that srv tracks the connection: a Shutdown before
+				// that would make Serve return without taking it, and
+				// nothing would ever close it. Set before draining is
+				// read, as Shutdown sets draining before reading it: one
+				// of the two sees the other.
+				t.inner.Store(srv)
+				if t.s.draining.Load() {
+					go srv.Shutdown(context.Background()) //nolint:errcheck // no deadline: it returns nil once the connection has gone
+				}
 			case http.StateActive:
 				if ic != nil {
 					ic.status.Store(0)
@@ -163,18 +177,16 @@ func (t *tunnel) serveInner(c net.Conn) {
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetHTTP2(true)
 	srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 100}
-	// A drain lets the request in flight finish, then closes the
-	// connection (h2: GOAWAY) rather than waiting for the client to leave
-	// a keep-alive connection. Set before draining is read, as Shutdown
-	// sets draining before reading it: one of the two sees the other.
-	t.inner.Store(srv)
-	if t.s.draining.Load() {
-		go srv.Shutdown(context.Background()) //nolint:errcheck // no deadline: it returns nil once the connection has gone
-	}
 	// The listener has one connection: Serve returns once the listener is
 	// closed (a drain) or the connection ended, and the connection may
 	// still be finishing a request in the first case.
 	srv.Serve(l) //nolint:errcheck // the tunnel's completion record says how it ended
+	if !l.wasTaken() {
+		// Serve failed before it took the connection: no state change
+		// will ever say it ended.
+		c.Close()
+		return
+	}
 	<-l.done
 }
 
@@ -215,9 +227,7 @@ func (s *Server) auditAndRefuseInnerConnect(w http.ResponseWriter, r *http.Reque
 	if err := s.auditDecision(&f.flowInfo, verdict{Verdict: audit.Verdict{Reason: rf.Reason}, detail: "CONNECT inside an inspected tunnel"}); err != nil {
 		rf = refusalOf(policy.ReasonAuditUnavailable)
 	}
-	rf.header(w.Header(), f.id)
-	w.WriteHeader(rf.status)
-	w.Write([]byte(rf.body(f.id))) //nolint:errcheck // the refusal is audited; a client gone before reading it changes nothing
+	rf.serve(w, r, f.id)
 }
 
 // innerConn is an inspected tunnel's HTTP/1.1 connection, watched as the
@@ -292,6 +302,13 @@ func (l *oneConnListener) Accept() (net.Conn, error) {
 	case <-l.done:
 	}
 	return nil, net.ErrClosed
+}
+
+// wasTaken reports whether Accept handed the connection out.
+func (l *oneConnListener) wasTaken() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.taken
 }
 
 func (l *oneConnListener) ended() { l.doneOnce.Do(func() { close(l.done) }) }

@@ -165,11 +165,7 @@ func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixtu
 		tb.Fatal(err)
 	}
 	go s.Serve(ln) //nolint:errcheck // ends with Shutdown below
-	tb.Cleanup(func() {
-		if err := s.Shutdown(context.Background()); err != nil {
-			tb.Errorf("proxy shutdown: %v", err)
-		}
-	})
+	shutdownOnCleanup(tb, s)
 	f.proxy, f.srv = ln.Addr().String(), s
 	return f
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -20,6 +21,7 @@ import (
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/internal/decisiontest"
 	"github.com/egressd/egressd/internal/identity"
+	"github.com/egressd/egressd/internal/testwait"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -675,5 +677,38 @@ func TestInspectDrain(t *testing.T) {
 		// A guard, not a measure: idle inspected connections would hold
 		// the drain until their idle timeout.
 		t.Fatalf("drain still waiting on idle inspected connections")
+	}
+}
+
+// TestInspectDrainDuringHandshake: a drain that starts while an inspected
+// tunnel's TLS handshake is under way ends the tunnel and returns. The
+// tunnel's own server may be shut down before it serves its one
+// connection; that connection must then be closed, not waited on (the
+// proxy package's hang in CI at stop 31: Shutdown waited forever).
+func TestInspectDrainDuringHandshake(t *testing.T) {
+	for i := range 20 {
+		f := startInspect(t, echoPath(new(atomic.Int64)), inspectOptions{})
+		c, _ := openTunnel(t, f.proxy, "example.com:"+f.port, "")
+		drained := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			drained <- f.srv.Shutdown(ctx)
+		}()
+		testwait.For(t, "the drain to start", 5*time.Second, func() error {
+			if !f.srv.draining.Load() {
+				return errors.New("not draining")
+			}
+			return nil
+		})
+		tc := tls.Client(c, &tls.Config{ServerName: "example.com", RootCAs: f.ca.pool(t, "anonymous")})
+		tc.SetDeadline(time.Now().Add(5 * time.Second))
+		tc.Handshake() //nolint:errcheck // the drain may close the tunnel first: either way it must end
+		tc.Close()
+		select {
+		case <-drained:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("iteration %d: the drain still waits on a tunnel whose client has gone", i)
+		}
 	}
 }

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"compress/gzip"
-	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -128,7 +127,7 @@ func startLeakProxy(t testing.TB, o Options, opts *policy.RuleOptions, ids ident
 		t.Fatal(err)
 	}
 	go s.Serve(ln) //nolint:errcheck // ends with Shutdown below
-	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	shutdownOnCleanup(t, s)
 	return ln.Addr().String()
 }
 

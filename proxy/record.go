@@ -44,6 +44,9 @@ type flowInfo struct {
 	// leak, when not nil, is what the search for secrets leaving in the
 	// request found (leak.go); nil when nothing is searched.
 	leak *leakFindings
+	// accept is a CONNECT's Accept values, for the refusal written on its
+	// raw connection (refusal.answer).
+	accept string
 }
 
 // record is a record of the flow with no decision: a completion.
@@ -133,6 +136,7 @@ func (s *Server) auditDecision(f *flowInfo, v verdict) error {
 		return err
 	}
 	s.metrics.decided(kind, r.Decision, v.Reason)
+	s.metrics.Decisions.IncWouldDeny(r)
 	return nil
 }
 

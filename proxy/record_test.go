@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -55,7 +54,7 @@ func startAudited(t *testing.T, cfg Config, ids identity.Config, a audit.Appende
 	}
 	// A fixture: the server's lifecycle tests check Serve and Shutdown.
 	go func() { _ = s.Serve(ln) }()
-	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	shutdownOnCleanup(t, s)
 	return auditedServer{addr: ln.Addr().String(), metrics: m}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"os"
@@ -117,9 +118,55 @@ func (r refusal) body(requestID string) string {
 	return "egressd: denied: " + string(r.Reason) + " (rule " + rule + ", request " + requestID + ")\n"
 }
 
-// header fills h for a refusal response.
-func (r refusal) header(h http.Header, requestID string) {
-	h.Set("Content-Type", "text/plain; charset=utf-8")
+// answer is the refusal's body and its Content-Type for a client whose
+// request said accept (its Accept values, joined): the protocol answer
+// when the refusal has one, JSON for a client that asks for it, else the
+// text line.
+func (r refusal) answer(accept, requestID string) (body, contentType string) {
+	switch {
+	case r.agentBody != nil:
+		return string(r.agentBody), "application/json"
+	case acceptsJSON(accept):
+		retry := 0
+		if r.retryAfter > 0 {
+			retry = int((r.retryAfter + time.Second - 1) / time.Second)
+		}
+		return string(policy.DenialJSON(r.Reason, r.Rule, requestID, retry)) + "\n", "application/json"
+	}
+	return r.body(requestID), "text/plain; charset=utf-8"
+}
+
+// acceptsJSON reports whether an Accept header lists application/json
+// (with a q other than 0); "*/*" alone keeps the text line people read.
+func acceptsJSON(accept string) bool {
+	for accept != "" {
+		var part string
+		part, accept, _ = strings.Cut(accept, ",")
+		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil || mt != "application/json" {
+			continue
+		}
+		if q, ok := params["q"]; ok {
+			if v, err := strconv.ParseFloat(q, 64); err != nil || v <= 0 {
+				continue
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// acceptOf is r's Accept values as one list.
+func acceptOf(r *http.Request) string {
+	if r == nil {
+		return ""
+	}
+	return strings.Join(r.Header.Values("Accept"), ",")
+}
+
+// header fills h for a refusal response of contentType.
+func (r refusal) header(h http.Header, requestID, contentType string) {
+	h.Set("Content-Type", contentType)
 	h.Set("X-Egressd-Decision", decisionHeader(r.Reason, r.Rule))
 	h.Set("X-Egressd-Request", requestID)
 	h.Set("Cache-Control", "no-store")
@@ -132,9 +179,14 @@ func (r refusal) header(h http.Header, requestID string) {
 	if r.retryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(int((r.retryAfter+time.Second-1)/time.Second)))
 	}
-	if r.agentBody != nil {
-		h.Set("Content-Type", "application/json")
-	}
+}
+
+// serve answers req with the refusal through w.
+func (r refusal) serve(w http.ResponseWriter, req *http.Request, requestID string) {
+	body, ctype := r.answer(acceptOf(req), requestID)
+	r.header(w.Header(), requestID, ctype)
+	w.WriteHeader(r.status)
+	_, _ = io.WriteString(w, body) // the refusal is audited; a client gone before reading it changes nothing
 }
 
 // closes reports whether the connection ends after this refusal: a client
@@ -149,10 +201,7 @@ func (r refusal) closes() bool {
 // response builds the refusal as an *http.Response for goproxy's request
 // and response hooks.
 func (r refusal) response(req *http.Request, requestID string) *http.Response {
-	body := r.body(requestID)
-	if r.agentBody != nil {
-		body = string(r.agentBody)
-	}
+	body, ctype := r.answer(acceptOf(req), requestID)
 	resp := &http.Response{
 		Status:        strconv.Itoa(r.status) + " " + http.StatusText(r.status),
 		StatusCode:    r.status,
@@ -164,17 +213,18 @@ func (r refusal) response(req *http.Request, requestID string) *http.Response {
 		ContentLength: int64(len(body)),
 		Request:       req,
 	}
-	r.header(resp.Header, requestID)
+	r.header(resp.Header, requestID, ctype)
 	return resp
 }
 
 // write sends the refusal on a raw (hijacked) connection as an HTTP/1.1
-// response, then the caller closes the connection.
-func (r refusal) write(w interface{ Write([]byte) (int, error) }, requestID string) error {
+// response to a request that said accept, then the caller closes the
+// connection.
+func (r refusal) write(w interface{ Write([]byte) (int, error) }, accept, requestID string) error {
 	h := make(http.Header, 6)
-	r.header(h, requestID)
+	body, ctype := r.answer(accept, requestID)
+	r.header(h, requestID, ctype)
 	h.Set("Connection", "close")
-	body := r.body(requestID)
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	var b strings.Builder
 	b.WriteString("HTTP/1.1 ")

@@ -1,14 +1,19 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/internal/decisiontest"
 	"github.com/egressd/egressd/policy"
 )
@@ -54,7 +59,7 @@ func TestRefusalFor(t *testing.T) {
 func TestRefusalBodyHidesDetail(t *testing.T) {
 	rf := refusalFor(stageDial, policy.Decision{}, &policy.DenyError{Reason: "private_address", Detail: "10.0.0.1 is private"})
 	var b strings.Builder
-	if err := rf.write(&b, "req-1"); err != nil {
+	if err := rf.write(&b, "", "req-1"); err != nil {
 		t.Fatal(err)
 	}
 	got := b.String()
@@ -77,5 +82,59 @@ func TestDecisionHeaderReadsBack(t *testing.T) {
 		if got := decisiontest.Parse(decisionHeader(policy.ReasonPrivateAddress, rule)); got != want {
 			t.Errorf("decisiontest.Parse(decisionHeader(%s, %q)) = %+v; want %+v", policy.ReasonPrivateAddress, rule, got, want)
 		}
+	}
+}
+
+// TestRefusalJSON: a client that asks for JSON reads the reason, its
+// class, the request id and what it can do; nothing of the policy beyond
+// the deciding rule, and the text line stays for everyone else.
+func TestRefusalJSON(t *testing.T) {
+	for _, tc := range []struct {
+		name, accept string
+		rf           refusal
+		json         bool
+		action       policy.Action
+	}{
+		{"text by default", "*/*", refusalFor(stagePolicy, policy.Deny(policy.ReasonNoMatchingRule, ""), nil), false, ""},
+		{"no accept", "", refusalFor(stagePolicy, policy.Deny(policy.ReasonNoMatchingRule, ""), nil), false, ""},
+		{"q=0 refuses json", "application/json;q=0, text/plain", refusalFor(stagePolicy, policy.Deny(policy.ReasonNoMatchingRule, ""), nil), false, ""},
+		{"rule deny is grantable", "application/json", refusalFor(stagePolicy, policy.Deny(policy.ReasonRuleDeny, "no-paste"), nil), true, policy.ActionRequestGrant},
+		{"among others", "text/html, application/json;q=0.5", refusalFor(stagePolicy, policy.Deny(policy.ReasonNoMatchingRule, ""), nil), true, policy.ActionRequestGrant},
+		{"floor is not", "application/json", refusalFor(stageDial, policy.Decision{}, &policy.DenyError{Reason: policy.ReasonMetadataAddress, Detail: "169.254.169.254"}), true, policy.ActionNone},
+		{"limit says retry", "application/json", refusal{status: 429, verdict: verdict{Verdict: audit.Verdict{Reason: policy.ReasonRateLimited}}, retryAfter: 1500 * time.Millisecond}, true, policy.ActionRetryLater},
+		{"auth", "application/json", refusalFor(stagePolicy, policy.Deny(policy.ReasonProxyAuthRequired, ""), nil), true, policy.ActionAuthenticate},
+		{"malformed", "application/json", refusalFor(stageParse, policy.Decision{}, &policy.DenyError{Reason: "encoded_separator"}), true, policy.ActionNone},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			if err := tc.rf.write(&b, tc.accept, "req-7"); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(b.String())), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if strings.Contains(string(body), "169.254") {
+				t.Errorf("body %q names the address", body)
+			}
+			if !tc.json {
+				if resp.Header.Get("Content-Type") != "text/plain; charset=utf-8" || !strings.HasPrefix(string(body), "egressd: denied: ") {
+					t.Errorf("answer %q %q; want the text line", resp.Header.Get("Content-Type"), body)
+				}
+				return
+			}
+			var d policy.Denial
+			if err := json.Unmarshal(body, &d); err != nil || resp.Header.Get("Content-Type") != "application/json" {
+				t.Fatalf("answer %q %q: %v; want JSON", resp.Header.Get("Content-Type"), body, err)
+			}
+			want := policy.DenialOf(tc.rf.Reason, tc.rf.Rule, "req-7", d.RetryAfter)
+			if d != want || d.Action != tc.action || !d.Denied || d.Class == "" {
+				t.Errorf("denial %+v; want %+v with action %s", d, want, tc.action)
+			}
+			if tc.rf.retryAfter > 0 && d.RetryAfter != 2 {
+				t.Errorf("retry_after %d; want 2 (rounded up)", d.RetryAfter)
+			}
+		})
 	}
 }

@@ -63,7 +63,7 @@ func startServer(tb testing.TB, cfg Config, e policy.Decider, a audit.Appender) 
 	}
 	// A fixture: the server's lifecycle tests check Serve and Shutdown.
 	go func() { _ = s.Serve(ln) }()
-	tb.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	shutdownOnCleanup(tb, s)
 	return s, ln.Addr().String()
 }
 

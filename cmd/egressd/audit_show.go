@@ -26,13 +26,18 @@ type showFilter struct {
 	decision         audit.Decision
 	kind             audit.Kind
 	since, until     time.Time
+	// wouldDeny keeps only allows an observe mode let through.
+	wouldDeny bool
 }
 
+// match reports whether r passes f. A reason matches a record's reason,
+// or the reason an observed allow would have been denied with.
 func (f *showFilter) match(r *audit.Record) bool {
 	return (f.identity == "" || r.Identity == f.identity) &&
 		(f.decision == "" || r.Decision == f.decision) &&
 		(f.kind == "" || r.Kind == f.kind) &&
-		(f.reason == "" || r.Reason == f.reason) &&
+		(f.reason == "" || r.Reason == f.reason || r.WouldDeny == f.reason) &&
+		(!f.wouldDeny || r.WouldDeny != "") &&
 		(f.since.IsZero() || !r.TS.Before(f.since)) &&
 		(f.until.IsZero() || r.TS.Before(f.until))
 }
@@ -62,7 +67,8 @@ func parseShow(args []string, stderr io.Writer, now time.Time) (*showOptions, er
 	fs.StringVar(&o.filter.identity, "identity", "", "only records of this sandbox identity")
 	fs.StringVar((*string)(&o.filter.decision), "decision", "", "only records with this decision (allow or deny)")
 	fs.StringVar((*string)(&o.filter.kind), "kind", "", "only records of this kind (http, connect, dns, sql, redirect, segment, …)")
-	fs.StringVar(&o.filter.reason, "reason", "", "only records with this reason")
+	fs.StringVar(&o.filter.reason, "reason", "", "only records with this reason (or allows an observe mode let through that would have been denied with it)")
+	fs.BoolVar(&o.filter.wouldDeny, "would-deny", false, "only allows an observe mode let through: what would be denied in enforce mode (would_deny)")
 	since := fs.String("since", "", "only records at or after `T` (RFC 3339, or a duration such as 1h meaning that long ago)")
 	until := fs.String("until", "", "only records before `T` (RFC 3339 or a duration ago)")
 	asJSON := fs.Bool("json", false, "print records as JSON lines, exactly as logged (the default when stdout is not a terminal)")
@@ -189,8 +195,17 @@ func writeHeader(w *bufio.Writer) {
 func writeRow(w *bufio.Writer, r *audit.Record) {
 	writeCells(w, []string{
 		r.TS.UTC().Format("2006-01-02T15:04:05.000000Z"), strconv.FormatUint(r.Seq, 10), r.Kind.String(),
-		dash(r.Identity), dash(r.Decision.String()), dash(r.Reason), dash(r.Rule), target(r),
+		dash(r.Identity), dash(r.Decision.String()), reasonCell(r), dash(r.Rule), target(r),
 	})
+}
+
+// reasonCell is the reason column: an observed allow shows what it would
+// have been denied with.
+func reasonCell(r *audit.Record) string {
+	if r.WouldDeny != "" {
+		return "would_deny:" + r.WouldDeny
+	}
+	return dash(r.Reason)
 }
 
 func writeCells(w *bufio.Writer, cells []string) {

@@ -50,9 +50,14 @@ func testAuditRecord(i int) *audit.Record {
 	r := &audit.Record{Kind: "http", Request: fmt.Sprintf("req-%d", i), Identity: "sb-a",
 		Method: "GET", Scheme: "https", Host: "pypi.org", Port: 443, Path: "/simple/",
 		Decision: "allow", Rule: "pypi"}
-	if i%3 == 0 {
+	switch {
+	case i%3 == 0:
 		r.Identity, r.Decision, r.Reason, r.Rule = "sb-b", "deny", "no_rule", ""
 		r.Path = "/evil\x1b[2J"
+	case i%5 == 1:
+		// Allowed by the bundle's observe mode (4 of 30 records).
+		r.Reason, r.Rule, r.WouldDeny, r.ObservedBy = "allowed", "", "no_rule", "bundle"
+		r.Path = "/observed"
 	}
 	return r
 }
@@ -106,6 +111,9 @@ func TestAuditShowCLI(t *testing.T) {
 		{"until long ago", []string{"--json", "--until", "24h"}, 0, "", ""},
 		{"since long ago", []string{"--json", "--since", "24h", "--kind", "http"}, 30, "", ""},
 		{"table", []string{"--table", "--identity", "sb-b"}, 11, `GET https://pypi.org:443/evil\u001b[2J`, "\x1b"},
+		{"would deny", []string{"--json", "--would-deny"}, 4, `"would_deny":"no_rule","observed_by":"bundle"`, `"decision":"deny"`},
+		{"reason of an observed allow", []string{"--json", "--decision", "allow", "--reason", "no_rule"}, 4, `"path":"/observed"`, `"path":"/simple/"`},
+		{"would deny table", []string{"--table", "--would-deny"}, 5, "would_deny:no_rule", "/simple/"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

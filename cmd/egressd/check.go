@@ -61,6 +61,10 @@ type checkOutput struct {
 	// Inspected says an https:// request was decided as the proxy would
 	// decide it inside an inspected tunnel.
 	Inspected bool `json:"inspected,omitempty"`
+	// WouldDeny is set on an allow that an observe mode lets through:
+	// the reason it would be denied with and whose mode ("rule",
+	// "identity", "bundle").
+	WouldDeny *policy.Observed `json:"would_deny,omitempty"`
 	// Detail explains a refusal found before Rego (a malformed URL).
 	Detail string `json:"detail,omitempty"`
 	// Assumes states what the answer takes for granted that the gate
@@ -79,6 +83,7 @@ func decided(kind policy.Kind, env *decideEnv, facts any, d policy.Decision) che
 		Kind: kind.String(), Identity: env.identity.ID,
 		Allow: d.Allow, Reason: d.Reason, Rule: d.Rule, Policy: d.Policy, TLS: d.TLS, Inspect: d.Inspect,
 		Credentials: credentialsOf(d.Credentials),
+		WouldDeny:   d.WouldDeny,
 		Facts:       facts,
 	}
 }

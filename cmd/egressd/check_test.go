@@ -57,6 +57,23 @@ func TestCheckIdentityFromConfig(t *testing.T) {
 	}
 }
 
+// TestCheckObservingIdentity: check answers what the proxy would do for an
+// identity in observe mode: allow, with what would be denied.
+func TestCheckObservingIdentity(t *testing.T) {
+	cfg := writeConfig(t, t.TempDir(), "policy:\n  eval_timeout: 10s\nidentities:\n  - id: watcher\n    sources: [192.0.2.2/32]\n    mode: observe\n")
+	code, stdout, stderr := runCLI("check", "http", "--config", cfg, "--identity", "watcher", "GET", "http://example.com/")
+	var out checkOutput
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil || code != 0 {
+		t.Fatalf("check = exit %d, %q (stderr %q), %v; want exit 0 and JSON", code, stdout, stderr, err)
+	}
+	if w := out.WouldDeny; !out.Allow || w == nil || w.Reason != policy.ReasonNoMatchingRule || w.By != policy.ObservedByIdentity {
+		t.Errorf("check = %s; want allow with would_deny no_matching_rule by identity", stdout)
+	}
+	if !strings.Contains(stdout, `"would_deny":{"reason":"no_matching_rule","by":"identity"}`) {
+		t.Errorf("check printed %s; want would_deny spelled out", stdout)
+	}
+}
+
 // TestDeployExampleParses keeps deploy/egressd.yaml a valid config whose
 // policy section documents the defaults.
 func TestDeployExampleParses(t *testing.T) {

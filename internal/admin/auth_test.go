@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"go.uber.org/zap"
 )
 
 func sumOf(tok string) string {
@@ -24,7 +26,7 @@ func TestAuthRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := Handler(Options{Auth: auth, Routes: []Route{{Pattern: "POST /v1/grants", Scope: ScopeGrant,
+	h := Handler(Options{Log: zap.NewNop(), Auth: auth, Routes: []Route{{Pattern: "POST /v1/grants", Scope: ScopeGrant,
 		Handler: func(w http.ResponseWriter, _ *http.Request, who string) { text(w, 200, "hello "+who) }}}})
 	for _, tc := range []struct {
 		name, header string

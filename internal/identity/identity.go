@@ -44,6 +44,10 @@ type Entry struct {
 	// the proxy per window (bodies and tunnels, both directions). If nil,
 	// none.
 	ByteBudget *ByteBudget `yaml:"byte_budget"`
+	// Mode is "enforce" or "observe": an observing identity's requests
+	// that a rule decision would deny are let through and recorded as
+	// would_deny (see policy.ModeObserve). If empty, enforce.
+	Mode string `yaml:"mode"`
 }
 
 // ByteBudget is `byte_budget: {bytes: N, per: 24h}`.
@@ -99,6 +103,9 @@ func (c Config) Validate() error {
 				return fmt.Errorf("[%d].sources[%d] must be a CIDR, got %q", i, j, s)
 			}
 		}
+		if _, err := policy.ParseMode(e.Mode); err != nil {
+			return fmt.Errorf("[%d].mode %w (id %q)", i, err, e.ID)
+		}
 		if b := e.ByteBudget; b != nil {
 			if b.Bytes < 1 {
 				return fmt.Errorf("[%d].byte_budget.bytes must be positive, got %d", i, b.Bytes)
@@ -142,7 +149,8 @@ func New(c Config) (*Store, error) {
 	}
 	s := &Store{byID: make(map[string]*record, len(c))}
 	for _, e := range c {
-		r := &record{entry: e, identity: policy.Identity{ID: e.ID, Attributes: e.Attributes}}
+		mode, _ := policy.ParseMode(e.Mode)
+		r := &record{entry: e, identity: policy.Identity{ID: e.ID, Attributes: e.Attributes, Mode: mode}}
 		if e.TokenSHA256 != "" {
 			b, _ := hex.DecodeString(e.TokenSHA256)
 			copy(r.token[:], b)

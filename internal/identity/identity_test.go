@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/egressd/egressd/policy"
 )
 
 func hashHex(s string) string {
@@ -93,6 +95,7 @@ func TestNewRejectsInvalid(t *testing.T) {
 		{"short hash", Config{{ID: "a", TokenSHA256: "00"}}},
 		{"bad scram", Config{{ID: "a", SCRAMSHA256: "md5abc"}}},
 		{"bad cidr", Config{{ID: "a", Sources: []string{"nope"}}}},
+		{"bad mode", Config{{ID: "a", Sources: []string{"10.0.0.0/8"}, Mode: "audit"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -144,5 +147,27 @@ func TestValidateRefusesIdentityNoOneCanBe(t *testing.T) {
 		if err := (Config{e}).Validate(); err != nil {
 			t.Errorf("Validate(%+v) error = %v; want nil", e, err)
 		}
+	}
+}
+
+// TestMode: an identity's mode reaches policy.Identity; a mode that is not
+// enforce or observe is refused, naming the key.
+func TestMode(t *testing.T) {
+	s, err := New(Config{
+		{ID: "watched", Sources: []string{"10.9.0.0/16"}, Mode: "observe"},
+		{ID: "plain", Sources: []string{"10.8.0.0/16"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, id, _ := s.Lookup("watched"); id.Mode != policy.ModeObserve {
+		t.Errorf("Lookup(watched).Mode = %v; want observe", id.Mode)
+	}
+	if id, _ := s.BySource(netip.MustParseAddr("10.8.0.1")); id.Mode != policy.ModeEnforce {
+		t.Errorf("BySource(plain).Mode = %v; want enforce", id.Mode)
+	}
+	err = Config{{ID: "a", Sources: []string{"10.0.0.0/8"}, Mode: "watch"}}.Validate()
+	if want := `[0].mode must be "enforce" or "observe", got "watch" (id "a")`; err == nil || err.Error() != want {
+		t.Errorf("Validate(mode watch) = %v; want %s", err, want)
 	}
 }

@@ -42,10 +42,18 @@ func refuses(k policy.Kind) func(policy.Reason) bool {
 }
 
 // Decisions counts every decision of every entry point in one vector,
-// egressd_decisions_total{kind, decision, reason}.
+// egressd_decisions_total{kind, decision, reason}, and the allows an
+// observe mode let through in egressd_would_deny_total{kind, reason,
+// observed_by} as well.
 type Decisions struct {
 	vec *prometheus.CounterVec
+	// wouldDeny counts observed allows by the reason they would have
+	// been denied with and whose mode let them through.
+	wouldDeny *prometheus.CounterVec
 }
+
+// observers are the values of the observed_by label.
+var observers = []policy.ObservedBy{policy.ObservedByRule, policy.ObservedByIdentity, policy.ObservedByBundle}
 
 // NewDecisions registers the counter on reg with one series at zero for
 // each entry point's allow and for each kind's deny by every declared reason
@@ -57,15 +65,21 @@ func NewDecisions(reg prometheus.Registerer) *Decisions {
 	d := &Decisions{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "egressd_decisions_total",
 		Help: "Decisions of every entry point (http, connect, redirect, dns, sql, and refusals of allowed requests in http_done/connect_done) by decision and reason.",
-	}, []string{"kind", "decision", "reason"})}
+	}, []string{"kind", "decision", "reason"}),
+		wouldDeny: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressd_would_deny_total",
+			Help: "Allows that an observe mode (of the deciding rule, the identity or the bundle) let through, by the reason they would have been denied with; each is counted as an allow in egressd_decisions_total too.",
+		}, []string{"kind", "reason", "observed_by"}),
+	}
 	reasons := policy.Reasons()
 	for _, c := range counted {
 		if c.allows {
 			d.vec.WithLabelValues(c.kind.String(), audit.DecisionAllow.String(), policy.ReasonAllowed.String())
+			zeroWouldDeny(d.wouldDeny, reasons, c.possible, c.kind.String())
 		}
 		zeroDenies(d.vec, reasons, c.possible, c.kind.String())
 	}
-	reg.MustRegister(d.vec)
+	reg.MustRegister(d.vec, d.wouldDeny)
 	return d
 }
 
@@ -79,12 +93,34 @@ func zeroDenies(vec *prometheus.CounterVec, reasons []policy.Reason, possible fu
 	}
 }
 
+// zeroWouldDeny creates at zero the series of vec for kind, each of
+// reasons that is possible and Liftable, and each observer.
+func zeroWouldDeny(vec *prometheus.CounterVec, reasons []policy.Reason, possible func(policy.Reason) bool, kind string) {
+	for _, r := range reasons {
+		if r.Liftable() && possible(r) {
+			for _, by := range observers {
+				vec.WithLabelValues(kind, r.String(), by.String())
+			}
+		}
+	}
+}
+
 // Inc counts one decision. A nil *Decisions counts nothing.
 func (d *Decisions) Inc(kind audit.Kind, decision audit.Decision, reason policy.Reason) {
 	if d == nil {
 		return
 	}
 	d.With(kind, decision, reason).Inc()
+}
+
+// IncWouldDeny counts r in egressd_would_deny_total when it is an allow an
+// observe mode let through (r.WouldDeny set); r's decision itself is
+// counted by Inc. A nil *Decisions counts nothing.
+func (d *Decisions) IncWouldDeny(r *audit.Record) {
+	if d == nil || r.WouldDeny == "" {
+		return
+	}
+	d.wouldDeny.WithLabelValues(r.Kind.String(), r.WouldDeny, r.ObservedBy).Inc()
 }
 
 // With is the series of one kind, decision and reason.
@@ -115,6 +151,7 @@ func (c countingAppender) Append(r *audit.Record) error {
 	case r.Decision == "":
 	case err == nil:
 		c.d.Inc(r.Kind, r.Decision, policy.Reason(r.Reason))
+		c.d.IncWouldDeny(r)
 	case errors.Is(err, audit.ErrOverBudget):
 	default:
 		c.d.Inc(r.Kind, audit.DecisionDeny, policy.ReasonAuditUnavailable)

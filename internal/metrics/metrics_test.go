@@ -55,8 +55,14 @@ func TestDecisionsZeroInitialised(t *testing.T) {
 			}
 		}
 	}
-	if len(got) != want {
-		t.Errorf("series = %d; want %d (allows + possible kind × reason pairs)", len(got), want)
+	n := 0
+	for key := range got {
+		if strings.HasPrefix(key, "egressd_decisions_total{") {
+			n++
+		}
+	}
+	if n != want {
+		t.Errorf("series = %d; want %d (allows + possible kind × reason pairs)", n, want)
 	}
 	t.Logf("%d series", len(got))
 	for _, key := range []string{
@@ -68,6 +74,10 @@ func TestDecisionsZeroInitialised(t *testing.T) {
 		"egressd_decisions_total{deny,http_done,upstream_unreachable}",
 		"egressd_decisions_total{deny,connect,sni_mismatch}",
 		"egressd_decisions_total{deny,connect,upstream_timeout}",
+		"egressd_would_deny_total{http,bundle,no_matching_rule}",
+		"egressd_would_deny_total{dns,identity,policy_denied}",
+		"egressd_would_deny_total{connect,rule,rule_deny}",
+		"egressd_would_deny_total{http,rule,mcp_tool_denied}",
 	} {
 		if v, ok := got[key]; !ok || v != 0 {
 			t.Errorf("%s = %v, %v; want 0, present", key, v, ok)
@@ -80,6 +90,9 @@ func TestDecisionsZeroInitialised(t *testing.T) {
 		"egressd_decisions_total{deny,http_done,client_closed}",
 		"egressd_decisions_total{allow,http_done,allowed}",
 		"egressd_decisions_total{deny,http,fd_exhausted}",
+		"egressd_would_deny_total{http,bundle,metadata_address}",
+		"egressd_would_deny_total{http,rule,secret_in_request}",
+		"egressd_would_deny_total{http_done,rule,no_matching_rule}",
 	} {
 		if _, ok := got[key]; ok {
 			t.Errorf("%s is exported; want no series for an impossible pair", key)
@@ -97,6 +110,7 @@ func TestDecisionsZeroInitialised(t *testing.T) {
 func TestCounting(t *testing.T) {
 	deny := audit.Decided(audit.KindSQL, "a", "c", audit.Verdict{Reason: "write_denied"})
 	allow := audit.Decided(audit.KindDNS, "a", "c", audit.Verdict{Allow: true, Reason: "allowed"})
+	observed := audit.Decided(audit.KindSQL, "a", "c", audit.Verdict{Allow: true, Reason: "allowed", WouldDeny: "write_denied", ObservedBy: policy.ObservedByIdentity})
 	tests := []struct {
 		name string
 		fail error
@@ -105,6 +119,7 @@ func TestCounting(t *testing.T) {
 	}{
 		{"allow written", nil, allow, "egressd_decisions_total{allow,dns,allowed}"},
 		{"deny written", nil, deny, "egressd_decisions_total{deny,sql,write_denied}"},
+		{"observed allow written", nil, observed, "egressd_decisions_total{allow,sql,allowed} egressd_would_deny_total{sql,identity,write_denied}"},
 		{"log unavailable", audittest.ErrFull, allow, "egressd_decisions_total{deny,dns,audit_unavailable}"},
 		{"over budget: its refusal is appended next", audit.ErrOverBudget, allow, ""},
 		{"writer record", nil, &audit.Record{Kind: audit.KindCheckpoint}, ""},

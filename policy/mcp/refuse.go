@@ -23,6 +23,10 @@ type Refusal struct {
 	// Message is the error message the agent reads. If empty, one is made
 	// from Reason and the tool.
 	Message string
+	// Class, Action and Request, when set, go in error.data as "class",
+	// "action" and "request": the reason's class, what the agent can do
+	// (policy.Action) and the proxy's request id a grant may name.
+	Class, Action, Request string
 }
 
 // ErrorBody is the answer to a request the proxy refuses (refused maps a
@@ -110,6 +114,12 @@ func writeError(b *bytes.Buffer, id string, c *Call, r Refusal, batch bool) {
 	b.WriteString(jsonString(msg))
 	b.WriteString(`,"data":{"reason":`)
 	b.WriteString(jsonString(r.Reason))
+	for _, kv := range [...][2]string{{"class", r.Class}, {"action", r.Action}, {"request", r.Request}} {
+		if kv[1] != "" {
+			b.WriteString(`,"` + kv[0] + `":`)
+			b.WriteString(jsonString(kv[1]))
+		}
+	}
 	switch {
 	case batch:
 		b.WriteString(`,"batch":true`)

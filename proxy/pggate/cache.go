@@ -102,11 +102,14 @@ func (sc cacheScope) key(kind keyKind, text string) cacheKey {
 	return cacheKey{prefix: sc.prefix, digest: sc.digest, catalog: sc.catalog, text: text, kind: kind}
 }
 
-// cacheKeyPrefix identifies who decides: identity id, attributes in key
-// order, and database.
+// cacheKeyPrefix identifies who decides: identity id and mode (an
+// observing identity's verdicts are not an enforcing one's), attributes in
+// key order, and database.
 func cacheKeyPrefix(id policy.Identity, db string) string {
 	var b strings.Builder
 	b.WriteString(id.ID)
+	b.WriteByte(0)
+	b.WriteString(id.Mode.String())
 	b.WriteByte(0)
 	keys := make([]string, 0, len(id.Attributes))
 	for k := range id.Attributes {

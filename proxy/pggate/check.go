@@ -56,9 +56,14 @@ func DecideQuery(ctx context.Context, cfg Config, engine policy.Decider, ident p
 			out.Policy = a.policyID
 			break
 		}
-		d := policy.Decision{Allow: a.allow, Reason: a.reason, Rule: a.rule, Policy: a.policyID}
+		d := a.decision()
 		if !v.allow && out.Rule == "" && a.reason == v.reason {
 			out.Rule = a.rule
+		}
+		if v.allow && out.WouldDeny == nil && d.WouldDeny != nil {
+			// The query ran because an observe mode let this statement
+			// through: it speaks for the query.
+			out.Rule, out.WouldDeny = d.Rule, d.WouldDeny
 		}
 		out.Statements = append(out.Statements, StatementDecision{SQL: a.sql, Decision: d})
 	}

@@ -28,9 +28,7 @@ func (s *session) decide(text string) *verdict {
 	})
 	for i := range v.stmts {
 		a := &v.stmts[i]
-		if err := g.deps.Audit.Append(s.record(audit.Verdict{
-			Allow: a.allow, Reason: a.reason, Rule: a.rule, Policy: a.policyID,
-		}, a.sql, a.fingerprint)); err != nil {
+		if err := g.deps.Audit.Append(s.record(audit.VerdictOf(a.decision()), a.sql, a.fingerprint)); err != nil {
 			return s.auditFailed(err, a)
 		}
 	}
@@ -99,7 +97,7 @@ func (g *Gate) evaluate(ctx context.Context, sc cacheScope, sl shapeLookup, q qu
 		// checked against its tree (Normalize keeps the literals of
 		// utility statements); the fingerprint is of that text, since a
 		// fingerprint of the literals would let a reader test guesses.
-		a := stmtAudit{allow: d.Allow, reason: d.Reason, rule: d.Rule, policyID: d.Policy, sql: auditSQL(st.AuditSQL)}
+		a := stmtAudit{allow: d.Allow, reason: d.Reason, rule: d.Rule, policyID: d.Policy, wouldDeny: d.WouldDeny, sql: auditSQL(st.AuditSQL)}
 		if a.sql != sqlfacts.RedactionFailed && sqlparse.InProcess(st.AuditSQL) {
 			a.fingerprint, _ = sqlparse.Fingerprint(ctx, st.AuditSQL)
 		}

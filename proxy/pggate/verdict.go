@@ -34,6 +34,18 @@ type stmtAudit struct {
 	allow            bool
 	reason           policy.Reason
 	rule, policyID   string
+	// wouldDeny is set on a statement an observe mode let run.
+	wouldDeny *policy.Observed
+}
+
+// decision is a's decision as the engine gave it, for its record and
+// `egressd check sql`: an allow keeps what an observe mode let through.
+func (a *stmtAudit) decision() policy.Decision {
+	d := policy.Decision{Allow: a.allow, Reason: a.reason, Rule: a.rule, Policy: a.policyID}
+	if a.allow {
+		d.WouldDeny = a.wouldDeny
+	}
+	return d
 }
 
 // query is one text to decide and who asks.
