@@ -36,6 +36,19 @@ type Verdict struct {
 	Allow  bool          `json:"allow"`
 	Reason policy.Reason `json:"reason,omitempty"`
 	Rule   string        `json:"rule,omitempty"`
+	// WouldDeny is set on an allow an observe mode let through: the
+	// reason enforcing would deny with. Such an allow is an allow: the
+	// request went through, and a candidate that enforces denies it anew.
+	WouldDeny policy.Reason `json:"would_deny,omitempty"`
+}
+
+// verdictOf is d as a Verdict.
+func verdictOf(d policy.Decision) Verdict {
+	v := Verdict{Allow: d.Allow, Reason: d.Reason, Rule: d.Rule}
+	if d.Allow && d.WouldDeny != nil {
+		v.WouldDeny = d.WouldDeny.Reason
+	}
+	return v
 }
 
 // Entry is one replayed record.
@@ -110,7 +123,8 @@ func (r *Replayer) Add(ctx context.Context, rec *audit.Record) Entry {
 
 func (r *Replayer) replay(ctx context.Context, rec *audit.Record) Entry {
 	e := Entry{Seq: rec.Seq, TS: rec.TS, Kind: rec.Kind.String(), Identity: rec.Identity, Target: targetOf(rec),
-		Recorded: Verdict{Allow: rec.Decision == audit.DecisionAllow, Reason: policy.Reason(rec.Reason), Rule: rec.Rule}}
+		Recorded: Verdict{Allow: rec.Decision == audit.DecisionAllow, Reason: policy.Reason(rec.Reason), Rule: rec.Rule,
+			WouldDeny: policy.Reason(rec.WouldDeny)}}
 	c, err := InputOf(rec)
 	if errors.Is(err, ErrNotDecision) {
 		e.Outcome, e.Skip = Skipped, kindClass(rec.Kind)
@@ -157,7 +171,7 @@ func (r *Replayer) replay(ctx context.Context, rec *audit.Record) Entry {
 	if m := r.mayReadBody(c, res); m != nil {
 		return notRedecidable(e, m)
 	}
-	nv := Verdict{Allow: res.Decision.Allow, Reason: res.Decision.Reason, Rule: res.Decision.Rule}
+	nv := verdictOf(res.Decision)
 	e.New = &nv
 	if st == stageAfter && nv.Allow {
 		f := FactRequest
@@ -261,6 +275,8 @@ func disagree(rec Verdict, st stage, d policy.Decision, anyReason bool) string {
 		return fmt.Sprintf("recorded %s, re-decided %s (%s, rule %q)", verb(rec.Allow), verb(d.Allow), d.Reason, d.Rule)
 	case rec.Rule != d.Rule:
 		return fmt.Sprintf("recorded by rule %q, re-decided by rule %q", rec.Rule, d.Rule)
+	case rec.WouldDeny != verdictOf(d).WouldDeny:
+		return fmt.Sprintf("recorded would_deny %q, re-decided %q (the identity's mode differs?)", rec.WouldDeny, verdictOf(d).WouldDeny)
 	case !rec.Allow && !anyReason && rec.Reason != d.Reason:
 		return fmt.Sprintf("recorded reason %s, re-decided %s", rec.Reason, d.Reason)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,16 +32,20 @@ var ownRules = []map[string]any{
 	{"id": "api", "hosts": []string{"api.test"}, "ports": []int{443}, "methods": []string{"GET"}, "inspect": true},
 	{"id": "tools", "hosts": []string{"mcp.test"}, "ports": []int{443}, "inspect": true, "mcp": map[string]any{"tools": []string{"search_*"}}},
 	{"id": "tunnel", "hosts": []string{"tunnel.test"}, "ports": []int{443}},
+	{"id": "uploads", "hosts": []string{"docs.test"}, "ports": []int{80}, "methods": []string{"POST"}, "action": "deny", "mode": "observe"},
 }
 
-// narrowed drops the path rule, the inspected API and the tunnel, and
-// adds a rule for wide.test.
+// narrowed drops the path rule, the inspected API and the tunnel, makes
+// the observed rule enforce, and adds a rule for wide.test.
 func narrowed() []map[string]any {
 	var out []map[string]any
 	for _, r := range ownRules {
 		switch r["id"] {
 		case "paths", "api", "tunnel":
 			continue
+		case "uploads":
+			r = maps.Clone(r)
+			delete(r, "mode")
 		}
 		out = append(out, r)
 	}
@@ -189,6 +194,8 @@ func TestReplay(t *testing.T) {
 	inspected.Inspected = true
 	mcpPost := rec(httpRec("POST", "https", "mcp.test", 443, "/mcp", "", true, "allowed", "tools"), d)
 	mcpPost.Inspected = true
+	observed := rec(httpRec("POST", "http", "docs.test", 80, "/up", "", true, "allowed", "uploads"), d)
+	observed.WouldDeny, observed.ObservedBy = "rule_deny", "rule"
 	redirectDenied := rec(httpRec("GET", "http", "other.test", 80, "/", "", false, "redirect_denied", ""), d)
 	redirectDenied.Kind = audit.KindRedirect
 	mcpGet := rec(httpRec("GET", "https", "mcp.test", 443, "/mcp", "", true, "allowed", "tools"), d)
@@ -230,6 +237,7 @@ func TestReplay(t *testing.T) {
 		{"parse refusal", rec(httpRec("GET", "http", "docs.test", 0, "", "", false, "malformed_url", ""), d), NotRedecidable, FactTarget, false},
 		{"unknown identity", audit.Record{Kind: audit.KindHTTP, Identity: "gone", Method: "GET", Scheme: "http", Host: "docs.test", Port: 80, Path: "/", Decision: audit.DecisionAllow, Rule: "docs", Policy: d}, NotRedecidable, FactIdentity, false},
 		{"redirect refused: recorded redirect_denied", redirectDenied, Same, "", true},
+		{"observed, now enforced", observed, NewlyDenied, "", true},
 		{"redacted query", rec(httpRec("GET", "http", "docs.test", 80, "/", "token=[redacted:3]", true, "allowed", "docs"), d), Same, "", true},
 		{"refused before the policy", rec(httpRec("GET", "http", "docs.test", 80, "/", "", false, "proxy_auth_required", ""), d), Skipped, "", false},
 		{"completion", audit.Record{Kind: audit.KindHTTPDone, Decision: audit.DecisionAllow}, Skipped, "", false},
@@ -255,11 +263,11 @@ func TestReplay(t *testing.T) {
 		})
 	}
 	rep := rp.Report()
-	if !rep.Changed() || rep.NewlyAllowed != 1 || rep.NewlyDenied != 5 {
-		t.Errorf("report: newly denied %d, newly allowed %d; want 5, 1", rep.NewlyDenied, rep.NewlyAllowed)
+	if !rep.Changed() || rep.NewlyAllowed != 1 || rep.NewlyDenied != 6 {
+		t.Errorf("report: newly denied %d, newly allowed %d; want 6, 1", rep.NewlyDenied, rep.NewlyAllowed)
 	}
-	if len(rep.Changes) != 6 || len(rep.Unloaded) != 1 {
-		t.Errorf("report: %d changes, unloaded %v; want 6 and the one unknown digest", len(rep.Changes), rep.Unloaded)
+	if len(rep.Changes) != 7 || len(rep.Unloaded) != 1 {
+		t.Errorf("report: %d changes, unloaded %v; want 7 and the one unknown digest", len(rep.Changes), rep.Unloaded)
 	}
 	for _, g := range rep.Groups {
 		if len(g.Examples) > 2 || len(g.Examples) > g.Count {
@@ -267,7 +275,7 @@ func TestReplay(t *testing.T) {
 		}
 	}
 	var b strings.Builder
-	if err := rep.Write(&b); err != nil || !strings.Contains(b.String(), "6 changed: 5 newly denied, 1 newly allowed") ||
+	if err := rep.Write(&b); err != nil || !strings.Contains(b.String(), "7 changed: 6 newly denied, 1 newly allowed") ||
 		!strings.Contains(b.String(), "newly denied: 3, identity anonymous, rule paths -> (none) (no_matching_rule)") {
 		t.Errorf("Write = %v:\n%s", err, b.String())
 	}
