@@ -134,6 +134,12 @@ func (r *Replayer) replay(ctx context.Context, rec *audit.Record) Entry {
 		return notRedecidable(e, err)
 	}
 	st := stageOf(c.Kind, e.Recorded.Reason)
+	if st == stageAfter && e.Recorded.Allow {
+		// An allow with a reason of the later checks (an allowed name
+		// without addresses): the checks let it through, as they let
+		// through every allow replay compares.
+		st = stageDecided
+	}
 	switch {
 	case st == stageBefore:
 		e.Outcome, e.Skip = Skipped, skipBeforePolicy

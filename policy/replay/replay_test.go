@@ -224,6 +224,7 @@ func TestReplay(t *testing.T) {
 		{"body rule: a GET carries none", mcpGet, Same, "", true},
 		{"dns allowed, name dropped", dnsRec("paths.test", true, "allowed", "paths"), NewlyDenied, "", true},
 		{"dns refused on its answer, name still allowed", dnsRec("docs.test", false, "dns_nxdomain", "docs"), NotRedecidable, FactDNSAnswer, true},
+		{"dns allowed without addresses, still allowed", dnsRec("docs.test", true, "dns_no_address", "docs"), Same, "", true},
 		{"dns refused on its answer, name now denied", dnsRec("paths.test", false, "private_address", "paths"), Same, "", true},
 		{"sql statement allowed", sqlRec(sqlAllow.audit, true, string(okSQL.Reason), okSQL.Rule), Same, "", true},
 		{"sql statement denied", sqlRec(sqlDeny.audit, false, string(denySQL.Reason), denySQL.Rule), Same, "", true},
