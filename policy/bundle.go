@@ -234,7 +234,9 @@ func mount(root map[string]any, dir string, v map[string]any) error {
 
 // compiled is a bundle ready to decide: immutable, swapped whole on reload.
 type compiled struct {
-	digest  string
+	digest string
+	// srcs are the files the bundle was built from, kept for Archive.
+	srcs    []source
 	queries [KindRedirect + 1]*rego.PreparedEvalQuery
 	views   *viewIndex
 	// sqlProfiles are the names in data.sql.profiles, sorted.
@@ -280,7 +282,7 @@ func compileBundle(ctx context.Context, srcs []source, grants []Grant, cacheSize
 	if err != nil {
 		return nil, err
 	}
-	c.digest = digestOf(srcs)
+	c.digest, c.srcs = digestOf(srcs), srcs
 	if len(grants) > 0 {
 		c.grantExpiry = make(map[string]time.Time, len(grants))
 		for i := range grants {

@@ -51,7 +51,7 @@ test_send if http.send({"method": "GET", "url": "http://127.0.0.1:9/"}).status_c
 		{"check test calling http.send", []string{"policy", "check", sends}, 2, "http_test.rego:3: rego_type_error: undefined function http.send"},
 		{"test calling http.send", []string{"policy", "test", sends}, 2, "http_test.rego:3: rego_type_error: undefined function http.send"},
 		{"no such dir", []string{"policy", "check", "/nonexistent"}, 2, "not a directory"},
-		{"unknown sub", []string{"policy", "lint"}, 2, "want init, check or test"},
+		{"unknown sub", []string{"policy", "lint"}, 2, "want init, check, test or replay"},
 		{"check with broken policy dir", []string{"check", "http", "--policy", syntax, "GET", "https://ok.test/"}, 2, "http.rego:3"},
 		{"check usage", []string{"check", "http", "GET"}, 2, "usage: egressd check http [flags] METHOD URL"},
 		{"check unknown kind", []string{"check", "smtp", "x"}, 2, "unknown kind"},

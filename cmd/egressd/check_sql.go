@@ -85,7 +85,7 @@ var checkSQL = checkKind{
 			}
 			qd := pggate.DecideQuery(ctx, pc, env.engine, env.identity, db, cat, args[0])
 			if !qd.Connect.Allow {
-				connect := &sqlfacts.Statement{Command: "connect", Database: db, Relations: []sqlfacts.Relation{}, Functions: []sqlfacts.Function{}}
+				connect := sqlfacts.Connect(db)
 				return decided(policy.KindSQL, env, []sqlStatement{{Statement: connect, Decision: qd.Connect}}, qd.Connect)
 			}
 			limits := sqlfacts.Limits{MaxLen: pc.MaxQueryBytes, MaxDepth: pc.MaxNesting, MaxOps: pc.MaxOperators}

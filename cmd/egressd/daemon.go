@@ -175,6 +175,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	d.gen = generation.NewRunning(gen, generation.Options{
 		Path: cfgPath, Log: log, Flush: res.Flush, Secrets: store, Listeners: reloaders,
 		Policy: metrics.NewPolicy(reg), Reloads: d.metrics.Reloads, OpenedRoots: caOpts.Configured,
+		AuditDir: cfg.Audit.Dir,
 	})
 	d.grants, err = grants.New(grants.Options{
 		Path: grants.Path(cfg.Audit.Dir), AuditDir: cfg.Audit.Dir, Audit: aw, Apply: d.gen.SetGrants,

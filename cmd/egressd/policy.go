@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"time"
 
 	"github.com/egressd/egressd/policy"
 	defaultbundle "github.com/egressd/egressd/rego"
@@ -36,13 +37,17 @@ var policyActions = map[string]helpText{
 		args:     [][2]string{{"DIR", "the bundle directory (default: the bundle embedded in the binary)"}},
 		exit:     "0 every test passed, 1 a test failed (each is named), 2 the bundle does not load (or a usage error)",
 	},
+	"replay": policyReplayHelp,
 }
 
-// runPolicy is `egressd policy init|check|test`.
+// runPolicy is `egressd policy init|check|test|replay`.
 func runPolicy(args []string, stdout, stderr io.Writer) error {
-	sub, err := groupAction("policy", policyActions, "init, check or test", args, stderr)
+	sub, err := groupAction("policy", policyActions, "init, check, test or replay", args, stderr)
 	if err != nil {
 		return err
+	}
+	if sub == "replay" {
+		return runPolicyReplay(args[1:], stdout, stderr, time.Now())
 	}
 	h := policyActions[sub]
 	fset := flag.NewFlagSet("policy "+sub, flag.ContinueOnError)

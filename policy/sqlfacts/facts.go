@@ -155,6 +155,13 @@ type Statement struct {
 	AuditSQL string `json:"-"`
 }
 
+// Connect is the statement a session's login is decided as: "may this
+// identity use db", a connect with no relations. The gate and a replay of
+// its records build it here, so both ask the same question.
+func Connect(db string) *Statement {
+	return &Statement{Command: "connect", Database: db, Relations: []Relation{}, Functions: []Function{}}
+}
+
 // Kind is policy.KindSQL.
 func (s *Statement) Kind() policy.Kind { return policy.KindSQL }
 

@@ -78,5 +78,5 @@ func limitsOf(cfg Config) sqlfacts.Limits {
 // connectStatement is the facts of "may this session use db": a connect
 // with no relations.
 func connectStatement(db string) *sqlfacts.Statement {
-	return &sqlfacts.Statement{Command: "connect", Database: db, Relations: []sqlfacts.Relation{}, Functions: []sqlfacts.Function{}}
+	return sqlfacts.Connect(db)
 }

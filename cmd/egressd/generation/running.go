@@ -47,6 +47,10 @@ type Options struct {
 	Policy *metrics.Policy
 	// Reloads counts reloads by result ("ok", "failed").
 	Reloads *prometheus.CounterVec
+	// AuditDir is the audit directory whose bundle archive
+	// (policy.ArchiveDir) keeps every bundle put in force. If empty, none
+	// is archived.
+	AuditDir string
 	// OpenedRoots are the identities' configured CA roots opened at start
 	// (a reload takes identities, but not their roots). If nil, none were.
 	OpenedRoots map[string]ca.Files
@@ -71,9 +75,11 @@ type Running struct {
 	grants []policy.Grant
 }
 
-// NewRunning puts first in force; the listeners were built with it.
+// NewRunning puts first in force (archived like every reloaded bundle);
+// the listeners were built with it and serve nothing yet.
 func NewRunning(first *Generation, o Options) *Running {
 	r := &Running{o: o, started: first.Config, floor: first.Floor, grants: first.Config.Policy.Grants}
+	archive(first.Engine, o.AuditDir, o.Log)
 	r.cur.Store(first)
 	o.Policy.Loaded(first.Engine.Digest(), time.Now())
 	return r
@@ -126,6 +132,9 @@ func (r *Running) reloadLocked(ctx context.Context) ([]string, error) {
 			r.o.Flush()
 		}
 	}
+	// Archived before it decides anything: every digest a record names
+	// can then be loaded again (policy replay, audit explain).
+	archive(next.Engine, r.o.AuditDir, r.o.Log)
 	r.o.Secrets.Set(next.Secrets)
 	for _, l := range r.o.Listeners {
 		l.Reload(next.Engine, next.Identities)
@@ -170,6 +179,18 @@ func (r *Running) SetGrants(ctx context.Context, grants []policy.Grant, commit f
 	r.cur.Store(&next)
 	r.o.Log.Info("grants applied", zap.Int("grants", len(grants)), zap.String("policy", engine.Digest()))
 	return nil
+}
+
+// archive keeps e's bundle in auditDir's bundle archive. A failure is
+// logged, not returned: the bundle still decides, and only a later replay
+// of its records lacks it.
+func archive(e *policy.Engine, auditDir string, log *zap.Logger) {
+	if auditDir == "" {
+		return
+	}
+	if _, err := e.Archive(policy.ArchiveDir(auditDir)); err != nil {
+		log.Warn("bundle not archived: policy replay and audit explain cannot load it", zap.String("policy", e.Digest()), zap.Error(err))
+	}
 }
 
 // restartNeeded names the sections that differ between the running and the

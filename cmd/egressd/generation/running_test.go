@@ -69,9 +69,11 @@ func TestReloadIsAtomic(t *testing.T) {
 	var l listener
 	flushes := 0
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "reloads_total"}, []string{"result"})
+	auditDir := filepath.Join(dir, "audit")
 	r := NewRunning(first, Options{
 		Path: path, Log: zap.NewNop(), Flush: func() { flushes++ }, Secrets: broker.NewStore(first.Secrets),
 		Listeners: []Reloader{&l}, Policy: metrics.NewPolicy(prometheus.NewRegistry()), Reloads: reloads,
+		AuditDir: auditDir,
 	})
 	allows := func(g *Generation, target string) bool {
 		pd := policy.PreDial{Engine: g.Engine, Floor: g.Floor}
@@ -99,6 +101,11 @@ func TestReloadIsAtomic(t *testing.T) {
 	next := r.Current()
 	if next == first || next.Identities.Len() != 1 || next.Engine.Digest() == first.Engine.Digest() {
 		t.Fatalf("Current() after a reload = %+v; want a new generation with the new bundle and 1 identity", next)
+	}
+	// The reloaded bundle is archived before it decides: its records can
+	// be re-decided under it (policy replay).
+	if _, err := policy.NewArchived(ctx, cfg.Policy, policy.ArchiveDir(auditDir), next.Engine.Digest(), zap.NewNop()); err != nil {
+		t.Errorf("reloaded bundle not archived: %v", err)
 	}
 	if !allows(next, "example.org:443") {
 		t.Error("the reloaded generation denies example.org:443; want the new rule to allow it")
@@ -133,6 +140,9 @@ func TestReloadIsAtomic(t *testing.T) {
 			t.Fatal(err)
 		}
 		return m.GetCounter().GetValue()
+	}
+	if des, err := os.ReadDir(policy.ArchiveDir(auditDir)); err != nil || len(des) != 2 {
+		t.Errorf("bundle archive = %v, %v; want the two bundles put in force (start, reload), not the refused ones", des, err)
 	}
 	if ok, failed := count("ok"), count("failed"); ok != 1 || failed != 3 {
 		t.Errorf("reloads counted ok %v, failed %v; want 1 and 3", ok, failed)
