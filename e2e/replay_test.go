@@ -138,6 +138,23 @@ func TestPolicyReplay(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, " 0 changed") {
 		t.Errorf("replay against the recorded bundle: exit %d\n%s%s", code, stdout, stderr)
 	}
+
+	// audit explain: the path rule's allow, made under the first bundle,
+	// explained under it (archived) and under the narrowed one.
+	allowed := w.E.WaitRecords(t, "of the path rule's allow", func(r audit.Record) bool {
+		return r.Kind == audit.KindHTTP && r.Path == "/allowed/a" && r.Decision == audit.DecisionAllow
+	})[0]
+	seq := strconv.FormatUint(allowed.Seq, 10)
+	stdout, stderr, code = RunCLI(t, "audit", "explain", "--audit", w.E.AuditDir, "--config", w.E.ConfigPath, "--policy", narrowed, seq)
+	own, current, found := strings.Cut(stdout, "under the current bundle")
+	if code != 0 || !found || !strings.Contains(own, "under the bundle that made it ("+allowed.Policy+")") ||
+		!strings.Contains(own, "result: allow allowed, rule upstream-paths") ||
+		!strings.Contains(current, "result: deny no_matching_rule, rule none") {
+		t.Errorf("audit explain %s: exit %d\n%s%s", seq, code, stdout, stderr)
+	}
+	if _, stderr, code := RunCLI(t, "audit", "explain", "--audit", w.E.AuditDir, "99999"); code != 2 || !strings.Contains(stderr, "no record 99999") {
+		t.Errorf("audit explain of a missing seq: exit %d %q; want 2 naming it", code, stderr)
+	}
 }
 
 // replayWitness runs `policy replay --json` of e's log against the bundle

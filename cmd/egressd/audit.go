@@ -38,6 +38,7 @@ var auditActions = map[string]helpText{
 		args: [][2]string{auditPathsArg},
 		exit: "0 printed (also when nothing matched), 2 unreadable or a usage error",
 	},
+	"explain": auditExplainHelp,
 	"keygen": {
 		synopsis: []string{"audit keygen --out FILE"},
 		summary:  "create a signing key for audit.signing_key",
@@ -47,9 +48,9 @@ var auditActions = map[string]helpText{
 	},
 }
 
-// runAudit is `egressd audit verify|show|keygen`.
+// runAudit is `egressd audit verify|show|explain|keygen`.
 func runAudit(args []string, stdout, stderr io.Writer) error {
-	action, err := groupAction("audit", auditActions, "verify, show or keygen", args, stderr)
+	action, err := groupAction("audit", auditActions, "verify, show, explain or keygen", args, stderr)
 	if err != nil {
 		return err
 	}
@@ -58,6 +59,8 @@ func runAudit(args []string, stdout, stderr io.Writer) error {
 		return runAuditVerify(args[1:], stdout, stderr)
 	case "show":
 		return runAuditShow(args[1:], stdout, stderr)
+	case "explain":
+		return runAuditExplain(args[1:], stdout, stderr)
 	default: // keygen
 		return runAuditKeygen(args[1:], stdout, stderr)
 	}
