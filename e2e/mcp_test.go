@@ -100,12 +100,13 @@ func TestMCPToolPlane(t *testing.T) {
 					t.Errorf("call of %s: err = %v; want a JSON-RPC error naming %s", c.tool, err, c.reason)
 				}
 				// The SDK's own error type carries error.data: what the
-				// agent can do, and the request id a grant names.
+				// agent can do (nothing: the rule's own refusal is no
+				// grant's to lift) and the request id.
 				var werr *jsonrpc.Error
 				var data struct{ Reason, Class, Action, Request string }
 				if !errors.As(err, &werr) || json.Unmarshal(werr.Data, &data) != nil ||
-					data.Reason != c.reason || data.Action != "request_grant" || data.Class != "policy" || data.Request == "" {
-					t.Errorf("call of %s: error data %+v; want reason, class policy, action request_grant and a request id", c.tool, data)
+					data.Reason != c.reason || data.Action != "none" || data.Class != "policy" || data.Request == "" {
+					t.Errorf("call of %s: error data %+v; want reason, class policy, action none and a request id", c.tool, data)
 				}
 				if n := srv.Ran(c.tool) - ran; n != 0 {
 					t.Errorf("%s reached the server %d times", c.tool, n)
