@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -90,33 +89,10 @@ func TestCheckExplain(t *testing.T) {
 			}
 			got := fmt.Sprintf("$ egressd %s\nexit %d\n-- stderr --\n%s-- stdout --\n%s", strings.Join(shown, " "), code, stderr.String(), stdout.String())
 			got = digest.ReplaceAllString(strings.ReplaceAll(got, dir, "$DIR"), "sha256:…")
-			path := filepath.Join(explainGoldenDir, tt.name+".golden")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("egressd %v said:\n%s\nwant (%s):\n%s", tt.args, got, path, want)
-			}
+			matchGolden(t, explainGoldenDir, tt.name, got, tt.args)
 		})
 	}
 }
-
-// explainGoldenDir is testdata/explain as an absolute path: the test
-// chdirs.
-var explainGoldenDir = func() string {
-	wd, err := os.Getwd()
-	if err != nil {
-		panic(err)
-	}
-	return filepath.Join(wd, "testdata", "explain")
-}()
 
 // TestCheckExplainKeepsDecision: --explain changes what is printed, never
 // what is decided: its result line and exit status are the JSON check's,

@@ -108,32 +108,42 @@ func TestErrorMessages(t *testing.T) {
 			}
 			got += fmt.Sprintf("exit %d\n-- stderr --\n%s-- stdout --\n%s", code, stderr.String(), stdout.String())
 			got = digest.ReplaceAllString(strings.ReplaceAll(got, dir, "$DIR"), "sha256:…")
-			path := filepath.Join(goldenDir, tt.name+".golden")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("egressd %v said:\n%s\nwant (%s):\n%s", tt.args, got, path, want)
-			}
+			matchGolden(t, goldenDir, tt.name, got, tt.args)
 		})
 	}
 }
 
-// goldenDir is testdata/errors as an absolute path: the tests chdir.
-var goldenDir = func() string {
+// matchGolden compares got, the transcript of egressd args, with dir's
+// NAME.golden, or writes it there with -update.
+func matchGolden(t *testing.T, dir, name, got string, args []string) {
+	t.Helper()
+	path := filepath.Join(dir, name+".golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("egressd %v said:\n%s\nwant (%s):\n%s", args, got, path, want)
+	}
+}
+
+// goldenDir and explainGoldenDir are testdata/errors and
+// testdata/explain as absolute paths: the tests chdir.
+var goldenDir, explainGoldenDir = testdataDir("errors"), testdataDir("explain")
+
+func testdataDir(sub string) string {
 	wd, err := os.Getwd()
 	if err != nil {
 		panic(err)
 	}
-	return filepath.Join(wd, "testdata", "errors")
-}()
+	return filepath.Join(wd, "testdata", sub)
+}
 
 // runCheckOrRun is run, with stdin for the commands that read it.
 func runCheckOrRun(args []string, stdin string, stdout, stderr *bytes.Buffer) error {
