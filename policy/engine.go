@@ -66,9 +66,16 @@ func (e *Engine) build(ctx context.Context) (*compiled, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", name, err)
 	}
-	c, err := compileBundle(ctx, srcs, e.cfg.CacheSize, true)
+	tests, ledger := testsRun, e.cfg.Tests
+	if ledger != nil && ledger.Passed(digestOf(srcs)) {
+		tests = testsPassed
+	}
+	c, err := compileBundle(ctx, srcs, e.cfg.CacheSize, tests)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", name, err)
+	}
+	if ledger != nil && tests == testsRun {
+		ledger.Record(c.digest)
 	}
 	return c, nil
 }

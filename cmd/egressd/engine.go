@@ -12,6 +12,7 @@ import (
 	"github.com/egressd/egressd/cmd/egressd/generation"
 	"github.com/egressd/egressd/dnsguard"
 	"github.com/egressd/egressd/internal/identity"
+	"github.com/egressd/egressd/internal/testledger"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -42,7 +43,8 @@ type decideEnv struct {
 
 // load reads the config and builds its generation as serve would, all but
 // the secret values (generation.Deciding; the policy from --policy if
-// given), then resolves the identity. Every failure is a load error (exit
+// given) and the Rego tests of a bundle that passed them before under this
+// build (testledger), then resolves the identity. Every failure is a load error (exit
 // 2).
 func (f *engineFlags) load(ctx context.Context) (*decideEnv, error) {
 	cfg, err := config.Load(f.config)
@@ -51,6 +53,11 @@ func (f *engineFlags) load(ctx context.Context) (*decideEnv, error) {
 	}
 	if f.policy != "" {
 		cfg.Policy.Dir = f.policy
+	}
+	// A check runs the bundle's Rego tests only the first time this build
+	// sees the bundle (serve, reload and policy test always run them).
+	if l := testledger.Open(); l != nil {
+		cfg.Policy.Tests = l
 	}
 	gen, err := generation.Build(ctx, cfg, f.config, generation.Deciding, zap.NewNop())
 	if err != nil {
