@@ -73,6 +73,9 @@ type Options struct {
 	// ProxyYAML is extra keys of the `proxy:` section, one per line,
 	// without indentation ("drain_timeout: 5s").
 	ProxyYAML string
+	// AdminYAML is extra keys of the `admin:` section, as ProxyYAML
+	// ("clients: [{name: …, token_sha256: …, scopes: [check]}]").
+	AdminYAML string
 	// PolicyDir is the bundle; if empty the embedded default is used.
 	PolicyDir string
 	// DNS is the resolver egressd asks ("127.0.0.1:port"), usually a
@@ -243,7 +246,13 @@ func (e *Egressd) WriteConfig(t testing.TB, o Options) {
 			fmt.Fprintf(&b, "  %s\n", l)
 		}
 	}
-	fmt.Fprintf(&b, "admin:\n  listen: %s\naudit:\n  dir: %s\n", e.AdminAddr, e.AuditDir)
+	fmt.Fprintf(&b, "admin:\n  listen: %s\n", e.AdminAddr)
+	for _, l := range strings.Split(strings.TrimSpace(o.AdminYAML), "\n") {
+		if l != "" {
+			fmt.Fprintf(&b, "  %s\n", l)
+		}
+	}
+	fmt.Fprintf(&b, "audit:\n  dir: %s\n", e.AuditDir)
 	for _, l := range strings.Split(strings.TrimSpace(o.AuditYAML), "\n") {
 		if l != "" {
 			fmt.Fprintf(&b, "  %s\n", l)
