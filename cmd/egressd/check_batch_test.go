@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 )
@@ -220,4 +222,29 @@ func TestCheckFlagsFirst(t *testing.T) {
 	if code, _, stderr := runCLI("check", "--batch", "connect"); code != 2 || !strings.Contains(stderr, "takes no arguments") {
 		t.Errorf("check --batch connect: exit %d, %q; want 2, takes no arguments", code, stderr)
 	}
+}
+
+// BenchmarkCheckBatch is --batch's throughput on distinct http requests
+// (the decision cache answers none of them), every CPU: what the bench's
+// check-batch workload measures on the binary, without the process.
+func BenchmarkCheckBatch(b *testing.B) {
+	cfg := writeConfig(b, b.TempDir(), batchConfig)
+	var cf checkFlags
+	cf.config = cfg
+	env, err := cf.load(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	hosts := []string{"deb.debian.org", "security.debian.org", "example.com", "evil.test", "10.0.0.1"}
+	var in bytes.Buffer
+	for i := range b.N {
+		fmt.Fprintf(&in, `{"kind":"http","identity":"team","method":"GET","url":"http://%s/pool/%d/x"}`+"\n", hosts[i%len(hosts)], i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	st, err := decideLines(context.Background(), env, "", &in, io.Discard)
+	if err != nil || st.decided != b.N {
+		b.Fatalf("decideLines = %+v, %v; want %d decided", st, err, b.N)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 }
