@@ -22,7 +22,10 @@ func runTests(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "make a cache directory:", err)
 		return 1
 	}
-	defer os.RemoveAll(cache)
-	os.Setenv("XDG_CACHE_HOME", cache)
+	defer os.RemoveAll(cache) //nolint:errcheck // a temporary directory; a leftover is harmless
+	if err := os.Setenv("XDG_CACHE_HOME", cache); err != nil {
+		fmt.Fprintln(os.Stderr, "set XDG_CACHE_HOME:", err)
+		return 1
+	}
 	return m.Run()
 }

@@ -69,7 +69,7 @@ func (b *bench) checkWorkloads() []*Workload {
 			continue
 		}
 		wall, cpu, err := b.timeEgressd(cache, all, f, "check", "--batch")
-		f.Close()
+		f.Close() //nolint:errcheck // opened for reading: nothing to lose
 		if err != nil {
 			tb.fail("error: " + err.Error())
 			continue
@@ -123,7 +123,7 @@ func writeCheckLines(path string, n int) error {
 		fmt.Fprintf(w, `{"kind":"http","method":"GET","url":"http://%s/pool/%d/x"}`+"\n", hosts[i%len(hosts)], i)
 	}
 	if err := w.Flush(); err != nil {
-		f.Close()
+		f.Close() //nolint:errcheck // the write error is the one to report
 		return err
 	}
 	return f.Close()
