@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -268,12 +269,34 @@ var entryPoints = map[Kind]string{
 	KindSQL:     "sql",
 }
 
+// testMode says what compileBundle does with the bundle's Rego tests.
+type testMode int
+
+const (
+	// testsRun compiles the test modules and runs the tests: a bundle
+	// whose tests fail is refused.
+	testsRun testMode = iota
+	// testsCompile compiles the test modules without running them, so
+	// that `policy check` refuses every module a start would (a test
+	// calling a removed built-in among them).
+	testsCompile
+	// testsPassed neither parses nor runs the test modules: a TestLedger
+	// recorded that this bundle, byte for byte, passed them under this
+	// build.
+	testsPassed
+)
+
 // compileBundle compiles the production modules (tests excluded), prepares
-// one query per entry point, then, with withTests, runs the bundle's Rego
-// tests; without, it still compiles them, so that `policy check` refuses
-// every module a start would (a test calling a removed built-in among
-// them). Any failure refuses the whole bundle.
-func compileBundle(ctx context.Context, srcs []source, grants []Grant, cacheSize int, withTests bool) (*compiled, error) {
+// one query per entry point with grants appended to data.rules, then
+// deals with the bundle's Rego tests as tests says. Any failure refuses
+// the whole bundle.
+func compileBundle(ctx context.Context, srcs []source, grants []Grant, cacheSize int, tests testMode) (*compiled, error) {
+	// The digest and the archived sources cover the test modules whatever
+	// tests says.
+	all := srcs
+	if tests == testsPassed {
+		srcs = slices.DeleteFunc(slices.Clone(srcs), func(s source) bool { return isTestModule(s.name) })
+	}
 	pb, err := parseBundle(srcs, grants)
 	if err != nil {
 		return nil, err
@@ -282,22 +305,23 @@ func compileBundle(ctx context.Context, srcs []source, grants []Grant, cacheSize
 	if err != nil {
 		return nil, err
 	}
-	c.digest, c.srcs = digestOf(srcs), srcs
+	c.digest, c.srcs = digestOf(all), all
 	if len(grants) > 0 {
 		c.grantExpiry = make(map[string]time.Time, len(grants))
 		for i := range grants {
 			c.grantExpiry[grants[i].RuleID()] = grants[i].Expires
 		}
 	}
-	if withTests {
+	switch tests {
+	case testsRun:
 		if _, err := testBundle(ctx, pb, store); err != nil {
 			return nil, err
 		}
-		return c, nil
-	}
-	comp := newCompiler()
-	if comp.Compile(copyModules(pb.modules)); comp.Failed() {
-		return nil, comp.Errors
+	case testsCompile:
+		comp := newCompiler()
+		if comp.Compile(copyModules(pb.modules)); comp.Failed() {
+			return nil, comp.Errors
+		}
 	}
 	return c, nil
 }
@@ -352,7 +376,7 @@ func Check(ctx context.Context, fsys fs.FS) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	c, err := compileBundle(ctx, srcs, nil, 0, false)
+	c, err := compileBundle(ctx, srcs, nil, 0, testsCompile)
 	if err != nil {
 		return "", err
 	}

@@ -22,6 +22,24 @@ type Config struct {
 	// allow rules. Not a config key: serve and check read them from the
 	// grants file (audit.dir/grants.json). If nil, none.
 	Grants []Grant `yaml:"-"`
+
+	// Tests, when set, lets a load skip the bundle's Rego tests for a
+	// bundle it says already passed them, and hears of every bundle whose
+	// tests pass. Set by `check`, never from the file; if nil (serve,
+	// reload, policy test), every load runs the tests.
+	Tests TestLedger `yaml:"-"`
+}
+
+// TestLedger remembers which bundles passed their Rego tests. Passed must
+// answer false whenever in doubt: a false answer costs a test run, a wrong
+// true one lets a bundle with failing tests decide.
+type TestLedger interface {
+	// Passed reports whether the bundle with this digest passed its
+	// tests under the running build.
+	Passed(digest string) bool
+	// Record notes that the bundle with this digest passed. A failure to
+	// record is the ledger's to swallow: the next load runs the tests.
+	Record(digest string)
 }
 
 // DefaultConfig returns the documented defaults.

@@ -29,13 +29,18 @@ type checkKind struct {
 	// usage error exits 2.
 	prepare func(args []string, stdin io.Reader) ([]string, error)
 	// setup registers kind-specific flags on fs and returns the function
-	// that decides once the flags are parsed.
-	setup func(fs *flag.FlagSet) decideFunc
+	// that, once the flags are parsed, fills a request from them and the
+	// positional arguments.
+	setup func(fs *flag.FlagSet) requestFunc
+	// decide parses a request of this kind into facts and decides them, for
+	// env.identity. A parse refusal is not an error: it is returned as a
+	// deny in the output, with the facts nil.
+	decide func(ctx context.Context, env *decideEnv, req *checkRequest) checkOutput
 }
 
-// decideFunc parses args into facts and decides them. A parse refusal is
-// not an error: it is returned as a deny in the output, with the facts nil.
-type decideFunc func(ctx context.Context, env *decideEnv, args []string) checkOutput
+// requestFunc fills req from a kind's parsed flags and positional
+// arguments.
+type requestFunc func(args []string, req *checkRequest)
 
 // checkKinds is the table of kinds; see checkKind.
 var checkKinds = map[string]checkKind{
@@ -161,9 +166,12 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 }
 
 func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && strings.HasPrefix(args[0], "-") && args[0] != "-h" && args[0] != "--help" {
+		return runCheckFlagsFirst(stdin, args, stdout, stderr)
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		checkUsage(stderr)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+		if len(args) > 0 {
 			return flag.ErrHelp
 		}
 		return usageErrorf("check: missing kind")
@@ -174,12 +182,12 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 		return usageErrorf("check: unknown kind %q", args[0])
 	}
 	fs := flag.NewFlagSet("check "+args[0], flag.ContinueOnError)
-	var ef engineFlags
-	ef.register(fs)
+	var cf checkFlags
+	cf.register(fs)
 	showInput := fs.Bool("input", false, "also print the Rego input the policy evaluated (a list: sql has one per statement after the connect)")
 	var explain explainMode
 	fs.Var(&explain, "explain", "print why, as text instead of JSON: the facts, the refusal before any rule, each candidate rule and each of its conditions, the decision (same exit status); --explain=json adds it to the JSON output as \"explain\"")
-	decide := kind.setup(fs)
+	fill := kind.setup(fs)
 	helpText{
 		synopsis: []string{"check " + args[0] + " [flags] " + kind.args},
 		about:    kind.about,
@@ -198,12 +206,19 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
+	req := &checkRequest{Identity: cf.identity, stdin: stdin}
+	fill(pos, req)
 	ctx := context.Background()
-	env, err := ef.load(ctx)
+	if cf.server != "" {
+		if *showInput || explain != explainOff {
+			return usageErrorf("check --server: --input and --explain are local only: the server answers with the decision")
+		}
+		return checkRemote(ctx, &cf, req, stdout)
+	}
+	env, err := cf.load(ctx)
 	if err != nil {
 		return loadError(err)
 	}
-	env.stdin = stdin
 	var exp *explainRecorder
 	if explain != explainOff {
 		exp = &explainRecorder{checkEngine: env.engine}
@@ -214,7 +229,10 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 		rec = &inputRecorder{checkEngine: env.engine, inputs: []any{}}
 		env.engine = rec
 	}
-	out := decide(ctx, env, pos)
+	out, err := decideRequest(ctx, env, "", req)
+	if err != nil {
+		return err
+	}
 	if rec != nil {
 		out.Input = rec.inputs
 	}
@@ -244,14 +262,47 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-func checkUsage(w io.Writer) {
-	helpText{
-		synopsis: []string{"check <kind> [flags] args"},
-		about: "Decide one request offline, with the code the listeners run, and print the decision and its facts as one JSON object " +
-			"(with --explain, why, as text: each candidate rule and each of its conditions). " +
+// runCheckFlagsFirst is a check whose flags come before the kind: `check
+// --batch [flags]`, or `check [flags] <kind> args`, which is `check <kind>
+// [flags] args`.
+func runCheckFlagsFirst(stdin io.Reader, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf checkFlags
+	cf.register(fs)
+	batch := fs.Bool("batch", false, "decide every request of standard input, one JSON object a line, and print one decision a line, in order")
+	checkHelp().install(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &exitError{code: 2, err: err}
+	}
+	if *batch {
+		if fs.NArg() > 0 {
+			return usageErrorf("check --batch reads its requests from standard input and takes no arguments, got %q", fs.Args())
+		}
+		return runBatch(stdin, &cf, stdout)
+	}
+	if fs.NArg() == 0 {
+		checkUsage(stderr)
+		return usageErrorf("check: missing kind")
+	}
+	fwd := []string{fs.Arg(0)}
+	fs.Visit(func(f *flag.Flag) { fwd = append(fwd, "--"+f.Name+"="+f.Value.String()) })
+	return runCheckFrom(stdin, append(fwd, fs.Args()[1:]...), stdout, stderr)
+}
+
+func checkUsage(w io.Writer) { checkHelp().write(w, nil) }
+
+func checkHelp() helpText {
+	return helpText{
+		synopsis: []string{"check <kind> [flags] args", "check --batch [flags] < requests.jsonl"},
+		about: "Decide one request offline, with the code the listeners run, and print the decision and its facts as one JSON object; " +
+			"with --explain, why, as text: each candidate rule and each of its conditions; with --batch, one decision a line for each request line of standard input; with --server URL, ask the running egressd instead. " +
 			"Run 'egressd check <kind> -h' for a kind's arguments and flags.",
 		actions:      table(checkKinds, func(k checkKind) string { return k.args }),
 		actionsTitle: "kinds",
-		exit:         checkExit,
-	}.write(w, nil)
+		exit:         checkExit + "; --batch: 2 if any line was not a request, else 1 if any was denied, else 0",
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"strings"
@@ -22,18 +23,20 @@ var checkDNS = checkKind{
 	argHelp: [][2]string{
 		{"NAME", "the name asked for, e.g. pypi.org"},
 	},
-	setup: func(fs *flag.FlagSet) decideFunc {
+	setup: func(fs *flag.FlagSet) requestFunc {
 		qtype := fs.String("qtype", "A", "record `TYPE` asked for (A, AAAA, CNAME, TXT, …)")
-		return func(ctx context.Context, env *decideEnv, args []string) checkOutput {
-			t, ok := dns.StringToType[strings.ToUpper(*qtype)]
-			if !ok {
-				return refusedBeforePolicy(policy.KindDNS, env, &policy.DenyError{Reason: policy.ReasonQTypeNotAllowed, Detail: "unknown record type " + *qtype})
-			}
-			facts, d, err := dnsguard.Decide(ctx, env.engine, env.identity, args[0], t)
-			if err != nil {
-				return refusedBeforePolicy(policy.KindDNS, env, err)
-			}
-			return decided(policy.KindDNS, env, facts, d)
+		return func(args []string, req *checkRequest) { req.Kind, req.Name, req.QType = "dns", args[0], *qtype }
+	},
+	decide: func(ctx context.Context, env *decideEnv, req *checkRequest) checkOutput {
+		qtype := cmp.Or(req.QType, "A")
+		t, ok := dns.StringToType[strings.ToUpper(qtype)]
+		if !ok {
+			return refusedBeforePolicy(policy.KindDNS, env, &policy.DenyError{Reason: policy.ReasonQTypeNotAllowed, Detail: "unknown record type " + qtype})
 		}
+		facts, d, err := dnsguard.Decide(ctx, env.engine, env.identity, req.Name, t)
+		if err != nil {
+			return refusedBeforePolicy(policy.KindDNS, env, err)
+		}
+		return decided(policy.KindDNS, env, facts, d)
 	},
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -34,7 +35,7 @@ var checkHTTP = checkKind{
 		}
 		return args, nil
 	},
-	setup: func(fs *flag.FlagSet) decideFunc {
+	setup: func(fs *flag.FlagSet) requestFunc {
 		hostHeader := fs.String("host-header", "", "`HOST` header as the client would send it (default: none)")
 		redirect := fs.Bool("redirect", false, "decide URL as a redirect target (kind redirect)")
 		var data *string
@@ -51,21 +52,29 @@ var checkHTTP = checkKind{
 		})
 		ctype := fs.String("content-type", "application/json", "the body's `TYPE` (with --data)")
 		encoding := fs.String("content-encoding", "", "the body's `CODING`, e.g. gzip (with --data)")
-		return func(ctx context.Context, env *decideEnv, args []string) checkOutput {
-			kind := policy.KindHTTP
+		return func(args []string, req *checkRequest) {
+			req.Kind = "http"
 			if *redirect {
-				kind = policy.KindRedirect
+				req.Kind = "redirect"
 			}
-			req := policy.HTTPRequest{Method: args[0], Target: args[1], HostHeader: *hostHeader}
-			if data != nil {
-				req.Body, req.ContentType, req.ContentEncoding = strings.NewReader(*data), *ctype, *encoding
-				if *data == "-" {
-					req.Body = env.stdin
-				}
-			}
-			d := policy.PreDial{Engine: env.engine, Floor: env.floor}
-			return outcomeOutput(kind, env, d.DecideRequest(ctx, env.identity, kind, req))
+			req.Method, req.URL, req.HostHeader = args[0], args[1], *hostHeader
+			req.Body, req.ContentType, req.ContentEncoding = data, *ctype, *encoding
 		}
+	},
+	decide: func(ctx context.Context, env *decideEnv, req *checkRequest) checkOutput {
+		kind := policy.KindHTTP
+		if req.Kind == "redirect" {
+			kind = policy.KindRedirect
+		}
+		hr := policy.HTTPRequest{Method: req.Method, Target: req.URL, HostHeader: req.HostHeader}
+		if req.Body != nil {
+			hr.Body, hr.ContentType, hr.ContentEncoding = strings.NewReader(*req.Body), cmp.Or(req.ContentType, "application/json"), req.ContentEncoding
+			if *req.Body == "-" && req.stdin != nil {
+				hr.Body = req.stdin
+			}
+		}
+		d := policy.PreDial{Engine: env.engine, Floor: env.floor}
+		return outcomeOutput(kind, env, d.DecideRequest(ctx, env.identity, kind, hr))
 	},
 }
 
@@ -77,11 +86,12 @@ var checkConnect = checkKind{
 	argHelp: [][2]string{
 		{"HOST:PORT", "the CONNECT target, e.g. pypi.org:443 ([v6]:443 for an IPv6 literal)"},
 	},
-	setup: func(*flag.FlagSet) decideFunc {
-		return func(ctx context.Context, env *decideEnv, args []string) checkOutput {
-			d := policy.PreDial{Engine: env.engine, Floor: env.floor}
-			return outcomeOutput(policy.KindConnect, env, d.DecideConnect(ctx, env.identity, args[0]))
-		}
+	setup: func(*flag.FlagSet) requestFunc {
+		return func(args []string, req *checkRequest) { req.Kind, req.Target = "connect", args[0] }
+	},
+	decide: func(ctx context.Context, env *decideEnv, req *checkRequest) checkOutput {
+		d := policy.PreDial{Engine: env.engine, Floor: env.floor}
+		return outcomeOutput(policy.KindConnect, env, d.DecideConnect(ctx, env.identity, req.Target))
 	},
 }
 

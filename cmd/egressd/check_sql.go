@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -64,65 +65,63 @@ var checkSQL = checkKind{
 		}
 		return []string{string(b)}, nil
 	},
-	setup: func(fs *flag.FlagSet) decideFunc {
+	setup: func(fs *flag.FlagSet) requestFunc {
 		database := fs.String("database", "", "`DB` the session uses (default: the identity id, as PostgreSQL does)")
-		return func(ctx context.Context, env *decideEnv, args []string) checkOutput {
-			db := *database
-			if db == "" {
-				db = env.identity.ID
+		return func(args []string, req *checkRequest) { req.Kind, req.SQL, req.Database = "sql", args[0], *database }
+	},
+	decide: func(ctx context.Context, env *decideEnv, req *checkRequest) checkOutput {
+		sql, db := req.SQL, cmp.Or(req.Database, env.identity.ID)
+		pc := env.cfg.Postgres
+		var cat *sqlfacts.Catalog
+		if pc.Upstream != "" {
+			// config.Load provisioned pc: StartupTimeout is set.
+			cctx, cancel := context.WithTimeout(ctx, pc.StartupTimeout)
+			var err error
+			cat, err = pggate.UpstreamCatalog(cctx, pc, db)
+			cancel()
+			if err != nil {
+				return refusedBeforePolicy(policy.KindSQL, env, &policy.DenyError{Reason: policy.ReasonCatalogUnavailable, Detail: err.Error(), Err: err})
 			}
-			pc := env.cfg.Postgres
-			var cat *sqlfacts.Catalog
-			if pc.Upstream != "" {
-				// config.Load provisioned pc: StartupTimeout is set.
-				cctx, cancel := context.WithTimeout(ctx, pc.StartupTimeout)
-				var err error
-				cat, err = pggate.UpstreamCatalog(cctx, pc, db)
-				cancel()
-				if err != nil {
-					return refusedBeforePolicy(policy.KindSQL, env, &policy.DenyError{Reason: policy.ReasonCatalogUnavailable, Detail: err.Error(), Err: err})
-				}
-			}
-			qd := pggate.DecideQuery(ctx, pc, env.engine, env.identity, db, cat, args[0])
-			if !qd.Connect.Allow {
-				connect := sqlfacts.Connect(db)
-				return decided(policy.KindSQL, env, []sqlStatement{{Statement: connect, Decision: qd.Connect}}, qd.Connect)
-			}
-			limits := sqlfacts.Limits{MaxLen: pc.MaxQueryBytes, MaxDepth: pc.MaxNesting, MaxOps: pc.MaxOperators}
-			opts := sqlfacts.Options{Database: db, SearchPath: []string{pc.SearchPath}, Limits: limits, Catalog: cat}
-			if len(qd.Statements) == 0 {
-				out := decided(policy.KindSQL, env, nil, qd.Decision)
-				// Say which bound refused, when it was the pre-scan's,
-				// or what the parser found wrong, and where.
-				var de *policy.DenyError
-				if err := sqlfacts.Prescan(args[0], limits); errors.As(err, &de) && de.Reason == qd.Reason {
-					out.Detail = de.Detail
-				} else if qd.Reason == policy.ReasonSQLParseError {
-					_, err := sqlfacts.ParseContext(ctx, args[0], opts)
-					out.Detail = parseDetail(args[0], err)
-				}
-				// The gate refused the text before any statement reached
-				// the policy.
-				if !qd.Allow {
-					out.refused = &refusal{kind: policy.KindSQL, err: &policy.DenyError{Reason: qd.Reason, Detail: out.Detail}}
-				}
-				return out
-			}
-			// The facts are for the reader; the decisions are the gate's.
-			sts, err := sqlfacts.ParseContext(ctx, args[0], opts)
-			out := make([]sqlStatement, len(qd.Statements))
-			for i, sd := range qd.Statements {
-				out[i] = sqlStatement{SQL: sd.SQL, Decision: sd.Decision}
-				if err == nil && len(sts) == len(qd.Statements) {
-					out[i].Statement = sts[i]
-				}
-			}
-			res := decided(policy.KindSQL, env, out, qd.Decision)
-			if cat == nil {
-				res.Assumes = builtinsOnly
-			}
-			return res
 		}
+		qd := pggate.DecideQuery(ctx, pc, env.engine, env.identity, db, cat, sql)
+		if !qd.Connect.Allow {
+			connect := sqlfacts.Connect(db)
+			return decided(policy.KindSQL, env, []sqlStatement{{Statement: connect, Decision: qd.Connect}}, qd.Connect)
+		}
+		limits := sqlfacts.Limits{MaxLen: pc.MaxQueryBytes, MaxDepth: pc.MaxNesting, MaxOps: pc.MaxOperators}
+		opts := sqlfacts.Options{Database: db, SearchPath: []string{pc.SearchPath}, Limits: limits, Catalog: cat}
+		if len(qd.Statements) == 0 {
+			out := decided(policy.KindSQL, env, nil, qd.Decision)
+			// Say which bound refused, when it was the pre-scan's,
+			// or what the parser found wrong, and where.
+			var de *policy.DenyError
+			if err := sqlfacts.Prescan(sql, limits); errors.As(err, &de) && de.Reason == qd.Reason {
+				out.Detail = de.Detail
+			} else if qd.Reason == policy.ReasonSQLParseError {
+				_, err := sqlfacts.ParseContext(ctx, sql, opts)
+				out.Detail = parseDetail(sql, err)
+			}
+			// The gate refused the text before any statement reached
+			// the policy.
+			if !qd.Allow {
+				out.refused = &refusal{kind: policy.KindSQL, err: &policy.DenyError{Reason: qd.Reason, Detail: out.Detail}}
+			}
+			return out
+		}
+		// The facts are for the reader; the decisions are the gate's.
+		sts, err := sqlfacts.ParseContext(ctx, sql, opts)
+		out := make([]sqlStatement, len(qd.Statements))
+		for i, sd := range qd.Statements {
+			out[i] = sqlStatement{SQL: sd.SQL, Decision: sd.Decision}
+			if err == nil && len(sts) == len(qd.Statements) {
+				out[i].Statement = sts[i]
+			}
+		}
+		res := decided(policy.KindSQL, env, out, qd.Decision)
+		if cat == nil {
+			res.Assumes = builtinsOnly
+		}
+		return res
 	},
 }
 

@@ -55,5 +55,7 @@
 // `egressd check` calls policy.PreDial (policy.PreDial.DecideRequest for an
 // https:// URL of an inspected host), dnsguard.Decide and
 // pggate.DecideQuery (pggate.Gate.verdict), the same functions, so a check answers what the
-// listeners would do.
+// listeners would do. A single check, each line of `check --batch` and each
+// line of the admin listener's POST /v1/check (`check --server`) go through
+// one function, decideRequest, to those calls.
 package main

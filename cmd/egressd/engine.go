@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"time"
 
 	"go.uber.org/zap"
@@ -14,6 +13,7 @@ import (
 	"github.com/egressd/egressd/cmd/egressd/grants"
 	"github.com/egressd/egressd/dnsguard"
 	"github.com/egressd/egressd/internal/identity"
+	"github.com/egressd/egressd/internal/testledger"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -31,21 +31,41 @@ func (f *engineFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.identity, "identity", "", "sandbox `ID` to decide for (default \"anonymous\" when no identities are configured)")
 }
 
-// decideEnv is what a check needs: the config, the engine and address
-// floor built from it, and the identity the request is decided for.
+// checkFlags are the flags of every check: engineFlags for a local
+// decision, or --server and its token to ask a running egressd.
+type checkFlags struct {
+	engineFlags
+	server    string
+	tokenFile string
+}
+
+func (f *checkFlags) register(fs *flag.FlagSet) {
+	f.engineFlags.register(fs)
+	fs.StringVar(&f.server, "server", "", "ask the running egressd on its admin listener at `URL` (e.g. http://127.0.0.1:9090) instead of deciding locally")
+	fs.StringVar(&f.tokenFile, "token-file", "", "with --server: `FILE` holding an admin token with scope check (default: $EGRESSD_ADMIN_TOKEN)")
+}
+
+// decideEnv is what a check needs: the config, the engine, address floor
+// and identities built from it, and (per request, set by decideRequest)
+// the identity the request is decided for.
 type decideEnv struct {
 	cfg      *config.Config
 	engine   checkEngine
 	floor    *dnsguard.Floor
+	ids      *identity.Store
 	identity policy.Identity
-	// stdin is where `--data -` reads a body from.
-	stdin io.Reader
+}
+
+// envOf is the decideEnv of a generation: a local check's, or the running
+// one's for POST /v1/check.
+func envOf(gen *generation.Generation) *decideEnv {
+	return &decideEnv{cfg: gen.Config, engine: gen.Engine, floor: gen.Floor, ids: gen.Identities}
 }
 
 // load reads the config and builds its generation as serve would, all but
 // the secret values (generation.Deciding; the policy from --policy if
-// given), then resolves the identity. Every failure is a load error (exit
-// 2).
+// given) and the Rego tests of a bundle that passed them before under this
+// build (testledger). Every failure is a load error (exit 2).
 func (f *engineFlags) load(ctx context.Context) (*decideEnv, error) {
 	cfg, err := config.Load(f.config)
 	if err != nil {
@@ -59,35 +79,16 @@ func (f *engineFlags) load(ctx context.Context) (*decideEnv, error) {
 	if cfg.Policy.Grants, _, err = grants.Load(grants.Path(cfg.Audit.Dir), time.Now()); err != nil {
 		return nil, err
 	}
+	// A check runs the bundle's Rego tests only the first time this build
+	// sees the bundle (serve, reload and policy test always run them).
+	if l := testledger.Open(); l != nil {
+		cfg.Policy.Tests = l
+	}
 	gen, err := generation.Build(ctx, cfg, f.config, generation.Deciding, zap.NewNop())
 	if err != nil {
 		return nil, err
 	}
-	id, err := f.resolveIdentity(gen.Identities)
-	if err != nil {
-		return nil, err
-	}
-	return &decideEnv{cfg: cfg, engine: gen.Engine, floor: gen.Floor, identity: id}, nil
-}
-
-// resolveIdentity mirrors the proxy: with no identities configured every
-// client is "anonymous"; otherwise the id must be a configured one, and its
-// attributes come along.
-func (f *engineFlags) resolveIdentity(store *identity.Store) (policy.Identity, error) {
-	if store.AllAnonymous() {
-		if f.identity == "" {
-			return identity.Anonymous, nil
-		}
-		return policy.Identity{ID: f.identity}, nil
-	}
-	if f.identity == "" {
-		return policy.Identity{}, usageErrorf("--identity is required: the config lists identities")
-	}
-	_, id, ok := store.Lookup(f.identity)
-	if !ok {
-		return policy.Identity{}, usageErrorf("--identity %q is not in the config's identities", f.identity)
-	}
-	return id, nil
+	return envOf(gen), nil
 }
 
 // loadError keeps the exit code of usage errors and marks the rest as

@@ -9,7 +9,7 @@ import (
 
 // writeConfig writes yaml to dir/egressd.yaml and returns its path, for
 // the --config of the command under test.
-func writeConfig(t *testing.T, dir, yaml string) string {
+func writeConfig(t testing.TB, dir, yaml string) string {
 	t.Helper()
 	cfg := filepath.Join(dir, "egressd.yaml")
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {

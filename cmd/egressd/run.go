@@ -66,7 +66,7 @@ func (d *daemon) run(ctx context.Context) error {
 			}...),
 			Reload: d.gen.Reload,
 			Auth:   auth,
-			Routes: d.grants.Routes(),
+			Routes: append(d.grants.Routes(), checkRoute(d.gen.Current, d.log.Named("admin"))),
 			Log:    d.log,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,

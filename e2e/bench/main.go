@@ -51,7 +51,7 @@ type options struct {
 }
 
 // workloadIDs are the parts -only selects from, in run order.
-var workloadIDs = []string{"get", "get-paced", "connect", "connect-tls", "https", "body", "leaf", "pgbench", "idle", "get-unpinned"}
+var workloadIDs = []string{"get", "get-paced", "connect", "connect-tls", "https", "body", "leaf", "check", "pgbench", "idle", "get-unpinned"}
 
 func main() {
 	var o options
@@ -200,6 +200,9 @@ func run(o options, args []string) error {
 	}
 	if b.want("leaf") {
 		b.res.Workloads = append(b.res.Workloads, b.leafWorkloads()...)
+	}
+	if b.want("check") {
+		b.res.Workloads = append(b.res.Workloads, b.checkWorkloads()...)
 	}
 	if b.want("pgbench") {
 		b.res.Workloads = append(b.res.Workloads, b.pgWorkloads()...)
@@ -354,5 +357,5 @@ func (b *bench) prepare() error {
 
 func (b *bench) needsEgressd() bool {
 	proxied := b.want("get") || b.want("get-paced") || b.want("connect") || b.want("connect-tls") || b.want("idle") || b.want("get-unpinned")
-	return proxied && b.wantPeer("egressd") || b.want("https") || b.want("body") || b.want("pgbench")
+	return proxied && b.wantPeer("egressd") || b.want("https") || b.want("body") || b.want("check") || b.want("pgbench")
 }

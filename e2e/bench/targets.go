@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// The targets issues 14 and 16 judge egressd by, each checked against the
+// The targets issues 14, 16 and 24 judge egressd by, each checked against the
 // figures of the same run: a ratio to a named peer, the best peer or the
 // bare relay, or an absolute bound.
 
@@ -42,6 +42,8 @@ var goals = []goal{
 	{14, "https", "rate", "squid (ssl_bump)", true, 1.2, 0},
 	{14, "leaf-hit", "rate", "", false, 5, 0},
 	{14, "leaf-mint", "rate", "", false, 1000, 0},
+	{24, "check", "rate", "", false, 30, 0},
+	{24, "check-batch", "rate", "", true, 20000, 0},
 }
 
 func (g goal) value(t *Target) float64 {
@@ -135,7 +137,7 @@ func goalsTable(b *strings.Builder, r *Results) {
 	if len(rows) == 0 {
 		return
 	}
-	b.WriteString("## Targets\n\nThe targets of issues 14 and 16, checked against this run's figures (ratios of medians, same run).")
+	b.WriteString("## Targets\n\nThe targets of issues 14, 16 and 24, checked against this run's figures (ratios of medians, same run).")
 	if r.Smoke {
 		b.WriteString(" A smoke run's verdicts mean nothing.")
 	}
