@@ -214,7 +214,9 @@ func TestGrantRefusals(t *testing.T) {
 		t.Errorf("GET /v1/grants without a token = %d %q, %v; want 401", code, body, err)
 	}
 	bad := filepath.Join(t.TempDir(), "bad")
-	os.WriteFile(bad, []byte("nope"), 0o600)
+	if err := os.WriteFile(bad, []byte("nope"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if _, stderr, code := grantCLI(t, w, bad, "list"); code != 1 || !strings.Contains(stderr, "401") {
 		t.Errorf("grant list with an unknown token: exit %d, %s; want exit 1, 401", code, stderr)
 	}

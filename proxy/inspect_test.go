@@ -706,7 +706,10 @@ func TestInspectDrainDuringHandshake(t *testing.T) {
 		tc.Handshake() //nolint:errcheck // the drain may close the tunnel first: either way it must end
 		tc.Close()
 		select {
-		case <-drained:
+		case err := <-drained:
+			if err != nil {
+				t.Errorf("iteration %d: drain = %v; want it over before its deadline (the client has gone)", i, err)
+			}
 		case <-time.After(15 * time.Second):
 			t.Fatalf("iteration %d: the drain still waits on a tunnel whose client has gone", i)
 		}

@@ -19,12 +19,13 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/egressd/egressd/internal/atomicfile"
 )
 
 // maxEntries bounds the directory: past it, Record removes the oldest
@@ -113,20 +114,7 @@ func (l *Ledger) write(digest string) error {
 		return err
 	}
 	name, content := l.entry(digest)
-	tmp, err := os.CreateTemp(l.dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, werr := tmp.Write(content)
-	if err := errors.Join(werr, tmp.Close()); err != nil {
-		os.Remove(tmp.Name()) //nolint:errcheck // best effort: prune removes what is left
-		return err
-	}
-	if err := os.Rename(tmp.Name(), name); err != nil {
-		os.Remove(tmp.Name()) //nolint:errcheck // best effort: prune removes what is left
-		return err
-	}
-	return nil
+	return atomicfile.Write(name, content, 0o600)
 }
 
 // prune removes the oldest files past maxEntries (a temporary file a

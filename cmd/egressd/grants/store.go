@@ -19,6 +19,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/egressd/egressd/internal/atomicfile"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -98,39 +99,10 @@ func save(path string, gs []policy.Grant) error {
 		return fmt.Errorf("save grants: %w", err)
 	}
 	b = append(b, '\n')
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+FileName+".*")
-	if err != nil {
-		return fmt.Errorf("save grants %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name()) // after the rename, there is nothing to remove
 	// Readable by the log's readers (segments are 0640): egressd check
 	// reads it to answer as the proxy would.
-	if err := tmp.Chmod(0o640); err != nil {
-		tmp.Close()
-		return fmt.Errorf("save grants %s: %w", path, err)
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("save grants %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("save grants %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("save grants %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("save grants %s: %w", path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("save grants %s: %w", path, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("save grants %s: sync directory: %w", path, err)
+	if err := atomicfile.Write(path, b, 0o640); err != nil {
+		return fmt.Errorf("save grants: %w", err)
 	}
 	return nil
 }
