@@ -139,6 +139,9 @@ func decisionText(d Decision) string {
 	if d.Inspect {
 		s += ", inspect"
 	}
+	if o := d.WouldDeny; o != nil {
+		s += " (observe mode of the " + o.By.String() + ": enforced, it would deny " + o.Reason.String() + ")"
+	}
 	return s
 }
 

@@ -16,6 +16,7 @@ import (
 const explainRules = `
     {"id": "docs", "hosts": ["docs.example.com"], "ports": [80], "methods": ["GET"], "paths": ["/guide/**"]},
     {"id": "docs-admin", "hosts": ["docs.example.com"], "ports": [80], "paths": ["/admin/**"], "action": "deny"},
+    {"id": "docs-drafts", "hosts": ["docs.example.com"], "ports": [80], "paths": ["/drafts/**"], "action": "deny", "mode": "observe"},
     {"id": "models", "hosts": ["*.models.example.com"], "ports": [443]},
     {"id": "ci", "hosts": ["ci.example.com"], "ports": [8443], "identities": ["builder"]},
     {"id": "tickets-mcp", "hosts": ["mcp.example.com"], "ports": [443], "inspect": true,
@@ -28,7 +29,8 @@ const explainRules = `
 // testdata/explain/NAME.golden; -update rewrites them. The denials are
 // the representative ones: a near miss on method, a path glob miss, a
 // port miss, an identity miss, an encoded separator refused before any
-// rule, a tool and a model a body rule refuses, an explicit deny rule, a
+// rule, a tool and a model a body rule refuses, an explicit deny rule
+// (and one in observe mode, which lets the request through), a
 // refusal before the policy, a dns name a wildcard leaves out, and a sql
 // write; and one allow.
 func TestCheckExplain(t *testing.T) {
@@ -71,6 +73,7 @@ func TestCheckExplain(t *testing.T) {
 		{"model_denied", check("http", "--data", `{"model":"claude-opus-4","max_tokens":1024,"messages":[]}`,
 			"POST", "https://api.anthropic.com/v1/messages")},
 		{"deny_rule_any_case", check("http", "GET", "http://docs.example.com/ADMIN/keys")},
+		{"observed_deny_rule", check("http", "GET", "http://docs.example.com/drafts/next")},
 		{"metadata_before_policy", check("http", "GET", "http://169.254.169.254/latest/meta-data/")},
 		{"dns_wildcard_apex", check("dns", "models.example.com")},
 		{"sql_write_denied", []string{"check", "sql", "--config", "sql.yaml", "--identity", "sandbox-1", "--explain", "DELETE FROM users"}},
