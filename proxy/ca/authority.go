@@ -35,6 +35,12 @@ type Options struct {
 	// ca_key), by identity; such an identity's root is never created in
 	// the directory. If nil, none.
 	Configured map[string]Files
+	// Identities are the identities served. When the directory is
+	// read-only (a mounted Secret of shared roots), Open refuses unless
+	// each of them has a root there or a configured one, so a missing
+	// root stops start-up rather than an inspected CONNECT. If nil, none
+	// is checked.
+	Identities []string
 }
 
 // Files name a configured root: its PEM certificate, which must be a
@@ -59,8 +65,11 @@ type Stats struct {
 // is safe for concurrent use.
 type Authority struct {
 	dir string
-	ttl time.Duration
-	now func() time.Time
+	// readOnly: the directory cannot be written (a mounted Secret), so
+	// roots are loaded, never created, and no lock is taken.
+	readOnly bool
+	ttl      time.Duration
+	now      func() time.Time
 
 	rootMu   sync.RWMutex
 	roots    map[string]*root // by file stem
@@ -94,7 +103,9 @@ func Init(dir string) error {
 // Open loads or creates the CA directory dir. It refuses a directory
 // writable by others and a private key file that group or others may read
 // or write, or that another user owns, saying how to fix it; it loads every
-// root present, so a damaged one stops start-up rather than a request.
+// root present, so a damaged one stops start-up rather than a request. A
+// directory egressd cannot write (shared roots mounted read-only) is only
+// read: every one of o.Identities must have its root there.
 func Open(dir string, o Options) (*Authority, error) {
 	if o.LeafTTL == 0 {
 		o.LeafTTL = DefaultLeafTTL
@@ -111,17 +122,20 @@ func Open(dir string, o Options) (*Authority, error) {
 	if err := Init(dir); err != nil {
 		return nil, err
 	}
-	l, err := lockDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	err = removeTemps(dir)
-	l.unlock()
-	if err != nil {
-		return nil, err
+	readOnly := readOnlyDir(dir)
+	if !readOnly {
+		l, err := lockDir(dir)
+		if err != nil {
+			return nil, err
+		}
+		err = removeTemps(dir)
+		l.unlock()
+		if err != nil {
+			return nil, err
+		}
 	}
 	a := &Authority{
-		dir: dir, ttl: o.LeafTTL, now: o.Now,
+		dir: dir, readOnly: readOnly, ttl: o.LeafTTL, now: o.Now,
 		roots: map[string]*root{}, cache: newLRU(o.CacheSize), inflight: map[leafKey]*mintCall{},
 	}
 	certs, err := entries(dir, func(name string) bool { return strings.HasSuffix(name, certExt) })
@@ -147,7 +161,25 @@ func Open(dir string, o Options) (*Authority, error) {
 		}
 		a.roots[fileStem(id)] = r
 	}
+	if readOnly {
+		for _, id := range o.Identities {
+			if _, ok := a.roots[fileStem(id)]; !ok {
+				return nil, a.missingRoot(id)
+			}
+		}
+	}
 	return a, nil
+}
+
+// missingRoot is the refusal to create identity's root in a read-only
+// directory: shared roots are made once, ahead of time, so every replica
+// serves the same one.
+func (a *Authority) missingRoot(identity string) error {
+	stem := fileStem(identity)
+	return fmt.Errorf("CA directory %s is read-only (shared roots, e.g. a mounted Secret) and has no root for identity %q: "+
+		"create it in a writable directory with `egressd ca export --ca-dir DIR --identity %s`, add DIR/%s.crt and "+
+		"DIR/%s.key to the shared roots (Secret egressd-ca), and restart egressd",
+		a.dir, identity, identity, stem, stem)
 }
 
 // Root returns identity's root certificate, creating the root if absent.
@@ -247,6 +279,9 @@ func (a *Authority) root(identity string) (*root, error) {
 // without a certificate (a crash between the two) was never trusted by
 // anyone and is replaced.
 func (a *Authority) loadOrCreate(identity, stem string) (*root, error) {
+	if a.readOnly {
+		return nil, a.missingRoot(identity)
+	}
 	l, err := lockDir(a.dir)
 	if err != nil {
 		return nil, err

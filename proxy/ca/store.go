@@ -22,44 +22,6 @@ const (
 	lockName  = ".lock"
 )
 
-// checkDir refuses a CA directory that others may write to: anyone who can
-// replace a root's files can make every sandbox of that identity trust a
-// key they hold. A group-writable directory is allowed (Kubernetes' fsGroup
-// makes volumes so).
-func checkDir(dir string) error {
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return fmt.Errorf("CA directory: %w", err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("CA directory %s is not a directory", dir)
-	}
-	if fi.Mode().Perm()&0o002 != 0 {
-		return fmt.Errorf("CA directory %s is writable by others (mode %04o); fix it with `chmod o-w %s` (0700 is best)",
-			dir, fi.Mode().Perm(), dir)
-	}
-	return nil
-}
-
-// checkKeyFile refuses a private key that anyone but egressd's user may
-// read or write: a sandbox that could read it could mint certificates for
-// any host, for itself or, with a configured shared key, for others.
-func checkKeyFile(path string) error {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fmt.Errorf("CA key: %w", err)
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return fmt.Errorf("CA key %s is readable or writable by group or others (mode %04o); fix it with `chmod 600 %s`",
-			path, perm, path)
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("CA key %s is owned by uid %d, not by egressd's uid %d; fix it with `chown %d %s`",
-			path, st.Uid, os.Geteuid(), os.Geteuid(), path)
-	}
-	return nil
-}
-
 // checkKeys runs checkKeyFile on every key file of dir.
 func checkKeys(dir string) error {
 	keys, err := entries(dir, func(name string) bool { return strings.HasSuffix(name, keyExt) })

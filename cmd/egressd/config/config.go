@@ -129,7 +129,14 @@ func caDirNextTo(auditDir string) string {
 // settings and the roots identities[] configure (ca_cert, ca_key).
 func (c *Config) InspectOptions() ca.Options {
 	o := c.Inspect.Options()
+	// The identities served: each needs a root when the CA directory is
+	// read-only shared roots. With none configured, every client is
+	// anonymous.
+	if len(c.Identities) == 0 {
+		o.Identities = []string{identity.Anonymous.ID}
+	}
 	for _, e := range c.Identities {
+		o.Identities = append(o.Identities, e.ID)
 		if e.CACert != "" {
 			if o.Configured == nil {
 				o.Configured = map[string]ca.Files{}
