@@ -26,7 +26,8 @@ ARG EGRESSD_VERSION=""
 ARG EGRESSD_COMMIT=""
 RUN deploy/build.sh /out/egressd \
  && mkdir -p /out/audit \
- && mkdir -m 0700 /out/ca
+ && mkdir -m 0700 /out/ca \
+ && mkdir -m 0755 /out/roots
 
 # distroless/cc: glibc and libgcc for the cgo binary, no shell, no package
 # manager. The :nonroot tag runs as uid/gid 65532.
@@ -38,6 +39,10 @@ COPY --from=build /out/egressd /usr/local/bin/egressd
 # ownership and mode into it: the CA directory must stay 0700).
 COPY --from=build --chown=65532:65532 /out/audit /var/lib/egressd/audit
 COPY --from=build --chown=65532:65532 /out/ca /var/lib/egressd/ca
+# Where `egressd ca export --out` writes identities' root certificates for
+# sandboxes (compose's ca-init step mounts a volume here); certificates
+# only, so 0755.
+COPY --from=build --chown=65532:65532 /out/roots /var/lib/egressd/roots
 COPY deploy/image/egressd.yaml /etc/egressd/egressd.yaml
 USER 65532:65532
 VOLUME ["/var/lib/egressd/audit", "/var/lib/egressd/ca"]

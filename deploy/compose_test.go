@@ -52,7 +52,11 @@ type composeService struct {
 	Restart     string            `yaml:"restart"`
 	Environment map[string]string `yaml:"environment"`
 	DNS         []string          `yaml:"dns"`
-	DependsOn   []string          `yaml:"depends_on"`
+	DependsOn   map[string]struct {
+		Condition string `yaml:"condition"`
+	} `yaml:"depends_on"`
+	Tmpfs       []string `yaml:"tmpfs"`
+	NetworkMode string   `yaml:"network_mode"`
 }
 
 func loadCompose(t *testing.T) *compose {

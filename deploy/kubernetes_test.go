@@ -160,8 +160,8 @@ func TestEgressdStatefulSet(t *testing.T) {
 		if vm.SubPath != "" {
 			t.Errorf("mount %s uses subPath; subPath mounts never see ConfigMap updates", vm.Name)
 		}
-		if vm.Name != "audit" && vm.Name != "ca" && !vm.ReadOnly {
-			t.Errorf("mount %s is writable; only the audit and CA volumes may be", vm.Name)
+		if vm.Name != "audit" && !vm.ReadOnly {
+			t.Errorf("mount %s is writable; only the audit volume may be", vm.Name)
 		}
 	}
 }

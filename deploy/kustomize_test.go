@@ -50,11 +50,15 @@ func TestApplyOrder(t *testing.T) {
 }
 
 // podDependencies are the ConfigMaps and Secrets a pod mounts or reads
-// environment from; a pod cannot start before they exist.
+// environment from, and its ServiceAccount; a pod cannot start before they
+// exist.
 func podDependencies(ns string, pod *corev1.PodSpec) []object {
 	var out []object
 	cm := func(name string) { out = append(out, object{kind: "ConfigMap", namespace: ns, name: name}) }
 	secret := func(name string) { out = append(out, object{kind: "Secret", namespace: ns, name: name}) }
+	if pod.ServiceAccountName != "" {
+		out = append(out, object{kind: "ServiceAccount", namespace: ns, name: pod.ServiceAccountName})
+	}
 	for _, v := range pod.Volumes {
 		if v.ConfigMap != nil {
 			cm(v.ConfigMap.Name)

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -30,6 +31,9 @@ type manifests struct {
 	deployments  map[string]*appsv1.Deployment
 	pdbs         map[string]*policyv1.PodDisruptionBudget
 	hpas         map[string]*autoscalingv2.HorizontalPodAutoscaler
+	accounts     map[string]*corev1.ServiceAccount
+	roles        map[string]*rbacv1.Role
+	roleBindings map[string]*rbacv1.RoleBinding
 	// order is every object in the order kustomize emits, and so
 	// kubectl applies, them; objects holds each one's typed value.
 	order   []object
@@ -68,6 +72,15 @@ func (m *manifests) newObject(tm metav1.TypeMeta) (any, func(key string), error)
 	case "autoscaling/v2/HorizontalPodAutoscaler":
 		o := &autoscalingv2.HorizontalPodAutoscaler{}
 		return o, func(k string) { m.hpas[k] = o }, nil
+	case "v1/ServiceAccount":
+		o := &corev1.ServiceAccount{}
+		return o, func(k string) { m.accounts[k] = o }, nil
+	case "rbac.authorization.k8s.io/v1/Role":
+		o := &rbacv1.Role{}
+		return o, func(k string) { m.roles[k] = o }, nil
+	case "rbac.authorization.k8s.io/v1/RoleBinding":
+		o := &rbacv1.RoleBinding{}
+		return o, func(k string) { m.roleBindings[k] = o }, nil
 	}
 	return nil, nil, fmt.Errorf("unknown apiVersion/kind %s/%s", tm.APIVersion, tm.Kind)
 }
@@ -122,6 +135,9 @@ func loadManifests(t *testing.T) *manifests {
 		deployments:  map[string]*appsv1.Deployment{},
 		pdbs:         map[string]*policyv1.PodDisruptionBudget{},
 		hpas:         map[string]*autoscalingv2.HorizontalPodAutoscaler{},
+		accounts:     map[string]*corev1.ServiceAccount{},
+		roles:        map[string]*rbacv1.Role{},
+		roleBindings: map[string]*rbacv1.RoleBinding{},
 		objects:      map[object]any{},
 	}
 	seen := map[string]bool{}
