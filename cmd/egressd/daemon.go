@@ -98,7 +98,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		caDir = cfg.Inspect.CADir
 	}
 	log.Info("HTTPS inspection CA directory (one root per identity; `egressd ca export --identity ID` gives a sandbox its root)",
-		zap.String("dir", caDir))
+		zap.String("dir", caDir), zap.Bool("shared_read_only", authority.ReadOnly()))
 	ac := cfg.Audit
 	ac.Started = startedDetail(cfgPath, gen.Engine.Digest())
 	// Budgets are rebuilt from the log before this start appends to it.

@@ -182,6 +182,10 @@ func (a *Authority) missingRoot(identity string) error {
 		a.dir, identity, identity, stem, stem)
 }
 
+// ReadOnly reports whether the directory holds read-only shared roots,
+// which are loaded and never created.
+func (a *Authority) ReadOnly() bool { return a.readOnly }
+
 // Root returns identity's root certificate, creating the root if absent.
 func (a *Authority) Root(identity string) (*x509.Certificate, error) {
 	r, err := a.root(identity)

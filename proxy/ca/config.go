@@ -20,8 +20,9 @@ const (
 // upstream of an inspected tunnel. It is read at start only.
 type Config struct {
 	// CADir is the CA directory (created 0700 on first start; one root per
-	// identity, <id>.crt and <id>.key). If empty, egressd-ca next to
-	// audit.dir is used (./egressd-ca with the default ./egressd-audit).
+	// identity, <id>.crt and <id>.key; read-only shared roots if egressd
+	// cannot write it). If empty, egressd-ca next to audit.dir is used
+	// (./egressd-ca with the default ./egressd-audit).
 	CADir string `yaml:"ca_dir"`
 	// UpstreamCAFile is a PEM bundle of the CAs that upstream certificates
 	// of inspected tunnels must chain to. If empty, the system roots are

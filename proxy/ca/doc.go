@@ -14,4 +14,9 @@
 // Root keys live on disk (mode 0600, written atomically, never
 // half-written); leaf keys never do: each leaf has a fresh random P-256
 // key, is valid for hours, and is cached in memory in a bounded LRU.
+//
+// A CA directory egressd cannot write holds shared roots (a Kubernetes
+// Secret mounted read-only into every replica, made ahead of time): its
+// roots are loaded, none is created, and its root-owned keys are accepted
+// only with mode 0400 or 0440 in egressd's group.
 package ca

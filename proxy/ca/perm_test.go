@@ -94,6 +94,9 @@ func TestReadOnlyDirLoadsSharedRoots(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Open(read-only dir with sandbox-a's root) = %v; want it loaded", err)
 	}
+	if !a.ReadOnly() {
+		t.Error("ReadOnly() = false for a read-only directory; want true")
+	}
 	if _, err := a.Leaf("sandbox-a", "api.github.com"); err != nil {
 		t.Errorf("Leaf(sandbox-a) from shared roots = %v; want a leaf", err)
 	}
@@ -120,6 +123,9 @@ func TestWritableDirCreatesRoots(t *testing.T) {
 	a, err := Open(dir, Options{Identities: []string{"sandbox-a"}})
 	if err != nil {
 		t.Fatalf("Open(empty writable dir) = %v; want it accepted", err)
+	}
+	if a.ReadOnly() {
+		t.Error("ReadOnly() = true for a writable directory; want false")
 	}
 	if _, err := a.Root("sandbox-a"); err != nil {
 		t.Errorf("Root(sandbox-a) = %v; want a new root", err)
