@@ -58,9 +58,10 @@ func TestComposeSharedRoots(t *testing.T) {
 	if !slices.Equal(init.Command[:2], []string{"ca", "export"}) {
 		t.Fatalf("ca-init command = %q; want ca export", init.Command)
 	}
-	if init.Image != e.Image || !init.ReadOnly || init.NetworkMode != "none" || init.User != e.User {
-		t.Errorf("ca-init image %q read_only %v network_mode %q user %q; want egressd's image and user, read-only, no network",
-			init.Image, init.ReadOnly, init.NetworkMode, init.User)
+	if init.Image != e.Image || init.PullPolicy != "never" || !init.ReadOnly || init.NetworkMode != "none" || init.User != e.User {
+		t.Errorf("ca-init image %q pull_policy %q read_only %v network_mode %q user %q; "+
+			"want egressd's image (built, never pulled) and user, read-only, no network",
+			init.Image, init.PullPolicy, init.ReadOnly, init.NetworkMode, init.User)
 	}
 	if got := im[argAfter(init.Command, "--config")]; got.source != em[cfgPath].source || !got.ro {
 		t.Errorf("ca-init --config mount = %+v; want egressd's config %s read-only", got, em[cfgPath].source)

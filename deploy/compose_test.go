@@ -39,6 +39,7 @@ type composeService struct {
 		Dockerfile string `yaml:"dockerfile"`
 	} `yaml:"build"`
 	Image       string            `yaml:"image"`
+	PullPolicy  string            `yaml:"pull_policy"`
 	Command     []string          `yaml:"command"`
 	ReadOnly    bool              `yaml:"read_only"`
 	User        string            `yaml:"user"`
