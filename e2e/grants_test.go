@@ -74,7 +74,9 @@ func TestGrantFromRequestExpires(t *testing.T) {
 	}
 	w.E.WaitRecords(t, "the refusal", ByRequest(id))
 
-	stdout, stderr, code := grantCLI(t, w, tokenFile, "--from-request", id, "--ttl", "3s")
+	// Long enough for the requests below on a loaded machine; its expiry
+	// is awaited at the end, after the explicit grant's steps.
+	stdout, stderr, code := grantCLI(t, w, tokenFile, "--from-request", id, "--ttl", "5s")
 	if code != 0 {
 		t.Fatalf("grant --from-request %s: exit %d: %s", id, code, stderr)
 	}
@@ -102,7 +104,7 @@ func TestGrantFromRequestExpires(t *testing.T) {
 		t.Errorf("POST %s under a GET grant = %v, %v; want 403", target, resp, err)
 	}
 	// An explicit grant, for longer, shows in check and list and is
-	// revoked: the 3s grant may expire while a slow check starts.
+	// revoked: the 5s grant may expire while a slow check starts.
 	explicit := w.url("other.test", "/files/b")
 	stdout, stderr, code = grantCLI(t, w, tokenFile, "--identity", "anonymous", "--method", "GET", "--url", explicit, "--ttl", "1h")
 	var g2 grantOut
