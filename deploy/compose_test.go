@@ -52,7 +52,19 @@ type composeService struct {
 	Restart     string            `yaml:"restart"`
 	Environment map[string]string `yaml:"environment"`
 	DNS         []string          `yaml:"dns"`
-	DependsOn   []string          `yaml:"depends_on"`
+	DependsOn   map[string]struct {
+		Condition string `yaml:"condition"`
+	} `yaml:"depends_on"`
+	Healthcheck *struct {
+		Test        []string `yaml:"test"`
+		Interval    string   `yaml:"interval"`
+		Timeout     string   `yaml:"timeout"`
+		StartPeriod string   `yaml:"start_period"`
+		Retries     int      `yaml:"retries"`
+	} `yaml:"healthcheck"`
+	StopGracePeriod string `yaml:"stop_grace_period"`
+	MemLimit        string `yaml:"mem_limit"`
+	PidsLimit       int    `yaml:"pids_limit"`
 }
 
 func loadCompose(t *testing.T) *compose {
