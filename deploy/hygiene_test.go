@@ -164,3 +164,17 @@ func TestReadmeNetworkPolicyNeedsCNI(t *testing.T) {
 		t.Error("README's Kubernetes section does not say NetworkPolicy needs a CNI that enforces it")
 	}
 }
+
+// TestSandboxMemoryLimit: every container of the Kubernetes example
+// sandbox has a memory limit (its processes are bounded by the kubelet's
+// podPidsLimit; a pod has no field for it).
+func TestSandboxMemoryLimit(t *testing.T) {
+	m := loadManifests(t)
+	for key, d := range m.deployments {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if c.Resources.Limits.Memory().IsZero() {
+				t.Errorf("%s container %s has no memory limit", key, c.Name)
+			}
+		}
+	}
+}
