@@ -58,6 +58,16 @@ type composeService struct {
 	} `yaml:"depends_on"`
 	Tmpfs       []string `yaml:"tmpfs"`
 	NetworkMode string   `yaml:"network_mode"`
+	Healthcheck *struct {
+		Test        []string `yaml:"test"`
+		Interval    string   `yaml:"interval"`
+		Timeout     string   `yaml:"timeout"`
+		StartPeriod string   `yaml:"start_period"`
+		Retries     int      `yaml:"retries"`
+	} `yaml:"healthcheck"`
+	StopGracePeriod string `yaml:"stop_grace_period"`
+	MemLimit        string `yaml:"mem_limit"`
+	PidsLimit       int    `yaml:"pids_limit"`
 }
 
 func loadCompose(t *testing.T) *compose {

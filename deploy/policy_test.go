@@ -174,13 +174,6 @@ func writeVolumeItems(t *testing.T, items []corev1.KeyToPath) {
 // neither start-up nor a reload refuses it.
 func TestPolicyConfigMapBundlePasses(t *testing.T) {
 	m := loadManifests(t)
-	cm := must(t, m.configMaps, egressdNS+"/egressd-policy")
-	var items []corev1.KeyToPath
-	for _, v := range must(t, m.statefulSets, egressdNS+"/egressd").Spec.Template.Spec.Volumes {
-		if v.Name == "policy" && v.ConfigMap != nil {
-			items = v.ConfigMap.Items
-		}
-	}
 	const userRule = `{"id": "models", "hosts": ["api.models.example.com"], "ports": [443]}`
 	tests := []struct {
 		name string
@@ -193,23 +186,39 @@ func TestPolicyConfigMapBundlePasses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			for _, it := range items {
-				body := cm.Data[it.Key]
-				if it.Path == "data.json" {
-					body = tt.edit(body)
-				}
-				p := filepath.Join(dir, filepath.FromSlash(it.Path))
-				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
+			dir := m.mountPolicy(t, tt.edit)
 			if n, err := policy.Test(context.Background(), os.DirFS(dir)); err != nil || n == 0 {
 				t.Errorf("policy.Test(mounted bundle) = %d, %v; want its tests to pass", n, err)
 			}
 		})
 	}
+}
+
+// mountPolicy writes the egressd-policy ConfigMap's keys at the
+// StatefulSet's item paths, as the pod mounts them, with edit applied to
+// data.json, and returns the directory.
+func (m *manifests) mountPolicy(t *testing.T, edit func(data string) string) string {
+	t.Helper()
+	cm := must(t, m.configMaps, egressdNS+"/egressd-policy")
+	var items []corev1.KeyToPath
+	for _, v := range must(t, m.statefulSets, egressdNS+"/egressd").Spec.Template.Spec.Volumes {
+		if v.Name == "policy" && v.ConfigMap != nil {
+			items = v.ConfigMap.Items
+		}
+	}
+	dir := t.TempDir()
+	for _, it := range items {
+		body := cm.Data[it.Key]
+		if it.Path == "data.json" {
+			body = edit(body)
+		}
+		p := filepath.Join(dir, filepath.FromSlash(it.Path))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }

@@ -95,6 +95,14 @@ func (s *Server) Reload(d policy.Decider, ids *identity.Store) {
 	identify := func(netip.Addr) (policy.Identity, bool) { return identity.Anonymous, true }
 	if !ids.AllAnonymous() {
 		identify = ids.BySource
+		if !ids.HasSources() {
+			// Tokens and SCRAM verifiers cannot name a DNS client: with
+			// no sources, every query would be refused.
+			s.log.Warn("dns.listen is set but no identity lists sources: the DNS listener identifies a client by its "+
+				"source address only, so every query will be refused unknown_client; add the sandboxes' CIDR "+
+				"to their identity's sources",
+				zap.Int("identities", ids.Len()))
+		}
 	}
 	s.state.Store(&serverState{decider: d, identify: identify})
 }

@@ -50,7 +50,7 @@ var auditActions = map[string]helpText{
 
 // runAudit is `egressd audit verify|show|explain|keygen`.
 func runAudit(args []string, stdout, stderr io.Writer) error {
-	action, err := groupAction("audit", auditActions, "verify, show, explain or keygen", args, stderr)
+	action, err := groupAction("audit", auditActions, "verify, show, explain or keygen", args, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -88,7 +88,7 @@ func runAuditVerify(args []string, stdout, stderr io.Writer) error {
 	var cps checkpointFlags
 	fs.Var(&cps, "checkpoint", "`SEQ:HASH` from the operational log's \"audit checkpoint\" lines; the log must match and reach it (repeatable)")
 	cfgPath := fs.String("config", "", "config `FILE` whose audit.dir is the default PATH")
-	pos, err := parseFlags(fs, args, stderr)
+	pos, err := parseFlags(fs, args, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func runAuditKeygen(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("audit keygen", flag.ContinueOnError)
 	auditActions["keygen"].install(fs)
 	out := fs.String("out", "", "private key `FILE` to create (it must not exist); the public key goes to FILE.pub")
-	pos, err := parseFlags(fs, args, stderr)
+	pos, err := parseFlags(fs, args, stdout, stderr)
 	if err != nil {
 		return err
 	}

@@ -35,7 +35,7 @@ func runAuditExplain(args []string, stdout, stderr io.Writer) error {
 	cfgPath := fs.String("config", "", "config `FILE` the record was made under: identities, internal:, postgres: (default: the embedded defaults)")
 	policyDir := fs.String("policy", "", "the current bundle `DIR` (default: policy.dir of the config, else the embedded bundle)")
 	auditDir := fs.String("audit", "", "audit `DIR` (default: audit.dir of the config)")
-	pos, err := parseFlags(fs, args, stderr)
+	pos, err := parseFlags(fs, args, stdout, stderr)
 	if err != nil {
 		return err
 	}

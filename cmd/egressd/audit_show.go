@@ -51,7 +51,7 @@ type showOptions struct {
 }
 
 func runAuditShow(args []string, stdout, stderr io.Writer) error {
-	o, err := parseShow(args, stderr, time.Now())
+	o, err := parseShow(args, stdout, stderr, time.Now())
 	if err != nil {
 		return err
 	}
@@ -60,7 +60,7 @@ func runAuditShow(args []string, stdout, stderr io.Writer) error {
 	return showAudit(ctx, o, stdout)
 }
 
-func parseShow(args []string, stderr io.Writer, now time.Time) (*showOptions, error) {
+func parseShow(args []string, stdout, stderr io.Writer, now time.Time) (*showOptions, error) {
 	fs := flag.NewFlagSet("audit show", flag.ContinueOnError)
 	auditActions["show"].install(fs)
 	var o showOptions
@@ -75,7 +75,7 @@ func parseShow(args []string, stderr io.Writer, now time.Time) (*showOptions, er
 	asTable := fs.Bool("table", false, "print an aligned table (the default on a terminal)")
 	fs.BoolVar(&o.follow, "f", false, "follow the log: keep printing new records, across segment rotations, until interrupted")
 	cfgPath := fs.String("config", "", "config `FILE` whose audit.dir is the default PATH")
-	pos, err := parseFlags(fs, args, stderr)
+	pos, err := parseFlags(fs, args, stdout, stderr)
 	if err != nil {
 		return nil, err
 	}

@@ -173,7 +173,7 @@ func (s *syncBuffer) String() string {
 func TestAuditShowFollow(t *testing.T) {
 	w, dir := openAuditLog(t)
 	defer w.Close()
-	o, err := parseShow([]string{"-f", "--json", "--kind", "http", dir}, &bytes.Buffer{}, time.Now())
+	o, err := parseShow([]string{"-f", "--json", "--kind", "http", dir}, &bytes.Buffer{}, &bytes.Buffer{}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

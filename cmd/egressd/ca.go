@@ -43,7 +43,7 @@ const trustStorePassword = pkcs12.DefaultPassword
 
 // runCA is `egressd ca init|export`.
 func runCA(args []string, stdout, stderr io.Writer) error {
-	action, err := groupAction("ca", caActions, "init or export", args, stderr)
+	action, err := groupAction("ca", caActions, "init or export", args, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func runCA(args []string, stdout, stderr io.Writer) error {
 func runCAInit(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ca init", flag.ContinueOnError)
 	caActions[strings.TrimPrefix(fs.Name(), "ca ")].install(fs)
-	pos, err := parseFlags(fs, args, stderr)
+	pos, err := parseFlags(fs, args, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -78,7 +78,7 @@ func runCAExport(args []string, stdout, stderr io.Writer) error {
 	cfgPath := fs.String("config", "", "config `FILE` whose inspect.ca_dir and identities to use")
 	caDir := fs.String("ca-dir", "", "CA `DIR` to export from, instead of --config's")
 	out := fs.String("out", "", "write to `FILE` (mode 0644) instead of standard output")
-	pos, err := parseFlags(fs, args, stderr)
+	pos, err := parseFlags(fs, args, stdout, stderr)
 	if err != nil {
 		return err
 	}

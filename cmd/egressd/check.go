@@ -170,10 +170,11 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 		return runCheckFlagsFirst(stdin, args, stdout, stderr)
 	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		checkUsage(stderr)
 		if len(args) > 0 {
+			checkUsage(stdout)
 			return flag.ErrHelp
 		}
+		checkUsage(stderr)
 		return usageErrorf("check: missing kind")
 	}
 	kind, ok := checkKinds[args[0]]
@@ -194,7 +195,7 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 		args:     kind.argHelp,
 		exit:     checkExit,
 	}.install(fs)
-	pos, err := parseFlags(fs, args[1:], stderr)
+	pos, err := parseFlags(fs, args[1:], stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -267,16 +268,12 @@ func runCheckFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) erro
 // [flags] args`.
 func runCheckFlagsFirst(stdin io.Reader, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var cf checkFlags
 	cf.register(fs)
 	batch := fs.Bool("batch", false, "decide every request of standard input, one JSON object a line, and print one decision a line, in order")
 	checkHelp().install(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &exitError{code: 2, err: err}
+	if err := parseOnce(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	if *batch {
 		if fs.NArg() > 0 {

@@ -154,8 +154,8 @@ func runCheckOrRun(args []string, stdin string, stdout, stderr *bytes.Buffer) er
 }
 
 // TestHelpExitsZero: -h and --help print the command's own help, in the
-// one shape every command shares, and exit 0, for every command and
-// action.
+// one shape every command shares, to stdout (asked for, it is output: it
+// can be paged or searched), and exit 0, for every command and action.
 func TestHelpExitsZero(t *testing.T) {
 	cmds := [][]string{{}}
 	for name := range commands {
@@ -180,14 +180,48 @@ func TestHelpExitsZero(t *testing.T) {
 			t.Run(strings.Join(args, " "), func(t *testing.T) {
 				code, stdout, stderr := runCLI(args...)
 				want := "usage: egressd " + strings.Join(cmd, " ")
-				if code != 0 || !strings.HasPrefix(stderr, want) || !strings.Contains(stderr, "\nexit status: ") || stdout != "" {
-					t.Errorf("egressd %v: exit %d, stderr %q, stdout %q; want exit 0 and help beginning %q with an exit status line", args, code, stderr, stdout, want)
+				if code != 0 || !strings.HasPrefix(stdout, want) || !strings.Contains(stdout, "\nexit status: ") || stderr != "" {
+					t.Errorf("egressd %v: exit %d, stdout %q, stderr %q; want exit 0 and help on stdout beginning %q with an exit status line", args, code, stdout, stderr, want)
 				}
-				if strings.Contains(stderr, "\nflags:\n") && strings.Contains(stderr, "\n  -") && regexp.MustCompile(`\n  -[a-z][a-z]`).MatchString(stderr) {
-					t.Errorf("egressd %v: a long flag shown with one dash:\n%s", args, stderr)
+				if strings.Contains(stdout, "\nflags:\n") && strings.Contains(stdout, "\n  -") && regexp.MustCompile(`\n  -[a-z][a-z]`).MatchString(stdout) {
+					t.Errorf("egressd %v: a long flag shown with one dash:\n%s", args, stdout)
 				}
 			})
 		}
+	}
+}
+
+// TestUsageStreams (issue 25 item 7): help asked for is output (stdout,
+// exit 0); help shown because the command line is wrong goes with the
+// error to stderr (exit 2).
+func TestUsageStreams(t *testing.T) {
+	tests := []struct {
+		name       string
+		args       []string
+		code       int
+		wantStdout bool
+	}{
+		{"help", []string{"help"}, 0, true},
+		{"-h", []string{"-h"}, 0, true},
+		{"no subcommand", nil, 2, false},
+		{"unknown subcommand", []string{"nope"}, 2, false},
+		{"unknown flag", []string{"version", "--nope"}, 2, false},
+		{"group without action", []string{"policy"}, 2, false},
+		{"check without kind", []string{"check"}, 2, false},
+		{"check flags first, -h", []string{"check", "--config", "x.yaml", "-h"}, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(tt.args...)
+			help, other := stdout, stderr
+			if !tt.wantStdout {
+				help, other = stderr, stdout
+			}
+			if code != tt.code || !strings.Contains(help, "usage: egressd ") || strings.Contains(other, "usage: egressd ") {
+				t.Errorf("egressd %v: exit %d, stdout %q, stderr %q; want exit %d and the usage on stdout %v",
+					tt.args, code, stdout, stderr, tt.code, tt.wantStdout)
+			}
+		})
 	}
 }
 

@@ -157,7 +157,7 @@ func runGrant(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&req.URL, "url", "", "the absolute `URL` to grant: scheme, host, port and path, never the query (without --from-request)")
 	fs.BoolVar(&req.Tunnel, "tunnel", false, "grant the whole host and port: opens an opaque CONNECT tunnel")
 	fs.StringVar(&req.TTL, "ttl", "", "how long the grant lasts, a `DURATION` such as 30m or 1h, at most 168h (required)")
-	pos, err := parseFlags(fs, args, stderr)
+	pos, err := parseFlags(fs, args, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -182,7 +182,7 @@ func runGrantAction(action string, args []string, stdout, stderr io.Writer) erro
 	grantActions[action].install(fs)
 	var af adminFlags
 	af.register(fs)
-	pos, err := parseFlags(fs, args, stderr)
+	pos, err := parseFlags(fs, args, stdout, stderr)
 	if err != nil {
 		return err
 	}

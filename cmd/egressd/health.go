@@ -24,7 +24,7 @@ func runHealth(args []string, stdout, stderr io.Writer) error {
 	admin := fs.String("admin", "127.0.0.1:9090", "admin listener `IP:PORT` (admin.listen)")
 	live := fs.Bool("live", false, "check liveness (/healthz) instead of readiness (/readyz)")
 	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long")
-	pos, err := parseFlags(fs, args, stderr)
+	pos, err := parseFlags(fs, args, stdout, stderr)
 	if err != nil {
 		return err
 	}

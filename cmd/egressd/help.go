@@ -106,24 +106,25 @@ func groupHelp(w io.Writer, name string, actions [][2]string, exit string) {
 
 // groupAction reads the action of `egressd GROUP ACTION …` from args, one
 // of actions. With no action, -h or an unknown one it prints the group's
-// help (its actions' summaries) and returns the error to exit with:
+// help (its actions' summaries; to stdout when asked for with -h, else to
+// stderr) and returns the error to exit with:
 // flag.ErrHelp, or a usage error saying what it wants (e.g. "init, check
 // or test").
-func groupAction(group string, actions map[string]helpText, want string, args []string, stderr io.Writer) (string, error) {
-	help := func() {
-		groupHelp(stderr, group, table(actions, func(h helpText) string { return h.summary }),
+func groupAction(group string, actions map[string]helpText, want string, args []string, stdout, stderr io.Writer) (string, error) {
+	help := func(w io.Writer) {
+		groupHelp(w, group, table(actions, func(h helpText) string { return h.summary }),
 			"the action's own (see its -h); 2 for a usage error")
 	}
 	switch {
 	case len(args) == 0:
-		help()
+		help(stderr)
 		return "", usageErrorf("%s: want %s", group, want)
 	case args[0] == "-h" || args[0] == "--help":
-		help()
+		help(stdout)
 		return "", flag.ErrHelp
 	}
 	if _, ok := actions[args[0]]; !ok {
-		help()
+		help(stderr)
 		return "", usageErrorf("%s: unknown action %q; want %s", group, args[0], want)
 	}
 	return args[0], nil

@@ -32,16 +32,20 @@ var identityHashHelp = helpText{
 
 func runIdentityFrom(stdin io.Reader, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "hash" {
-		groupHelp(stderr, "identity", [][2]string{{"hash", identityHashHelp.summary}}, "the action's own (see its -h); 2 for a usage error")
+		help := func(w io.Writer) {
+			groupHelp(w, "identity", [][2]string{{"hash", identityHashHelp.summary}}, "the action's own (see its -h); 2 for a usage error")
+		}
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			help(stdout)
 			return flag.ErrHelp
 		}
+		help(stderr)
 		return usageErrorf("identity: missing or unknown action; want hash")
 	}
 	fs := flag.NewFlagSet("identity hash", flag.ContinueOnError)
 	identityHashHelp.install(fs)
 	id := fs.String("id", "", "sandbox `ID` (the proxy Basic user and the Postgres user)")
-	pos, err := parseFlags(fs, args[1:], stderr)
+	pos, err := parseFlags(fs, args[1:], stdout, stderr)
 	if err != nil {
 		return err
 	}

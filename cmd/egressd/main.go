@@ -42,12 +42,16 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	switch {
+	case len(args) == 0:
 		usage(stderr)
-		if len(args) == 0 {
-			return usageErrorf("missing subcommand")
-		}
+		return usageErrorf("missing subcommand")
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
+		// Asked for: to stdout, where a pager or grep finds it.
+		usage(stdout)
 		return nil
+	case args[0] == "--version" || args[0] == "-version":
+		return runVersion(args[1:], stdout, stderr)
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {

@@ -42,7 +42,7 @@ var policyActions = map[string]helpText{
 
 // runPolicy is `egressd policy init|check|test|replay`.
 func runPolicy(args []string, stdout, stderr io.Writer) error {
-	sub, err := groupAction("policy", policyActions, "init, check, test or replay", args, stderr)
+	sub, err := groupAction("policy", policyActions, "init, check, test or replay", args, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -52,7 +52,7 @@ func runPolicy(args []string, stdout, stderr io.Writer) error {
 	h := policyActions[sub]
 	fset := flag.NewFlagSet("policy "+sub, flag.ContinueOnError)
 	h.install(fset)
-	pos, err := parseFlags(fset, args[1:], stderr)
+	pos, err := parseFlags(fset, args[1:], stdout, stderr)
 	if err != nil {
 		return err
 	}

@@ -41,7 +41,7 @@ type replayOptions struct {
 	examples                    int
 }
 
-func parseReplay(args []string, stderr io.Writer, now time.Time) (*replayOptions, error) {
+func parseReplay(args []string, stdout, stderr io.Writer, now time.Time) (*replayOptions, error) {
 	fs := flag.NewFlagSet("policy replay", flag.ContinueOnError)
 	policyReplayHelp.install(fs)
 	var o replayOptions
@@ -51,7 +51,7 @@ func parseReplay(args []string, stderr io.Writer, now time.Time) (*replayOptions
 	since := fs.String("since", "", "only records at or after `T` (RFC 3339, or a duration such as 24h meaning that long ago)")
 	fs.BoolVar(&o.json, "json", false, "print the report as one JSON object")
 	fs.IntVar(&o.examples, "examples", 3, "example records per group (`N`)")
-	pos, err := parseFlags(fs, args, stderr)
+	pos, err := parseFlags(fs, args, stdout, stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func parseReplay(args []string, stderr io.Writer, now time.Time) (*replayOptions
 
 // runPolicyReplay is `egressd policy replay`.
 func runPolicyReplay(args []string, stdout, stderr io.Writer, now time.Time) error {
-	o, err := parseReplay(args, stderr, now)
+	o, err := parseReplay(args, stdout, stderr, now)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ import (
 
 // runServe is `egressd serve`: the proxy and admin listeners, and the DNS
 // and Postgres listeners when configured, until SIGTERM.
-func runServe(args []string, _, stderr io.Writer) error {
+func runServe(args []string, stdout, stderr io.Writer) error {
 	ensureProcs()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	helpText{
@@ -27,7 +27,7 @@ func runServe(args []string, _, stderr io.Writer) error {
 	}.install(fs)
 	cfgPath := fs.String("config", "", "config `FILE` (default: the embedded defaults)")
 	acceptBreak := fs.Bool("audit-accept-break", false, "start even if the newest audit segment's chain is broken, recording the acceptance")
-	pos, err := parseFlags(fs, args, stderr)
+	pos, err := parseFlags(fs, args, stdout, stderr)
 	if err != nil {
 		return err
 	}

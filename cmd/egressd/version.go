@@ -20,7 +20,7 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 		about:    "Print the version and commit deploy/build.sh stamped, and the Go and pg_query versions the binary was built with (the labels of the egressd_build_info metric).",
 		exit:     "0 printed, 2 usage error",
 	}.install(fs)
-	pos, err := parseFlags(fs, args, stderr)
+	pos, err := parseFlags(fs, args, stdout, stderr)
 	if err != nil {
 		return err
 	}

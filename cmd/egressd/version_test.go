@@ -51,3 +51,15 @@ func TestStartedRecordNamesTheBuild(t *testing.T) {
 		t.Errorf("started detail version, commit = %q, %q; want %q, %q", d["version"], d["commit"], v.Version, v.Commit)
 	}
 }
+
+// TestVersionFlag (issue 25 item 7): `egressd --version` is `egressd
+// version`, as most tools have it.
+func TestVersionFlag(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"-version"}, {"--version", "--json"}} {
+		code, stdout, stderr := runCLI(args...)
+		_, want, _ := runCLI(append([]string{"version"}, args[1:]...)...)
+		if code != 0 || stdout != want || stderr != "" {
+			t.Errorf("egressd %v: exit %d, stdout %q, stderr %q; want exit 0 and %q", args, code, stdout, stderr, want)
+		}
+	}
+}

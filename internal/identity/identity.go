@@ -229,5 +229,10 @@ func (s *Store) ByteBudget(id string) *ByteBudget {
 // it is one of them (credentials or a source mapping).
 func (s *Store) AllAnonymous() bool { return s == nil || len(s.byID) == 0 }
 
+// HasSources reports whether any identity lists sources: the DNS listener,
+// whose queries carry no credentials, can tell a listed identity only by
+// its source address.
+func (s *Store) HasSources() bool { return s != nil && len(s.sources) > 0 }
+
 // Len is the number of identities.
 func (s *Store) Len() int { return len(s.byID) }

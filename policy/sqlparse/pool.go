@@ -36,6 +36,12 @@ const (
 	backoffMax = time.Second
 )
 
+// MaxWorkers is the most parser worker processes that run at once. Each
+// is a process beside egressd in egressd's container, so the container's
+// memory limit must cover them too (deploy/kubernetes/statefulset.yaml
+// states the bound, and deploy's tests check it).
+const MaxWorkers = poolSize
+
 // testHookSent, when set by a test, runs after a request is written.
 var testHookSent func()
 
