@@ -96,17 +96,9 @@ func Init(dir string) error {
 // or write, or that another user owns, saying how to fix it; it loads every
 // root present, so a damaged one stops start-up rather than a request.
 func Open(dir string, o Options) (*Authority, error) {
-	if o.LeafTTL == 0 {
-		o.LeafTTL = DefaultLeafTTL
-	}
-	if o.CacheSize == 0 {
-		o.CacheSize = DefaultCacheSize
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.LeafTTL < 0 || o.CacheSize < 0 {
-		return nil, fmt.Errorf("CA options: leaf TTL and cache size must be >= 0, got %v and %d", o.LeafTTL, o.CacheSize)
+	o, err := o.provision()
+	if err != nil {
+		return nil, err
 	}
 	if err := Init(dir); err != nil {
 		return nil, err
@@ -122,22 +114,74 @@ func Open(dir string, o Options) (*Authority, error) {
 	}
 	a := &Authority{
 		dir: dir, ttl: o.LeafTTL, now: o.Now,
-		roots: map[string]*root{}, cache: newLRU(o.CacheSize), inflight: map[leafKey]*mintCall{},
+		cache: newLRU(o.CacheSize), inflight: map[leafKey]*mintCall{},
 	}
-	certs, err := entries(dir, func(name string) bool { return strings.HasSuffix(name, certExt) })
-	if err != nil {
+	if a.roots, err = loadRoots(dir, o.Configured); err != nil {
 		return nil, err
 	}
-	for _, c := range certs {
-		stem := filepath.Base(c[:len(c)-len(certExt)])
-		r, err := loadPair(c, filepath.Join(dir, stem+keyExt))
+	return a, nil
+}
+
+// Check refuses what Open would refuse, with the same messages, and
+// writes nothing: a directory that does not exist yet is accepted (Open
+// creates it), and a directory that exists is checked and its roots and
+// the configured ones loaded. It is `egressd serve --check`'s CA step.
+func Check(dir string, o Options) error {
+	o, err := o.provision()
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		_, err := loadRoots("", o.Configured)
+		return err
+	}
+	if err := checkDir(dir); err != nil {
+		return err
+	}
+	if err := checkKeys(dir); err != nil {
+		return err
+	}
+	_, err = loadRoots(dir, o.Configured)
+	return err
+}
+
+// provision fills o's zero values with the defaults and refuses negative
+// ones.
+func (o Options) provision() (Options, error) {
+	if o.LeafTTL == 0 {
+		o.LeafTTL = DefaultLeafTTL
+	}
+	if o.CacheSize == 0 {
+		o.CacheSize = DefaultCacheSize
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.LeafTTL < 0 || o.CacheSize < 0 {
+		return o, fmt.Errorf("CA options: leaf TTL and cache size must be >= 0, got %v and %d", o.LeafTTL, o.CacheSize)
+	}
+	return o, nil
+}
+
+// loadRoots loads every root in dir ("" for none) and then the configured
+// ones, which replace any of the directory's for their identity.
+func loadRoots(dir string, configured map[string]Files) (map[string]*root, error) {
+	roots := map[string]*root{}
+	if dir != "" {
+		certs, err := entries(dir, func(name string) bool { return strings.HasSuffix(name, certExt) })
 		if err != nil {
 			return nil, err
 		}
-		a.roots[stem] = r
+		for _, c := range certs {
+			stem := filepath.Base(c[:len(c)-len(certExt)])
+			r, err := loadPair(c, filepath.Join(dir, stem+keyExt))
+			if err != nil {
+				return nil, err
+			}
+			roots[stem] = r
+		}
 	}
-	// Configured roots replace any of the directory's for their identity.
-	for id, f := range o.Configured {
+	for id, f := range configured {
 		r, err := loadPair(f.Cert, f.Key)
 		if err == nil {
 			err = r.cert.CheckSignatureFrom(r.cert)
@@ -145,9 +189,9 @@ func Open(dir string, o Options) (*Authority, error) {
 		if err != nil {
 			return nil, fmt.Errorf("configured CA of identity %q must be a self-signed root and its key: %w", id, err)
 		}
-		a.roots[fileStem(id)] = r
+		roots[fileStem(id)] = r
 	}
-	return a, nil
+	return roots, nil
 }
 
 // Root returns identity's root certificate, creating the root if absent.
