@@ -38,6 +38,8 @@ import (
 //     the background with the harness's listen addresses and DNS upstream
 //     (loopback, free ports) added as a config file, and stopped at the
 //     end; 127.0.0.1:3128 and 127.0.0.1:9090 in later commands name it.
+//     `egressd serve --check` binds nothing and exits: it runs as any
+//     other command.
 //   - A command or block naming an address that is not loopback (a
 //     sandbox network's 10.x or 172.x) is not run: a sh block is
 //     syntax-checked with bash -n, a ```yaml block is loaded with
@@ -202,7 +204,7 @@ var goRun = regexp.MustCompile(`\bgo run \./cmd/egressd\b`)
 func (r *readmeRun) run(line int, cmd string, want []string) {
 	t := r.t
 	cmd = r.normalizeLocal.Replace(goRun.ReplaceAllString(cmd, "egressd"))
-	if strings.HasPrefix(strings.TrimSpace(cmd), "egressd serve") {
+	if strings.HasPrefix(strings.TrimSpace(cmd), "egressd serve") && !strings.Contains(cmd, "--check") {
 		r.start(line, cmd)
 		return
 	}

@@ -54,8 +54,13 @@ type checkOutput struct {
 	Identity string        `json:"identity"`
 	Allow    bool          `json:"allow"`
 	Reason   policy.Reason `json:"reason"`
-	Rule     string        `json:"rule"`
-	Policy   string        `json:"policy"`
+	// Class is a refusal's reason class (policy.Class: "policy",
+	// "malformed", "identity", …), so that a caller tells "the policy
+	// said no" from "the request could not be read"; set by MarshalJSON
+	// on every deny, empty on an allow.
+	Class  string `json:"class,omitempty"`
+	Rule   string `json:"rule"`
+	Policy string `json:"policy"`
 	// TLS is set on an allowed CONNECT whose tunnel must carry TLS.
 	TLS bool `json:"tls,omitempty"`
 	// Credentials are the credential actions of the allowing rule: which
@@ -91,6 +96,18 @@ type checkOutput struct {
 	// refused is the refusal made before the policy, for --explain; nil
 	// when the policy decided.
 	refused *refusal
+}
+
+// MarshalJSON is the output with Class filled from Reason, in every
+// encoding of it (a check, a --batch line, the admin listener's
+// /v1/check), so none can print a deny without its class.
+func (o checkOutput) MarshalJSON() ([]byte, error) {
+	type plain checkOutput
+	o.Class = ""
+	if !o.Allow {
+		o.Class = o.Reason.Class().String()
+	}
+	return json.Marshal(plain(o))
 }
 
 // refusal is a refusal made before the policy: of a request of kind,

@@ -40,6 +40,8 @@ var batchRequests = []checkRequest{
 	{Kind: "sql", Identity: "agent", SQL: "SELECT 1", Database: "app"},
 	{Kind: "sql", Identity: "agent", SQL: "DELETE FROM users"},
 	{Kind: "sql", Identity: "team", SQL: "SELECT 1"},
+	// No postgres.upstream to read a catalog from: catalog_unavailable.
+	{Kind: "sql", Identity: "agent", SQL: "SELECT 1", Catalog: true},
 }
 
 // argsOf is the command line of a single check of req.
@@ -71,6 +73,9 @@ func argsOf(cfg string, req checkRequest) []string {
 		return append(args, "--", req.Name)
 	case "sql":
 		flag("database", req.Database)
+		if req.Catalog {
+			args = append(args, "--catalog")
+		}
 		return append(args, "--", req.SQL)
 	}
 	panic("unknown kind " + kind)

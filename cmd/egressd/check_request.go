@@ -44,9 +44,12 @@ type checkRequest struct {
 	Name  string `json:"name,omitempty"`
 	QType string `json:"qtype,omitempty"`
 
-	// sql: the query and --database (default the identity id).
+	// sql: the query, --database (default the identity id) and
+	// --catalog (resolve calls against postgres.upstream's catalog,
+	// dialling it; else built-ins only).
 	SQL      string `json:"sql,omitempty"`
 	Database string `json:"database,omitempty"`
+	Catalog  bool   `json:"catalog,omitempty"`
 
 	// stdin is the body of `check http --data -`: read only where a rule
 	// decides on bodies, never sent anywhere.

@@ -15,10 +15,10 @@ import (
 	"github.com/egressd/egressd/proxy/pggate"
 )
 
-// builtinsOnly is what a check says when it could not resolve calls
+// builtinsOnly is what a check says when it did not resolve calls
 // against a real catalog.
-const builtinsOnly = "built-ins only: the config names no postgres.upstream, so every function, operator and cast is taken to be PostgreSQL's own; " +
-	"set postgres.upstream to resolve them against the database's catalog as the gate does"
+const builtinsOnly = "built-ins only: every function, operator and cast is taken to be PostgreSQL's own; " +
+	"pass --catalog to resolve them against postgres.upstream's catalog as the gate does"
 
 func init() { checkKinds["sql"] = checkSQL }
 
@@ -37,15 +37,18 @@ type sqlStatement struct {
 // the query and of every statement, made by the Postgres gate's own code
 // (pggate.DecideQuery), so a statement the gate refuses with its query
 // shows here as other_statement_denied too. The facts shown come from the
-// same parser. When the config names postgres.upstream, calls, operators
-// and casts are resolved against that database's catalog as the gate
-// resolves them; a catalog that cannot be read denies
-// (catalog_unavailable), as it refuses a login.
+// same parser. With --catalog, calls, operators and casts are resolved
+// against postgres.upstream's catalog as the gate resolves them; a
+// catalog that cannot be read, or no postgres.upstream, denies
+// (catalog_unavailable), as the gate refuses a login. Without it the
+// check dials nothing and says it assumes built-ins only: a check run in
+// CI must not reach a production database unasked.
 var checkSQL = checkKind{
 	args:  "SQL",
 	nargs: 1,
 	about: "Decide a query as the Postgres gate would: the login, then every statement, with the gate's own limits, parser and reasons. " +
-		"With postgres.upstream in the config, calls, operators and casts are resolved against that database's catalog.",
+		"With --catalog, calls, operators and casts are resolved against the catalog of the config's postgres.upstream, which it dials; " +
+		"without, it dials nothing and assumes PostgreSQL's built-ins only (the output's assumes says so).",
 	argHelp: [][2]string{
 		{"SQL", "the query text, one or more statements; - reads it from standard input (for SQL that begins with -, or a file: < query.sql)"},
 	},
@@ -67,13 +70,20 @@ var checkSQL = checkKind{
 	},
 	setup: func(fs *flag.FlagSet) requestFunc {
 		database := fs.String("database", "", "`DB` the session uses (default: the identity id, as PostgreSQL does)")
-		return func(args []string, req *checkRequest) { req.Kind, req.SQL, req.Database = "sql", args[0], *database }
+		catalog := fs.Bool("catalog", false, "resolve calls, operators and casts against postgres.upstream's catalog (dials it; default: built-ins only)")
+		return func(args []string, req *checkRequest) {
+			req.Kind, req.SQL, req.Database, req.Catalog = "sql", args[0], *database, *catalog
+		}
 	},
 	decide: func(ctx context.Context, env *decideEnv, req *checkRequest) checkOutput {
 		sql, db := req.SQL, cmp.Or(req.Database, env.identity.ID)
 		pc := env.cfg.Postgres
 		var cat *sqlfacts.Catalog
-		if pc.Upstream != "" {
+		if req.Catalog && pc.Upstream == "" {
+			err := errors.New("--catalog needs postgres.upstream in the config: it names the database whose catalog resolves the calls")
+			return refusedBeforePolicy(policy.KindSQL, env, &policy.DenyError{Reason: policy.ReasonCatalogUnavailable, Detail: err.Error(), Err: err})
+		}
+		if req.Catalog {
 			// config.Load provisioned pc: StartupTimeout is set.
 			cctx, cancel := context.WithTimeout(ctx, pc.StartupTimeout)
 			var err error

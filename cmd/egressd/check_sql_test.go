@@ -89,9 +89,10 @@ func checkSQLOut(t *testing.T, args ...string) (code int, out checkOutput) {
 }
 
 // Finding (issue 12): a user operator's function and an overload of a
-// built-in name: `egressd check sql` resolves them against the upstream
-// catalog when the config names one, and says it assumes built-ins
-// otherwise.
+// built-in name: `egressd check sql --catalog` resolves them against the
+// upstream catalog; without --catalog it dials nothing, even with an
+// upstream configured (issue 25: a check in CI must not reach the real
+// database unasked), and says it assumes built-ins.
 func TestCheckSQLResolvesAgainstUpstream(t *testing.T) {
 	pg := pgtest.Start(t, pgtest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -122,20 +123,29 @@ func TestCheckSQLResolvesAgainstUpstream(t *testing.T) {
 	}
 	tests := []struct {
 		name, cfg, sql string
+		catalog        bool
 		code           int
 		reason         policy.Reason
 		builtinsOnly   bool
 	}{
-		{"operator without upstream", plain, "SELECT 1 #!# 2", 0, "allowed", true},
-		{"operator with upstream", withUpstream, "SELECT 1 #!# 2", 1, "function_not_allowed", false},
-		{"overload without upstream", plain, "SELECT lower(42)", 0, "allowed", true},
-		{"overload with upstream", withUpstream, "SELECT lower(42)", 1, "function_not_allowed", false},
-		{"built-in with upstream", withUpstream, "SELECT upper('a') || 'b'", 0, "allowed", false},
-		{"unreadable catalog", badUpstream, "SELECT 1", 1, "catalog_unavailable", false},
+		{"operator without upstream", plain, "SELECT 1 #!# 2", false, 0, "allowed", true},
+		{"operator with upstream, no --catalog", withUpstream, "SELECT 1 #!# 2", false, 0, "allowed", true},
+		{"operator with upstream", withUpstream, "SELECT 1 #!# 2", true, 1, "function_not_allowed", false},
+		{"overload without upstream", plain, "SELECT lower(42)", false, 0, "allowed", true},
+		{"overload with upstream", withUpstream, "SELECT lower(42)", true, 1, "function_not_allowed", false},
+		{"built-in with upstream", withUpstream, "SELECT upper('a') || 'b'", true, 0, "allowed", false},
+		{"unreadable catalog", badUpstream, "SELECT 1", true, 1, "catalog_unavailable", false},
+		// The login the bad upstream refuses is never tried.
+		{"unreadable catalog, no --catalog", badUpstream, "SELECT 1", false, 0, "allowed", true},
+		{"--catalog without upstream", plain, "SELECT 1", true, 1, "catalog_unavailable", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, out := checkSQLOut(t, "--config", tt.cfg, "--identity", "agent", "--database", "app", tt.sql)
+			args := []string{"--config", tt.cfg, "--identity", "agent", "--database", "app", tt.sql}
+			if tt.catalog {
+				args = append([]string{"--catalog"}, args...)
+			}
+			code, out := checkSQLOut(t, args...)
 			if code != tt.code || out.Reason != tt.reason || (out.Assumes != "") != tt.builtinsOnly {
 				t.Errorf("check sql %q = exit %d, %+v; want exit %d, reason %q, assumes set %v", tt.sql, code, out, tt.code, tt.reason, tt.builtinsOnly)
 			}

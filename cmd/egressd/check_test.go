@@ -57,6 +57,36 @@ func TestCheckIdentityFromConfig(t *testing.T) {
 	}
 }
 
+// TestCheckOutputClass: a deny carries its reason's class, so a caller
+// tells "the policy said no" from "the request could not be read"
+// without a list of reasons; an allow carries none (issue 25).
+func TestCheckOutputClass(t *testing.T) {
+	cfg := writeConfig(t, t.TempDir(), "policy:\n  eval_timeout: 10s\n")
+	tests := []struct {
+		name  string
+		args  []string
+		class string
+	}{
+		{"allow", []string{"check", "connect", "--config", cfg, "pypi.org:443"}, ""},
+		{"policy deny", []string{"check", "http", "--config", cfg, "GET", "http://example.com/"}, policy.ClassPolicy.String()},
+		{"floor deny", []string{"check", "http", "--config", cfg, "GET", "http://169.254.169.254/"}, policy.ClassPolicy.String()},
+		{"malformed", []string{"check", "http", "--config", cfg, "GET", "http://exa mple.com/"}, policy.ClassMalformed.String()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, stdout, stderr := runCLI(tt.args...)
+			var out map[string]any
+			if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+				t.Fatalf("egressd %v output %q (stderr %q): %v", tt.args, stdout, stderr, err)
+			}
+			got, present := out["class"]
+			if tt.class == "" && present || tt.class != "" && got != tt.class {
+				t.Errorf("egressd %v: class = %v (present %v), reason %v; want %q", tt.args, got, present, out["reason"], tt.class)
+			}
+		})
+	}
+}
+
 // TestCheckObservingIdentity: check answers what the proxy would do for an
 // identity in observe mode: allow, with what would be denied.
 func TestCheckObservingIdentity(t *testing.T) {

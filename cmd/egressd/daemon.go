@@ -44,6 +44,8 @@ type daemon struct {
 	gate     *pggate.Gate     // nil unless postgres.listen is set
 	fds      *fdlimit.Budget  // nil if the limit could not be read
 	grants   *grants.Manager
+	// adminAuth are admin.clients' credentials, checked by prepare.
+	adminAuth *admin.Auth
 
 	// draining is set when the drain starts: /readyz fails from then on.
 	draining atomic.Bool
@@ -60,38 +62,25 @@ func (d *daemon) knownIdentity(id string) bool {
 	return ok
 }
 
-// build makes the daemon; the secrets it loads go into store, which the
-// logger already scrubs with.
+// build makes the daemon from what prepare read and checked; the secrets
+// it loads go into store, which the logger already scrubs with.
 func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Logger, store *broker.Store) (*daemon, error) {
-	// The grants in force at the last stop, less those expired since,
-	// decide from the first request on.
-	liveGrants, expiredGrants, err := grants.Load(grants.Path(cfg.Audit.Dir), time.Now())
+	s, err := prepare(ctx, cfg, cfgPath, log)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Policy.Grants = liveGrants
-	gen, err := generation.Build(ctx, cfg, cfgPath, generation.Serving, log)
-	if err != nil {
-		return nil, err
-	}
-	res, err := dnsguard.NewResolver(cfg.DNS, gen.Floor, log)
-	if err != nil {
-		return nil, err
-	}
+	gen, res, liveGrants, expiredGrants := s.gen, s.resolver, s.liveGrants, s.expiredGrants
 	store.Set(gen.Secrets)
 	// Opened before the audit log: a CA key others can read stops start-up
-	// before anything is served or recorded. Inspected CONNECTs are
-	// terminated with the identity's own root, and their upstreams
-	// verified against inspect.upstream_ca_file (or the system roots);
-	// inspect: is read at start only.
+	// before anything is served or recorded (prepare checked it; Open
+	// creates what is missing). Inspected CONNECTs are terminated with
+	// the identity's own root, and their upstreams verified against
+	// inspect.upstream_ca_file (or the system roots); inspect: is read at
+	// start only.
 	caOpts := cfg.InspectOptions()
 	authority, err := ca.Open(cfg.Inspect.CADir, caOpts)
 	if err != nil {
 		return nil, fmt.Errorf("inspect.ca_dir: %w", err)
-	}
-	upstreamRoots, err := ca.UpstreamRoots(cfg.Inspect.UpstreamCAFile)
-	if err != nil {
-		return nil, err
 	}
 	caDir, err := filepath.Abs(cfg.Inspect.CADir)
 	if err != nil {
@@ -124,7 +113,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	reg := metrics.NewRegistry(version.Get())
 	admin.RegisterAudit(reg, aw.Stats, meter.Stats)
 	authority.Register(reg)
-	d := &daemon{cfg: cfg, log: log, audit: aw, meter: meter, registry: reg, metrics: proxy.NewMetrics(reg), fds: descriptorBudget(log)}
+	d := &daemon{cfg: cfg, adminAuth: s.adminAuth, log: log, audit: aw, meter: meter, registry: reg, metrics: proxy.NewMetrics(reg), fds: descriptorBudget(log)}
 	// Registered without a gate too, so a dashboard's gate panels read 0.
 	logins := metrics.NewLogins(reg)
 	// DNS queries and SQL statements are counted as they are audited, in
@@ -141,7 +130,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	d.proxy, err = proxy.New(proxy.Options{
 		Config: cfg.Proxy, Decider: gen.Engine, Floor: gen.Floor, Identities: gen.Identities, Dialer: dialer,
 		Audit: meter, Metrics: d.metrics, Log: log, FDs: d.fds, Secrets: store,
-		Leaves: authority, UpstreamRoots: upstreamRoots, ArgsKey: argsKey, Budgets: budgets,
+		Leaves: authority, UpstreamRoots: s.upstreamRoots, ArgsKey: argsKey, Budgets: budgets,
 		// The shipped shapes, recorded unless a rule or identity refuses
 		// them.
 		SecretPatterns: secretpat.MustDefaults(),

@@ -64,6 +64,14 @@ func TestErrorMessages(t *testing.T) {
 			[]string{"policy", "check", "mypolicy"}, ""},
 		{"identity_bad_mode", map[string]string{"egressd.yaml": goldenConfig + "identities:\n  - id: sandbox-1\n    sources: [10.0.0.7/32]\n    mode: audit\n"},
 			[]string{"check", "connect", "--config", "egressd.yaml", "--identity", "sandbox-1", "pypi.org:443"}, ""},
+		{"policy_check_config_secret_missing", map[string]string{"egressd.yaml": goldenConfig + "secrets:\n  - name: k\n    file: missing.key\n"},
+			[]string{"policy", "check", "--config", "egressd.yaml"}, ""},
+		{"policy_check_config_secret_short", map[string]string{"egressd.yaml": goldenConfig + "secrets:\n  - name: k\n    file: k.key\n", "k.key": "short\n"},
+			[]string{"policy", "check", "--config", "egressd.yaml"}, ""},
+		// check never reads a secret's value (README: "Would serve accept
+		// this?"); serve --check and policy check --config do.
+		{"check_config_secret_missing", map[string]string{"egressd.yaml": goldenConfig + "secrets:\n  - name: k\n    file: missing.key\n"},
+			[]string{"check", "connect", "--config", "egressd.yaml", "pypi.org:443"}, ""},
 		{"check_http_url_first", nil, []string{"check", "http", "http://docs.example.com/", "GET"}, ""},
 		{"check_http_one_argument", nil, []string{"check", "http", "http://docs.example.com/"}, ""},
 		{"grant_without_ttl", nil, []string{"grant", "--from-request", "0123abcd"}, ""},

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"os"
 	"os/signal"
@@ -24,10 +23,6 @@ func (d *daemon) run(ctx context.Context) error {
 	b, err := d.bind()
 	if err != nil {
 		return err
-	}
-	auth, err := admin.NewAuth(d.cfg.Admin.Clients)
-	if err != nil {
-		return fmt.Errorf("admin.clients: %w", err)
 	}
 	running := []string{"proxy"}
 	if d.dns != nil {
@@ -65,7 +60,7 @@ func (d *daemon) run(ctx context.Context) error {
 				admin.DNSCheck(d.cfg.DNS.Upstreams),
 			}...),
 			Reload: d.gen.Reload,
-			Auth:   auth,
+			Auth:   d.adminAuth,
 			Routes: append(d.grants.Routes(), checkRoute(d.gen.Current, d.log.Named("admin"))),
 			Log:    d.log,
 		}),

@@ -107,17 +107,9 @@ func Init(dir string) error {
 // directory egressd cannot write (shared roots mounted read-only) is only
 // read: every one of o.Identities must have its root there.
 func Open(dir string, o Options) (*Authority, error) {
-	if o.LeafTTL == 0 {
-		o.LeafTTL = DefaultLeafTTL
-	}
-	if o.CacheSize == 0 {
-		o.CacheSize = DefaultCacheSize
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.LeafTTL < 0 || o.CacheSize < 0 {
-		return nil, fmt.Errorf("CA options: leaf TTL and cache size must be >= 0, got %v and %d", o.LeafTTL, o.CacheSize)
+	o, err := o.provision()
+	if err != nil {
+		return nil, err
 	}
 	if err := Init(dir); err != nil {
 		return nil, err
@@ -136,22 +128,82 @@ func Open(dir string, o Options) (*Authority, error) {
 	}
 	a := &Authority{
 		dir: dir, readOnly: readOnly, ttl: o.LeafTTL, now: o.Now,
-		roots: map[string]*root{}, cache: newLRU(o.CacheSize), inflight: map[leafKey]*mintCall{},
+		cache: newLRU(o.CacheSize), inflight: map[leafKey]*mintCall{},
 	}
-	certs, err := entries(dir, func(name string) bool { return strings.HasSuffix(name, certExt) })
-	if err != nil {
+	if a.roots, err = loadRoots(dir, o.Configured); err != nil {
 		return nil, err
 	}
-	for _, c := range certs {
-		stem := filepath.Base(c[:len(c)-len(certExt)])
-		r, err := loadPair(c, filepath.Join(dir, stem+keyExt))
+	if readOnly {
+		if err := haveRoots(dir, a.roots, o.Identities); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// Check refuses what Open would refuse, with the same messages, and
+// writes nothing: a directory that does not exist yet is accepted (Open
+// creates it), and a directory that exists is checked and its roots and
+// the configured ones loaded. It is `egressd serve --check`'s CA step.
+func Check(dir string, o Options) error {
+	o, err := o.provision()
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		_, err := loadRoots("", o.Configured)
+		return err
+	}
+	if err := checkDir(dir); err != nil {
+		return err
+	}
+	if err := checkKeys(dir); err != nil {
+		return err
+	}
+	roots, err := loadRoots(dir, o.Configured)
+	if err != nil || !readOnlyDir(dir) {
+		return err
+	}
+	return haveRoots(dir, roots, o.Identities)
+}
+
+// provision fills o's zero values with the defaults and refuses negative
+// ones.
+func (o Options) provision() (Options, error) {
+	if o.LeafTTL == 0 {
+		o.LeafTTL = DefaultLeafTTL
+	}
+	if o.CacheSize == 0 {
+		o.CacheSize = DefaultCacheSize
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.LeafTTL < 0 || o.CacheSize < 0 {
+		return o, fmt.Errorf("CA options: leaf TTL and cache size must be >= 0, got %v and %d", o.LeafTTL, o.CacheSize)
+	}
+	return o, nil
+}
+
+// loadRoots loads every root in dir ("" for none) and then the configured
+// ones, which replace any of the directory's for their identity.
+func loadRoots(dir string, configured map[string]Files) (map[string]*root, error) {
+	roots := map[string]*root{}
+	if dir != "" {
+		certs, err := entries(dir, func(name string) bool { return strings.HasSuffix(name, certExt) })
 		if err != nil {
 			return nil, err
 		}
-		a.roots[stem] = r
+		for _, c := range certs {
+			stem := filepath.Base(c[:len(c)-len(certExt)])
+			r, err := loadPair(c, filepath.Join(dir, stem+keyExt))
+			if err != nil {
+				return nil, err
+			}
+			roots[stem] = r
+		}
 	}
-	// Configured roots replace any of the directory's for their identity.
-	for id, f := range o.Configured {
+	for id, f := range configured {
 		r, err := loadPair(f.Cert, f.Key)
 		if err == nil {
 			err = r.cert.CheckSignatureFrom(r.cert)
@@ -159,27 +211,31 @@ func Open(dir string, o Options) (*Authority, error) {
 		if err != nil {
 			return nil, fmt.Errorf("configured CA of identity %q must be a self-signed root and its key: %w", id, err)
 		}
-		a.roots[fileStem(id)] = r
+		roots[fileStem(id)] = r
 	}
-	if readOnly {
-		for _, id := range o.Identities {
-			if _, ok := a.roots[fileStem(id)]; !ok {
-				return nil, a.missingRoot(id)
-			}
+	return roots, nil
+}
+
+// haveRoots refuses a read-only directory (shared roots) that lacks the
+// root of one of identities: it cannot be created there.
+func haveRoots(dir string, roots map[string]*root, identities []string) error {
+	for _, id := range identities {
+		if _, ok := roots[fileStem(id)]; !ok {
+			return missingRoot(dir, id)
 		}
 	}
-	return a, nil
+	return nil
 }
 
 // missingRoot is the refusal to create identity's root in a read-only
 // directory: shared roots are made once, ahead of time, so every replica
 // serves the same one.
-func (a *Authority) missingRoot(identity string) error {
+func missingRoot(dir, identity string) error {
 	stem := fileStem(identity)
 	return fmt.Errorf("CA directory %s is read-only (shared roots, e.g. a mounted Secret) and has no root for identity %q: "+
 		"create it in a writable directory with `egressd ca export --ca-dir DIR --identity %s`, add DIR/%s.crt and "+
 		"DIR/%s.key to the shared roots (Secret egressd-ca), and restart egressd",
-		a.dir, identity, identity, stem, stem)
+		dir, identity, identity, stem, stem)
 }
 
 // ReadOnly reports whether the directory holds read-only shared roots,
@@ -284,7 +340,7 @@ func (a *Authority) root(identity string) (*root, error) {
 // anyone and is replaced.
 func (a *Authority) loadOrCreate(identity, stem string) (*root, error) {
 	if a.readOnly {
-		return nil, a.missingRoot(identity)
+		return nil, missingRoot(a.dir, identity)
 	}
 	l, err := lockDir(a.dir)
 	if err != nil {

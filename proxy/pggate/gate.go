@@ -135,22 +135,46 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	g.marker = "egressd_denied_" + hex.EncodeToString(nonce) + "_"
 	g.fakeSalt = make([]byte, 16)
 	rand.Read(g.fakeSalt)
-	upstream, err := pgconn.ParseConfig(cfg.Upstream)
-	if err != nil {
-		return nil, fmt.Errorf("postgres.upstream: %w", err)
-	}
-	g.upstream = upstream
-	if g.password, err = upstreamPassword(cfg); err != nil {
+	var err error
+	if g.upstream, g.password, g.tls, err = load(cfg); err != nil {
 		return nil, err
 	}
-	if cfg.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
-		if err != nil {
-			return nil, fmt.Errorf("postgres.tls_cert: %w", err)
-		}
-		g.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	}
 	return g, nil
+}
+
+// Check refuses a provisioned and validated cfg that New would refuse:
+// an upstream that does not parse, an upstream password or TLS key pair
+// that cannot be read. It binds and dials nothing; it is `egressd serve
+// --check`'s gate step.
+func Check(cfg Config) error {
+	cfg.Provision()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("postgres.%w", err)
+	}
+	_, _, _, err := load(cfg)
+	return err
+}
+
+// load reads what the gate holds from start: the upstream's connection
+// config, its password, and the TLS config offered to clients (nil
+// without tls_cert).
+func load(cfg Config) (*pgconn.Config, string, *tls.Config, error) {
+	upstream, err := pgconn.ParseConfig(cfg.Upstream)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("postgres.upstream: %w", err)
+	}
+	password, err := upstreamPassword(cfg)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if cfg.TLSCert == "" {
+		return upstream, password, nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("postgres.tls_cert: %w", err)
+	}
+	return upstream, password, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
 // upstreamPassword reads the upstream password from the environment
