@@ -73,6 +73,8 @@ func TestErrorMessages(t *testing.T) {
 		{"replay_without_policy", nil, []string{"policy", "replay", "--audit", "audit"}, ""},
 		{"replay_audit_missing", bundle(`{"rules": [{"id": "pypi", "hosts": ["pypi.org"], "ports": [443]}]}`),
 			[]string{"policy", "replay", "--policy", "mypolicy", "--audit", "nowhere"}, ""},
+		{"audit_show_unknown_kind", nil, []string{"audit", "show", "--kind", "htpp", "audit"}, ""},
+		{"audit_show_since_unparseable", nil, []string{"audit", "show", "--since", "yesterday", "audit"}, ""},
 		{"sql_parse_error", map[string]string{"egressd.yaml": sqlConfig},
 			[]string{"check", "sql", "--identity", "sandbox-1", "--config", "egressd.yaml", "SELECT 1;\nSELEC name FROM users"}, ""},
 		{"sql_parse_error_stdin", map[string]string{"egressd.yaml": sqlConfig},
