@@ -17,7 +17,8 @@ func tableRecords() []string {
 		`{"kind":"http_done","request":"5f0c9a1e-1","identity":"sb-a","client":"10.0.0.7","method":"GET","scheme":"https","host":"pypi.org","port":443,"path":"/simple/requests/","status":200,"bytes_in":48213,"bytes_out":412,"duration_us":183512}`,
 		`{"kind":"connect","request":"5f0c9a1e-2","identity":"sb-a","client":"10.0.0.7","method":"CONNECT","host":"github.com","port":443,"ip":"140.82.112.3","decision":"allow","reason":"allowed","rule":"github"}`,
 		`{"kind":"connect_done","request":"5f0c9a1e-2","identity":"sb-a","client":"10.0.0.7","method":"CONNECT","host":"github.com","port":443,"bytes_in":1048576,"bytes_out":5120,"duration_us":12500000,"error":"upstream closed: connection reset by peer"}`,
-		`{"kind":"connect","request":"5f0c9a1e-3","identity":"sb-a","client":"10.0.0.7","method":"CONNECT","host":"api.openai.com","port":443,"inspected":true,"decision":"deny","reason":"upstream_tls","rule":"openai","error":"client TLS handshake: the client rejected egressd's certificate"}`,
+		"{\"kind\":\"connect_done\",\"request\":\"5f0c9a1e-3\",\"identity\":\"sb-a\",\"client\":\"10.0.0.7\",\"method\":\"CONNECT\",\"host\":\"api.openai.com\",\"port\":443,\"inspected\":true,\"bytes_in\":517,\"bytes_out\":1460,\"duration_us\":2140," +
+			"\"error\":\"client TLS handshake: the client rejected egressd's certificate (local error: tls: bad record MAC): does the sandbox trust `egressd ca export --identity sb-a`?\"}",
 		`{"kind":"http","request":"5f0c9a1e-4","identity":"sb-a","client":"10.0.0.7","method":"POST","scheme":"https","host":"mcp.example.com","port":443,"path":"/mcp","inspected":true,"mcp_method":"tools/call","tool":"delete_repo","decision":"deny","reason":"mcp_tool_denied","rule":"mcp"}`,
 		`{"kind":"dns","identity":"sb-b","client":"10.0.0.8","name":"pypi.org.","qtype":"AAAA","decision":"allow","reason":"allowed","rule":"pypi"}`,
 		`{"kind":"sql","request":"5f0c9a1e-5","identity":"sb-b","client":"10.0.0.8","database":"app","sql":"DELETE FROM users WHERE id = $1","decision":"deny","reason":"other_statement_denied"}`,
@@ -89,7 +90,7 @@ func TestAuditShowFilters(t *testing.T) {
 		{"grant rule", []string{"--rule", "grant:g-7"}, 1},
 		{"client", []string{"--client", "10.0.0.8"}, 4},
 		{"client prefix", []string{"--client", "10.0.0.0/24", "--identity", "sb-a"}, 6},
-		{"kind completion", []string{"--kind", "connect_done"}, 1},
+		{"kind completion", []string{"--kind", "connect_done"}, 2},
 		{"since days", []string{"--since", "36500d", "--until", "2026-01-03"}, 12},
 		{"since date: the writer's segment records", []string{"--since", "2026-01-03"}, 2},
 		{"until days and hours", []string{"--until", "1d12h"}, 12},
