@@ -68,6 +68,8 @@ func TestErrorMessages(t *testing.T) {
 			[]string{"policy", "check", "mypolicy"}, ""},
 		{"identity_bad_mode", map[string]string{"egressd.yaml": goldenConfig + "identities:\n  - id: sandbox-1\n    sources: [10.0.0.7/32]\n    mode: audit\n"},
 			[]string{"check", "connect", "--config", "egressd.yaml", "--identity", "sandbox-1", "pypi.org:443"}, ""},
+		{"internal_metadata_allow", map[string]string{"egressd.yaml": goldenConfig + "internal:\n  - {cidr: 169.254.169.254, ports: [80], action: allow}\n"},
+			[]string{"check", "connect", "--config", "egressd.yaml", "pypi.org:443"}, ""},
 		{"check_http_url_first", nil, []string{"check", "http", "http://docs.example.com/", "GET"}, ""},
 		{"check_http_one_argument", nil, []string{"check", "http", "http://docs.example.com/"}, ""},
 		{"grant_without_ttl", nil, []string{"grant", "--from-request", "0123abcd"}, ""},
