@@ -102,9 +102,13 @@ func buildIndex(raw any) (*ast.Term, *viewIndex, error) {
 	}
 	vx := newViewIndex(views, paths, fold)
 	vx.setOptions(rules, order)
+	vx.identities = map[string][]string{}
 	for i := range rules {
 		if m, _ := ParseMode(rules[i].Mode); m == ModeObserve {
 			vx.observe[rules[i].ID] = true
+		}
+		if len(rules[i].Identities) > 0 {
+			vx.identities[rules[i].ID] = rules[i].Identities
 		}
 	}
 	for v, i := range order {
