@@ -70,6 +70,9 @@ func TestErrorMessages(t *testing.T) {
 			[]string{"check", "connect", "--config", "egressd.yaml", "--identity", "sandbox-1", "pypi.org:443"}, ""},
 		{"internal_metadata_allow", map[string]string{"egressd.yaml": goldenConfig + "internal:\n  - {cidr: 169.254.169.254, ports: [80], action: allow}\n"},
 			[]string{"check", "connect", "--config", "egressd.yaml", "pypi.org:443"}, ""},
+		{"policy_test_shows_decision", map[string]string{"mypolicy/mine_test.rego": "package mine_test\n\nimport data.egress.fixtures\nimport data.egress.http\n\n" +
+			"test_pypi_upload_reason if {\n\td := http.decision with input as fixtures.loaded_http(\"POST\", \"pypi.org\", 443, \"/legacy/\")\n\td.reason == \"no_matching_rule\"\n}\n"},
+			[]string{"policy", "test", "mypolicy"}, ""},
 		{"check_http_url_first", nil, []string{"check", "http", "http://docs.example.com/", "GET"}, ""},
 		{"check_http_one_argument", nil, []string{"check", "http", "http://docs.example.com/"}, ""},
 		{"grant_without_ttl", nil, []string{"grant", "--from-request", "0123abcd"}, ""},
