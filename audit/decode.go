@@ -257,11 +257,10 @@ func (d *decoder) value(r *Record, idx int) error {
 	return err
 }
 
-// internedKinds are the common kinds, which reading does not allocate.
+// internedKinds are the known kinds, which reading does not allocate.
 var internedKinds = func() map[string]Kind {
 	m := map[string]Kind{}
-	for _, k := range []Kind{KindHTTP, KindConnect, KindDNS, KindSQL, KindRedirect,
-		KindHTTPDone, KindConnectDone, KindSegment, KindCheckpoint, KindStarted, KindGrant} {
+	for _, k := range kinds {
 		m[string(k)] = k
 	}
 	return m

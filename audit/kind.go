@@ -34,6 +34,15 @@ const (
 
 func (k Kind) String() string { return string(k) }
 
+// kinds is every kind egressd writes, in the order help lists them.
+var kinds = []Kind{KindHTTP, KindConnect, KindDNS, KindSQL, KindRedirect, KindAccept,
+	KindHTTPDone, KindConnectDone, KindGrant,
+	KindSegment, KindCheckpoint, KindResumed, KindAcceptedBreak, KindStarted}
+
+// Kinds returns every kind a record can have, decision kinds first; a
+// new kind is added here so that readers (`audit show --kind`) know it.
+func Kinds() []Kind { return append([]Kind(nil), kinds...) }
+
 // IsCompletion reports whether k is a completion record ("http_done",
 // "connect_done", …), which ends a request that was allowed.
 func (k Kind) IsCompletion() bool { return strings.HasSuffix(string(k), "_done") }

@@ -71,6 +71,12 @@ func compileInternal(c InternalConfig) (allow, deny []internalRule, err error) {
 			if len(r.Ports) == 0 {
 				return nil, nil, fmt.Errorf("[%d].ports must list at least one port for an allow", i)
 			}
+			if p.IsSingleIP() && Classify(p.Addr()) == Metadata {
+				// The floor refuses it whatever this says: an allow that
+				// could never take effect is a mistake to point out.
+				return nil, nil, fmt.Errorf("[%d].cidr %q is a cloud metadata address, which no sandbox may reach "+
+					"(refused as metadata_address whatever internal: allows): remove the entry", i, r.CIDR)
+			}
 			allow = append(allow, ir)
 		case "deny":
 			if len(r.Ports) == 0 {

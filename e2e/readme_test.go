@@ -308,7 +308,10 @@ var (
 	longHexRE  = regexp.MustCompile(`\b[0-9a-f]{32,}\b`)
 	bytesRE    = regexp.MustCompile(`\b\d+ bytes\b`)
 	requestRE  = regexp.MustCompile(`\brequest("?:"?| )[0-9a-f]+-\d+\b`)
-	timeRE     = regexp.MustCompile(`\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z\b`)
+	// requestIDRE is a request id alone, as audit show's REQUEST column
+	// shows it: a random hex prefix and a base-36 counter.
+	requestIDRE = regexp.MustCompile(`\b[0-9a-f]{8}-[0-9a-z]+\b`)
+	timeRE      = regexp.MustCompile(`\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z\b`)
 )
 
 func normalizeShown(s string) string {
@@ -316,6 +319,7 @@ func normalizeShown(s string) string {
 	s = longHexRE.ReplaceAllString(s, "…")
 	s = bytesRE.ReplaceAllString(s, "N bytes")
 	s = requestRE.ReplaceAllString(s, "request …")
+	s = requestIDRE.ReplaceAllString(s, "…")
 	return timeRE.ReplaceAllString(s, "…")
 }
 

@@ -314,7 +314,7 @@ func compileBundle(ctx context.Context, srcs []source, grants []Grant, cacheSize
 	}
 	switch tests {
 	case testsRun:
-		if _, err := testBundle(ctx, pb, store); err != nil {
+		if _, err := testBundle(ctx, pb, store, false); err != nil {
 			return nil, err
 		}
 	case testsCompile:
@@ -384,7 +384,8 @@ func Check(ctx context.Context, fsys fs.FS) (string, error) {
 }
 
 // Test compiles the bundle in fsys and runs its Rego tests. It returns the
-// number that passed; failures are a *TestError.
+// number that passed; failures are a *TestError, each with the trace of
+// the expressions that failed (TestFailure.Trace).
 func Test(ctx context.Context, fsys fs.FS) (int, error) {
 	srcs, err := readBundle(fsys)
 	if err != nil {
@@ -398,7 +399,7 @@ func Test(ctx context.Context, fsys fs.FS) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return testBundle(ctx, pb, store)
+	return testBundle(ctx, pb, store, true)
 }
 
 // TestFailure is one failed or erroring Rego test.
@@ -406,6 +407,9 @@ type TestFailure struct {
 	Location string // file:line
 	Name     string // package.rule
 	Err      error  // nil for a plain failure
+	// Trace is what evaluated and failed in the test, as `opa test -v`
+	// shows it, at most maxTraceLines lines; "" unless Test ran it.
+	Trace string
 }
 
 // TestError lists the failures of a bundle's Rego tests.
@@ -427,8 +431,10 @@ func (e *TestError) Error() string {
 }
 
 // testBundle runs the bundle's tests and returns how many passed; a
-// failure is a *TestError, a compile error an ast.Errors.
-func testBundle(ctx context.Context, pb *parsedBundle, store storage.Store) (int, error) {
+// failure is a *TestError, a compile error an ast.Errors. With trace,
+// each failure carries its trace: for `policy test`, not for every load,
+// which tracing would slow.
+func testBundle(ctx context.Context, pb *parsedBundle, store storage.Store, trace bool) (int, error) {
 	mods := copyModules(pb.modules)
 	txn, err := store.NewTransaction(ctx)
 	if err != nil {
@@ -441,6 +447,7 @@ func testBundle(ctx context.Context, pb *parsedBundle, store storage.Store) (int
 		SetStore(store).
 		SetModules(mods).
 		RaiseBuiltinErrors(true).
+		EnableTracing(trace).
 		RunTests(ctx, txn)
 	if err != nil {
 		return 0, fmt.Errorf("rego tests: %w", err)
@@ -454,11 +461,11 @@ func testBundle(ctx context.Context, pb *parsedBundle, store storage.Store) (int
 		if r.Skip {
 			continue
 		}
-		loc := "?"
+		loc, file := "?", ""
 		if r.Location != nil {
-			loc = fmt.Sprintf("%s:%d", r.Location.File, r.Location.Row)
+			loc, file = fmt.Sprintf("%s:%d", r.Location.File, r.Location.Row), r.Location.File
 		}
-		te.Failures = append(te.Failures, TestFailure{Location: loc, Name: r.Package + "." + r.Name, Err: r.Error})
+		te.Failures = append(te.Failures, TestFailure{Location: loc, Name: r.Package + "." + r.Name, Err: r.Error, Trace: failTrace(r.Trace, file)})
 	}
 	if len(te.Failures) > 0 {
 		sort.Slice(te.Failures, func(i, j int) bool { return te.Failures[i].Location < te.Failures[j].Location })

@@ -93,14 +93,18 @@ func (o origins) of(key string) string {
 // SQL profile (read by egress.sql before data.sql.identities).
 const SQLProfileAttribute = "sql_profile"
 
-// sqlProfiles returns the names in data.sql.profiles, sorted, and checks
-// that every data.sql.identities entry names one of them.
+// sqlProfiles resolves each profile's extends (resolveExtends) in root,
+// returns the names in data.sql.profiles, sorted, and checks that every
+// data.sql.identities entry names one of them.
 func sqlProfiles(root map[string]any, o origins) ([]string, error) {
 	sql, _ := root["sql"].(map[string]any)
 	if sql == nil {
 		return nil, nil
 	}
 	profiles, _ := sql["profiles"].(map[string]any)
+	if err := resolveExtends(profiles); err != nil {
+		return nil, fmt.Errorf("%s: %w", o.of("sql.profiles"), err)
+	}
 	names := make([]string, 0, len(profiles))
 	for n := range profiles {
 		names = append(names, n)

@@ -102,9 +102,13 @@ func buildIndex(raw any) (*ast.Term, *viewIndex, error) {
 	}
 	vx := newViewIndex(views, paths, fold)
 	vx.setOptions(rules, order)
+	vx.identities = map[string][]string{}
 	for i := range rules {
 		if m, _ := ParseMode(rules[i].Mode); m == ModeObserve {
 			vx.observe[rules[i].ID] = true
+		}
+		if len(rules[i].Identities) > 0 {
+			vx.identities[rules[i].ID] = rules[i].Identities
 		}
 	}
 	for v, i := range order {
@@ -161,7 +165,7 @@ func decodeRules(raw any) ([]ruleSpec, error) {
 				return nil, fmt.Errorf("rules[%d].%s: want %s, got a %s%s", i, te.Field, goKind(te.Type), te.Value, named)
 			}
 			if key, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-				return nil, fmt.Errorf("rules[%d] has unknown key %s%s: a rule has id, hosts, ports, methods, paths, identities, tls, inspect, action, credentials, max_body_bytes, max_request_bytes, mcp, llm, secret_patterns, mode and comment", i, key, named)
+				return nil, fmt.Errorf("rules[%d] has unknown key %s%s: %s", i, key, named, unknownRuleKey(key))
 			}
 			return nil, fmt.Errorf("rules[%d]: %w%s", i, err, named)
 		}
@@ -395,6 +399,9 @@ func (r *ruleSpec) validate() error {
 }
 
 func validateRuleHost(h string) error {
+	if instead := hostWrittenAsTarget(h); instead != "" {
+		return fmt.Errorf("%q %s", h, instead)
+	}
 	if strings.HasPrefix(h, "*.") {
 		if n, err := normalizeName(h[2:]); err != nil || n != h[2:] {
 			return fmt.Errorf("must be a lower-case ASCII name after \"*.\", got %q", h)

@@ -245,3 +245,9 @@ func decodeKey[T any](raw json.RawMessage, name string, dst **T) error {
 // RuleOptions are the request keys of the active bundle's rule id, nil
 // when it has none.
 func (e *Engine) RuleOptions(id string) *RuleOptions { return e.cur.views.byRule[id] }
+
+// RuleIdentities are the "identities" of each rule that lists any, by
+// rule id (a grant's rule among them), for checking them against the
+// config's identities, which the bundle does not know. The caller must
+// not modify them.
+func (e *Engine) RuleIdentities() map[string][]string { return e.cur.views.identities }

@@ -40,6 +40,9 @@ type viewIndex struct {
 	bodyDenied []map[Reason]*ast.Term
 	// observe are the ids of the rules with "mode": "observe".
 	observe map[string]bool
+	// identities are the "identities" of each rule that lists any, by
+	// rule id, for RuleIdentities.
+	identities map[string][]string
 }
 
 type cidrViews struct {

@@ -80,7 +80,7 @@ func (t *tunnel) serveInspected() {
 	tc.SetDeadline(time.Now().Add(t.s.cfg.PeekTimeout))
 	if err := tc.Handshake(); err != nil {
 		t.close()
-		t.refusedDetail = "client TLS handshake: " + err.Error()
+		t.refusedDetail = clientHandshakeDetail(err, t.identity.ID)
 		t.completeRun()
 		return
 	}

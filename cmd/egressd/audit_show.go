@@ -7,27 +7,31 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/signal"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/egressd/egressd/audit"
 )
 
 // showFilter selects records for `audit show`; empty fields match all.
 type showFilter struct {
-	identity, reason string
-	decision         audit.Decision
-	kind             audit.Kind
-	since, until     time.Time
+	identity, reason, request, rule string
+	decision                        audit.Decision
+	kind                            audit.Kind
+	since, until                    time.Time
 	// wouldDeny keeps only allows an observe mode let through.
 	wouldDeny bool
+	// host is a lower-case name without a trailing dot, matching a
+	// record's host or DNS name; "*.example.com" matches its subdomains.
+	host string
+	// client matches a record's client address; zero matches all.
+	client netip.Prefix
 }
 
 // match reports whether r passes f. A reason matches a record's reason,
@@ -39,7 +43,24 @@ func (f *showFilter) match(r *audit.Record) bool {
 		(f.reason == "" || r.Reason == f.reason || r.WouldDeny == f.reason) &&
 		(!f.wouldDeny || r.WouldDeny != "") &&
 		(f.since.IsZero() || !r.TS.Before(f.since)) &&
-		(f.until.IsZero() || r.TS.Before(f.until))
+		(f.until.IsZero() || r.TS.Before(f.until)) &&
+		(f.request == "" || r.Request == f.request) &&
+		(f.rule == "" || r.Rule == f.rule) &&
+		(f.host == "" || f.matchHost(r.Host) || f.matchHost(r.Name)) &&
+		(!f.client.IsValid() || f.matchClient(r.Client))
+}
+
+func (f *showFilter) matchHost(h string) bool {
+	h = strings.ToLower(strings.TrimSuffix(h, "."))
+	if sfx, ok := strings.CutPrefix(f.host, "*"); ok {
+		return strings.HasSuffix(h, sfx)
+	}
+	return h == f.host
+}
+
+func (f *showFilter) matchClient(c string) bool {
+	a, err := netip.ParseAddr(c)
+	return err == nil && f.client.Contains(a.Unmap())
 }
 
 // showOptions is a parsed `audit show` command line.
@@ -66,11 +87,15 @@ func parseShow(args []string, stdout, stderr io.Writer, now time.Time) (*showOpt
 	var o showOptions
 	fs.StringVar(&o.filter.identity, "identity", "", "only records of this sandbox identity")
 	fs.StringVar((*string)(&o.filter.decision), "decision", "", "only records with this decision (allow or deny)")
-	fs.StringVar((*string)(&o.filter.kind), "kind", "", "only records of this kind (http, connect, dns, sql, redirect, segment, …)")
+	fs.StringVar((*string)(&o.filter.kind), "kind", "", "only records of this kind: "+kindList())
+	fs.StringVar(&o.filter.request, "request", "", "only records of this request `ID` (its decision, completion and any redirects)")
+	host := fs.String("host", "", "only records whose host or DNS name is `HOST` (*.example.com: its subdomains)")
+	fs.StringVar(&o.filter.rule, "rule", "", "only records decided by this rule `ID` (grant:ID for a grant)")
+	client := fs.String("client", "", "only records from this client `ADDR` (an IP address or a CIDR prefix)")
 	fs.StringVar(&o.filter.reason, "reason", "", "only records with this reason (or allows an observe mode let through that would have been denied with it)")
 	fs.BoolVar(&o.filter.wouldDeny, "would-deny", false, "only allows an observe mode let through: what would be denied in enforce mode (would_deny)")
-	since := fs.String("since", "", "only records at or after `T` (RFC 3339, or a duration such as 1h meaning that long ago)")
-	until := fs.String("until", "", "only records before `T` (RFC 3339 or a duration ago)")
+	since := fs.String("since", "", "only records at or after `T`: "+whenForms)
+	until := fs.String("until", "", "only records before `T`, in the forms --since takes")
 	asJSON := fs.Bool("json", false, "print records as JSON lines, exactly as logged (the default when stdout is not a terminal)")
 	asTable := fs.Bool("table", false, "print an aligned table (the default on a terminal)")
 	fs.BoolVar(&o.follow, "f", false, "follow the log: keep printing new records, across segment rotations, until interrupted")
@@ -84,6 +109,15 @@ func parseShow(args []string, stdout, stderr io.Writer, now time.Time) (*showOpt
 	}
 	if o.filter.until, err = parseWhen(*until, now); err != nil {
 		return nil, usageErrorf("--until: %v", err)
+	}
+	if k := o.filter.kind; k != "" && !slices.Contains(audit.Kinds(), k) {
+		return nil, usageErrorf("--kind %q is not a record kind; kinds are %s", k, kindList())
+	}
+	if o.filter.host, err = parseHostFilter(*host); err != nil {
+		return nil, usageErrorf("--host: %v", err)
+	}
+	if o.filter.client, err = parseClientFilter(*client); err != nil {
+		return nil, usageErrorf("--client: %v", err)
 	}
 	if d := o.filter.decision; d != "" && d != audit.DecisionAllow && d != audit.DecisionDeny {
 		return nil, usageErrorf("--decision must be allow or deny, got %q", d)
@@ -106,19 +140,94 @@ func parseShow(args []string, stdout, stderr io.Writer, now time.Time) (*showOpt
 	return &o, nil
 }
 
-// parseWhen reads an RFC 3339 time or a duration before now.
+// kindList is every record kind, for help and errors.
+func kindList() string {
+	ks := audit.Kinds()
+	s := make([]string, len(ks))
+	for i, k := range ks {
+		s[i] = k.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// parseHostFilter reads --host: a name, or *. and a name, not a URL or
+// host:port (the port is in the table; filter on the name).
+func parseHostFilter(s string) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	if strings.Contains(s, "/") || strings.Count(s, ":") == 1 {
+		return "", fmt.Errorf("want a host name such as pypi.org or *.pypi.org, not a URL or host:port, got %q", s)
+	}
+	s = strings.ToLower(strings.TrimSuffix(strings.Trim(s, "[]"), "."))
+	if rest, ok := strings.CutPrefix(s, "*."); ok && rest != "" {
+		return "*." + rest, nil
+	}
+	if strings.Contains(s, "*") {
+		return "", fmt.Errorf("a wildcard is a leading *. only, got %q", s)
+	}
+	return s, nil
+}
+
+// parseClientFilter reads --client: an IP address or a CIDR prefix.
+func parseClientFilter(s string) (netip.Prefix, error) {
+	if s == "" {
+		return netip.Prefix{}, nil
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("want an IP address (10.0.0.7) or a CIDR prefix (10.0.0.0/24), got %q", s)
+	}
+	if p.Addr().Is4In6() {
+		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+	}
+	return p.Masked(), nil
+}
+
+// whenForms is what --since and --until take, for help and errors.
+const whenForms = "an RFC 3339 time (2026-01-02T15:04:05Z), a UTC date (2026-01-02), or a duration ago (90m, 36h, 7d, 1d12h)"
+
+// parseWhen reads an RFC 3339 time, a date (midnight UTC), or a duration
+// before now, in Go's units or whole days ("7d", "1d12h").
 func parseWhen(s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
-	if d, err := time.ParseDuration(s); err == nil {
+	if d, ok := parseAgo(s); ok {
 		return now.Add(-d), nil
 	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("want RFC 3339 or a duration, got %q", s)
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
 	}
-	return t, nil
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("want %s, got %q", whenForms, s)
+}
+
+// parseAgo reads a non-negative duration with an optional leading count
+// of days. It is bounded: beyond about 290 years a duration overflows.
+func parseAgo(s string) (time.Duration, bool) {
+	var days time.Duration
+	if n, rest, ok := strings.Cut(s, "d"); ok {
+		v, err := strconv.ParseUint(n, 10, 32)
+		if err != nil || v > 100000 {
+			return 0, false
+		}
+		days, s = time.Duration(v)*24*time.Hour, rest
+		if s == "" {
+			return days, true
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, false
+	}
+	return days + d, true
 }
 
 func isTerminal(f *os.File) bool {
@@ -176,166 +285,4 @@ func showAudit(ctx context.Context, o *showOptions, stdout io.Writer) (err error
 			return err
 		}
 	}
-}
-
-// The table has fixed minimum widths so rows line up while following.
-var columns = []struct {
-	name  string
-	width int
-}{{"TIME", 27}, {"SEQ", 8}, {"KIND", 10}, {"IDENTITY", 14}, {"DECISION", 8}, {"REASON", 22}, {"RULE", 14}, {"TARGET", 0}}
-
-func writeHeader(w *bufio.Writer) {
-	cells := make([]string, len(columns))
-	for i, c := range columns {
-		cells[i] = c.name
-	}
-	writeCells(w, cells)
-}
-
-func writeRow(w *bufio.Writer, r *audit.Record) {
-	writeCells(w, []string{
-		r.TS.UTC().Format("2006-01-02T15:04:05.000000Z"), strconv.FormatUint(r.Seq, 10), r.Kind.String(),
-		dash(r.Identity), dash(r.Decision.String()), reasonCell(r), dash(r.Rule), target(r),
-	})
-}
-
-// reasonCell is the reason column: an observed allow shows what it would
-// have been denied with.
-func reasonCell(r *audit.Record) string {
-	if r.WouldDeny != "" {
-		return "would_deny:" + r.WouldDeny
-	}
-	return dash(r.Reason)
-}
-
-func writeCells(w *bufio.Writer, cells []string) {
-	for i, c := range cells {
-		if i > 0 {
-			w.WriteString("  ")
-		}
-		c = printable(c)
-		w.WriteString(c)
-		if i < len(cells)-1 {
-			for n := len([]rune(c)); n < columns[i].width; n++ {
-				w.WriteByte(' ')
-			}
-		}
-	}
-	w.WriteByte('\n')
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-// target summarizes what a record is about, by kind.
-func target(r *audit.Record) string {
-	var b strings.Builder
-	switch {
-	case r.Method != "" || r.Path != "":
-		fmt.Fprintf(&b, "%s %s://%s", r.Method, r.Scheme, hostPort(r))
-		b.WriteString(r.Path)
-		if r.Inspected {
-			b.WriteString(" (inspected)")
-		}
-	case r.Host != "":
-		b.WriteString(hostPort(r))
-		if r.Inspected {
-			b.WriteString(" (inspected)")
-		}
-	case r.Name != "":
-		b.WriteString(r.Name)
-		if r.QType != "" {
-			b.WriteString(" " + r.QType)
-		}
-	case r.SQL != "":
-		if r.Database != "" {
-			b.WriteString(r.Database + ": ")
-		}
-		b.WriteString(r.SQL)
-	case r.Count > 0:
-		fmt.Fprintf(&b, "%d more refusals from %s, %s to %s", r.Count, dash(r.Client), r.Detail["first"], r.Detail["last"])
-	case len(r.Detail) > 0:
-		keys := make([]string, 0, len(r.Detail))
-		for k := range r.Detail {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for i, k := range keys {
-			if i > 0 {
-				b.WriteByte(' ')
-			}
-			b.WriteString(k + "=" + r.Detail[k])
-		}
-	default:
-		return "-"
-	}
-	if r.IP != "" {
-		b.WriteString(" [" + r.IP + "]")
-	}
-	if len(r.Credentials) > 0 {
-		// Names and places only: a record never holds a secret's value.
-		keys := make([]string, 0, len(r.Credentials))
-		for k := range r.Credentials {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		b.WriteString(" credentials:")
-		for _, k := range keys {
-			b.WriteString(" " + k + "=" + r.Credentials[k])
-		}
-	}
-	return b.String()
-}
-
-// printable keeps client-supplied text (hosts, paths, SQL) from driving
-// the terminal or disguising itself: control characters, format characters
-// (bidi overrides and isolates U+202A–202E and U+2066–2069, zero-width
-// characters, U+FEFF, tag characters), and the line and paragraph
-// separators U+2028/2029 are shown as \uXXXX (\U0010XXXX beyond the BMP),
-// and a backslash as \\, so an escape cannot be forged either.
-func printable(s string) string {
-	clean := true
-	for _, c := range s {
-		if c == '\\' || mustEscape(c) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for _, c := range s {
-		switch {
-		case c == '\\':
-			b.WriteString(`\\`)
-		case !mustEscape(c):
-			b.WriteRune(c)
-		case c > 0xffff:
-			fmt.Fprintf(&b, `\U%08x`, c)
-		default:
-			fmt.Fprintf(&b, `\u%04x`, c)
-		}
-	}
-	return b.String()
-}
-
-// mustEscape reports whether c may not reach the terminal as it is.
-func mustEscape(c rune) bool {
-	return c < 0x20 || (c >= 0x7f && c < 0xa0) || c == utf8.RuneError ||
-		unicode.In(c, unicode.Cf, unicode.Zl, unicode.Zp, unicode.Co, unicode.Cs)
-}
-
-func hostPort(r *audit.Record) string {
-	if r.Port == 0 {
-		return r.Host
-	}
-	if strings.Contains(r.Host, ":") {
-		return "[" + r.Host + "]:" + strconv.Itoa(int(r.Port))
-	}
-	return r.Host + ":" + strconv.Itoa(int(r.Port))
 }

@@ -113,7 +113,7 @@ func TestAuditShowCLI(t *testing.T) {
 		{"table", []string{"--table", "--identity", "sb-b"}, 11, `GET https://pypi.org:443/evil\u001b[2J`, "\x1b"},
 		{"would deny", []string{"--json", "--would-deny"}, 4, `"would_deny":"no_rule","observed_by":"bundle"`, `"decision":"deny"`},
 		{"reason of an observed allow", []string{"--json", "--decision", "allow", "--reason", "no_rule"}, 4, `"path":"/observed"`, `"path":"/simple/"`},
-		{"would deny table", []string{"--table", "--would-deny"}, 5, "would_deny:no_rule", "/simple/"},
+		{"would deny table", []string{"--table", "--would-deny"}, 5, "would_deny  no_rule", "/simple/"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

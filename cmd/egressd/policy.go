@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/egressd/egressd/policy"
@@ -126,6 +127,9 @@ func testResult(name string, passed int, err error, stdout io.Writer) error {
 				fmt.Fprintf(stdout, ": %v", f.Err)
 			}
 			fmt.Fprintln(stdout)
+			if f.Trace != "" {
+				fmt.Fprintln(stdout, "    "+strings.ReplaceAll(f.Trace, "\n", "\n    "))
+			}
 		}
 		return &exitError{code: 1, err: fmt.Errorf("%s: rego tests failed", name)}
 	}

@@ -55,12 +55,13 @@ func Handler(o Options) http.Handler {
 		o.ReadyTimeout = 2 * time.Second
 	}
 	log := o.Log.Named("admin")
+	rd := newReadiness(log)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		text(w, http.StatusOK, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ready(w, r, o, "")
+		ready(w, r, o, rd, "")
 	})
 	mux.HandleFunc("GET /readyz/{listener}", func(w http.ResponseWriter, r *http.Request) {
 		l := r.PathValue("listener")
@@ -68,7 +69,7 @@ func Handler(o Options) http.Handler {
 			text(w, http.StatusNotFound, "no listener "+strconv.Quote(l)+"; running: "+strings.Join(o.Listeners, ", ")+"\n")
 			return
 		}
-		ready(w, r, o, l)
+		ready(w, r, o, rd, l)
 	})
 	mux.Handle("GET /metrics", MetricsHandler(o.Gatherer))
 	mux.HandleFunc("POST /-/reload", func(w http.ResponseWriter, r *http.Request) {
@@ -103,8 +104,8 @@ func Handler(o Options) http.Handler {
 // ready answers /readyz (listener "": every check) or /readyz/LISTENER:
 // 200 if every check passes, else 503; the body names each check and its
 // state, failures first, so that one look says which listener is not
-// ready and why.
-func ready(w http.ResponseWriter, r *http.Request, o Options, listener string) {
+// ready and why; rd logs a check that turns.
+func ready(w http.ResponseWriter, r *http.Request, o Options, rd *readiness, listener string) {
 	ctx, cancel := context.WithTimeout(r.Context(), o.ReadyTimeout)
 	defer cancel()
 	var failed, passed []byte
@@ -112,7 +113,12 @@ func ready(w http.ResponseWriter, r *http.Request, o Options, listener string) {
 		if listener != "" && c.Listeners != nil && !slices.Contains(c.Listeners, listener) {
 			continue
 		}
-		if err := c.Fn(ctx); err != nil {
+		err := c.Fn(ctx)
+		if r.Context().Err() == nil {
+			// A poller that hung up is no news about the check.
+			rd.observe(c.Name, err)
+		}
+		if err != nil {
 			failed = append(failed, c.Name+": "+err.Error()+"\n"...)
 			continue
 		}

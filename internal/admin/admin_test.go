@@ -3,14 +3,18 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // TestMetricsHandlerServesOnlyMetrics: the metrics-only listener's handler
@@ -106,5 +110,49 @@ func TestReadyzPerListener(t *testing.T) {
 		if strings.Contains(string(body), "postgres") {
 			t.Errorf("GET /readyz/proxy body = %q; want no postgres check", body)
 		}
+	}
+}
+
+// TestReadyzLogsTurns is issue 25 item 5: /readyz turning unready logs
+// which check and why, once, however often it is polled; recovering logs
+// once too.
+func TestReadyzLogsTurns(t *testing.T) {
+	var mu sync.Mutex
+	var dnsErr error
+	core, logs := observer.New(zap.InfoLevel)
+	srv := httptest.NewServer(Handler(Options{
+		Gatherer: prometheus.NewRegistry(),
+		Ready: []Check{
+			{Name: "audit", Fn: func(context.Context) error { return nil }},
+			{Name: "dns", Fn: func(context.Context) error { mu.Lock(); defer mu.Unlock(); return dnsErr }},
+		},
+		Log: zap.New(core),
+	}))
+	defer srv.Close()
+	poll := func(times int) {
+		for range times {
+			resp, err := srv.Client().Get(srv.URL + "/readyz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+	}
+	set := func(err error) { mu.Lock(); dnsErr = err; mu.Unlock() }
+	poll(3)
+	set(errors.New("no upstream answers: 192.0.2.53:53: i/o timeout"))
+	poll(3)
+	set(nil)
+	poll(3)
+	var got []string
+	for _, e := range logs.All() {
+		got = append(got, fmt.Sprintf("%s %s %v", e.Level, e.Message, e.ContextMap()))
+	}
+	want := []string{
+		"warn not ready: check failing map[check:dns error:no upstream answers: 192.0.2.53:53: i/o timeout]",
+		"info check passes again map[check:dns]",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("logged %q; want %q", got, want)
 	}
 }

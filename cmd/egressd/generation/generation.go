@@ -12,8 +12,11 @@
 package generation
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -81,6 +84,10 @@ func Build(ctx context.Context, cfg *config.Config, path string, purpose Purpose
 	if err := checkCredentials(path, cfg, engine, floor); err != nil {
 		return nil, err
 	}
+	for _, w := range UnknownRuleIdentities(cfg.Identities, engine) {
+		log.Warn("a rule names an identity the config lacks: it allows nobody by that name",
+			zap.String("config", path), zap.String("rule", w.Rule), zap.String("identity", w.Identity))
+	}
 	g := &Generation{Config: cfg, Floor: floor, Engine: engine, Identities: ids}
 	if purpose == Serving {
 		if g.Secrets, err = cfg.LoadSecrets(); err != nil {
@@ -100,6 +107,36 @@ func checkIdentities(path string, ids identity.Config, eng *policy.Engine) error
 		}
 	}
 	return nil
+}
+
+// RuleIdentity is an identity a rule names.
+type RuleIdentity struct{ Rule, Identity string }
+
+// UnknownRuleIdentities are the identities the bundle's rules name that
+// the config does not declare (without identities, every client is
+// "anonymous"), sorted by rule: most likely a typo or an identity since
+// removed. The bundle does not know the config, so this is checked where
+// both meet; it is a warning, as a bundle may serve several configs.
+func UnknownRuleIdentities(ids identity.Config, eng *policy.Engine) []RuleIdentity {
+	known := map[string]bool{}
+	for _, e := range ids {
+		known[e.ID] = true
+	}
+	if len(ids) == 0 {
+		known[identity.Anonymous.ID] = true
+	}
+	var out []RuleIdentity
+	for rule, names := range eng.RuleIdentities() {
+		for _, n := range names {
+			if !known[n] {
+				out = append(out, RuleIdentity{Rule: rule, Identity: n})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b RuleIdentity) int {
+		return cmp.Or(strings.Compare(a.Rule, b.Rule), strings.Compare(a.Identity, b.Identity))
+	})
+	return out
 }
 
 // checkCredentials refuses a bundle whose credential rules name a secret
