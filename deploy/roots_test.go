@@ -1,19 +1,25 @@
 package deploy
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/egressd/egressd/proxy/ca"
+	"github.com/egressd/egressd/internal/egressdbin"
 )
 
 const (
@@ -193,19 +199,13 @@ func moveMounts(s string, paths map[string]string) string {
 }
 
 // writeRoot writes identity's root certificate, from a CA directory
-// under tmp, to path: what roots.sh (or compose's ca-init) exports.
+// under tmp, to path: what roots.sh (or compose's ca-init) exports, made
+// by the built binary's `egressd ca export` as roots.sh makes it.
 func writeRoot(t *testing.T, path, tmp, identity string) {
 	t.Helper()
-	a, err := ca.Open(filepath.Join(tmp, "ca"), ca.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := a.Root(identity)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw}), 0o644); err != nil {
-		t.Fatal(err)
+	cmd := exec.Command(egressdbin.Build(t), "ca", "export", "--ca-dir", filepath.Join(tmp, "ca"), "--identity", identity, "--out", path)
+	if _, stderr, code := egressdbin.Output(t, cmd); code != 0 {
+		t.Fatalf("egressd ca export --identity %s: exit %d: %s", identity, code, stderr)
 	}
 }
 
@@ -216,6 +216,54 @@ func publicRoot(t *testing.T, tmp string) string {
 	path := filepath.Join(tmp, "public.crt")
 	writeRoot(t, path, tmp, "public-web")
 	return path
+}
+
+// leafOf signs a server certificate for name with the root and key egressd
+// keeps for identity in tmp's CA directory, as an inspected tunnel's leaf
+// chains to it. The chain, not how egressd mints, is what a sandbox's trust
+// bundle is checked on.
+func leafOf(t *testing.T, tmp, identity, name string) *x509.Certificate {
+	t.Helper()
+	writeRoot(t, filepath.Join(tmp, identity+".export.crt"), tmp, identity)
+	root := readPEM(t, filepath.Join(tmp, "ca", identity+".crt"))
+	rootCert, err := x509.ParseCertificate(root.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyBlock := readPEM(t, filepath.Join(tmp, "ca", identity+".key"))
+	rootKey, err := x509.ParsePKCS8PrivateKey(keyBlock.Bytes)
+	if err != nil {
+		t.Fatalf("%s's root key: %v", identity, err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, rootCert, &key.PublicKey, rootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leaf
+}
+
+func readPEM(t *testing.T, path string) *pem.Block {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		t.Fatalf("%s holds no PEM block", path)
+	}
+	return blk
 }
 
 // checkBundle checks that the PEM bundle at path lets a leaf of
@@ -233,16 +281,8 @@ func checkBundle(t *testing.T, what, path, tmp, identity string, withPublic bool
 		t.Errorf("%s (%s) holds no certificate", what, path)
 		return
 	}
-	a, err := ca.Open(filepath.Join(tmp, "ca"), ca.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	verifies := func(id string) bool {
-		leaf, err := a.Leaf(id, "api.github.com")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = leaf.Leaf.Verify(x509.VerifyOptions{DNSName: "api.github.com", Roots: pool})
+		_, err := leafOf(t, tmp, id, "api.github.com").Verify(x509.VerifyOptions{DNSName: "api.github.com", Roots: pool})
 		return err == nil
 	}
 	if !verifies(identity) {
