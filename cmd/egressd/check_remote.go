@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -33,10 +32,6 @@ const (
 	// remoteTimeout bounds one POST, catalog reads of sql checks included.
 	remoteTimeout = 2 * time.Minute
 )
-
-// tokenEnv is where `check --server` reads its admin token from when no
-// --token-file is given.
-const tokenEnv = "EGRESSD_ADMIN_TOKEN"
 
 // checkRoute is POST /v1/check on the admin listener, for clients holding
 // scope check: the body is request lines as `check --batch` reads them,
@@ -89,18 +84,11 @@ func (f *checkFlags) remote() (*remoteClient, error) {
 	if f.identity != "" {
 		u.RawQuery = url.Values{"identity": {f.identity}}.Encode()
 	}
-	token := os.Getenv(tokenEnv)
-	if f.tokenFile != "" {
-		b, err := os.ReadFile(f.tokenFile)
-		if err != nil {
-			return nil, usageErrorf("check --server: read --token-file: %v", err)
-		}
-		token = string(b)
+	token, err := adminToken(f.tokenFile, "check --server", admin.ScopeCheck)
+	if err != nil {
+		return nil, err
 	}
-	if token = strings.TrimSpace(token); token == "" {
-		return nil, usageErrorf("check --server needs an admin token: pass --token-file FILE or set %s to a token whose sha256 is in the server's admin.clients with scope check", tokenEnv)
-	}
-	return &remoteClient{url: u.String(), token: token, hc: &http.Client{Timeout: remoteTimeout}}, nil
+	return &remoteClient{url: u.String(), token: token, hc: adminHTTPClient(remoteTimeout)}, nil
 }
 
 // checkRemote is a single check asked of --server: it prints the answer

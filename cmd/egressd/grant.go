@@ -15,6 +15,7 @@ import (
 
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/cmd/egressd/grants"
+	"github.com/egressd/egressd/internal/admin"
 )
 
 // grantExit is every grant action's exit status.
@@ -86,22 +87,40 @@ func (f *adminFlags) client() (*adminClient, error) {
 	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, usageErrorf("--server must be an http:// or https:// URL of the admin listener, got %q", base)
 	}
-	tok := os.Getenv("EGRESSD_ADMIN_TOKEN")
-	if f.tokenFile != "" {
-		b, err := os.ReadFile(f.tokenFile)
+	tok, err := adminToken(f.tokenFile, "grant", admin.ScopeGrant)
+	if err != nil {
+		return nil, err
+	}
+	return &adminClient{base: strings.TrimSuffix(base, "/"), token: tok, http: adminHTTPClient(30 * time.Second)}, nil
+}
+
+// tokenEnv is where the admin listener's clients (`check --server`,
+// `grant`) read their token from when no --token-file is given.
+const tokenEnv = "EGRESSD_ADMIN_TOKEN"
+
+// adminToken is the bearer token of a client of the admin listener's
+// authenticated routes: --token-file's content, else $EGRESSD_ADMIN_TOKEN.
+// cmd names the command and scope the scope it needs, in the error.
+func adminToken(tokenFile, cmd, scope string) (string, error) {
+	tok := os.Getenv(tokenEnv)
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
 		if err != nil {
-			return nil, usageErrorf("--token-file: %v", err)
+			return "", usageErrorf("%s: read --token-file: %v", cmd, err)
 		}
 		tok = string(b)
 	}
-	tok = strings.TrimSpace(tok)
-	if tok == "" {
-		return nil, usageErrorf("no admin token: pass --token-file FILE or set EGRESSD_ADMIN_TOKEN to a token whose sha256 is in admin.clients with scope grant")
+	if tok = strings.TrimSpace(tok); tok == "" {
+		return "", usageErrorf("%s: no admin token: pass --token-file FILE or set %s to a token whose sha256 is in admin.clients with scope %s", cmd, tokenEnv, scope)
 	}
-	// Never through a proxy: an HTTP_PROXY in the environment must not
-	// see the token.
-	return &adminClient{base: strings.TrimSuffix(base, "/"), token: tok,
-		http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}}, nil
+	return tok, nil
+}
+
+// adminHTTPClient is the client that carries an admin token. Never through
+// a proxy: an HTTP_PROXY in the environment (egressd itself, inside a
+// sandbox) must not see the token.
+func adminHTTPClient(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{Proxy: nil}}
 }
 
 // do sends one request and writes a 2xx answer's body to stdout; any other
