@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -77,10 +78,10 @@ func runAuditExplain(args []string, stdout, stderr io.Writer) error {
 	}
 	env := replayEnv(cfg, gen)
 	w := &errWriter{w: stdout}
-	fmt.Fprintf(w, "record %d: %s %s identity %s: %s %s, rule %s, policy %s\n", rec.Seq, rec.Kind, recordTarget(rec),
-		orNone(rec.Identity), rec.Decision, orNone(rec.Reason), orNone(rec.Rule), orNone(rec.Policy))
+	fmt.Fprintf(w, "record %d: %s %s identity %s: %s %s, rule %s, policy %s\n", rec.Seq, rec.Kind, printable(target(rec)),
+		cmp.Or(rec.Identity, "none"), rec.Decision, cmp.Or(rec.Reason, "none"), cmp.Or(rec.Rule, "none"), cmp.Or(rec.Policy, "none"))
 	own, err := policy.NewArchived(ctx, cfg.Policy, policy.ArchiveDir(*auditDir), rec.Policy, zap.NewNop())
-	fmt.Fprintf(w, "\nunder the bundle that made it (%s):\n", orNone(rec.Policy))
+	fmt.Fprintf(w, "\nunder the bundle that made it (%s):\n", cmp.Or(rec.Policy, "none"))
 	if err != nil {
 		fmt.Fprintf(w, "  not available: %v\n", err)
 	} else if err := explainCase(ctx, w, env, own, c); err != nil {
@@ -122,7 +123,7 @@ func explainCase(ctx context.Context, w io.Writer, env replay.Env, eng *policy.E
 	if d.Allow {
 		verdict = "allow"
 	}
-	_, err = fmt.Fprintf(w, "result: %s %s, rule %s\n", verdict, d.Reason, orNone(d.Rule))
+	_, err = fmt.Fprintf(w, "result: %s %s, rule %s\n", verdict, d.Reason, cmp.Or(d.Rule, "none"))
 	return err
 }
 
@@ -145,26 +146,6 @@ func findRecord(dir string, seq uint64) (*audit.Record, error) {
 			return rec, nil
 		}
 	}
-}
-
-// recordTarget is what a decision record names as its target.
-func recordTarget(r *audit.Record) string {
-	switch r.Kind {
-	case audit.KindDNS:
-		return r.Name + " " + r.QType
-	case audit.KindSQL:
-		return strconv.Quote(r.SQL)
-	case audit.KindConnect:
-		return r.Host + ":" + strconv.Itoa(int(r.Port))
-	}
-	return r.Method + " " + r.Scheme + "://" + r.Host + ":" + strconv.Itoa(int(r.Port)) + r.Path
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
 }
 
 // errWriter keeps the first write error, so a run of writes is checked
