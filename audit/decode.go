@@ -16,6 +16,8 @@ const (
 	fIdentity
 	fUser
 	fClient
+	fVia
+	fTraceparent
 	fMethod
 	fScheme
 	fHost
@@ -59,7 +61,7 @@ const (
 
 var fieldIndex = map[string]int{
 	"seq": fSeq, "ts": fTS, "kind": fKind, "request": fRequest,
-	"identity": fIdentity, "user": fUser, "client": fClient, "method": fMethod,
+	"identity": fIdentity, "user": fUser, "client": fClient, "via": fVia, "traceparent": fTraceparent, "method": fMethod,
 	"scheme": fScheme, "host": fHost, "port": fPort, "path": fPath, "query": fQuery, "inspected": fInspected,
 	"name": fName, "qtype": fQType, "database": fDatabase, "sql": fSQL,
 	"fingerprint": fFingerprint, "ip": fIP, "decision": fDecision,
@@ -319,6 +321,10 @@ func stringField(r *Record, idx int) *string {
 		return &r.WouldDeny
 	case fObservedBy:
 		return &r.ObservedBy
+	case fVia:
+		return &r.Via
+	case fTraceparent:
+		return &r.Traceparent
 	case fMCPMethod:
 		return &r.MCPMethod
 	case fTool:

@@ -62,6 +62,8 @@ func (e *encoder) appendLine(b []byte, r *Record, seq uint64, prev *[sha256.Size
 	b = appendOpt(b, `,"identity":`, r.Identity)
 	b = appendOpt(b, `,"user":`, r.User)
 	b = appendOpt(b, `,"client":`, r.Client)
+	b = appendOpt(b, `,"via":`, r.Via)
+	b = appendOpt(b, `,"traceparent":`, r.Traceparent)
 	b = appendOpt(b, `,"method":`, r.Method)
 	b = appendOpt(b, `,"scheme":`, r.Scheme)
 	b = appendOpt(b, `,"host":`, r.Host)

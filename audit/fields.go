@@ -16,7 +16,7 @@ import (
 // in layout order; capField returns field i of r.
 var capNames = [...]string{"request", "identity", "user", "client", "method", "scheme", "host", "path",
 	"query", "name", "qtype", "database", "sql", "fingerprint", "ip", "decision", "reason", "rule",
-	"policy", "would_deny", "observed_by", "mcp_method", "tool", "rpc_id", "model", "secret", "secret_pattern", "error"}
+	"policy", "would_deny", "observed_by", "mcp_method", "tool", "rpc_id", "model", "secret", "secret_pattern", "via", "traceparent", "error"}
 
 // capQuery is the index of "query" in capNames.
 const capQuery = 8
@@ -79,6 +79,10 @@ func capField(r *Record, i int) *string {
 		return &r.Secret
 	case 26:
 		return &r.SecretPattern
+	case 27:
+		return &r.Via
+	case 28:
+		return &r.Traceparent
 	}
 	return &r.Error
 }

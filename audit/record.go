@@ -19,6 +19,14 @@ type Record struct {
 	// authenticate it (never the secret), on 407 refusals.
 	User   string `json:"user,omitempty"`
 	Client string `json:"client,omitempty"`
+	// Via says how a proxied connection arrived: ViaProxy (HTTP_PROXY
+	// or CONNECT), ViaTransparent (redirected or DNS-steered to the
+	// transparent listener) or ViaSOCKS; empty on DNS and SQL records.
+	Via string `json:"via,omitempty"`
+	// Traceparent is the W3C trace context the sandbox sent with a
+	// request, as sent (validated), so a trace, this record and the
+	// sandbox's evidence link up.
+	Traceparent string `json:"traceparent,omitempty"`
 
 	// Target fields; which are set depends on Kind.
 	Method string `json:"method,omitempty"`
@@ -101,6 +109,13 @@ type Record struct {
 	Prev string `json:"prev"`
 	Hash string `json:"hash"`
 }
+
+// How a proxied connection reached egressd (Record.Via).
+const (
+	ViaProxy       = "proxy"
+	ViaTransparent = "transparent"
+	ViaSOCKS       = "socks"
+)
 
 // Kinds of the records the writer itself adds.
 const (
