@@ -30,7 +30,10 @@ func ArchiveDir(auditDir string) string { return filepath.Join(auditDir, "bundle
 // archiveName is the directory name of digest ("sha256:<64 hex>"), or an
 // error for anything else: a digest from a record is input, and must not
 // name a path outside the archive.
+// A bundle service's revision after the digest ("@REV") names the same
+// files: the archive keeps them once.
 func archiveName(digest string) (string, error) {
+	digest, _ = SplitDigest(digest)
 	h, ok := strings.CutPrefix(digest, "sha256:")
 	if !ok || len(h) != 64 {
 		return "", fmt.Errorf("bundle digest %q is not sha256:<64 hex digits>", digest)
@@ -113,11 +116,15 @@ func NewArchived(ctx context.Context, cfg Config, root, digest string, log *zap.
 	if err != nil {
 		return nil, err
 	}
-	cfg.Dir = filepath.Join(root, name)
+	cfg.UseDir(filepath.Join(root, name))
 	if _, err := os.Stat(cfg.Dir); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s (no %s)", ErrNotArchived, digest, cfg.Dir)
 	}
-	e, err := New(ctx, cfg, log)
+	// A bundle service's revision is not among the files: the loaded
+	// engine carries the one the record names, so that it decides with
+	// that record's policy id.
+	_, rev := SplitDigest(digest)
+	e, err := newEngine(ctx, cfg, rev, log)
 	if err != nil {
 		return nil, err
 	}

@@ -33,32 +33,57 @@ type Engine struct {
 	// one edited on disk since.
 	srcs []source
 	cur  *compiled
+	// revision is the bundle service's revision of the bundle, which
+	// Digest appends; "" for a local bundle.
+	revision string
 }
 
 // New loads cfg.Dir, or the bundle embedded by package rego when cfg.Dir is
 // empty, compiles it and runs its Rego tests. A bundle that fails either is
 // an error.
+//
+// With cfg.BundleURL set it loads cfg.Fetched, the bundle serve fetched
+// from there, and its revision joins the digest (Digest); without one
+// fetched it refuses, as there is nothing to decide with.
 func New(ctx context.Context, cfg Config, log *zap.Logger) (*Engine, error) {
+	rev := ""
+	if cfg.Fetched != nil {
+		rev = cfg.Fetched.Revision
+	}
+	return newEngine(ctx, cfg, rev, log)
+}
+
+// newEngine is New with the revision the digest carries given: a fetched
+// bundle's, or an archived one's (NewArchived).
+func newEngine(ctx context.Context, cfg Config, revision string, log *zap.Logger) (*Engine, error) {
 	cfg.Provision()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("policy.%w", err)
 	}
-	e := &Engine{cfg: cfg, log: log.Named("policy"), source: bundleSource(cfg.Dir)}
+	if cfg.BundleURL != "" && cfg.Fetched == nil {
+		return nil, fmt.Errorf("policy.bundle_url %q: no bundle fetched from it: serve fetches it at start; "+
+			"give check and policy commands the bundle with --policy DIR (or ask a running egressd: check --server)", cfg.BundleURL)
+	}
+	e := &Engine{cfg: cfg, log: log.Named("policy"), source: bundleSource(cfg), revision: revision}
 	c, err := e.build(ctx)
 	if err != nil {
 		return nil, err
 	}
 	e.cur = c
-	e.log.Info("policy loaded", zap.String("policy", c.digest), zap.String("dir", cfg.Dir))
+	e.log.Info("policy loaded", zap.String("policy", c.digest), zap.String("dir", cfg.Dir), zap.String("bundle_url", cfg.BundleURL))
 	return e, nil
 }
 
 // bundleSource returns the bundle filesystem and its name for messages.
-func bundleSource(dir string) func() (fs.FS, string) {
-	if dir == "" {
+func bundleSource(cfg Config) func() (fs.FS, string) {
+	switch {
+	case cfg.Fetched != nil:
+		f := cfg.Fetched
+		return func() (fs.FS, string) { return f.files, "bundle " + withRevision(f.Source, f.Revision) }
+	case cfg.Dir == "":
 		return func() (fs.FS, string) { return defaultbundle.FS, "embedded bundle" }
 	}
-	return func() (fs.FS, string) { return os.DirFS(dir), dir }
+	return func() (fs.FS, string) { return os.DirFS(cfg.Dir), cfg.Dir }
 }
 
 func (e *Engine) build(ctx context.Context) (*compiled, error) {
@@ -78,15 +103,17 @@ func (e *Engine) build(ctx context.Context) (*compiled, error) {
 	if len(e.cfg.Grants) > 0 {
 		ledger = nil
 	}
-	if ledger != nil && ledger.Passed(digestOf(srcs)) {
+	content := digestOf(srcs)
+	if ledger != nil && ledger.Passed(content) {
 		tests = testsPassed
 	}
 	c, err := compileBundle(ctx, srcs, e.cfg.Grants, e.cfg.CacheSize, tests)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", name, err)
 	}
+	c.digest = withRevision(c.digest, e.revision)
 	if ledger != nil && tests == testsRun {
-		ledger.Record(c.digest)
+		ledger.Record(content)
 	}
 	e.srcs = srcs
 	return c, nil
@@ -96,12 +123,13 @@ func (e *Engine) build(ctx context.Context) (*compiled, error) {
 // compiled and tested as New does, so that a grant the bundle's checks or
 // Rego tests refuse is an error and e stays as it is.
 func (e *Engine) WithGrants(ctx context.Context, grants []Grant) (*Engine, error) {
-	ne := &Engine{cfg: e.cfg, log: e.log, source: e.source, srcs: e.srcs}
+	ne := &Engine{cfg: e.cfg, log: e.log, source: e.source, srcs: e.srcs, revision: e.revision}
 	ne.cfg.Grants = grants
 	c, err := compileBundle(ctx, e.srcs, grants, e.cfg.CacheSize, testsRun)
 	if err != nil {
 		return nil, fmt.Errorf("the policy bundle with %d grant(s): %w", len(grants), err)
 	}
+	c.digest = withRevision(c.digest, e.revision)
 	ne.cur = c
 	return ne, nil
 }
@@ -122,7 +150,9 @@ func (e *Engine) GrantOf(rule string) (Grant, bool) {
 	return Grant{}, false
 }
 
-// Digest identifies the bundle ("sha256:…").
+// Digest identifies the bundle: "sha256:…" over its files, then "@" and
+// the revision of a bundle from a bundle service ("sha256:…@REV"); see
+// SplitDigest.
 func (e *Engine) Digest() string { return e.cur.digest }
 
 // keyPool holds decision-key buffers so a cached decision allocates

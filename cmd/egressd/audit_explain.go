@@ -55,7 +55,7 @@ func runAuditExplain(args []string, stdout, stderr io.Writer) error {
 		*auditDir = cfg.Audit.Dir
 	}
 	if *policyDir != "" {
-		cfg.Policy.Dir = *policyDir
+		cfg.Policy.UseDir(*policyDir)
 	}
 	rec, err := findRecord(*auditDir, seq)
 	if err != nil {

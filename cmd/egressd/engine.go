@@ -72,7 +72,7 @@ func (f *engineFlags) load(ctx context.Context) (*decideEnv, error) {
 		return nil, err
 	}
 	if f.policy != "" {
-		cfg.Policy.Dir = f.policy
+		cfg.Policy.UseDir(f.policy)
 	}
 	// The grants serve decides with, read from its file (none if there
 	// is none), so that a check answers as the proxy would.

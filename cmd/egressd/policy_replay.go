@@ -87,7 +87,7 @@ func runPolicyReplay(args []string, stdout, stderr io.Writer, now time.Time) err
 	if st, err := os.Stat(o.auditDir); err != nil || !st.IsDir() {
 		return usageErrorf("policy replay: audit directory %q is not a directory: give --audit DIR, or --config FILE whose audit.dir serve wrote", o.auditDir)
 	}
-	cfg.Policy.Dir = o.policyDir
+	cfg.Policy.UseDir(o.policyDir)
 	gen, err := generation.Build(ctx, cfg, o.config, generation.Deciding, zap.NewNop())
 	if err != nil {
 		return loadError(err)

@@ -89,7 +89,7 @@ func startCheck(ctx context.Context, cfgPath, dir string) (*startup, error) {
 		return nil, &exitError{code: 2, err: err}
 	}
 	if dir != "" {
-		cfg.Policy.Dir = dir
+		cfg.Policy.UseDir(dir)
 	}
 	s, err := prepare(ctx, cfg, cfgPath, zap.NewNop())
 	if err != nil {

@@ -78,15 +78,8 @@ func Build(ctx context.Context, cfg *config.Config, path string, purpose Purpose
 	if err != nil {
 		return nil, err
 	}
-	if err := checkIdentities(path, cfg.Identities, engine); err != nil {
+	if err := checkEngine(cfg, path, engine, floor, log); err != nil {
 		return nil, err
-	}
-	if err := checkCredentials(path, cfg, engine, floor); err != nil {
-		return nil, err
-	}
-	for _, w := range UnknownRuleIdentities(cfg.Identities, engine) {
-		log.Warn("a rule names an identity the config lacks: it allows nobody by that name",
-			zap.String("config", path), zap.String("rule", w.Rule), zap.String("identity", w.Identity))
 	}
 	g := &Generation{Config: cfg, Floor: floor, Engine: engine, Identities: ids}
 	if purpose == Serving {
@@ -95,6 +88,24 @@ func Build(ctx context.Context, cfg *config.Config, path string, purpose Purpose
 		}
 	}
 	return g, nil
+}
+
+// checkEngine checks engine against cfg, read from path: the identities'
+// attributes, then the credential rules against the secrets and floor;
+// and warns of rules naming identities cfg lacks. Build and a bundle from
+// a bundle service (Running.SetBundle) run the same checks.
+func checkEngine(cfg *config.Config, path string, engine *policy.Engine, floor broker.InternalFloor, log *zap.Logger) error {
+	if err := checkIdentities(path, cfg.Identities, engine); err != nil {
+		return err
+	}
+	if err := checkCredentials(path, cfg, engine, floor); err != nil {
+		return err
+	}
+	for _, w := range UnknownRuleIdentities(cfg.Identities, engine) {
+		log.Warn("a rule names an identity the config lacks: it allows nobody by that name",
+			zap.String("config", path), zap.String("rule", w.Rule), zap.String("identity", w.Identity))
+	}
+	return nil
 }
 
 // checkIdentities reports the first identity whose attributes the bundle

@@ -73,12 +73,16 @@ type Running struct {
 	cur atomic.Pointer[Generation]
 	// grants are the grants in force, which a reload keeps.
 	grants []policy.Grant
+	// fetched is the bundle from policy.bundle_url in force, which a
+	// reload keeps; nil for a local bundle.
+	fetched *policy.Fetched
 }
 
 // NewRunning puts first in force (archived like every reloaded bundle);
 // the listeners were built with it and serve nothing yet.
 func NewRunning(first *Generation, o Options) *Running {
-	r := &Running{o: o, started: first.Config, floor: first.Floor, grants: first.Config.Policy.Grants}
+	r := &Running{o: o, started: first.Config, floor: first.Floor, grants: first.Config.Policy.Grants,
+		fetched: first.Config.Policy.Fetched}
 	archive(first.Engine, o.AuditDir, o.Log)
 	r.cur.Store(first)
 	o.Policy.Loaded(first.Engine.Digest(), time.Now())
@@ -116,6 +120,8 @@ func (r *Running) reloadLocked(ctx context.Context) ([]string, error) {
 	}
 	cfg.Audit.AcceptBreak = r.started.Audit.AcceptBreak // a flag, not a key
 	cfg.Policy.Grants = r.grants                        // state, not a key
+	bundlePending := keepBundleService(&cfg.Policy, r.started.Policy)
+	cfg.Policy.Fetched = r.fetched // state, not a key
 	// Re-read on every reload, changed or not: a rotated file or variable
 	// is a new value under the same config.
 	next, err := Build(ctx, cfg, r.o.Path, Serving, r.o.Log)
@@ -142,6 +148,9 @@ func (r *Running) reloadLocked(ctx context.Context) ([]string, error) {
 	r.cur.Store(next)
 	r.o.Policy.Loaded(next.Engine.Digest(), time.Now())
 	pending := restartNeeded(r.started, cfg, r.o.OpenedRoots)
+	if bundlePending {
+		pending = append(pending, "policy dir/bundle_*")
+	}
 	if len(pending) > 0 {
 		r.o.Log.Warn(admin.RestartNeeded(pending), zap.Strings("sections", pending))
 	}
