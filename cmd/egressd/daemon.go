@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/cmd/egressd/bundlesrc"
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/cmd/egressd/generation"
 	"github.com/egressd/egressd/cmd/egressd/grants"
@@ -44,6 +45,8 @@ type daemon struct {
 	gate     *pggate.Gate     // nil unless postgres.listen is set
 	fds      *fdlimit.Budget  // nil if the limit could not be read
 	grants   *grants.Manager
+	// bundles is policy.bundle_url's source; nil without one.
+	bundles *bundlesrc.Source
 	// adminAuth are admin.clients' credentials, checked by prepare.
 	adminAuth *admin.Auth
 
@@ -64,7 +67,18 @@ func (d *daemon) knownIdentity(id string) bool {
 
 // build makes the daemon from what prepare read and checked; the secrets
 // it loads go into store, which the logger already scrubs with.
-func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Logger, store *broker.Store) (*daemon, error) {
+func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Logger, store *broker.Store) (_ *daemon, err error) {
+	bundles, first, err := firstBundle(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if bundles != nil {
+		defer func() {
+			if err != nil {
+				bundles.Stop()
+			}
+		}()
+	}
 	s, err := prepare(ctx, cfg, cfgPath, log)
 	if err != nil {
 		return nil, err
@@ -89,7 +103,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	log.Info("HTTPS inspection CA directory (one root per identity; `egressd ca export --identity ID` gives a sandbox its root)",
 		zap.String("dir", caDir), zap.Bool("shared_read_only", authority.ReadOnly()))
 	ac := cfg.Audit
-	ac.Started = startedDetail(cfgPath, gen.Engine.Digest())
+	ac.Started = startedDetail(cfgPath, gen.Engine.Digest(), cfg.Policy)
 	// Budgets are rebuilt from the log before this start appends to it.
 	budgets := budget.NewLedger(time.Now)
 	n, err := proxy.RebuildBudgets(budgets, ac.Dir, gen.Engine.RuleOptions, gen.Identities, time.Now())
@@ -113,7 +127,8 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	reg := metrics.NewRegistry(version.Get())
 	admin.RegisterAudit(reg, aw.Stats, meter.Stats)
 	authority.Register(reg)
-	d := &daemon{cfg: cfg, adminAuth: s.adminAuth, log: log, audit: aw, meter: meter, registry: reg, metrics: proxy.NewMetrics(reg), fds: descriptorBudget(log)}
+	d := &daemon{cfg: cfg, adminAuth: s.adminAuth, log: log, audit: aw, meter: meter, registry: reg, metrics: proxy.NewMetrics(reg), fds: descriptorBudget(log),
+		bundles: bundles}
 	// Registered without a gate too, so a dashboard's gate panels read 0.
 	logins := metrics.NewLogins(reg)
 	// DNS queries and SQL statements are counted as they are audited, in
@@ -166,6 +181,11 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		Policy: metrics.NewPolicy(reg), Reloads: d.metrics.Reloads, OpenedRoots: caOpts.Configured,
 		AuditDir: cfg.Audit.Dir,
 	})
+	if bundles != nil {
+		reg.MustRegister(bundles)
+		// Every later bundle is swapped in as a reload swaps one.
+		bundles.Serve(ctx, first, d.gen.SetBundle)
+	}
 	d.grants, err = grants.New(grants.Options{
 		Path: grants.Path(cfg.Audit.Dir), AuditDir: cfg.Audit.Dir, Audit: aw, Apply: d.gen.SetGrants,
 		Known: d.knownIdentity, Registerer: reg, Log: log.Named("grants"),

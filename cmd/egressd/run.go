@@ -38,6 +38,9 @@ func (d *daemon) run(ctx context.Context) error {
 			return nil
 		}},
 	}
+	if d.bundles != nil {
+		ready = append(ready, admin.Check{Name: "bundle", Fn: d.bundles.Ready, Detail: d.bundles.Detail})
+	}
 	if d.gate != nil {
 		running = append(running, "postgres")
 		// Fails readiness as a whole too: a sandbox sent here would have
@@ -133,6 +136,10 @@ loop:
 // stays up meanwhile, answering /readyz 503.
 func (d *daemon) drain(ctx context.Context, stopDNS func()) {
 	d.draining.Store(true)
+	if d.bundles != nil {
+		// A bundle swapped in now would only re-decide what is draining.
+		d.bundles.Stop()
+	}
 	d.log.Info("draining", zap.Duration("deadline", d.cfg.Proxy.DrainTimeout))
 	stopDNS()
 	var wg sync.WaitGroup

@@ -58,6 +58,15 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	defer func() { _ = log.Sync() }()
 	cfg.Audit.AcceptBreak = *acceptBreak
 	if *check {
+		// serve --check fetches the bundle serve would start with (a
+		// poll writes nothing), and stops polling.
+		bundles, _, err := firstBundle(context.Background(), cfg, log)
+		if err != nil {
+			return startupFailed(log, cfg.Redact(err))
+		}
+		if bundles != nil {
+			bundles.Stop()
+		}
 		s, err := prepare(context.Background(), cfg, *cfgPath, log)
 		if err != nil {
 			return startupFailed(log, cfg.Redact(err))

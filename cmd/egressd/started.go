@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/egressd/egressd/internal/version"
+	"github.com/egressd/egressd/policy"
 )
 
 // startedDetail is what the started record of this start says (see
@@ -14,15 +15,27 @@ import (
 // left a whole last line, appends to the same segment, and without it the
 // chain would not show that the process (and perhaps its config or bundle)
 // changed.
-func startedDetail(cfgPath, policyDigest string) map[string]string {
+//
+// policyDigest carries the revision of a bundle from a bundle service
+// ("sha256:…@REV"); such a start also names bundle_url, and
+// bundle_insecure_unsigned "true" when unsigned bundles are accepted, so
+// that the chain shows a start that did not verify its policy.
+func startedDetail(cfgPath, policyDigest string, p policy.Config) map[string]string {
 	v := version.Get()
-	return map[string]string{
+	d := map[string]string{
 		"version": v.Version,
 		"commit":  v.Commit,
 		"config":  configDigest(cfgPath),
 		"policy":  policyDigest,
 		"pid":     strconv.Itoa(os.Getpid()),
 	}
+	if p.BundleURL != "" {
+		d["bundle_url"] = p.BundleURL
+		if p.BundleVerification.InsecureUnsigned {
+			d["bundle_insecure_unsigned"] = "true"
+		}
+	}
+	return d
 }
 
 // configDigest is the SHA-256 of the config file as it is on disk now

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/internal/version"
+	"github.com/egressd/egressd/policy"
 )
 
 // TestVersion: `egressd version` prints version, commit, Go and pg_query
@@ -45,7 +46,7 @@ func TestVersion(t *testing.T) {
 // same version and commit as `egressd version` (before, it read the
 // module version, "(devel)" in every binary deploy/build.sh made).
 func TestStartedRecordNamesTheBuild(t *testing.T) {
-	d := startedDetail("", "sha256:x")
+	d := startedDetail("", "sha256:x", policy.Config{})
 	v := version.Get()
 	if d["version"] != v.Version || d["commit"] != v.Commit {
 		t.Errorf("started detail version, commit = %q, %q; want %q, %q", d["version"], d["commit"], v.Version, v.Commit)

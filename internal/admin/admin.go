@@ -24,6 +24,9 @@ type Check struct {
 	// Listeners are the listeners it gates ("postgres"); if nil, every
 	// one.
 	Listeners []string
+	// Detail, if set, is said after the check's state, passing or not
+	// (the policy bundle's revision and age). If nil, the state alone.
+	Detail func() string
 }
 
 // Options configure the handler.
@@ -118,11 +121,17 @@ func ready(w http.ResponseWriter, r *http.Request, o Options, rd *readiness, lis
 			// A poller that hung up is no news about the check.
 			rd.observe(c.Name, err)
 		}
+		detail := ""
+		if c.Detail != nil {
+			if d := c.Detail(); d != "" {
+				detail = " (" + d + ")"
+			}
+		}
 		if err != nil {
-			failed = append(failed, c.Name+": "+err.Error()+"\n"...)
+			failed = append(failed, c.Name+": "+err.Error()+detail+"\n"...)
 			continue
 		}
-		passed = append(passed, c.Name+": ok\n"...)
+		passed = append(passed, c.Name+": ok"+detail+"\n"...)
 	}
 	if failed != nil {
 		text(w, http.StatusServiceUnavailable, string(failed)+string(passed))
