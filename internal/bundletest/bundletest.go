@@ -68,6 +68,16 @@ func Files(fsys fs.FS) (map[string][]byte, error) {
 // path, each data file merged at its directory as the OPA loader does)
 // with revision, signed with key under keyID unless key is nil.
 func Tarball(files map[string][]byte, revision string, key *Key, keyID string) ([]byte, error) {
+	return tarball(files, revision, key, keyID, false)
+}
+
+// Tampered is Tarball signed, then with a module changed after signing: a
+// bundle someone altered on the way.
+func Tampered(files map[string][]byte, revision string, key Key, keyID string) ([]byte, error) {
+	return tarball(files, revision, &key, keyID, true)
+}
+
+func tarball(files map[string][]byte, revision string, key *Key, keyID string, tamper bool) ([]byte, error) {
 	b := bundle.Bundle{Manifest: bundle.Manifest{Revision: revision}, Data: map[string]any{}}
 	for p, raw := range files {
 		if strings.HasSuffix(p, ".rego") {
@@ -101,6 +111,13 @@ func Tarball(files map[string][]byte, revision string, key *Key, keyID string) (
 		if err := b.GenerateSignature(bundle.NewSigningConfig(key.Private, "RS256", ""), keyID, false); err != nil {
 			return nil, fmt.Errorf("sign bundle: %w", err)
 		}
+	}
+	if tamper {
+		if len(b.Modules) == 0 {
+			return nil, fmt.Errorf("tamper: the bundle has no module")
+		}
+		m := &b.Modules[0]
+		m.Raw = append(append([]byte{}, m.Raw...), "\n# altered after signing\n"...)
 	}
 	var buf bytes.Buffer
 	if err := bundle.NewWriter(&buf).Write(b); err != nil {
