@@ -73,6 +73,7 @@ func TestReadyzPerListener(t *testing.T) {
 		Ready: []Check{
 			{Name: "audit", Fn: func(context.Context) error { return nil }},
 			{Name: "postgres", Listeners: []string{"postgres"}, Fn: func(context.Context) error { return gateDown }},
+			{Name: "bundle", Fn: func(context.Context) error { return nil }, Detail: func() string { return `revision "r2"` }},
 		},
 		Listeners: []string{"proxy", "postgres"},
 		Log:       zap.NewNop(),
@@ -85,7 +86,7 @@ func TestReadyzPerListener(t *testing.T) {
 	}{
 		{"/readyz", http.StatusServiceUnavailable, []string{"postgres: " + gateDown.Error(), "audit: ok"}},
 		{"/readyz/postgres", http.StatusServiceUnavailable, []string{"postgres: " + gateDown.Error(), "audit: ok"}},
-		{"/readyz/proxy", http.StatusOK, []string{"ready", "audit: ok"}},
+		{"/readyz/proxy", http.StatusOK, []string{"ready", "audit: ok", `bundle: ok (revision "r2")`}},
 		{"/readyz/dns", http.StatusNotFound, []string{"proxy, postgres"}},
 	}
 	for _, tt := range tests {
