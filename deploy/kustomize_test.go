@@ -17,7 +17,13 @@ import (
 // `kubectl apply -f deploy/kubernetes/` applied availability.yaml, in
 // namespace egressd, before namespaces.yaml).
 func TestApplyOrder(t *testing.T) {
-	m := loadManifests(t)
+	checkApplyOrder(t, loadManifests(t))
+}
+
+// checkApplyOrder checks m's objects are applied after their Namespace
+// and after the ConfigMaps, Secrets and ServiceAccount their pods use.
+func checkApplyOrder(t *testing.T, m *manifests) {
+	t.Helper()
 	pos := map[object]int{}
 	for i, o := range m.order {
 		pos[o] = i

@@ -125,6 +125,13 @@ func kustomizeBuild(t *testing.T, dir string) [][]byte {
 // errors) into its API type.
 func loadManifests(t *testing.T) *manifests {
 	t.Helper()
+	return loadManifestsAt(t, "kubernetes")
+}
+
+// loadManifestsAt is loadManifests of the kustomization in dir (an
+// overlay of kubernetes/).
+func loadManifestsAt(t *testing.T, dir string) *manifests {
+	t.Helper()
 	m := &manifests{
 		namespaces:   map[string]*corev1.Namespace{},
 		netpols:      map[string]*networkingv1.NetworkPolicy{},
@@ -141,8 +148,8 @@ func loadManifests(t *testing.T) *manifests {
 		objects:      map[object]any{},
 	}
 	seen := map[string]bool{}
-	for i, doc := range kustomizeBuild(t, "kubernetes") {
-		where := fmt.Sprintf("kustomize build kubernetes, object %d", i)
+	for i, doc := range kustomizeBuild(t, dir) {
+		where := fmt.Sprintf("kustomize build %s, object %d", dir, i)
 		var tm metav1.TypeMeta
 		if err := yaml.Unmarshal(doc, &tm); err != nil {
 			t.Fatalf("%s: %v", where, err)
