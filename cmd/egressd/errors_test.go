@@ -76,6 +76,16 @@ func TestErrorMessages(t *testing.T) {
 		// this?"); serve --check and policy check --config do.
 		{"check_config_secret_missing", map[string]string{"egressd.yaml": goldenConfig + "secrets:\n  - name: k\n    file: missing.key\n"},
 			[]string{"check", "connect", "--config", "egressd.yaml", "pypi.org:443"}, ""},
+		{"bundle_url_and_dir", map[string]string{"egressd.yaml": goldenConfig + "  dir: mypolicy\n  bundle_url: https://bundles.example.com/egress.tar.gz\n  bundle_verification: {public_key_file: public.pem}\n"},
+			[]string{"check", "connect", "--config", "egressd.yaml", "pypi.org:443"}, ""},
+		{"bundle_url_without_key", map[string]string{"egressd.yaml": goldenConfig + "  bundle_url: https://bundles.example.com/egress.tar.gz\n"},
+			[]string{"check", "connect", "--config", "egressd.yaml", "pypi.org:443"}, ""},
+		{"bundle_url_http", map[string]string{"egressd.yaml": goldenConfig + "  bundle_url: http://bundles.example.com/egress.tar.gz\n  bundle_verification: {public_key_file: public.pem}\n"},
+			[]string{"check", "connect", "--config", "egressd.yaml", "pypi.org:443"}, ""},
+		// check does not poll the bundle service: it says how to give it
+		// the bundle.
+		{"check_bundle_url", map[string]string{"egressd.yaml": goldenConfig + "  bundle_url: https://bundles.example.com/egress.tar.gz\n  bundle_verification: {public_key_file: public.pem}\n"},
+			[]string{"check", "connect", "--config", "egressd.yaml", "pypi.org:443"}, ""},
 		{"internal_metadata_allow", map[string]string{"egressd.yaml": goldenConfig + "internal:\n  - {cidr: 169.254.169.254, ports: [80], action: allow}\n"},
 			[]string{"check", "connect", "--config", "egressd.yaml", "pypi.org:443"}, ""},
 		{"policy_test_shows_decision", map[string]string{"mypolicy/mine_test.rego": "package mine_test\n\nimport data.egress.fixtures\nimport data.egress.http\n\n" +
