@@ -48,7 +48,7 @@ type fixture struct {
 	cfg policy.Config
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	key, err := bundletest.NewKey()
 	if err != nil {
