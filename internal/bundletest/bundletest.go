@@ -16,7 +16,9 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -79,7 +81,9 @@ func Tampered(files map[string][]byte, revision string, key Key, keyID string) (
 
 func tarball(files map[string][]byte, revision string, key *Key, keyID string, tamper bool) ([]byte, error) {
 	b := bundle.Bundle{Manifest: bundle.Manifest{Revision: revision}, Data: map[string]any{}}
-	for p, raw := range files {
+	// In path order: Tampered alters the first module.
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		raw := files[p]
 		if strings.HasSuffix(p, ".rego") {
 			m, err := ast.ParseModuleWithOpts(p, string(raw), ast.ParserOptions{RegoVersion: ast.RegoV1})
 			if err != nil {

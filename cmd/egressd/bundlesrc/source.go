@@ -114,7 +114,12 @@ func (s *Source) Serve(ctx context.Context, first *policy.Fetched, apply Apply) 
 	defer s.mu.Unlock()
 	s.apply = apply
 	if s.latest != first {
-		s.applyLocked(ctx, s.latest)
+		// Not from the downloader's goroutine: its ETag is left alone
+		// (refused would race with a poll), so a bundle refused here is
+		// taken again only at its next revision.
+		if err := s.applyLocked(ctx, s.latest); err != nil {
+			s.fail(resultRefused, err)
+		}
 	}
 }
 
@@ -150,25 +155,28 @@ func (s *Source) update(ctx context.Context, u download.Update) error {
 			s.refused(err)
 			return nil
 		}
-		s.applyLocked(ctx, f)
+		if err := s.applyLocked(ctx, f); err != nil {
+			s.refused(err)
+		}
 	}
 	return nil
 }
 
-// applyLocked puts f in force through s.apply, or records why not.
-func (s *Source) applyLocked(ctx context.Context, f *policy.Fetched) {
+// applyLocked puts f in force through s.apply and records it, or returns
+// why not.
+func (s *Source) applyLocked(ctx context.Context, f *policy.Fetched) error {
 	if err := s.apply(ctx, f); err != nil {
-		s.refused(fmt.Errorf("bundle %s revision %q refused: %w", s.cfg.BundleURL, f.Revision, err))
-		return
+		return fmt.Errorf("bundle %s revision %q refused: %w", s.cfg.BundleURL, f.Revision, err)
 	}
 	s.st.count(resultOK)
 	s.st.lastErr = nil
 	s.st.revision, s.st.loaded = f.Revision, s.now()
 	s.log.Info("policy bundle accepted", zap.String("bundle_url", s.cfg.BundleURL), zap.String("revision", f.Revision))
+	return nil
 }
 
 // refused records a bundle that downloaded and verified but was refused,
-// and forgets its ETag, so that the next poll fetches it again rather than
+// and forgets its ETag (from the downloader's callback only), so that the next poll fetches it again rather than
 // hearing "not modified" of a bundle never put in force (OPA's bundle
 // plugin does the same).
 func (s *Source) refused(err error) {
