@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing/fstest"
 	"unicode"
+	"unicode/utf8"
 )
 
 // A bundle from an OPA bundle service (policy.bundle_url) is fetched and
@@ -141,6 +142,9 @@ func NewFetched(source, revision string, files map[string][]byte) (*Fetched, err
 func checkRevision(rev string) error {
 	if len(rev) > maxRevision {
 		return fmt.Errorf(".manifest revision is longer than %d bytes", maxRevision)
+	}
+	if !utf8.ValidString(rev) {
+		return fmt.Errorf(".manifest revision %q is not UTF-8", rev)
 	}
 	for _, r := range rev {
 		if !unicode.IsPrint(r) || unicode.IsSpace(r) {

@@ -2,9 +2,12 @@ package policy
 
 import (
 	"context"
+	"io/fs"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 )
@@ -66,6 +69,7 @@ func TestNewFetchedRefuses(t *testing.T) {
 		{"same file twice", "r1", map[string][]byte{"/a.rego": nil, "a.rego": nil}, "twice"},
 		{"revision with a newline", "r1\nr2", nil, "not printable"},
 		{"revision with a space", "r 1", nil, "space"},
+		{"revision not UTF-8", "00\xe3", nil, "not UTF-8"},
 		{"long revision", strings.Repeat("r", maxRevision+1), nil, "longer than"},
 	}
 	for _, tt := range tests {
@@ -129,4 +133,35 @@ func TestSplitDigest(t *testing.T) {
 			t.Errorf("SplitDigest(%q) = %q, %q; want %q, %q", tt.id, d, r, tt.digest, tt.rev)
 		}
 	}
+}
+
+// FuzzNewFetched: what a bundle service sends as file paths and revision
+// either is refused or loads as given: every accepted path reads back its
+// own bytes through the filesystem readBundle walks, below the root (no
+// "..", no absolute path), and an accepted revision is one line of
+// printable text without spaces, within the bound.
+func FuzzNewFetched(f *testing.F) {
+	f.Add("/http.rego", "dns/data.json", "r1")
+	f.Add("/../x.rego", "a//b.rego", "r 1")
+	f.Add("./x.rego", "/", "\x00")
+	f.Fuzz(func(t *testing.T, p1, p2, rev string) {
+		files := map[string][]byte{p1: []byte("one"), p2: []byte("two")}
+		fe, err := NewFetched("https://b.test/b", rev, files)
+		if err != nil {
+			return
+		}
+		if len(rev) > maxRevision || strings.ContainsFunc(rev, func(r rune) bool { return r < 0x21 || r == 0x7f || r == utf8.RuneError }) {
+			t.Errorf("NewFetched accepted revision %q", rev)
+		}
+		for p, want := range files {
+			rel := strings.TrimPrefix(p, "/")
+			if strings.HasPrefix(rel, "/") || slices.Contains(strings.Split(rel, "/"), "..") {
+				t.Errorf("NewFetched accepted path %q outside the root", p)
+			}
+			got, err := fs.ReadFile(fe.files, rel)
+			if err != nil || string(got) != string(want) {
+				t.Errorf("file %q reads back %q, %v; want %q", p, got, err, want)
+			}
+		}
+	})
 }
