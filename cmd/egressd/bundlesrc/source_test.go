@@ -266,3 +266,40 @@ func labelsOf(m prometheus.Metric) string {
 	}
 	return b.String()
 }
+
+// TestLongPolling: with bundle_long_poll and a service that long-polls, a
+// new revision arrives as it is published, not at the next poll (30s
+// away here): the poll is held open, answered when the bundle changes,
+// and the next one sent at once.
+func TestLongPolling(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.BundlePollMin, f.cfg.BundlePollMax, f.cfg.BundleLongPoll = 30*time.Second, 30*time.Second, 5*time.Second
+	f.set(t, "signed", "r1")
+	s, err := New(f.cfg, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	first, err := s.First(context.Background(), compile(f.cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 4)
+	check := compile(f.cfg)
+	s.Serve(context.Background(), first, func(ctx context.Context, fe *policy.Fetched) error {
+		if err := check(ctx, fe); err != nil {
+			return err
+		}
+		got <- fe.Revision
+		return nil
+	})
+	f.set(t, "signed", "r2")
+	select {
+	case rev := <-got:
+		if rev != "r2" {
+			t.Errorf("revision put in force = %q; want r2", rev)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("r2 not put in force within 15s of publishing, with polls 30s apart: long polling did not answer (%s)", s.Detail())
+	}
+}
