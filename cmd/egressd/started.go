@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"net/url"
 	"os"
 	"strconv"
 
@@ -31,6 +32,12 @@ func startedDetail(cfgPath, policyDigest string, p policy.Config) map[string]str
 	}
 	if p.BundleURL != "" {
 		d["bundle_url"] = p.BundleURL
+		if u, err := url.Parse(p.BundleURL); err == nil && u.RawQuery != "" {
+			// A query may hold a token (a pre-signed URL): the record
+			// names the service and path, not the credential.
+			u.RawQuery = ""
+			d["bundle_url"] = u.String() + "?…"
+		}
 		if p.BundleVerification.InsecureUnsigned {
 			d["bundle_insecure_unsigned"] = "true"
 		}

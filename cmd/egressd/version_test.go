@@ -64,3 +64,23 @@ func TestVersionFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestStartedRecordNamesTheBundleService: a start from a bundle service
+// names it, without a query (a pre-signed URL's token), and says when it
+// accepts unsigned bundles.
+func TestStartedRecordNamesTheBundleService(t *testing.T) {
+	for _, tt := range []struct {
+		p        policy.Config
+		url, ins string
+	}{
+		{policy.Config{}, "", ""},
+		{policy.Config{BundleURL: "https://b.test/e.tar.gz"}, "https://b.test/e.tar.gz", ""},
+		{policy.Config{BundleURL: "https://b.test/e.tar.gz?X-Amz-Signature=secret"}, "https://b.test/e.tar.gz?…", ""},
+		{policy.Config{BundleURL: "http://b.test/e", BundleVerification: policy.BundleVerification{InsecureUnsigned: true}}, "http://b.test/e", "true"},
+	} {
+		d := startedDetail("", "sha256:x@r1", tt.p)
+		if d["bundle_url"] != tt.url || d["bundle_insecure_unsigned"] != tt.ins || d["policy"] != "sha256:x@r1" {
+			t.Errorf("startedDetail(%q) = %v; want bundle_url %q, bundle_insecure_unsigned %q", tt.p.BundleURL, d, tt.url, tt.ins)
+		}
+	}
+}
