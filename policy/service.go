@@ -104,6 +104,9 @@ func (c *Config) validateBundleService() error {
 // Fetched is a verified bundle from a bundle service, ready to load.
 type Fetched struct {
 	// files are its files by slash path relative to the bundle root.
+	// fstest.MapFS is the standard library's in-memory fs.FS (nothing
+	// of package testing runs): readBundle walks it as it walks a
+	// directory.
 	files fstest.MapFS
 	// Revision is its .manifest revision; "" if it has none.
 	Revision string
