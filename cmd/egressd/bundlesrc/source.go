@@ -40,7 +40,8 @@ type Source struct {
 	// applied whole before the next, and never to a stale Apply.
 	mu    sync.Mutex
 	apply Apply
-	st    status
+	// st has a lock of its own.
+	st status
 	// first is signalled once a bundle passes the Apply of First.
 	first chan struct{}
 	// latest is the newest bundle First's Apply accepted.
@@ -94,9 +95,7 @@ func (s *Source) First(ctx context.Context, check Apply) (*policy.Fetched, error
 	case <-ctx.Done():
 	}
 	s.Stop()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	last := s.st.lastErr
+	last := s.st.last()
 	if last == nil {
 		last = errors.New("no answer")
 	}
@@ -140,15 +139,13 @@ func (s *Source) Stop() {
 func (s *Source) update(ctx context.Context, u download.Update) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.st.lastPoll = s.now()
 	switch {
 	case u.Error != nil:
 		// A download, an HTTP status, a signature or a tarball that
 		// failed: OPA's reader verified before anything was parsed.
 		s.fail(resultFailed, fmt.Errorf("download %s: %w", s.cfg.BundleURL, u.Error))
 	case u.Bundle == nil:
-		s.st.count(resultNotModified)
-		s.st.lastErr = nil
+		s.st.record(s.now(), resultNotModified, "", nil)
 	default:
 		f, err := fetchedOf(s.cfg.BundleURL, u.Bundle)
 		if err != nil {
@@ -168,9 +165,7 @@ func (s *Source) applyLocked(ctx context.Context, f *policy.Fetched) error {
 	if err := s.apply(ctx, f); err != nil {
 		return fmt.Errorf("bundle %s revision %q refused: %w", s.cfg.BundleURL, f.Revision, err)
 	}
-	s.st.count(resultOK)
-	s.st.lastErr = nil
-	s.st.revision, s.st.loaded = f.Revision, s.now()
+	s.st.record(s.now(), resultOK, f.Revision, nil)
 	s.log.Info("policy bundle accepted", zap.String("bundle_url", s.cfg.BundleURL), zap.String("revision", f.Revision))
 	return nil
 }
@@ -185,7 +180,6 @@ func (s *Source) refused(err error) {
 }
 
 func (s *Source) fail(result string, err error) {
-	s.st.count(result)
-	s.st.lastErr, s.st.lastErrAt = err, s.now()
+	s.st.record(s.now(), result, "", err)
 	s.log.Warn("policy bundle not taken; the bundle in force stays", zap.String("result", result), zap.Error(err))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,8 +26,10 @@ const (
 
 var results = []string{resultOK, resultNotModified, resultFailed, resultRefused}
 
-// status is what the source reports, guarded by Source.mu.
+// status is what the source reports. Its own lock, not Source.mu: a
+// /readyz or a scrape must not wait for a bundle to compile.
 type status struct {
+	mu        sync.Mutex
 	revision  string    // of the bundle in force
 	loaded    time.Time // when it was put in force; zero before the first
 	lastPoll  time.Time
@@ -35,11 +38,29 @@ type status struct {
 	polls     map[string]float64
 }
 
-func (st *status) count(result string) {
+// record notes one poll's result at now: err nil for ok and not_modified,
+// and for ok the revision put in force.
+func (st *status) record(now time.Time, result, revision string, err error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	if st.polls == nil {
 		st.polls = map[string]float64{}
 	}
 	st.polls[result]++
+	st.lastPoll, st.lastErr = now, err
+	if err != nil {
+		st.lastErrAt = now
+	}
+	if result == resultOK {
+		st.revision, st.loaded = revision, now
+	}
+}
+
+// last is the last poll's error, nil if it succeeded or there was none.
+func (st *status) last() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.lastErr
 }
 
 // Ready is the /readyz check: it fails only while no bundle is in force
@@ -47,8 +68,8 @@ func (st *status) count(result string) {
 // First succeeds). A failing service leaves the last good bundle
 // deciding, which is ready; Detail says so.
 func (s *Source) Ready(context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.st.mu.Lock()
+	defer s.st.mu.Unlock()
 	if s.st.loaded.IsZero() {
 		if s.st.lastErr != nil {
 			return fmt.Errorf("no policy bundle from %s yet: %w", s.cfg.BundleURL, s.st.lastErr)
@@ -61,8 +82,8 @@ func (s *Source) Ready(context.Context) error {
 // Detail is the /readyz line's detail: the revision in force, its age,
 // and the last poll's error, if it failed.
 func (s *Source) Detail() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.st.mu.Lock()
+	defer s.st.mu.Unlock()
 	now := s.now()
 	var b strings.Builder
 	if !s.st.loaded.IsZero() {
@@ -103,8 +124,8 @@ func (s *Source) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector. Before the first bundle only
 // the poll counts and the failing gauge are exported.
 func (s *Source) Collect(ch chan<- prometheus.Metric) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.st.mu.Lock()
+	defer s.st.mu.Unlock()
 	for _, r := range results {
 		ch <- prometheus.MustNewConstMetric(descPolls, prometheus.CounterValue, s.st.polls[r], r)
 	}
