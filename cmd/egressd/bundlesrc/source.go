@@ -171,9 +171,10 @@ func (s *Source) applyLocked(ctx context.Context, f *policy.Fetched) error {
 }
 
 // refused records a bundle that downloaded and verified but was refused,
-// and forgets its ETag (from the downloader's callback only), so that the next poll fetches it again rather than
-// hearing "not modified" of a bundle never put in force (OPA's bundle
-// plugin does the same).
+// and forgets its ETag, so that the next poll fetches it again rather
+// than hearing "not modified" of a bundle never put in force (OPA's
+// bundle plugin does the same). Called from the downloader's callback
+// only: the ETag is the downloader's goroutine's.
 func (s *Source) refused(err error) {
 	s.dl.SetCache("")
 	s.fail(resultRefused, err)
