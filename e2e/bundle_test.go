@@ -230,6 +230,12 @@ func TestPolicyFromBundleServer(t *testing.T) {
 		t.Errorf("record policy, rule = %q (digest %s), %q; want …@r4, up-r4", rec.Policy, d, rec.Rule)
 	}
 	t.Logf("%d requests across the swap, none failed", done.Load())
+
+	// serve --check fetches and checks the bundle serve would start with.
+	out, stderr, code := RunCLI(t, "serve", "--check", "--config", w.e.ConfigPath)
+	if code != 0 || !strings.Contains(out, "@r4") {
+		t.Errorf("serve --check = %d, %q, %q; want 0 naming the policy …@r4", code, out, stderr)
+	}
 }
 
 // TestBundleServerDownAtStart: with no bundle to be had, serve does not
