@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	sdklog "go.opentelemetry.io/otel/sdk/log"
 	"go.opentelemetry.io/otel/sdk/resource"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/egressd/egressd/audit"
 )
@@ -143,3 +144,9 @@ func (c *collect) OnEmit(_ context.Context, r *sdklog.Record) error {
 func (c *collect) Enabled(context.Context, sdklog.EnabledParameters) bool { return true }
 func (c *collect) Shutdown(context.Context) error                         { return nil }
 func (c *collect) ForceFlush(context.Context) error                       { return nil }
+
+// spanContext is the span context of a traceparent (invalid when tp is
+// empty or malformed).
+func spanContext(tp string) trace.SpanContext {
+	return trace.SpanContextFromContext(TraceContext(context.Background(), tp))
+}

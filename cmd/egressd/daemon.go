@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/audit/export"
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/cmd/egressd/generation"
 	"github.com/egressd/egressd/cmd/egressd/grants"
@@ -44,6 +45,7 @@ type daemon struct {
 	gate     *pggate.Gate     // nil unless postgres.listen is set
 	fds      *fdlimit.Budget  // nil if the limit could not be read
 	grants   *grants.Manager
+	export   *export.Exporter // nil unless audit.export is set
 	// adminAuth are admin.clients' credentials, checked by prepare.
 	adminAuth *admin.Auth
 
@@ -166,6 +168,9 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		Policy: metrics.NewPolicy(reg), Reloads: d.metrics.Reloads, OpenedRoots: caOpts.Configured,
 		AuditDir: cfg.Audit.Dir,
 	})
+	if d.export, err = newExporter(ctx, cfg.Audit, aw, reg, log); err != nil {
+		return fail(err)
+	}
 	d.grants, err = grants.New(grants.Options{
 		Path: grants.Path(cfg.Audit.Dir), AuditDir: cfg.Audit.Dir, Audit: aw, Apply: d.gen.SetGrants,
 		Known: d.knownIdentity, Registerer: reg, Log: log.Named("grants"),
