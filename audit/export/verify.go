@@ -48,6 +48,10 @@ type Verifier struct {
 	order  [][2]string
 	// Err is a problem with the stream as a whole (too many chains).
 	Err error
+	// Accepted, if set, is called with each distinct record line a chain
+	// accepted, in seq order (fuzz oracles replay them through
+	// audit.Verifier).
+	Accepted func(replica, chain string, line []byte)
 }
 
 type chainState struct {
@@ -81,8 +85,11 @@ func (v *Verifier) Add(d *Delivered) {
 	if c.rep.Err != nil {
 		return
 	}
+	before := c.v.Records
 	if err := c.check(d); err != nil {
 		c.rep.Err = fmt.Errorf("%s: %w", d.Where, err)
+	} else if v.Accepted != nil && c.v.Records > before {
+		v.Accepted(d.Replica, d.Chain, d.Line)
 	}
 	c.rep.Records, c.rep.Repeats = c.v.Records, c.v.Repeats
 	c.rep.Head, _ = c.v.Head()
