@@ -96,6 +96,7 @@ func DefaultConfig() Config {
 		IdentityRate:       10000,
 		IdentityBurst:      20000,
 		RefusalSamples:     10,
+		Export:             DefaultExportConfig(),
 	}
 }
 

@@ -205,9 +205,9 @@ func MapOCSF(ev *Event) OCSFEvent {
 		ClassUID: class, CategoryUID: class / 1000, ActivityID: act, TypeUID: class*100 + act,
 		SeverityID: 1, Time: r.TS.UnixMilli(), Message: string(r.Kind),
 		Metadata: OCSFMetadata{
-			Version:  OCSFVersion,
-			Product:  OCSFProduct{Name: "egressd", VendorName: "egressd", Version: version.Get().Version},
-			LogName:  "egressd audit", Sequence: r.Seq, UID: ev.Replica + "/" + strconv.FormatUint(r.Seq, 10),
+			Version: OCSFVersion,
+			Product: OCSFProduct{Name: "egressd", VendorName: "egressd", Version: version.Get().Version},
+			LogName: "egressd audit", Sequence: r.Seq, UID: ev.Replica + "/" + strconv.FormatUint(r.Seq, 10),
 			CorrelationUID: traceID(r.Traceparent),
 		},
 		RawData:  string(ev.Line),
