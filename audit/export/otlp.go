@@ -3,6 +3,7 @@ package export
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploghttp"
@@ -50,6 +51,9 @@ type OTLP struct {
 // tests. The exporter's own retry is off: the exporter's runner retries
 // the whole batch from its cursor.
 func NewOTLP(ctx context.Context, replica string, opts ...otlploghttp.Option) (*OTLP, error) {
+	if err := checkProtocol(); err != nil {
+		return nil, err
+	}
 	opts = append([]otlploghttp.Option{otlploghttp.WithRetry(otlploghttp.RetryConfig{Enabled: false})}, opts...)
 	exp, err := otlploghttp.New(ctx, opts...)
 	if err != nil {
@@ -66,6 +70,20 @@ func NewOTLP(ctx context.Context, replica string, opts ...otlploghttp.Option) (*
 		// The record line is the body; nothing may cut it.
 		sdklog.WithAttributeValueLengthLimit(-1))
 	return &OTLP{exp: exp, prov: prov, logger: prov.Logger(scopeName), buf: buf}, nil
+}
+
+// checkProtocol refuses an OTLP protocol other than the one this sink
+// speaks, rather than sending HTTP to a gRPC port.
+func checkProtocol() error {
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_LOGS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
+		if v := os.Getenv(k); v != "" {
+			if v != "http/protobuf" {
+				return fmt.Errorf("%s=%q: audit.export.otlp speaks http/protobuf only (the collector's port 4318)", k, v)
+			}
+			return nil
+		}
+	}
+	return nil
 }
 
 // Name implements Sink.

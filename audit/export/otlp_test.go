@@ -110,3 +110,22 @@ func TestOTLPExportVerifies(t *testing.T) {
 		})
 	}
 }
+
+func TestOTLPRefusesOtherProtocols(t *testing.T) {
+	for _, tt := range []struct{ key, value string }{
+		{"OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"},
+		{"OTEL_EXPORTER_OTLP_LOGS_PROTOCOL", "http/json"},
+	} {
+		t.Setenv(tt.key, tt.value)
+		if _, err := NewOTLP(context.Background(), "r1"); err == nil || !strings.Contains(err.Error(), tt.key) {
+			t.Errorf("NewOTLP with %s=%s = %v; want an error naming it", tt.key, tt.value, err)
+		}
+		t.Setenv(tt.key, "")
+	}
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	s, err := NewOTLP(context.Background(), "r1")
+	if err != nil {
+		t.Fatalf("NewOTLP with http/protobuf = %v", err)
+	}
+	s.Close(context.Background()) //nolint:errcheck // nothing was sent
+}
