@@ -203,12 +203,11 @@ func (r *Reader) Position() Position {
 // records, across rotations, until ctx ends (returning nil) or fn fails.
 // fn gets each record and its line as written.
 func Follow(ctx context.Context, dir string, poll time.Duration, fn func(r *Record, raw []byte) error) error {
-	r, err := NewReader([]string{dir})
+	r, err := Tail(dir, Position{})
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	r.dir = dir
 	t := time.NewTimer(poll)
 	defer t.Stop()
 	for {
