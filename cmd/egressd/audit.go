@@ -99,6 +99,9 @@ func runAuditVerify(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if len(ocsf)+len(otlpJSON) > 0 && len(pos) == 0 {
+		if len(cps) > 0 || *pubPath != "" {
+			return usageErrorf("audit verify: --checkpoint and --public-key check a log directory; give it with --ocsf or --otlp-json")
+		}
 		return exportVerdict(verifyExported(stdout, ocsf, otlpJSON))
 	}
 	paths, err := auditPaths(pos, *cfgPath)

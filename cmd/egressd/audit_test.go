@@ -91,6 +91,7 @@ func TestAuditVerifyCLI(t *testing.T) {
 		{"ocsf", []string{"audit", "verify", "--ocsf", ocsfOf(t, dir, "")}, 0, "replica r1 chain "},
 		{"ocsf edited", []string{"audit", "verify", "--ocsf", ocsfOf(t, dir, "sb-a")}, 1, "replica r1 chain "},
 		{"ocsf and the replica's dir", []string{"audit", "verify", "--ocsf", ocsfOf(t, dir, ""), dir}, 0, dir + ": ok: "},
+		{"ocsf with a checkpoint but no dir", []string{"audit", "verify", "--checkpoint", "1:" + strings.Repeat("0", 64), "--ocsf", ocsfOf(t, dir, "")}, 2, ""},
 		{"ocsf missing", []string{"audit", "verify", "--ocsf", filepath.Join(dir, "nope")}, 2, ""},
 		{"otlp-json not OTLP", []string{"audit", "verify", "--otlp-json", ocsfOf(t, dir, "")}, 2, ""},
 	}
