@@ -42,8 +42,8 @@ const replayWindow = 1 << 14
 // and prev linking to the previous record's hash. A record delivered again
 // (at-least-once delivery repeats the batch in flight at a crash) is
 // counted in Repeats when it is byte-identical to the record first seen
-// at that seq, and is an error otherwise. Memory is bounded by
-// replayWindow.
+// at that seq, and is an error otherwise. Memory grows with the records
+// seen, up to replayWindow hashes.
 type StreamVerifier struct {
 	// Records counts distinct records accepted; Repeats the exact repeats
 	// skipped.
@@ -53,7 +53,9 @@ type StreamVerifier struct {
 
 	seq  uint64
 	head string
-	ring [replayWindow]string
+	// ring holds the hashes of the last records, seq s at (s-1) %
+	// replayWindow; it grows to replayWindow, then wraps.
+	ring []string
 }
 
 // Head is the seq and hash of the last record accepted.
@@ -75,7 +77,7 @@ func (v *StreamVerifier) Line(line []byte, r *Record) error {
 		if v.seq-r.Seq >= replayWindow {
 			return fmt.Errorf("seq %d after %d: record out of order (too far back to be a re-delivery)", r.Seq, v.seq)
 		}
-		if v.ring[r.Seq%replayWindow] != sum {
+		if v.ring[(r.Seq-1)%replayWindow] != sum {
 			return fmt.Errorf("seq %d after %d: a different record with a seq already seen (out of order, or an altered copy)", r.Seq, v.seq)
 		}
 		v.Repeats++
@@ -94,7 +96,11 @@ func (v *StreamVerifier) Line(line []byte, r *Record) error {
 		return fmt.Errorf("prev of seq %d does not match the hash of seq %d: a record was altered, removed or reordered", r.Seq, v.seq)
 	}
 	v.seq, v.head = r.Seq, sum
-	v.ring[r.Seq%replayWindow] = sum
+	if len(v.ring) < replayWindow {
+		v.ring = append(v.ring, sum)
+	} else {
+		v.ring[(r.Seq-1)%replayWindow] = sum
+	}
 	v.Records++
 	return nil
 }

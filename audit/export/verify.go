@@ -7,9 +7,9 @@ import (
 	"github.com/egressd/egressd/audit"
 )
 
-// maxChains bounds how many replicas' chains one verification tracks: each
-// costs an audit.StreamVerifier's replay window (about 256 KiB), and a
-// hostile file must not name a million chains.
+// maxChains bounds how many replicas' chains one verification tracks: a
+// hostile file must not name a million chains (each chain's memory grows
+// with its records, up to audit.StreamVerifier's replay window).
 const maxChains = 4096
 
 // Delivered is one exported event read back from a file: the record line
