@@ -67,6 +67,10 @@ type Config struct {
 	// second are folded into one record with a count. If zero, 10 is used.
 	RefusalSamples int `yaml:"refusal_samples"`
 
+	// Export ships the log to an OpenTelemetry collector and as OCSF
+	// events; see ExportConfig. The zero value exports nothing.
+	Export ExportConfig `yaml:"export"`
+
 	// AcceptBreak lets Open continue past a broken chain in the newest
 	// segment, recording the acceptance. It is set from `serve
 	// --audit-accept-break` for one start, never from the file.
@@ -92,6 +96,7 @@ func DefaultConfig() Config {
 		IdentityRate:       10000,
 		IdentityBurst:      20000,
 		RefusalSamples:     10,
+		Export:             DefaultExportConfig(),
 	}
 }
 
@@ -136,6 +141,7 @@ func (c *Config) Validate() error {
 		defaults.NonNegative("identity_rate", c.IdentityRate),
 		defaults.NonNegative("identity_burst", c.IdentityBurst),
 		defaults.NonNegative("refusal_samples", c.RefusalSamples),
+		c.Export.Validate(),
 	)
 }
 
@@ -145,4 +151,5 @@ func (c *Config) Validate() error {
 // RedactQueryParams stays empty: it means "redact nothing".
 func (c *Config) Provision() {
 	defaults.Fill(c, DefaultConfig())
+	c.Export.Provision()
 }

@@ -23,6 +23,8 @@ type Reader struct {
 	// final is set once a newer segment exists: the open one will not grow.
 	final bool
 	rec   Record
+	// seek is the offset to start the first file opened at (Tail).
+	seek int64
 
 	// File and Line locate the record Next last returned; Raw is its line
 	// as written (without the newline), valid until the next call.
@@ -31,8 +33,9 @@ type Reader struct {
 	Raw  []byte
 }
 
-// errWait means a followed log has no complete record yet.
-var errWait = errors.New("no new record yet")
+// ErrNoRecord means a followed log (Follow, Tail) has no complete record
+// yet.
+var ErrNoRecord = errors.New("no new record yet")
 
 // NewReader reads the files and directories (their segments, in order) of
 // paths.
@@ -72,7 +75,12 @@ func (r *Reader) Next() (*Record, error) {
 		if r.f == nil {
 			if r.idx >= len(r.paths) {
 				if r.dir != "" {
-					return nil, errWait
+					// Nothing to read yet, or a rotation the last
+					// file's end did not reveal: look for segments.
+					if r.refresh() {
+						continue
+					}
+					return nil, ErrNoRecord
 				}
 				return nil, io.EOF
 			}
@@ -82,6 +90,12 @@ func (r *Reader) Next() (*Record, error) {
 			}
 			r.f, r.off, r.final, r.Line = f, 0, false, 0
 			r.File = r.paths[r.idx]
+			if r.seek > 0 {
+				if _, err := f.Seek(r.seek, io.SeekStart); err != nil {
+					return nil, fmt.Errorf("seek %s: %w", r.File, err)
+				}
+				r.off, r.seek = r.seek, 0
+			}
 			r.rd.Reset(f)
 		}
 		b, err := r.rd.ReadSlice('\n')
@@ -107,7 +121,7 @@ func (r *Reader) Next() (*Record, error) {
 				if err := r.rewind(); err != nil {
 					return nil, err
 				}
-				return nil, errWait
+				return nil, ErrNoRecord
 			}
 			r.final = true
 			if err := r.rewind(); err != nil {
@@ -150,25 +164,56 @@ func (r *Reader) refresh() bool {
 	return added
 }
 
+// Position is where a Tail stands: a segment's base name and the byte
+// offset just after the last record read from it. The zero Position is
+// the start of the log.
+type Position struct {
+	Segment string `json:"segment"`
+	Offset  int64  `json:"offset"`
+}
+
+// Tail returns a Reader of dir's records after pos that follows the log
+// as it grows and rotates: its Next returns ErrNoRecord while no further
+// complete record exists. It never writes and takes no lock the Writer
+// takes, so reading behind the writer cannot slow an Append.
+func Tail(dir string, pos Position) (*Reader, error) {
+	r, err := NewReader([]string{dir})
+	if err != nil {
+		return nil, err
+	}
+	r.dir = dir
+	if pos.Segment == "" {
+		return r, nil
+	}
+	for i, p := range r.paths {
+		if filepath.Base(p) == pos.Segment {
+			r.idx, r.seek = i, pos.Offset
+			return r, nil
+		}
+	}
+	return nil, fmt.Errorf("segment %s is not in %s: the log the position was taken from is gone", pos.Segment, dir)
+}
+
+// Position is the position after the record Next last returned.
+func (r *Reader) Position() Position {
+	return Position{Segment: filepath.Base(r.File), Offset: r.off}
+}
+
 // Follow reads dir's segments from the first and then waits for new
 // records, across rotations, until ctx ends (returning nil) or fn fails.
 // fn gets each record and its line as written.
 func Follow(ctx context.Context, dir string, poll time.Duration, fn func(r *Record, raw []byte) error) error {
-	r, err := NewReader([]string{dir})
+	r, err := Tail(dir, Position{})
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	r.dir = dir
 	t := time.NewTimer(poll)
 	defer t.Stop()
 	for {
 		rec, err := r.Next()
 		switch {
-		case errors.Is(err, errWait):
-			if len(r.paths) == 0 || r.idx >= len(r.paths) {
-				r.refresh()
-			}
+		case errors.Is(err, ErrNoRecord):
 			t.Reset(poll)
 			select {
 			case <-ctx.Done():

@@ -100,9 +100,10 @@ func TestCompose(t *testing.T) {
 		return ns
 	}
 	wantNetworks := map[string][]string{
-		"egressd":  {"sandbox", "db", "egress"},
-		"sandbox":  {"sandbox"},
-		"postgres": {"db"},
+		"egressd":        {"sandbox", "db", "telemetry", "egress"},
+		"sandbox":        {"sandbox"},
+		"postgres":       {"db"},
+		"otel-collector": {"telemetry"},
 	}
 	for svc, want := range wantNetworks {
 		if got := networksOf(svc); !sameSet(got, want) {

@@ -170,7 +170,7 @@ func TestReadmeNetworkPolicyNeedsCNI(t *testing.T) {
 // podPidsLimit; a pod has no field for it).
 func TestSandboxMemoryLimit(t *testing.T) {
 	m := loadManifests(t)
-	for key, d := range m.deployments {
+	for key, d := range m.sandboxes() {
 		for _, c := range d.Spec.Template.Spec.Containers {
 			if c.Resources.Limits.Memory().IsZero() {
 				t.Errorf("%s container %s has no memory limit", key, c.Name)

@@ -318,7 +318,7 @@ func TestConfigMapConfig(t *testing.T) {
 func TestSandboxExample(t *testing.T) {
 	m := loadManifests(t)
 	svc := must(t, m.services, egressdNS+"/egressd")
-	for key, d := range m.deployments {
+	for key, d := range m.sandboxes() {
 		pod := d.Spec.Template.Spec
 		checkRestrictedPod(t, key, pod)
 		if pod.DNSPolicy != corev1.DNSNone || pod.DNSConfig == nil ||
@@ -343,7 +343,7 @@ func TestSandboxExample(t *testing.T) {
 			}
 		}
 	}
-	if len(m.deployments) == 0 {
+	if len(m.sandboxes()) == 0 {
 		t.Error("no example sandbox Deployment")
 	}
 }

@@ -207,3 +207,15 @@ func parseConfigFile(t *testing.T, path string) *config.Config {
 	}
 	return cfg
 }
+
+// sandboxes are the example sandboxes' Deployments: those in the sandbox
+// namespace (egressd's namespace holds the collector's).
+func (m *manifests) sandboxes() map[string]*appsv1.Deployment {
+	out := map[string]*appsv1.Deployment{}
+	for k, d := range m.deployments {
+		if d.Namespace == sandboxNS {
+			out[k] = d
+		}
+	}
+	return out
+}

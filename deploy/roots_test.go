@@ -132,7 +132,7 @@ func TestSharedRootsRBAC(t *testing.T) {
 func TestSandboxTrustsItsRoot(t *testing.T) {
 	m := loadManifests(t)
 	must(t, m.configMaps, sandboxNS+"/"+rootsConfigMap)
-	for key, d := range m.deployments {
+	for key, d := range m.sandboxes() {
 		pod := d.Spec.Template.Spec
 		id := d.Spec.Template.Labels[identityLabel]
 		var rootVol string

@@ -60,6 +60,7 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: build egressd:", err)
 		return 1
 	}
+	defer removeCollector()
 	return egressdbin.Main(m)
 }
 

@@ -51,6 +51,7 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 	f := &flowInfo{id: s.newRequestID(), kind: policy.KindConnect,
 		method: http.MethodConnect, start: start}
 	f.setClient(r.RemoteAddr)
+	f.setTraceparent(r.Header)
 	f.target = claim{authority: r.RequestURI}.target()
 	f.accept = acceptOf(r)
 	client.SetDeadline(start.Add(s.cfg.DialTimeout + s.cfg.ReadHeaderTimeout))

@@ -71,6 +71,7 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 		id: s.newRequestID(), kind: policy.KindHTTP, method: r.Method, start: start, inspected: inner != nil,
 	}}
 	f.setClient(r.RemoteAddr)
+	f.setTraceparent(r.Header)
 	f.target = claim{scheme: r.URL.Scheme, authority: r.URL.Host, path: r.URL.EscapedPath(), query: r.URL.RawQuery}.target()
 
 	if s.draining.Load() {

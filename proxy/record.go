@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"net"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -47,6 +48,9 @@ type flowInfo struct {
 	// accept is a CONNECT's Accept values, for the refusal written on its
 	// raw connection (refusal.answer).
 	accept string
+	// traceparent is the W3C trace context the client sent, when valid
+	// (setTraceparent); every record of the flow carries it.
+	traceparent string
 }
 
 // record is a record of the flow with no decision: a completion.
@@ -65,6 +69,7 @@ func (f *flowInfo) withTarget(r *audit.Record) *audit.Record {
 	r.Path = f.target.Path
 	r.Query = f.target.Query
 	r.Inspected = f.inspected
+	r.Traceparent = f.traceparent
 	if f.notes != nil && f.kind == policy.KindHTTP {
 		f.notes.set(r)
 	}
@@ -73,6 +78,15 @@ func (f *flowInfo) withTarget(r *audit.Record) *audit.Record {
 		r.Secret, r.SecretPattern = f.leak.names()
 	}
 	return r
+}
+
+// setTraceparent keeps the request's traceparent header if it is one
+// valid W3C value; several headers, or a malformed one, are not recorded
+// (the record must not carry what a sandbox made up in a free-form field).
+func (f *flowInfo) setTraceparent(h http.Header) {
+	if v := h.Values("Traceparent"); len(v) == 1 && audit.ValidTraceparent(v[0]) {
+		f.traceparent = v[0]
+	}
 }
 
 // setClient records the client address from a RemoteAddr.

@@ -26,9 +26,12 @@ var auditActions = map[string]helpText{
 		synopsis: []string{"audit verify [flags] [PATH…]"},
 		summary:  "check the hash chain, segment links and signed checkpoints",
 		about: "Check every record's hash, the chain, seq continuity, segment links, torn lines and checkpoint records, in constant memory. " +
-			"A chain cannot show that its tail was cut: --checkpoint and --public-key check it against heads kept elsewhere.",
+			"A chain cannot show that its tail was cut: --checkpoint and --public-key check it against heads kept elsewhere. " +
+			"Several directories are several replicas' logs, each verified and reported on its own line. " +
+			"--ocsf and --otlp-json verify exported streams instead (or as well): each replica's chain is recomputed from the embedded record lines, " +
+			"and every event's fields are checked against its line; a gap, a reordering or an edit is named.",
 		args: [][2]string{auditPathsArg},
-		exit: "0 intact, 1 broken (the first bad record is printed as file:line: seq N: what is wrong), 2 unreadable or a usage error",
+		exit: "0 intact, 1 broken (the first bad record is printed as file:line: seq N: what is wrong; per replica or chain with several), 2 unreadable or a usage error",
 	},
 	"show": {
 		synopsis: []string{"audit show [flags] [PATH…]"},
@@ -88,22 +91,56 @@ func runAuditVerify(args []string, stdout, stderr io.Writer) error {
 	var cps checkpointFlags
 	fs.Var(&cps, "checkpoint", "`SEQ:HASH` from the operational log's \"audit checkpoint\" lines; the log must match and reach it (repeatable)")
 	cfgPath := fs.String("config", "", "config `FILE` whose audit.dir is the default PATH")
+	var ocsf, otlpJSON fileList
+	fs.Var(&ocsf, "ocsf", "OCSF events `FILE` (audit.export.ocsf) to verify: every replica's chain from the embedded record lines, and each event's fields against its line (repeatable)")
+	fs.Var(&otlpJSON, "otlp-json", "OTLP JSON `FILE` (an OpenTelemetry collector's file exporter) to verify like --ocsf (repeatable)")
 	pos, err := parseFlags(fs, args, stdout, stderr)
 	if err != nil {
 		return err
+	}
+	if len(ocsf)+len(otlpJSON) > 0 && len(pos) == 0 {
+		if len(cps) > 0 || *pubPath != "" {
+			return usageErrorf("audit verify: --checkpoint and --public-key check a log directory; give it with --ocsf or --otlp-json")
+		}
+		return exportVerdict(verifyExported(stdout, ocsf, otlpJSON))
 	}
 	paths, err := auditPaths(pos, *cfgPath)
 	if err != nil {
 		return err
 	}
-	v := audit.NewVerifier()
+	var pub ed25519.PublicKey
 	if *pubPath != "" {
-		if v.PublicKey, err = audit.LoadPublicKey(*pubPath); err != nil {
+		if pub, err = audit.LoadPublicKey(*pubPath); err != nil {
 			return usageErrorf("%v", err)
 		}
 	}
 	audit.SortCheckpoints(cps)
-	v.Expect = cps
+	newVerifier := func() *audit.Verifier {
+		v := audit.NewVerifier()
+		v.PublicKey, v.Expect = pub, cps
+		return v
+	}
+	if allDirs(paths) || len(ocsf)+len(otlpJSON) > 0 {
+		if len(cps) > 0 && len(paths) > 1 {
+			return usageErrorf("audit verify: --checkpoint names one log's heads; give one directory with it")
+		}
+		ok, err := verifyReplicas(stdout, paths, newVerifier)
+		if err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("audit verify: %w", err)}
+		}
+		if len(ocsf)+len(otlpJSON) > 0 {
+			okx, err := verifyExported(stdout, ocsf, otlpJSON)
+			if err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("audit verify: %w", err)}
+			}
+			ok = ok && okx
+		}
+		if !ok {
+			return &exitError{code: 1, err: errors.New("audit log broken")}
+		}
+		return nil
+	}
+	v := newVerifier()
 	err = v.Paths(paths)
 	var be *audit.BreakError
 	if errors.As(err, &be) {
@@ -128,6 +165,17 @@ func runAuditVerify(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "ok: %d records, %d segments, %d files, %d bytes%s; head seq %d hash %s\n",
 		c.Records, c.Segments, c.Files, c.Bytes, signed, seq, head)
+	return nil
+}
+
+// exportVerdict maps verifyExported's result to the exit status.
+func exportVerdict(ok bool, err error) error {
+	if err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("audit verify: %w", err)}
+	}
+	if !ok {
+		return &exitError{code: 1, err: errors.New("exported audit stream broken")}
+	}
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/audit/export"
 )
 
 // writeAuditLog writes n records (alternating identities and decisions)
@@ -85,6 +86,14 @@ func TestAuditVerifyCLI(t *testing.T) {
 		{"empty dir", []string{"audit", "verify", t.TempDir()}, 2, ""},
 		{"bad checkpoint flag", []string{"audit", "verify", "--checkpoint", "x", dir}, 2, ""},
 		{"no subcommand", []string{"audit"}, 2, ""},
+		{"replicas", []string{"audit", "verify", dir, writeAuditLog(t, 5)}, 0, dir + ": ok: "},
+		{"replicas, one broken", []string{"audit", "verify", dir, broken}, 1, dir + ": ok: "},
+		{"ocsf", []string{"audit", "verify", "--ocsf", ocsfOf(t, dir, "")}, 0, "replica r1 chain "},
+		{"ocsf edited", []string{"audit", "verify", "--ocsf", ocsfOf(t, dir, "sb-a")}, 1, "replica r1 chain "},
+		{"ocsf and the replica's dir", []string{"audit", "verify", "--ocsf", ocsfOf(t, dir, ""), dir}, 0, dir + ": ok: "},
+		{"ocsf with a checkpoint but no dir", []string{"audit", "verify", "--checkpoint", "1:" + strings.Repeat("0", 64), "--ocsf", ocsfOf(t, dir, "")}, 2, ""},
+		{"ocsf missing", []string{"audit", "verify", "--ocsf", filepath.Join(dir, "nope")}, 2, ""},
+		{"otlp-json not OTLP", []string{"audit", "verify", "--otlp-json", ocsfOf(t, dir, "")}, 2, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -94,6 +103,42 @@ func TestAuditVerifyCLI(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ocsfOf writes dir's log as replica r1's OCSF stream and returns the
+// file; with edit set, the first mapped identity equal to it is changed.
+func ocsfOf(t *testing.T, dir, edit string) string {
+	t.Helper()
+	rd, err := audit.NewReader([]string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	var evs []export.Event
+	for {
+		rec, err := rd.Next()
+		if err != nil {
+			break
+		}
+		chain := rec.Hash
+		if len(evs) > 0 {
+			chain = evs[0].Chain
+		}
+		evs = append(evs, export.Event{Line: bytes.Clone(rd.Raw), Rec: *rec, Replica: "r1", Chain: chain})
+	}
+	var buf bytes.Buffer
+	if err := export.WriteOCSF(&buf, evs); err != nil {
+		t.Fatal(err)
+	}
+	b := buf.Bytes()
+	if edit != "" {
+		b = bytes.Replace(b, []byte(`"user":{"name":"`+edit+`"}`), []byte(`"user":{"name":"someone-else"}`), 1)
+	}
+	p := filepath.Join(t.TempDir(), "ocsf.jsonl")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func TestAuditShowCLI(t *testing.T) {

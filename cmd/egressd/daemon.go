@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/audit/export"
 	"github.com/egressd/egressd/cmd/egressd/bundlesrc"
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/cmd/egressd/generation"
@@ -47,6 +48,7 @@ type daemon struct {
 	grants   *grants.Manager
 	// bundles is policy.bundle_url's source; nil without one.
 	bundles *bundlesrc.Source
+	export  *export.Exporter // nil unless audit.export is set
 	// adminAuth are admin.clients' credentials, checked by prepare.
 	adminAuth *admin.Auth
 
@@ -185,6 +187,9 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		reg.MustRegister(bundles)
 		// Every later bundle is swapped in as a reload swaps one.
 		bundles.Serve(ctx, first, d.gen.SetBundle)
+	}
+	if d.export, err = newExporter(ctx, cfg.Audit, aw, reg, log); err != nil {
+		return fail(err)
 	}
 	d.grants, err = grants.New(grants.Options{
 		Path: grants.Path(cfg.Audit.Dir), AuditDir: cfg.Audit.Dir, Audit: aw, Apply: d.gen.SetGrants,

@@ -77,6 +77,19 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	d.grants.Start()
 	defer d.grants.Stop()
+	if d.export != nil {
+		// Until the drain is over, so the last decisions go out too; what
+		// is left is sent by the next start, from the cursors.
+		exportCtx, stopExport := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := d.export.Run(exportCtx); err != nil {
+				d.log.Warn("audit export", zap.Error(err))
+			}
+		}()
+		defer func() { stopExport(); <-done }()
+	}
 	errc := make(chan error, 5)
 	go func() { errc <- d.proxy.Serve(b.proxy) }()
 	// The admin listener is never refused for want of descriptors; at

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/audit/export"
 	"github.com/egressd/egressd/cmd/egressd/config"
 	"github.com/egressd/egressd/cmd/egressd/generation"
 	"github.com/egressd/egressd/cmd/egressd/grants"
@@ -66,6 +67,9 @@ func prepare(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.L
 		if _, err := audit.LoadPrivateKey(cfg.Audit.SigningKey); err != nil {
 			return nil, fmt.Errorf("audit.signing_key: %w", err)
 		}
+	}
+	if err := export.Check(cfg.Audit.Export); err != nil {
+		return nil, err
 	}
 	if cfg.Postgres.Listen != "" {
 		// pggate's errors name their postgres.* key.

@@ -47,6 +47,8 @@ func TestStartChecksAgree(t *testing.T) {
 			map[string]string{"ca/": ""}, map[string]os.FileMode{"ca": 0o777}, "writable by others"},
 		{"signing_key_missing", secretEnv + "audit:\n  signing_key: DIR/nokey.pem\n", credRule("443"), nil, nil,
 			"audit.signing_key"},
+		{"ocsf_directory_missing", secretEnv + "audit:\n  export:\n    ocsf: DIR/nodir/ocsf.jsonl\n", credRule("443"), nil, nil,
+			"audit.export.ocsf"},
 		{"postgres_password_file_missing", secretEnv + "postgres:\n  listen: 127.0.0.1:3\n  upstream: host=127.0.0.1 user=app\n  password_file: DIR/nopw\n",
 			credRule("443"), nil, nil, "postgres.password_file"},
 		{"listener_address", strings.Replace(secretEnv, "secrets:", "dns:\n  listen: nowhere\nsecrets:", 1), credRule("443"), nil, nil,
