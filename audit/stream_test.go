@@ -10,8 +10,10 @@ import (
 // before and after the hash ring wraps; an older seq is refused.
 func TestStreamVerifierRepeatsAcrossTheWindow(t *testing.T) {
 	dir := t.TempDir()
-	w := mustOpen(t, Config{Dir: dir})
 	n := replayWindow + 100
+	// The queue holds every record: a writer slowed by a loaded machine
+	// must not turn this loop's appends into ErrQueueFull.
+	w := mustOpen(t, Config{Dir: dir, QueueSize: n})
 	for range n - 1 {
 		if err := w.Append(&Record{Kind: KindDNS, Name: "example.com"}); err != nil {
 			t.Fatal(err)
