@@ -43,6 +43,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 // connectHijack opens the tunnel a CONNECT asks for (openTunnel), the
 // client answered in HTTP (connectArrival).
 func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
+	defer s.conns.Add(-1)
 	s.openTunnel(tunnelRequest{ctx: r.Context(), client: client, early: early, remote: r.RemoteAddr,
 		authority: r.RequestURI, arrival: connectArrival{r: r}})
 }
@@ -69,15 +70,11 @@ type tunnelRequest struct {
 // client bytes, then copies the tunnel until it ends. Only how the
 // client is identified and answered is the arrival's.
 func (s *Server) openTunnel(req tunnelRequest) {
-	defer s.conns.Add(-1)
 	client := req.client
 	defer client.Close()
 	start := time.Now()
 	st := s.state.Load()
-	f := &flowInfo{id: s.newRequestID(), kind: policy.KindConnect,
-		method: http.MethodConnect, start: start, via: req.arrival.via()}
-	f.setClient(req.remote)
-	f.target = claim{authority: req.authority}.target()
+	f := s.tunnelFlow(req.arrival.via(), req.remote, req.authority, start)
 	client.SetDeadline(start.Add(s.cfg.DialTimeout + s.cfg.ReadHeaderTimeout))
 	refuse := func(rf refusal) { s.auditAndRefuseTunnel(f, client, req.arrival, rf) }
 
@@ -161,6 +158,15 @@ func (s *Server) openTunnel(req tunnelRequest) {
 	}
 	tlsOnly := out.Decision.TLS
 	s.runTunnel(req.ctx, st, t, func() { t.run(tlsOnly) })
+}
+
+// tunnelFlow is the flow of a tunnel request from remote for authority.
+func (s *Server) tunnelFlow(via, remote, authority string, start time.Time) *flowInfo {
+	f := &flowInfo{id: s.newRequestID(), kind: policy.KindConnect,
+		method: http.MethodConnect, start: start, via: via}
+	f.setClient(remote)
+	f.target = claim{authority: authority}.target()
+	return f
 }
 
 // runTunnel tells the client its tunnel is open (the arrival's answer:
