@@ -17,10 +17,10 @@ type bound struct {
 	proxy, admin net.Listener
 	// socks and transparent are the proxy's other arrivals.
 	socks, transparent net.Listener
-	gate         net.Listener
-	dnsPC        net.PacketConn
-	dnsLn        net.Listener
-	metrics      net.Listener
+	gate               net.Listener
+	dnsPC              net.PacketConn
+	dnsLn              net.Listener
+	metrics            net.Listener
 }
 
 // closers are what a start has opened so far, closed together when a
