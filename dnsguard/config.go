@@ -53,12 +53,12 @@ type Config struct {
 	// Steer answers every allowed name with SteerTo, the address of
 	// egressd's transparent listener, instead of the name's addresses, so
 	// that a client with no proxy setting connects to egressd, which
-	// decides the connection by the name it carries. If false, answers
-	// carry the vetted addresses.
+	// decides the connection by the name it carries. If false (zero),
+	// answers carry the vetted addresses.
 	Steer bool `yaml:"steer"`
 	// SteerTo is the address steered answers carry (A for an IPv4 one,
 	// AAAA for IPv6; the other type is answered empty). Required with
-	// Steer, refused without it.
+	// Steer; empty without it.
 	SteerTo string `yaml:"steer_to"`
 }
 
