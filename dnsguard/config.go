@@ -50,15 +50,12 @@ type Config struct {
 	// burst. If zero, 100 and 200 are used.
 	RateLimit float64 `yaml:"rate_limit"`
 	Burst     int     `yaml:"burst"`
-	// Steer answers every allowed name with SteerTo, the address of
-	// egressd's transparent listener, instead of the name's addresses, so
-	// that a client with no proxy setting connects to egressd, which
-	// decides the connection by the name it carries. If false (zero),
-	// answers carry the vetted addresses.
-	Steer bool `yaml:"steer"`
-	// SteerTo is the address steered answers carry (A for an IPv4 one,
-	// AAAA for IPv6; the other type is answered empty). Required with
-	// Steer; empty without it.
+	// SteerTo, when set, is the address of egressd's transparent
+	// listener that every allowed name is answered with (DNS steering,
+	// opt-in), instead of the name's addresses, so that a client with no
+	// proxy setting connects to egressd, which decides the connection by
+	// the name it carries: an A answer for an IPv4 address, AAAA for IPv6,
+	// the other type empty. If empty, answers carry the vetted addresses.
 	SteerTo string `yaml:"steer_to"`
 }
 
@@ -122,13 +119,8 @@ func (c *Config) Validate() error {
 	if c.Refuse != "" && c.Refuse != "refused" && c.Refuse != "nxdomain" {
 		return fmt.Errorf("refuse must be refused or nxdomain, got %q", c.Refuse)
 	}
-	switch {
-	case c.Steer && c.SteerTo == "":
-		return fmt.Errorf("steer_to must be set when steer is true: the address of the transparent listener")
-	case !c.Steer && c.SteerTo != "":
-		return fmt.Errorf("steer_to is set (%q) but steer is false", c.SteerTo)
-	case c.Steer:
-		if a, err := netip.ParseAddr(c.SteerTo); err != nil || a.Zone() != "" {
+	if c.SteerTo != "" {
+		if a, err := netip.ParseAddr(c.SteerTo); err != nil || a.Zone() != "" || a.IsUnspecified() {
 			return fmt.Errorf("steer_to must be an IP address, got %q", c.SteerTo)
 		}
 	}

@@ -39,7 +39,7 @@ func TestServerRemembersGiven(t *testing.T) {
 // transparent listener's address in its own family, and no address is
 // remembered (the name decides a steered connection).
 func TestServerSteers(t *testing.T) {
-	ts := startServer(t, func(c *Config) { c.Steer, c.SteerTo = true, "10.0.0.53" })
+	ts := startServer(t, func(c *Config) { c.SteerTo = "10.0.0.53" })
 	if got := answerStrings(ts.ask(t, "udp", "svc.test", dns.TypeA)); strings.Join(got, ",") != "A 10.0.0.53" {
 		t.Errorf("steered A answer = %v; want A 10.0.0.53", got)
 	}

@@ -93,7 +93,7 @@ func NewServer(o ServerOptions) (*Server, error) {
 	s.failLog = audit.NewFailLog(s.log, 0)
 	s.decisions = o.Decisions
 	s.given = o.Given
-	if cfg.Steer {
+	if cfg.SteerTo != "" {
 		s.steer, _ = netip.ParseAddr(cfg.SteerTo) // Validate checked it
 	}
 	s.Reload(o.Decider, o.Identities)
