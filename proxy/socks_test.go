@@ -6,11 +6,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"testing"
+	"time"
 
 	xproxy "golang.org/x/net/proxy"
 
@@ -215,5 +217,37 @@ func TestSOCKSReply(t *testing.T) {
 		if got := socksReply(tc.reason); got != tc.want {
 			t.Errorf("socksReply(%s) = %d; want %d", tc.reason, got, tc.want)
 		}
+	}
+}
+
+// TestSOCKSDrain: Shutdown closes the SOCKS5 listener (ServeSOCKS returns
+// http.ErrServerClosed) and cuts a tunnel still open at the drain's
+// deadline, its completion recorded shutting_down and via socks.
+func TestSOCKSDrain(t *testing.T) {
+	f := startInspect(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}),
+		inspectOptions{rules: `{"rules": [{"id": "open", "hosts": ["example.com"], "ports": [PORT]}]}`})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- f.srv.ServeSOCKS(ln) }()
+	c, err := socksDialer(t, ln.Addr().String(), nil).DialContext(context.Background(), "tcp", "example.com:"+f.port)
+	if err != nil {
+		t.Fatalf("dial through SOCKS5: %v", err)
+	}
+	defer c.Close()
+	rec := f.audit.WaitRecord(t, func(r audit.Record) bool { return r.Kind == audit.KindConnect })
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := f.srv.Shutdown(ctx); err == nil {
+		t.Errorf("Shutdown with a tunnel open past its deadline = nil; want the deadline's error")
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		t.Errorf("ServeSOCKS after Shutdown = %v; want http.ErrServerClosed", err)
+	}
+	done := f.audit.WaitRecord(t, func(r audit.Record) bool { return r.Kind == audit.KindConnectDone && r.Request == rec.Request })
+	if done.Reason != string(policy.ReasonShuttingDown) || done.Via != audit.ViaSOCKS {
+		t.Errorf("completion = %+v; want shutting_down via socks", done)
 	}
 }

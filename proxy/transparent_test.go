@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -55,10 +56,15 @@ type transparentFixture struct {
 }
 
 func startTransparent(t *testing.T, rules string) *transparentFixture {
+	return startTransparentAs(t, rules, nil)
+}
+
+// startTransparentAs is startTransparent with identities ids.
+func startTransparentAs(t *testing.T, rules string, ids identity.Config) *transparentFixture {
 	t.Helper()
 	f := &transparentFixture{
 		inspectFixture: startInspect(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "upstream") }),
-			inspectOptions{rules: rules}),
+			inspectOptions{rules: rules, ids: ids}),
 		given: &fakeGiven{given: map[string][]netip.Addr{}},
 	}
 	f.srv.given = f.given
@@ -251,6 +257,38 @@ func TestTransparentHTTP(t *testing.T) {
 			f.audit.WaitRecord(t, func(r audit.Record) bool {
 				return r.Kind == audit.KindConnect && r.Reason == string(tc.wantReason) && r.Via == audit.ViaTransparent
 			})
+		})
+	}
+}
+
+// TestTransparentIdentity: a transparent client is identified by its
+// source address only; one that no source covers is refused, whatever it
+// sends.
+func TestTransparentIdentity(t *testing.T) {
+	for _, tc := range []struct {
+		name, cidr   string
+		wantIdentity string
+		wantReason   policy.Reason
+	}{
+		{"mapped source", "127.0.0.0/8", "sbx-2", ""},
+		{"unmapped source", "10.9.0.0/16", "", policy.ReasonProxyAuthRequired},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := startTransparentAs(t, `{"rules": [{"id": "open", "hosts": ["example.com"], "ports": [PORT]}]}`,
+				identity.Config{{ID: "sbx-2", Sources: []string{tc.cidr}}})
+			f.goingTo(t, "10.0.0.53")
+			c, err := net.Dial("tcp", f.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			tc2 := tls.Client(c, &tls.Config{ServerName: "example.com", InsecureSkipVerify: true})
+			tc2.SetDeadline(time.Now().Add(10 * time.Second))
+			_ = tc2.Handshake() // the record says what happened
+			rec := f.lastConnect(t, 0)
+			if rec.Identity != tc.wantIdentity || (tc.wantReason != "" && rec.Reason != string(tc.wantReason)) {
+				t.Errorf("record = %+v; want identity %q, reason %q", rec, tc.wantIdentity, tc.wantReason)
+			}
 		})
 	}
 }
