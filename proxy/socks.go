@@ -48,6 +48,13 @@ func (s *Server) serveSOCKS(c *net.TCPConn) {
 		refuse(a, "", socksMalformed(err))
 		return
 	}
+	if s.sources.exhausted(clientAddr(remote)) {
+		// Before any credential is checked: a client guessing tokens
+		// is refused per source, as on the proxy listener.
+		a.phase = socksGreeting
+		refuse(a, "", refusalOf(policy.ReasonSourceRateLimited))
+		return
+	}
 	anonymous := s.state.Load().ids.AllAnonymous()
 	switch {
 	case g.Offers(socks5.MethodUserPass) && !(anonymous && g.Offers(socks5.MethodNoAuth)):
