@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -75,7 +76,7 @@ func (s *Server) serveTransparent(c *net.TCPConn) {
 // HTTP request head of at most max_header_bytes. Anything else names
 // nothing and is refused. It returns the bytes read, which the tunnel
 // forwards after its own checks.
-func (s *Server) readTransparentFlight(c *net.TCPConn, a *transparentArrival) ([]byte, string, *refusal) {
+func (s *Server) readTransparentFlight(c io.Reader, a *transparentArrival) ([]byte, string, *refusal) {
 	refused := func(reason policy.Reason, detail string) *refusal {
 		rf := deniedRefusal(reason)
 		rf.detail = detail
