@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
@@ -290,5 +291,39 @@ func TestTransparentIdentity(t *testing.T) {
 				t.Errorf("record = %+v; want identity %q, reason %q", rec, tc.wantIdentity, tc.wantReason)
 			}
 		})
+	}
+}
+
+// TestTransparentInspected: an inspecting rule terminates a transparent
+// connection's TLS as it does a CONNECT's, and each request inside is
+// decided and recorded on its own, via "transparent".
+func TestTransparentInspected(t *testing.T) {
+	f := startTransparent(t, `{"rules": [{"id": "insp", "hosts": ["example.com"], "ports": [PORT], "methods": ["GET"], "paths": ["/ok/**"], "inspect": true}]}`)
+	f.given.give("127.0.0.1", "example.com", "192.0.2.10")
+	f.goingTo(t, "192.0.2.10")
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "tcp", f.addr)
+		},
+		TLSClientConfig: &tls.Config{RootCAs: f.ca.pool(t, "anonymous")},
+	}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+	for _, tc := range []struct {
+		path   string
+		status int
+	}{{"/ok/a", http.StatusOK}, {"/no", http.StatusForbidden}} {
+		resp, err := c.Get("https://example.com:" + f.port + tc.path)
+		if err != nil {
+			t.Fatalf("GET %s through the transparent listener: %v", tc.path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.status {
+			t.Errorf("GET %s = %d; want %d", tc.path, resp.StatusCode, tc.status)
+		}
+		rec := f.audit.WaitRecord(t, func(r audit.Record) bool { return r.Kind == audit.KindHTTP && r.Path == tc.path })
+		if rec.Via != audit.ViaTransparent || !rec.Inspected {
+			t.Errorf("record of %s = %+v; want inspected, via transparent", tc.path, rec)
+		}
 	}
 }
