@@ -45,12 +45,12 @@ type flowInfo struct {
 	// leak, when not nil, is what the search for secrets leaving in the
 	// request found (leak.go); nil when nothing is searched.
 	leak *leakFindings
-	// accept is a CONNECT's Accept values, for the refusal written on its
-	// raw connection (refusal.answer).
-	accept string
 	// traceparent is the W3C trace context the client sent, when valid
-	// (setTraceparent); every record of the flow carries it.
+	// (traceparentOf); every record of the flow carries it.
 	traceparent string
+	// via is how the flow's client reached egressd (audit.ViaProxy,
+	// ViaTransparent, ViaSOCKS), for every record of the flow.
+	via string
 }
 
 // record is a record of the flow with no decision: a completion.
@@ -62,6 +62,7 @@ func (f *flowInfo) record(kind audit.Kind) *audit.Record {
 func (f *flowInfo) withTarget(r *audit.Record) *audit.Record {
 	r.Request = f.id
 	r.User = f.user
+	r.Via = f.via
 	r.Method = f.method
 	r.Scheme = f.target.Scheme
 	r.Host = f.target.Host
@@ -80,13 +81,14 @@ func (f *flowInfo) withTarget(r *audit.Record) *audit.Record {
 	return r
 }
 
-// setTraceparent keeps the request's traceparent header if it is one
-// valid W3C value; several headers, or a malformed one, are not recorded
-// (the record must not carry what a sandbox made up in a free-form field).
-func (f *flowInfo) setTraceparent(h http.Header) {
+// traceparentOf is the request's traceparent header if it is one valid
+// W3C value; a repeated or malformed header is not recorded, so a client
+// cannot make the record claim a trace it did not send.
+func traceparentOf(h http.Header) string {
 	if v := h.Values("Traceparent"); len(v) == 1 && audit.ValidTraceparent(v[0]) {
-		f.traceparent = v[0]
+		return v[0]
 	}
+	return ""
 }
 
 // setClient records the client address from a RemoteAddr.

@@ -68,6 +68,15 @@ type Options struct {
 	// and identities' budgets. If nil, a rule with a budget refuses every
 	// request it would count (token_budget_exceeded): never uncounted.
 	Budgets *budget.Ledger
+	// Given is what egressd's DNS server gave each client
+	// (*dnsguard.Given): a transparent connection's original destination
+	// must be an address given to its client for the name it carries. If
+	// nil, only connections to an Own address pass.
+	Given GivenAddrs
+	// Own are egressd's own addresses a transparent connection may be
+	// addressed to (dns.steer_to, the transparent listener's): there the
+	// name alone decides.
+	Own []netip.Addr
 	// SecretPatterns are the credential shapes looked for in requests
 	// (secretpat.MustDefaults()); a finding is recorded, and refuses where
 	// the rule or identity says so. If nil, none is looked for.
@@ -112,9 +121,15 @@ type Server struct {
 	innerLog *log.Logger
 	// patterns are the secret patterns looked for in requests; nil none.
 	patterns *secretpat.Set
-	state    atomic.Pointer[state]
-	srv      *http.Server
-	gp       *goproxy.ProxyHttpServer
+	// given, own and origDst are the transparent listener's: what the
+	// DNS server gave, egressd's own addresses, and where a connection
+	// was going (originalDst; tests replace it).
+	given   GivenAddrs
+	own     []netip.Addr
+	origDst func(*net.TCPConn) (netip.AddrPort, error)
+	state   atomic.Pointer[state]
+	srv     *http.Server
+	gp      *goproxy.ProxyHttpServer
 
 	conns    atomic.Int64
 	reqID    atomic.Uint64
@@ -123,7 +138,10 @@ type Server struct {
 	tunnelsMu sync.Mutex
 	tunnels   map[*tunnel]struct{}
 	tunnelsWG sync.WaitGroup
-	draining  atomic.Bool
+	// rawListeners are the SOCKS5 and transparent listeners (serveRaw),
+	// closed by Shutdown; under tunnelsMu.
+	rawListeners []net.Listener
+	draining     atomic.Bool
 	// cut is set when a drain reaches its deadline: what it ends from then
 	// on is recorded shutting_down, not client_closed.
 	cut atomic.Bool
@@ -158,6 +176,9 @@ func New(o Options) (*Server, error) {
 		argsKey:  o.ArgsKey,
 		budgets:  o.Budgets,
 		patterns: o.SecretPatterns,
+		given:    o.Given,
+		own:      unmapAll(o.Own),
+		origDst:  originalDst,
 		leaves:   o.Leaves,
 		roots:    o.UpstreamRoots,
 		limits:   newLimiter(o.Config),
@@ -244,9 +265,21 @@ func (st *state) closeIdle() {
 // Serve accepts on ln until Shutdown. It returns http.ErrServerClosed after
 // a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	l, err := s.admit(ln, "proxy")
+	if err != nil {
+		return err
+	}
+	return s.srv.Serve(l)
+}
+
+// admit wraps a client listener in the limits every client listener of
+// the proxy shares: max_conns over all of them, and the descriptor budget.
+// Its connections are *clientConn; each holds a max_conns slot until its
+// handler gives it back (conns).
+func (s *Server) admit(ln net.Listener, name string) (net.Listener, error) {
 	tl, ok := ln.(*net.TCPListener)
 	if !ok {
-		return fmt.Errorf("proxy: listener must be TCP, got %T", ln)
+		return nil, fmt.Errorf("%s: listener must be TCP, got %T", name, ln)
 	}
 	var l net.Listener = &capListener{
 		TCPListener: tl,
@@ -258,12 +291,12 @@ func (s *Server) Serve(ln net.Listener) error {
 		// Outside the cap: a refused connection gives back the slot the
 		// cap took for it.
 		l = &fdlimit.Listener{
-			Listener: l, Raw: tl, Budget: s.fds, Name: "proxy", Audit: s.audit, Log: s.log,
+			Listener: l, Raw: tl, Budget: s.fds, Name: name, Audit: s.audit, Log: s.log,
 			Release: func(net.Conn) { s.conns.Add(-1) },
 			Refused: s.metrics.acceptRejected.Inc,
 		}
 	}
-	return s.srv.Serve(l)
+	return l, nil
 }
 
 func (s *Server) connState(c net.Conn, st http.ConnState) {
@@ -334,4 +367,12 @@ func newTransport(c Config, d Dialer) *http.Transport {
 		WriteBufferSize:        16 << 10,
 		ReadBufferSize:         16 << 10,
 	}
+}
+
+func unmapAll(addrs []netip.Addr) []netip.Addr {
+	out := make([]netip.Addr, len(addrs))
+	for i, a := range addrs {
+		out[i] = a.Unmap()
+	}
+	return out
 }

@@ -54,6 +54,8 @@ type checkOutput struct {
 	Identity string        `json:"identity"`
 	Allow    bool          `json:"allow"`
 	Reason   policy.Reason `json:"reason"`
+	// Via is the check's --via when not the proxy listener.
+	Via string `json:"via,omitempty"`
 	// Class is a refusal's reason class (policy.Class: "policy",
 	// "malformed", "identity", …), so that a caller tells "the policy
 	// said no" from "the request could not be read"; set by MarshalJSON

@@ -52,7 +52,9 @@ var checkHTTP = checkKind{
 		})
 		ctype := fs.String("content-type", "application/json", "the body's `TYPE` (with --data)")
 		encoding := fs.String("content-encoding", "", "the body's `CODING`, e.g. gzip (with --data)")
+		via := viaFlag(fs)
 		return func(args []string, req *checkRequest) {
+			req.Via = requestVia(*via)
 			req.Kind = "http"
 			if *redirect {
 				req.Kind = "redirect"
@@ -73,8 +75,13 @@ var checkHTTP = checkKind{
 				hr.Body = req.stdin
 			}
 		}
+		if out, ok := viaTunnel(ctx, env, req); ok {
+			return out
+		}
 		d := policy.PreDial{Engine: env.engine, Floor: env.floor}
-		return outcomeOutput(kind, env, d.DecideRequest(ctx, env.identity, kind, hr))
+		out := outcomeOutput(kind, env, d.DecideRequest(ctx, env.identity, kind, hr))
+		out.Via = req.Via
+		return out
 	},
 }
 
@@ -86,12 +93,17 @@ var checkConnect = checkKind{
 	argHelp: [][2]string{
 		{"HOST:PORT", "the CONNECT target, e.g. pypi.org:443 ([v6]:443 for an IPv6 literal)"},
 	},
-	setup: func(*flag.FlagSet) requestFunc {
-		return func(args []string, req *checkRequest) { req.Kind, req.Target = "connect", args[0] }
+	setup: func(fs *flag.FlagSet) requestFunc {
+		via := viaFlag(fs)
+		return func(args []string, req *checkRequest) {
+			req.Kind, req.Target, req.Via = "connect", args[0], requestVia(*via)
+		}
 	},
 	decide: func(ctx context.Context, env *decideEnv, req *checkRequest) checkOutput {
 		d := policy.PreDial{Engine: env.engine, Floor: env.floor}
-		return outcomeOutput(policy.KindConnect, env, d.DecideConnect(ctx, env.identity, req.Target))
+		out := outcomeOutput(policy.KindConnect, env, d.DecideConnect(ctx, env.identity, req.Target))
+		out.Via = req.Via
+		return out
 	},
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/policy"
 )
@@ -39,6 +40,9 @@ type checkRequest struct {
 
 	// connect: HOST:PORT.
 	Target string `json:"target,omitempty"`
+	// http and connect: --via, how the client reaches egressd (socks,
+	// transparent); "" is the proxy listener.
+	Via string `json:"via,omitempty"`
 
 	// dns: the name and --qtype (default A).
 	Name  string `json:"name,omitempty"`
@@ -111,6 +115,13 @@ func (req *checkRequest) validate() error {
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("kind %s needs %s", req.Kind, strings.Join(missing, ", "))
+	}
+	switch {
+	case req.Via == "":
+	case req.Kind != "http" && req.Kind != "connect":
+		return fmt.Errorf(`"via" is for kinds http and connect, got kind %s`, req.Kind)
+	case req.Via != audit.ViaSOCKS && req.Via != audit.ViaTransparent && req.Via != audit.ViaProxy:
+		return fmt.Errorf(`"via" must be proxy, socks or transparent, got %q`, req.Via)
 	}
 	return nil
 }

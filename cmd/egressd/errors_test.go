@@ -48,6 +48,7 @@ func TestErrorMessages(t *testing.T) {
 			[]string{"check", "connect", "--config", "egressd.yaml", "pypi.org:443"}, ""},
 		{"duration_without_unit", map[string]string{"egressd.yaml": goldenConfig + "proxy:\n  idle_timeout: 60\n"},
 			[]string{"check", "connect", "--config", "egressd.yaml", "pypi.org:443"}, ""},
+		{"check_via_unknown", nil, []string{"check", "connect", "--via", "vpn", "pypi.org:443"}, ""},
 		{"unknown_key", map[string]string{"egressd.yaml": goldenConfig + "proxy:\n  listen_addr: 127.0.0.1:3128\n"},
 			[]string{"check", "connect", "--config", "egressd.yaml", "pypi.org:443"}, ""},
 		{"rule_unknown_key", bundle(`{"rules": [{"id": "pypi", "hosts": ["pypi.org"], "ports": [443]}, {"id": "docs", "hosts": ["docs.example.com"], "port": [80]}]}`),

@@ -90,8 +90,15 @@ func (d *daemon) run(ctx context.Context) error {
 		}()
 		defer func() { stopExport(); <-done }()
 	}
-	errc := make(chan error, 5)
+	errc := make(chan error, 7)
 	go func() { errc <- d.proxy.Serve(b.proxy) }()
+	// The proxy's Shutdown closes these with its own listener.
+	if b.socks != nil {
+		go func() { errc <- d.proxy.ServeSOCKS(b.socks) }()
+	}
+	if b.transparent != nil {
+		go func() { errc <- d.proxy.ServeTransparent(b.transparent) }()
+	}
 	// The admin listener is never refused for want of descriptors; at
 	// the very end it accepts into a spare one.
 	go func() { errc <- adminSrv.Serve(fdlimit.NewSpare(b.admin)) }()
