@@ -122,8 +122,14 @@ func kustomizeBuild(t *testing.T, dir string) [][]byte {
 
 // loadManifests builds kubernetes/ with kustomize, as a user applies it,
 // and decodes every object strictly (unknown or duplicate fields are
-// errors) into its API type.
+// errors) into its API type; loadManifestsDir builds another kustomization
+// (an overlay) the same way.
 func loadManifests(t *testing.T) *manifests {
+	t.Helper()
+	return loadManifestsDir(t, "kubernetes")
+}
+
+func loadManifestsDir(t *testing.T, dir string) *manifests {
 	t.Helper()
 	m := &manifests{
 		namespaces:   map[string]*corev1.Namespace{},
@@ -141,8 +147,8 @@ func loadManifests(t *testing.T) *manifests {
 		objects:      map[object]any{},
 	}
 	seen := map[string]bool{}
-	for i, doc := range kustomizeBuild(t, "kubernetes") {
-		where := fmt.Sprintf("kustomize build kubernetes, object %d", i)
+	for i, doc := range kustomizeBuild(t, dir) {
+		where := fmt.Sprintf("kustomize build %s, object %d", dir, i)
 		var tm metav1.TypeMeta
 		if err := yaml.Unmarshal(doc, &tm); err != nil {
 			t.Fatalf("%s: %v", where, err)
