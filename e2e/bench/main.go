@@ -128,6 +128,8 @@ type bench struct {
 	smokescreen string
 	res         *Results
 	started     time.Time
+	// redirected: the transparent target's nftables redirect is in place.
+	redirected bool
 }
 
 func (b *bench) progress(format string, args ...any) {
@@ -302,9 +304,12 @@ func (b *bench) proxyWorkloads(proxyCPUs, loadCPUs, tag string) []*Workload {
 				case paced:
 					b.withProfile(prof, wl.ID, round, b.o.duration-time.Second, func() { b.getRound(t, p, loadCPUs, pacedDelayMS) })
 				case connect:
-					b.withProfile(prof, wl.ID, round, time.Second, func() { b.bulkRound(t, p, false) })
+					b.withProfile(prof, wl.ID, round, time.Second, func() { b.bulkRound(t, p, false, "") })
 				case connectTLS:
-					b.withProfile(prof, wl.ID, round, time.Second, func() { b.bulkRound(t, p, true) })
+					b.withProfile(prof, wl.ID, round, time.Second, func() { b.bulkRound(t, p, true, "") })
+				}
+				if pp.kind == kindEgressd && (wl == connect || wl == connectTLS) {
+					b.arrivalRounds(wl, p, wl == connectTLS)
 				}
 			}
 		}
