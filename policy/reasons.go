@@ -96,6 +96,18 @@ const (
 	ReasonTLSRequired           Reason = "tls_required"
 	ReasonMalformedClientHello  Reason = "malformed_client_hello"
 	ReasonTunnelHostMismatch    Reason = "tunnel_host_mismatch"
+	// ReasonUnsupportedCommand refuses a SOCKS5 request other than CONNECT
+	// (BIND, UDP ASSOCIATE): egressd opens only TCP tunnels it dials.
+	ReasonUnsupportedCommand Reason = "unsupported_command"
+	// ReasonSNIRequired refuses a TLS connection to the transparent
+	// listener whose ClientHello names no server: the name is what the
+	// policy decides there.
+	ReasonSNIRequired Reason = "sni_required"
+	// ReasonDestinationMismatch refuses a transparent connection whose
+	// original destination is not an address egressd's DNS gave that
+	// client for the name its first flight carries (a client that
+	// resolved the name itself, or sent another name than it dialled).
+	ReasonDestinationMismatch Reason = "destination_mismatch"
 	// ReasonHostMismatch: a request's Host names another host or port
 	// than its target, or than its inspected tunnel (domain fronting).
 	// The bundle refuses the flag of the same name for plain requests;
@@ -334,6 +346,9 @@ var reasonTable = map[Reason]reasonEntry{
 	ReasonTLSRequired:                 {class: ClassPolicy, refuses: inConnect, ends: inConnect},
 	ReasonMalformedClientHello:        {class: ClassMalformed, refuses: inConnect, ends: inConnect},
 	ReasonTunnelHostMismatch:          {class: ClassPolicy, refuses: inConnect, ends: inConnect},
+	ReasonUnsupportedCommand:          {class: ClassMalformed, refuses: inConnect},
+	ReasonSNIRequired:                 {class: ClassPolicy, refuses: inConnect},
+	ReasonDestinationMismatch:         {class: ClassPolicy, refuses: inConnect},
 	ReasonEncryptedClientHello:        {class: ClassPolicy, refuses: inConnect, ends: inConnect},
 	ReasonHostMismatch:                {class: ClassPolicy, refuses: inHTTP},
 	ReasonInspectionRequired:          {class: ClassPolicy, ends: inConnect},

@@ -66,10 +66,10 @@ func (s *Server) auditClientConnRefused(c *clientConn) {
 // auditRefusedByHTTP audits a request net/http refused with status, on
 // the proxy listener (t nil) or inside inspected tunnel t.
 func (s *Server) auditRefusedByHTTP(remote string, status int, t *tunnel) {
-	f := &flowInfo{id: s.newRequestID(), kind: policy.KindHTTP}
+	f := &flowInfo{id: s.newRequestID(), kind: policy.KindHTTP, via: audit.ViaProxy}
 	f.setClient(remote)
 	if t != nil {
-		f.identity, f.inspected = t.identity.ID, true
+		f.identity, f.inspected, f.via = t.identity.ID, true, t.f.via
 		f.target = Target{Scheme: "https", Host: t.f.target.Host, Port: t.f.target.Port}
 	} else {
 		s.sources.refused(f.client)

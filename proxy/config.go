@@ -13,6 +13,14 @@ import (
 type Config struct {
 	// Listen is the proxy address. If empty, 127.0.0.1:3128 is used.
 	Listen string `yaml:"listen"`
+	// SOCKSListen is the SOCKS5 listener's address (RFC 1928 CONNECT,
+	// decided as a CONNECT). If empty, there is none.
+	SOCKSListen string `yaml:"socks_listen"`
+	// TransparentListen is the transparent listener's address: the
+	// connections the network redirects to egressd (REDIRECT, TPROXY) or
+	// egressd's DNS steers there (dns.steer), decided by the name their
+	// first flight carries. If empty, there is none.
+	TransparentListen string `yaml:"transparent_listen"`
 	// MaxHeaderBytes bounds a client's request head. If zero, 32 KiB is used.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
 	// ReadHeaderTimeout bounds reading a request head (slowloris). If zero,
@@ -106,6 +114,14 @@ func (c *Config) Provision() {
 func (c *Config) Validate() error {
 	if _, err := netip.ParseAddrPort(c.Listen); err != nil {
 		return fmt.Errorf("listen must be IP:port, got %q: %w", c.Listen, err)
+	}
+	for _, l := range []struct{ key, addr string }{{"socks_listen", c.SOCKSListen}, {"transparent_listen", c.TransparentListen}} {
+		if l.addr == "" {
+			continue
+		}
+		if _, err := netip.ParseAddrPort(l.addr); err != nil {
+			return fmt.Errorf("%s must be IP:port, got %q: %w", l.key, l.addr, err)
+		}
 	}
 	durations := []struct {
 		key string

@@ -40,73 +40,103 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	s.connectHijack(r, raw, early)
 }
 
-// connectHijack identifies, decides, audits and dials a CONNECT, checks the
-// first client bytes (early: those the client sent along with its CONNECT
-// head), then copies the tunnel until it ends.
+// connectHijack opens the tunnel a CONNECT asks for (openTunnel), the
+// client answered in HTTP (connectArrival).
 func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 	defer s.conns.Add(-1)
+	s.openTunnel(tunnelRequest{ctx: r.Context(), client: client, early: early, remote: r.RemoteAddr,
+		authority: r.RequestURI, arrival: connectArrival{r: r}})
+}
+
+// tunnelRequest is one request for a tunnel, however it arrived: the
+// CONNECT of the proxy listener, a SOCKS5 request, or a connection the
+// network redirected to the transparent listener.
+type tunnelRequest struct {
+	ctx    context.Context
+	client net.Conn
+	// early is what the client sent before the tunnel opened that belongs
+	// to it: bytes after a CONNECT head, or a transparent connection's
+	// first flight, read to learn its target.
+	early []byte
+	// remote is the client's address (a RemoteAddr).
+	remote string
+	// authority is the host:port the tunnel is decided for.
+	authority string
+	arrival   arrival
+}
+
+// openTunnel is the one implementation of a tunnel, whichever listener it
+// arrived on: it identifies, decides, audits and dials, checks the first
+// client bytes, then copies the tunnel until it ends. Only how the
+// client is identified and answered is the arrival's.
+func (s *Server) openTunnel(req tunnelRequest) {
+	client := req.client
 	defer client.Close()
 	start := time.Now()
 	st := s.state.Load()
-	f := &flowInfo{id: s.newRequestID(), kind: policy.KindConnect,
-		method: http.MethodConnect, start: start}
-	f.setClient(r.RemoteAddr)
-	f.target = claim{authority: r.RequestURI}.target()
-	f.accept = acceptOf(r)
+	f := s.tunnelFlow(req.arrival.via(), req.remote, req.authority, start)
 	client.SetDeadline(start.Add(s.cfg.DialTimeout + s.cfg.ReadHeaderTimeout))
+	refuse := func(rf refusal) { s.auditAndRefuseTunnel(f, client, req.arrival, rf) }
 
 	if s.draining.Load() {
-		s.auditAndRefuseConn(f, client, refusalOf(policy.ReasonShuttingDown))
+		refuse(refusalOf(policy.ReasonShuttingDown))
 		return
 	}
 	if s.sources.exhausted(f.client) {
-		s.auditAndRefuseConn(f, client, refusalOf(policy.ReasonSourceRateLimited))
+		refuse(refusalOf(policy.ReasonSourceRateLimited))
 		return
 	}
-	id, cred, reason := authenticate(st.ids, r, f.client)
+	id, cred, reason := req.arrival.identify(st.ids, f.client)
 	if reason != "" {
 		f.user = cred.user
 		s.sources.refused(f.client)
-		s.auditAndRefuseConn(f, client, deniedRefusal(reason))
+		refuse(deniedRefusal(reason))
 		return
 	}
 	f.identity = id.ID
 	if rf, over := s.overByteBudget(st.ids, id.ID); over {
-		s.auditAndRefuseConn(f, client, rf)
+		refuse(rf)
 		return
 	}
 	release, reason := s.limits.acquire(id.ID)
 	if reason != "" {
-		s.auditAndRefuseConn(f, client, deniedRefusal(reason))
+		refuse(deniedRefusal(reason))
 		return
 	}
 	defer release()
 
-	out := st.decider.DecideConnect(r.Context(), id, r.RequestURI)
+	out := st.decider.DecideConnect(req.ctx, id, req.authority)
 	if out.Facts != nil {
 		f.target = targetOf(out.Facts)
 	} else {
-		f.target.Host = unparsedAuthority(r.RequestURI)
+		f.target.Host = unparsedAuthority(req.authority)
 	}
 	s.metrics.decisionSeconds.Observe(time.Since(start).Seconds())
 	if !out.Decision.Allow {
-		s.auditAndRefuseConn(f, client, outcomeRefusal(&out))
+		refuse(outcomeRefusal(&out))
 		return
 	}
 	f.inspected = out.Decision.Inspect
 	if f.inspected && s.leaves == nil {
 		rf := refusalOf(policy.ReasonInspectUnavailable)
 		rf.Rule, rf.Policy, rf.detail = out.Decision.Rule, out.Decision.Policy, "no certificate authority configured"
-		s.auditAndRefuseConn(f, client, rf)
+		refuse(rf)
+		return
+	}
+	if reason, detail := req.arrival.vetTarget(f.target, f.inspected); reason != "" {
+		rf := deniedRefusal(reason)
+		rf.Rule, rf.Policy, rf.detail = out.Decision.Rule, out.Decision.Policy, detail
+		refuse(rf)
 		return
 	}
 	if err := s.auditDecision(f, allowed(&out.Decision)); err != nil {
-		s.respondRefusedConn(f, client, refusalForAuditErr(err))
+		s.respondRefusedTunnel(f, client, req.arrival, refusalForAuditErr(err))
 		return
 	}
+	t := &tunnel{s: s, f: f, client: client, early: req.early, identity: id, cred: cred,
+		authority: req.authority, arrival: req.arrival}
 	if f.inspected {
-		t := &tunnel{s: s, f: f, client: client, early: early, identity: id, cred: cred, authority: r.RequestURI}
-		s.runTunnel(r.Context(), st, t, t.serveInspected)
+		s.runTunnel(req.ctx, st, t, t.serveInspected)
 		return
 	}
 
@@ -114,11 +144,10 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 	up, err := s.dialer.DialContext(dctx, "tcp", net.JoinHostPort(f.target.Host, strconv.Itoa(int(f.target.Port))))
 	cancel()
 	s.metrics.upstreamSeconds.Observe(time.Since(start).Seconds())
-	t := &tunnel{s: s, f: f, client: client, early: early, identity: id, cred: cred, authority: r.RequestURI}
 	if err != nil {
 		rf := refusalFor(stageDial, policy.Decision{}, err)
 		t.complete(rf.status, rf.Reason, rf.detail)
-		s.respondRefusedConn(f, client, rf)
+		s.respondRefusedTunnel(f, client, req.arrival, rf)
 		return
 	}
 	t.up = up
@@ -128,13 +157,23 @@ func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
 		t.ip = t.addr.Addr().String()
 	}
 	tlsOnly := out.Decision.TLS
-	s.runTunnel(r.Context(), st, t, func() { t.run(tlsOnly) })
+	s.runTunnel(req.ctx, st, t, func() { t.run(tlsOnly) })
 }
 
-// runTunnel answers an allowed CONNECT with 200, tracks the tunnel for
+// tunnelFlow is the flow of a tunnel request from remote for authority.
+func (s *Server) tunnelFlow(via, remote, authority string, start time.Time) *flowInfo {
+	f := &flowInfo{id: s.newRequestID(), kind: policy.KindConnect,
+		method: http.MethodConnect, start: start, via: via}
+	f.setClient(remote)
+	f.target = claim{authority: authority}.target()
+	return f
+}
+
+// runTunnel tells the client its tunnel is open (the arrival's answer:
+// a CONNECT's 200), tracks the tunnel for
 // drains and reloads, and runs it (copies it, or serves it inspected).
 func (s *Server) runTunnel(ctx context.Context, st *state, t *tunnel, run func()) {
-	if _, err := t.client.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+	if err := t.arrival.answerOpen(t.client); err != nil {
 		t.complete(0, "", "client gone: "+err.Error())
 		return
 	}
@@ -155,25 +194,25 @@ func (s *Server) runTunnel(ctx context.Context, st *state, t *tunnel, run func()
 	run()
 }
 
-// auditAndRefuseConn audits a CONNECT refusal and writes it on the raw
-// connection. If the audit append fails the client still gets a refusal,
-// now for audit_unavailable.
-func (s *Server) auditAndRefuseConn(f *flowInfo, c net.Conn, rf refusal) {
+// auditAndRefuseTunnel audits a tunnel's refusal and answers it as its
+// arrival does. If the audit append fails the client still gets a
+// refusal, now for audit_unavailable.
+func (s *Server) auditAndRefuseTunnel(f *flowInfo, c net.Conn, a arrival, rf refusal) {
 	if err := s.auditDecision(f, rf.verdict); err != nil {
 		rf = refusalOf(policy.ReasonAuditUnavailable)
 	}
-	s.respondRefusedConn(f, c, rf)
+	s.respondRefusedTunnel(f, c, a, rf)
 }
 
-// respondRefusedConn writes a CONNECT refusal on the raw connection without
-// auditing it: its record is appended already, or the append failed and rf
-// says so.
-func (s *Server) respondRefusedConn(f *flowInfo, c net.Conn, rf refusal) {
+// respondRefusedTunnel answers a tunnel's refusal as its arrival does,
+// without auditing it: its record is appended already, or the append
+// failed and rf says so.
+func (s *Server) respondRefusedTunnel(f *flowInfo, c net.Conn, a arrival, rf refusal) {
 	if ce := s.log.Check(zap.DebugLevel, "denied"); ce != nil {
-		ce.Write(zap.String("request", f.id), zap.String("kind", "connect"),
+		ce.Write(zap.String("request", f.id), zap.String("kind", "connect"), zap.String("via", f.via),
 			zap.String("identity", f.identity), zap.Stringer("reason", rf.Reason))
 	}
-	_ = rf.write(c, f.accept, f.id) // the connection is closed next; a client gone has nothing to be told
+	_ = a.answerRefused(c, f, rf) // the connection is closed next; a client gone has nothing to be told
 }
 
 func (s *Server) track(t *tunnel) bool {

@@ -35,6 +35,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.tunnelsMu.Unlock()
 		return nil
 	}
+	s.closeRaw()
 	for t := range s.tunnels {
 		if inner := t.inner.Load(); inner != nil {
 			// Finishes the request in flight and closes the

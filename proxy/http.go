@@ -69,7 +69,11 @@ func (s *Server) onRequest(r *http.Request, pctx *goproxy.ProxyCtx) (*http.Reque
 	inner := innerTunnel(r)
 	f := &httpFlow{s: s, st: st, flowInfo: flowInfo{
 		id: s.newRequestID(), kind: policy.KindHTTP, method: r.Method, start: start, inspected: inner != nil,
+		via: audit.ViaProxy,
 	}}
+	if inner != nil {
+		f.via = inner.f.via
+	}
 	f.setClient(r.RemoteAddr)
 	f.target = claim{scheme: r.URL.Scheme, authority: r.URL.Host, path: r.URL.EscapedPath(), query: r.URL.RawQuery}.target()
 
@@ -464,7 +468,7 @@ func (f *httpFlow) release() {
 // serveNonProxy answers origin-form requests: egressd is not a web server.
 func (s *Server) serveNonProxy(w http.ResponseWriter, r *http.Request) {
 	f := &httpFlow{s: s, flowInfo: flowInfo{
-		id: s.newRequestID(), kind: policy.KindHTTP, method: r.Method,
+		id: s.newRequestID(), kind: policy.KindHTTP, method: r.Method, via: audit.ViaProxy,
 	}}
 	f.setClient(r.RemoteAddr)
 	f.target = claim{authority: r.Host, path: r.URL.EscapedPath(), query: r.URL.RawQuery}.target()

@@ -220,7 +220,7 @@ func (t *tunnel) serveInnerRequest(w http.ResponseWriter, r *http.Request) {
 // inspected tunnel.
 func (s *Server) auditAndRefuseInnerConnect(w http.ResponseWriter, r *http.Request, t *tunnel) {
 	f := &httpFlow{s: s, flowInfo: flowInfo{id: s.newRequestID(), kind: policy.KindHTTP,
-		method: r.Method, identity: t.identity.ID, inspected: true}}
+		method: r.Method, identity: t.identity.ID, inspected: true, via: t.f.via}}
 	f.setClient(t.client.RemoteAddr().String())
 	f.target = claim{scheme: "https", authority: r.Host}.target()
 	rf := refusalOf(policy.ReasonMalformedRequest)

@@ -116,6 +116,8 @@ type inspectOptions struct {
 	budgets *budget.Ledger
 	// patterns are the secret patterns looked for; nil: none.
 	patterns *secretpat.Set
+	// floor is the address floor; nil: every address passes.
+	floor policy.Floor
 }
 
 func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixture {
@@ -150,7 +152,11 @@ func startInspect(tb testing.TB, h http.Handler, o inspectOptions) *inspectFixtu
 	if o.discardAudit {
 		a = audittest.Sink{}
 	}
-	opts := Options{Config: cfg, Decider: e, Floor: openFloor{}, Identities: ids, Dialer: &loopbackDialer{},
+	var floor policy.Floor = openFloor{}
+	if o.floor != nil {
+		floor = o.floor
+	}
+	opts := Options{Config: cfg, Decider: e, Floor: floor, Identities: ids, Dialer: &loopbackDialer{},
 		Audit: a, Metrics: NewMetrics(prometheus.NewRegistry()), Log: zap.NewNop(), UpstreamRoots: roots, Secrets: o.secrets, Budgets: o.budgets,
 		SecretPatterns: o.patterns}
 	if !o.noCA {

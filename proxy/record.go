@@ -44,9 +44,9 @@ type flowInfo struct {
 	// leak, when not nil, is what the search for secrets leaving in the
 	// request found (leak.go); nil when nothing is searched.
 	leak *leakFindings
-	// accept is a CONNECT's Accept values, for the refusal written on its
-	// raw connection (refusal.answer).
-	accept string
+	// via is how the flow's client reached egressd (audit.ViaProxy,
+	// ViaTransparent, ViaSOCKS), for every record of the flow.
+	via string
 }
 
 // record is a record of the flow with no decision: a completion.
@@ -58,6 +58,7 @@ func (f *flowInfo) record(kind audit.Kind) *audit.Record {
 func (f *flowInfo) withTarget(r *audit.Record) *audit.Record {
 	r.Request = f.id
 	r.User = f.user
+	r.Via = f.via
 	r.Method = f.method
 	r.Scheme = f.target.Scheme
 	r.Host = f.target.Host

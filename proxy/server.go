@@ -123,7 +123,10 @@ type Server struct {
 	tunnelsMu sync.Mutex
 	tunnels   map[*tunnel]struct{}
 	tunnelsWG sync.WaitGroup
-	draining  atomic.Bool
+	// rawListeners are the SOCKS5 and transparent listeners (serveRaw),
+	// closed by Shutdown; under tunnelsMu.
+	rawListeners []net.Listener
+	draining     atomic.Bool
 	// cut is set when a drain reaches its deadline: what it ends from then
 	// on is recorded shutting_down, not client_closed.
 	cut atomic.Bool
@@ -244,9 +247,21 @@ func (st *state) closeIdle() {
 // Serve accepts on ln until Shutdown. It returns http.ErrServerClosed after
 // a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	l, err := s.admit(ln, "proxy")
+	if err != nil {
+		return err
+	}
+	return s.srv.Serve(l)
+}
+
+// admit wraps a client listener in the limits every client listener of
+// the proxy shares: max_conns over all of them, and the descriptor budget.
+// Its connections are *clientConn; each holds a max_conns slot until its
+// handler gives it back (conns).
+func (s *Server) admit(ln net.Listener, name string) (net.Listener, error) {
 	tl, ok := ln.(*net.TCPListener)
 	if !ok {
-		return fmt.Errorf("proxy: listener must be TCP, got %T", ln)
+		return nil, fmt.Errorf("%s: listener must be TCP, got %T", name, ln)
 	}
 	var l net.Listener = &capListener{
 		TCPListener: tl,
@@ -258,12 +273,12 @@ func (s *Server) Serve(ln net.Listener) error {
 		// Outside the cap: a refused connection gives back the slot the
 		// cap took for it.
 		l = &fdlimit.Listener{
-			Listener: l, Raw: tl, Budget: s.fds, Name: "proxy", Audit: s.audit, Log: s.log,
+			Listener: l, Raw: tl, Budget: s.fds, Name: name, Audit: s.audit, Log: s.log,
 			Release: func(net.Conn) { s.conns.Add(-1) },
 			Refused: s.metrics.acceptRejected.Inc,
 		}
 	}
-	return s.srv.Serve(l)
+	return l, nil
 }
 
 func (s *Server) connState(c net.Conn, st http.ConnState) {

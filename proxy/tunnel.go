@@ -20,7 +20,8 @@ import (
 	"github.com/egressd/egressd/policy"
 )
 
-// tunnel is one established CONNECT.
+// tunnel is one established tunnel: a CONNECT, a SOCKS5 CONNECT, or a
+// transparent connection.
 type tunnel struct {
 	s      *Server
 	f      *flowInfo
@@ -35,6 +36,8 @@ type tunnel struct {
 	cred      credential
 	authority string
 	addr      netip.AddrPort
+	// arrival is how the client reached egressd and is answered.
+	arrival arrival
 
 	up2down, down2up atomic.Int64
 	lastActive       atomic.Int64 // unix nanos

@@ -15,10 +15,12 @@ import (
 // proxy and admin always, the others when configured (nil otherwise).
 type bound struct {
 	proxy, admin net.Listener
-	gate         net.Listener
-	dnsPC        net.PacketConn
-	dnsLn        net.Listener
-	metrics      net.Listener
+	// socks and transparent are the proxy's other arrivals.
+	socks, transparent net.Listener
+	gate               net.Listener
+	dnsPC              net.PacketConn
+	dnsLn              net.Listener
+	metrics            net.Listener
 }
 
 // closers are what a start has opened so far, closed together when a
@@ -60,6 +62,16 @@ func (d *daemon) bind() (_ *bound, err error) {
 	if b.admin, err = tcp("admin", d.cfg.Admin.Listen); err != nil {
 		return nil, err
 	}
+	if d.cfg.Proxy.SOCKSListen != "" {
+		if b.socks, err = tcp("socks", d.cfg.Proxy.SOCKSListen); err != nil {
+			return nil, err
+		}
+	}
+	if d.cfg.Proxy.TransparentListen != "" {
+		if b.transparent, err = tcp("transparent", d.cfg.Proxy.TransparentListen); err != nil {
+			return nil, err
+		}
+	}
 	if d.gate != nil {
 		if b.gate, err = tcp("postgres", d.cfg.Postgres.Listen); err != nil {
 			return nil, err
@@ -90,6 +102,12 @@ func (d *daemon) bind() (_ *bound, err error) {
 // line says everything egressd listens on.
 func (b *bound) fields() []zap.Field {
 	fs := []zap.Field{zap.String("proxy", b.proxy.Addr().String()), zap.String("admin", b.admin.Addr().String())}
+	if b.socks != nil {
+		fs = append(fs, zap.String("socks", b.socks.Addr().String()))
+	}
+	if b.transparent != nil {
+		fs = append(fs, zap.String("transparent", b.transparent.Addr().String()))
+	}
 	if b.dnsPC != nil {
 		fs = append(fs, zap.String("dns", b.dnsPC.LocalAddr().String()))
 		// Only a port of 0 in dns.listen gives TCP another port.

@@ -74,8 +74,12 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	d.grants.Start()
 	defer d.grants.Stop()
-	errc := make(chan error, 5)
+	errc := make(chan error, 7)
 	go func() { errc <- d.proxy.Serve(b.proxy) }()
+	// The proxy's Shutdown closes these with its own listener.
+	if b.socks != nil {
+		go func() { errc <- d.proxy.ServeSOCKS(b.socks) }()
+	}
 	// The admin listener is never refused for want of descriptors; at
 	// the very end it accepts into a spare one.
 	go func() { errc <- adminSrv.Serve(fdlimit.NewSpare(b.admin)) }()

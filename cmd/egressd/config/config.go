@@ -261,5 +261,5 @@ func (c *Config) Validate() error {
 	if c.Admin.Listen == c.Proxy.Listen {
 		return fmt.Errorf("admin.listen must differ from proxy.listen, both are %q", c.Admin.Listen)
 	}
-	return nil
+	return c.validateArrivals()
 }

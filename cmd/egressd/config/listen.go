@@ -39,3 +39,29 @@ func (c *Config) validateMetrics() error {
 	}
 	return nil
 }
+
+// validateArrivals checks the proxy's optional SOCKS5 and transparent
+// listeners: each must differ from every other listener (their format is
+// proxy.Config's to check).
+func (c *Config) validateArrivals() error {
+	all := []struct{ key, addr string }{
+		{"proxy.listen", c.Proxy.Listen},
+		{"proxy.socks_listen", c.Proxy.SOCKSListen},
+		{"proxy.transparent_listen", c.Proxy.TransparentListen},
+		{"admin.listen", c.Admin.Listen},
+		{"dns.listen", c.DNS.Listen},
+		{"postgres.listen", c.Postgres.Listen},
+		{"metrics.listen", c.Metrics.Listen},
+	}
+	for i, a := range all[1:3] {
+		if a.addr == "" {
+			continue
+		}
+		for j, other := range all {
+			if j != i+1 && other.addr == a.addr {
+				return fmt.Errorf("%s must differ from %s, both are %q", a.key, other.key, a.addr)
+			}
+		}
+	}
+	return nil
+}
