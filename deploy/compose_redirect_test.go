@@ -5,30 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"gopkg.in/yaml.v3"
 )
-
-// proxyListeners reads proxy.socks_listen and proxy.transparent_listen
-// from an egressd config file (the strict loader's check is
-// TestComposeConfig's).
-func proxyListeners(t *testing.T, path string) (socks, transparent string) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg struct {
-		Proxy struct {
-			SOCKS       string `yaml:"socks_listen"`
-			Transparent string `yaml:"transparent_listen"`
-		} `yaml:"proxy"`
-	}
-	if err := yaml.Unmarshal(b, &cfg); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return cfg.Proxy.SOCKS, cfg.Proxy.Transparent
-}
 
 // TestComposeSandboxRedirect (issue 26): clients that ignore HTTP_PROXY
 // still reach only egressd. The redirect rules live in the sandbox's
@@ -39,7 +16,8 @@ func proxyListeners(t *testing.T, path string) (socks, transparent string) {
 func TestComposeSandboxRedirect(t *testing.T) {
 	c := loadCompose(t)
 	egressdIP := c.Services["egressd"].Networks["sandbox"].IPv4Address
-	socks, transparent := proxyListeners(t, "compose/egressd.yaml")
+	cfg := parseConfigFile(t, "compose/egressd.yaml")
+	socks, transparent := cfg.Proxy.SOCKSListen, cfg.Proxy.TransparentListen
 	if !strings.HasPrefix(socks, egressdIP+":") || !strings.HasPrefix(transparent, egressdIP+":") {
 		t.Fatalf("proxy.socks_listen %q, transparent_listen %q; want both on egressd's sandbox-network address %s", socks, transparent, egressdIP)
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 )
 
 // envValue is the literal value of the container's variable name (exact
@@ -27,22 +26,14 @@ func envValue(c corev1.Container, name string) string {
 // transparent one and 1080 to SOCKS5.
 func TestKubernetesClientsIgnoringProxy(t *testing.T) {
 	m := loadManifests(t)
-	var cfg struct {
-		Proxy struct {
-			SOCKS       string `json:"socks_listen"`
-			Transparent string `json:"transparent_listen"`
-		} `json:"proxy"`
-	}
-	if err := yaml.Unmarshal([]byte(must(t, m.configMaps, egressdNS+"/egressd-config").Data["egressd.yaml"]), &cfg); err != nil {
-		t.Fatal(err)
-	}
+	cfg := m.egressdConfig(t)
 	ports := map[string]int32{}
 	for _, p := range egressdContainer(t, must(t, m.statefulSets, egressdNS+"/egressd").Spec.Template.Spec).Ports {
 		ports[p.Name] = p.ContainerPort
 	}
-	if port(cfg.Proxy.SOCKS) != itoa(ports["socks"]) || port(cfg.Proxy.Transparent) != itoa(ports["transparent"]) {
+	if port(cfg.Proxy.SOCKSListen) != itoa(ports["socks"]) || port(cfg.Proxy.TransparentListen) != itoa(ports["transparent"]) {
 		t.Errorf("proxy.socks_listen %q, transparent_listen %q; want the container ports socks %d, transparent %d",
-			cfg.Proxy.SOCKS, cfg.Proxy.Transparent, ports["socks"], ports["transparent"])
+			cfg.Proxy.SOCKSListen, cfg.Proxy.TransparentListen, ports["socks"], ports["transparent"])
 	}
 	want := map[int32]string{80: "transparent", 443: "transparent", 1080: "socks"}
 	for _, p := range must(t, m.services, egressdNS+"/egressd").Spec.Ports {
