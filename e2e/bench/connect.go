@@ -82,6 +82,9 @@ func (b *bench) bulkRound(t *Target, p *running, withTLS bool, via string) {
 	}
 	defer c.Close()
 	if withTLS {
+		// A listener that takes the connection and never answers fails
+		// the round instead of holding the run.
+		c.SetDeadline(time.Now().Add(30 * time.Second))
 		tc := tls.Client(c, &tls.Config{ServerName: originName, RootCAs: b.org.roots})
 		if err := tc.Handshake(); err != nil {
 			t.fail("error: tls handshake: " + err.Error())
