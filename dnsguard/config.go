@@ -50,6 +50,13 @@ type Config struct {
 	// burst. If zero, 100 and 200 are used.
 	RateLimit float64 `yaml:"rate_limit"`
 	Burst     int     `yaml:"burst"`
+	// SteerTo, when set, is the address of egressd's transparent
+	// listener that every allowed name is answered with (DNS steering,
+	// opt-in), instead of the name's addresses, so that a client with no
+	// proxy setting connects to egressd, which decides the connection by
+	// the name it carries: an A answer for an IPv4 address, AAAA for IPv6,
+	// the other type empty. If empty, answers carry the vetted addresses.
+	SteerTo string `yaml:"steer_to"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -111,6 +118,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Refuse != "" && c.Refuse != "refused" && c.Refuse != "nxdomain" {
 		return fmt.Errorf("refuse must be refused or nxdomain, got %q", c.Refuse)
+	}
+	if c.SteerTo != "" {
+		if a, err := netip.ParseAddr(c.SteerTo); err != nil || a.Zone() != "" || a.IsUnspecified() {
+			return fmt.Errorf("steer_to must be an IP address, got %q", c.SteerTo)
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package dnsguard
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"strings"
 	"time"
@@ -115,7 +116,37 @@ func (s *Server) handle(ctx context.Context, client netip.Addr, req *dns.Msg) *d
 	}
 	resp.Rcode = out.rcode
 	resp.Answer = out.rrs
+	if !s.steer.IsValid() {
+		// Only once audited: the transparent listener takes a given
+		// address as the client's destination for the name.
+		s.remember(client, out.rec.Name, out.rrs)
+	}
 	return resp
+}
+
+// remember notes the addresses of an answer served to client for name.
+func (s *Server) remember(client netip.Addr, name string, rrs []dns.RR) {
+	if s.given == nil || len(rrs) == 0 {
+		return
+	}
+	addrs := make([]netip.Addr, 0, len(rrs))
+	var ttl uint32
+	for _, rr := range rrs {
+		var ip net.IP
+		switch v := rr.(type) {
+		case *dns.A:
+			ip = v.A
+		case *dns.AAAA:
+			ip = v.AAAA
+		default:
+			continue
+		}
+		if a, ok := netip.AddrFromSlice(ip); ok {
+			addrs = append(addrs, a.Unmap())
+			ttl = max(ttl, rr.Header().Ttl)
+		}
+	}
+	s.given.Remember(client, name, addrs, time.Duration(ttl)*time.Second)
 }
 
 // decide runs the checks in order: client, question shape, name, metadata
@@ -210,6 +241,17 @@ func (s *Server) records(q dns.Question, ans *answer) []dns.RR {
 		return dns.RR_Header{Name: q.Name, Rrtype: t, Class: dns.ClassINET, Ttl: ttl}
 	}
 	var rrs []dns.RR
+	if s.steer.IsValid() {
+		// Steered: the client connects to the transparent listener,
+		// which decides by the name the connection carries.
+		switch {
+		case q.Qtype == dns.TypeA && s.steer.Is4():
+			rrs = append(rrs, &dns.A{Hdr: hdr(dns.TypeA), A: s.steer.AsSlice()})
+		case q.Qtype == dns.TypeAAAA && s.steer.Is6():
+			rrs = append(rrs, &dns.AAAA{Hdr: hdr(dns.TypeAAAA), AAAA: s.steer.AsSlice()})
+		}
+		return rrs
+	}
 	switch q.Qtype {
 	case dns.TypeCNAME:
 		if len(ans.chain) > 0 {

@@ -30,6 +30,10 @@ type ServerOptions struct {
 	// is refused (unknown_client).
 	Identities *identity.Store
 	Log        *zap.Logger
+	// Given remembers the addresses each client was given, for the
+	// transparent listener's check of original destinations. If nil,
+	// nothing is remembered.
+	Given *Given
 	// Decisions counts the queries refused before they are audited
 	// (rate_limited); audited ones are counted by the Audit appender
 	// (metrics.Counting). If nil, they are not counted.
@@ -54,6 +58,10 @@ type Server struct {
 	failLog *audit.FailLog
 	// decisions counts the refusals that are not audited; nil counts none.
 	decisions *metrics.Decisions
+	// given remembers the answers; nil remembers none.
+	given *Given
+	// steer, when valid, is the address steered answers carry.
+	steer netip.Addr
 }
 
 // serverState is what a reload swaps: the policy and the identities.
@@ -84,6 +92,10 @@ func NewServer(o ServerOptions) (*Server, error) {
 	}
 	s.failLog = audit.NewFailLog(s.log, 0)
 	s.decisions = o.Decisions
+	s.given = o.Given
+	if cfg.SteerTo != "" {
+		s.steer, _ = netip.ParseAddr(cfg.SteerTo) // Validate checked it
+	}
 	s.Reload(o.Decider, o.Identities)
 	return s, nil
 }

@@ -77,6 +77,7 @@ type testServer struct {
 	addr     string
 	upstream *dnstest.Server
 	audit    *audittest.Recorder
+	given    *Given
 }
 
 // fakeDecider allows the names of testRules the way egress.dns does, so the
@@ -141,7 +142,8 @@ func startServerLog(t testing.TB, decider policy.Decider, edit func(*Config), lo
 	if wrap != nil {
 		app = wrap(rec)
 	}
-	s, err := NewServer(ServerOptions{Config: cfg, Decider: decider, Resolver: r, Audit: app, Log: log})
+	given := NewGiven(0, 0)
+	s, err := NewServer(ServerOptions{Config: cfg, Decider: decider, Resolver: r, Audit: app, Log: log, Given: given})
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
 	}
@@ -158,7 +160,7 @@ func startServerLog(t testing.TB, decider policy.Decider, edit func(*Config), lo
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	ts := &testServer{srv: s, addr: pc.LocalAddr().String(), upstream: up, audit: rec}
+	ts := &testServer{srv: s, addr: pc.LocalAddr().String(), upstream: up, audit: rec, given: given}
 	ts.waitReady(t)
 	return ts
 }

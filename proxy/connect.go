@@ -63,6 +63,9 @@ type tunnelRequest struct {
 	// authority is the host:port the tunnel is decided for.
 	authority string
 	arrival   arrival
+	// echNeedsInspection refuses an Encrypted Client Hello unless the
+	// rule inspects (tunnel.echNeedsInspection).
+	echNeedsInspection bool
 }
 
 // openTunnel is the one implementation of a tunnel, whichever listener it
@@ -134,7 +137,7 @@ func (s *Server) openTunnel(req tunnelRequest) {
 		return
 	}
 	t := &tunnel{s: s, f: f, client: client, early: req.early, identity: id, cred: cred,
-		authority: req.authority, arrival: req.arrival}
+		authority: req.authority, arrival: req.arrival, echNeedsInspection: req.echNeedsInspection}
 	if f.inspected {
 		s.runTunnel(req.ctx, st, t, t.serveInspected)
 		return

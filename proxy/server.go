@@ -68,6 +68,15 @@ type Options struct {
 	// and identities' budgets. If nil, a rule with a budget refuses every
 	// request it would count (token_budget_exceeded): never uncounted.
 	Budgets *budget.Ledger
+	// Given is what egressd's DNS server gave each client
+	// (*dnsguard.Given): a transparent connection's original destination
+	// must be an address given to its client for the name it carries. If
+	// nil, only connections to an Own address pass.
+	Given GivenAddrs
+	// Own are egressd's own addresses a transparent connection may be
+	// addressed to (dns.steer_to, the transparent listener's): there the
+	// name alone decides.
+	Own []netip.Addr
 	// SecretPatterns are the credential shapes looked for in requests
 	// (secretpat.MustDefaults()); a finding is recorded, and refuses where
 	// the rule or identity says so. If nil, none is looked for.
@@ -112,9 +121,15 @@ type Server struct {
 	innerLog *log.Logger
 	// patterns are the secret patterns looked for in requests; nil none.
 	patterns *secretpat.Set
-	state    atomic.Pointer[state]
-	srv      *http.Server
-	gp       *goproxy.ProxyHttpServer
+	// given, own and origDst are the transparent listener's: what the
+	// DNS server gave, egressd's own addresses, and where a connection
+	// was going (originalDst; tests replace it).
+	given   GivenAddrs
+	own     []netip.Addr
+	origDst func(*net.TCPConn) (netip.AddrPort, error)
+	state   atomic.Pointer[state]
+	srv     *http.Server
+	gp      *goproxy.ProxyHttpServer
 
 	conns    atomic.Int64
 	reqID    atomic.Uint64
@@ -161,6 +176,9 @@ func New(o Options) (*Server, error) {
 		argsKey:  o.ArgsKey,
 		budgets:  o.Budgets,
 		patterns: o.SecretPatterns,
+		given:    o.Given,
+		own:      unmapAll(o.Own),
+		origDst:  originalDst,
 		leaves:   o.Leaves,
 		roots:    o.UpstreamRoots,
 		limits:   newLimiter(o.Config),
@@ -349,4 +367,12 @@ func newTransport(c Config, d Dialer) *http.Transport {
 		WriteBufferSize:        16 << 10,
 		ReadBufferSize:         16 << 10,
 	}
+}
+
+func unmapAll(addrs []netip.Addr) []netip.Addr {
+	out := make([]netip.Addr, len(addrs))
+	for i, a := range addrs {
+		out[i] = a.Unmap()
+	}
+	return out
 }

@@ -38,6 +38,9 @@ type tunnel struct {
 	addr      netip.AddrPort
 	// arrival is how the client reached egressd and is answered.
 	arrival arrival
+	// echNeedsInspection refuses an Encrypted Client Hello (GREASE too)
+	// unless the tunnel is inspected: the transparent listener's.
+	echNeedsInspection bool
 
 	up2down, down2up atomic.Int64
 	lastActive       atomic.Int64 // unix nanos
@@ -106,30 +109,48 @@ func (t *tunnel) firstFlight(tlsOnly bool, onHello func(flight []byte, early *by
 		}
 		return t.checkPlainFlight(flight, err, early)
 	}
+	flight, h, reason, detail := readHello(flight, err, src)
+	if reason != "" {
+		return t.auditFlightRefusal(reason, detail)
+	}
+	if h.sni != "" && !sniMatches(h.sni, t.f.target.Host) {
+		return t.auditFlightRefusal(policy.ReasonSNIMismatch, "sni "+h.sni)
+	}
+	if h.ech && t.echNeedsInspection && !t.f.inspected {
+		// Without termination the SNI is the only name egressd sees, and
+		// under ECH it is not the name the client reaches.
+		return t.auditFlightRefusal(policy.ReasonEncryptedClientHello, "ECH extension on a transparent connection; only an inspecting rule serves it")
+	}
+	return onHello(flight, early, h)
+}
+
+// readHello reads from src, after flight (the bytes read so far, starting
+// a TLS record; err the error of the read that returned them), up to a
+// whole ClientHello of at most maxHelloFlight bytes, and parses it. It
+// returns every byte read, and the refusal reason and its detail when the
+// bytes are not one well-formed ClientHello.
+func readHello(flight []byte, err error, src io.Reader) ([]byte, helloInfo, policy.Reason, string) {
 	var a helloAssembler
 	hello, ferr := a.feed(flight)
 	for hello == nil && ferr == nil {
 		if err != nil {
-			return t.auditFlightRefusal(policy.ReasonMalformedClientHello, "incomplete ClientHello: "+err.Error())
+			return flight, helloInfo{}, policy.ReasonMalformedClientHello, "incomplete ClientHello: " + err.Error()
 		}
 		if len(flight) >= maxHelloFlight {
-			return t.auditFlightRefusal(policy.ReasonMalformedClientHello, errHelloTooLarge.Error())
+			return flight, helloInfo{}, policy.ReasonMalformedClientHello, errHelloTooLarge.Error()
 		}
 		n := len(flight)
 		flight, err = readSome(flight, src)
 		hello, ferr = a.feed(flight[n:])
 	}
 	if ferr != nil {
-		return t.auditFlightRefusal(policy.ReasonMalformedClientHello, ferr.Error())
+		return flight, helloInfo{}, policy.ReasonMalformedClientHello, ferr.Error()
 	}
-	h, err := parseHello(hello)
-	if err != nil {
-		return t.auditFlightRefusal(policy.ReasonMalformedClientHello, err.Error())
+	h, perr := parseHello(hello)
+	if perr != nil {
+		return flight, helloInfo{}, policy.ReasonMalformedClientHello, perr.Error()
 	}
-	if h.sni != "" && !sniMatches(h.sni, t.f.target.Host) {
-		return t.auditFlightRefusal(policy.ReasonSNIMismatch, "sni "+h.sni)
-	}
-	return onHello(flight, early, h)
+	return flight, h, "", ""
 }
 
 var errFlightTooLarge = errors.New("first flight larger than 64 KiB")

@@ -57,6 +57,8 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"bad socks listen", "proxy:\n  socks_listen: :1080\n", `proxy.socks_listen must be IP:port, got ":1080"`},
 		{"socks equals proxy", "proxy:\n  socks_listen: 127.0.0.1:3128\n", `proxy.socks_listen must differ from proxy.listen, both are "127.0.0.1:3128"`},
 		{"transparent equals socks", "proxy:\n  socks_listen: 127.0.0.1:1080\n  transparent_listen: 127.0.0.1:1080\n", `proxy.socks_listen must differ from proxy.transparent_listen, both are "127.0.0.1:1080"`},
+		{"steer address not an IP", "dns:\n  steer_to: egressd\n", `dns.steer_to must be an IP address, got "egressd"`},
+		{"steer with no transparent listener", "dns:\n  steer_to: 10.0.0.2\n", `dns.steer_to is set ("10.0.0.2") but proxy.transparent_listen is not`},
 		{"transparent equals admin", "proxy:\n  transparent_listen: 127.0.0.1:9090\n", `proxy.transparent_listen must differ from admin.listen`},
 		{"bad token hash", "identities:\n  - id: a\n    token_sha256: abc\n", `identities[0].token_sha256 must be 64 hex digits`},
 		{"duplicate identity", "identities:\n  - id: a\n    sources: [10.0.0.0/8]\n  - id: a\n", `identities[1].id "a" is listed twice`},

@@ -42,8 +42,12 @@ func (c *Config) validateMetrics() error {
 
 // validateArrivals checks the proxy's optional SOCKS5 and transparent
 // listeners: each must differ from every other listener (their format is
-// proxy.Config's to check).
+// proxy.Config's to check); and DNS steering needs a transparent listener
+// to steer to.
 func (c *Config) validateArrivals() error {
+	if c.DNS.SteerTo != "" && c.Proxy.TransparentListen == "" {
+		return fmt.Errorf("dns.steer_to is set (%q) but proxy.transparent_listen is not: steered clients would reach no listener", c.DNS.SteerTo)
+	}
 	all := []struct{ key, addr string }{
 		{"proxy.listen", c.Proxy.Listen},
 		{"proxy.socks_listen", c.Proxy.SOCKSListen},

@@ -1,0 +1,188 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/internal/identity"
+	"github.com/egressd/egressd/policy"
+)
+
+// GivenAddrs is what the transparent listener needs of *dnsguard.Given:
+// whether egressd's DNS server gave client addr for name.
+type GivenAddrs interface {
+	Gave(client netip.Addr, name string, addr netip.Addr) bool
+}
+
+// ServeTransparent accepts on ln (proxy.transparent_listen) the
+// connections the network redirects to egressd or its DNS steers there,
+// until Shutdown. Each is decided as a CONNECT to the name its first
+// flight carries — a ClientHello's SNI, an HTTP request's Host — on its
+// original destination's port, and run by the same tunnel code
+// (openTunnel), its records saying via "transparent". It returns
+// http.ErrServerClosed after a Shutdown.
+func (s *Server) ServeTransparent(ln net.Listener) error {
+	return s.serveRaw(ln, "transparent", s.serveTransparent)
+}
+
+// serveTransparent learns one connection's original destination and reads
+// its first flight, up to a whole ClientHello or HTTP request head within
+// peek_timeout, for the name to decide; the flight is then the tunnel's
+// early bytes, checked again by tunnel.firstFlight like a CONNECT's. A
+// plain HTTP connection is a tunnel to Host's name whose every request is
+// bound to that name (checkPlainFlight), so its rule must say
+// "tls": false, as for a CONNECT carrying plain HTTP.
+func (s *Server) serveTransparent(c *net.TCPConn) {
+	defer c.Close()
+	start := time.Now()
+	remote := c.RemoteAddr().String()
+	a := &transparentArrival{client: clientAddr(remote), given: s.given}
+	refuse := func(authority string, rf refusal) {
+		s.auditAndRefuseTunnel(s.tunnelFlow(audit.ViaTransparent, remote, authority, start), c, a, rf)
+	}
+	dst, err := s.origDst(c)
+	if err != nil {
+		rf := deniedRefusal(policy.ReasonDestinationMismatch)
+		rf.detail = err.Error()
+		refuse("", rf)
+		return
+	}
+	a.dst = dst
+	a.own = slices.Contains(s.own, dst.Addr())
+	c.SetReadDeadline(start.Add(s.cfg.PeekTimeout))
+	flight, name, rf := s.readTransparentFlight(c, a)
+	port := strconv.Itoa(int(dst.Port()))
+	if rf != nil {
+		refuse(net.JoinHostPort(cmp.Or(name, dst.Addr().String()), port), *rf)
+		return
+	}
+	s.openTunnel(tunnelRequest{ctx: context.Background(), client: c, early: flight, remote: remote,
+		authority: net.JoinHostPort(name, port), arrival: a, echNeedsInspection: true})
+}
+
+// readTransparentFlight reads the first flight and the name it carries: a
+// ClientHello's server name (none is sni_required), or the Host of an
+// HTTP request head of at most max_header_bytes. Anything else names
+// nothing and is refused. It returns the bytes read, which the tunnel
+// forwards after its own checks.
+func (s *Server) readTransparentFlight(c *net.TCPConn, a *transparentArrival) ([]byte, string, *refusal) {
+	refused := func(reason policy.Reason, detail string) *refusal {
+		rf := deniedRefusal(reason)
+		rf.detail = detail
+		return &rf
+	}
+	flight, err := readSome(make([]byte, 0, 4<<10), c)
+	if len(flight) == 0 {
+		return nil, "", refused(policy.ReasonMalformedRequest, "no first bytes")
+	}
+	if isTLSRecordStart(flight) {
+		a.tls = true
+		flight, h, reason, detail := readHello(flight, err, c)
+		if reason != "" {
+			return flight, "", refused(reason, detail)
+		}
+		if h.sni == "" {
+			return flight, "", refused(policy.ReasonSNIRequired, "")
+		}
+		return flight, strings.ToLower(strings.TrimSuffix(h.sni, ".")), nil
+	}
+	for !bytes.Contains(flight, []byte("\r\n\r\n")) {
+		if err != nil {
+			return flight, "", refused(policy.ReasonMalformedRequest, "neither a ClientHello nor an HTTP request head: "+err.Error())
+		}
+		if len(flight) >= s.cfg.MaxHeaderBytes {
+			return flight, "", refused(policy.ReasonHeadersTooLarge, "")
+		}
+		flight, err = readSome(flight, c)
+	}
+	req, rerr := http.ReadRequest(bufio.NewReader(bytes.NewReader(flight)))
+	if rerr != nil {
+		return flight, "", refused(policy.ReasonMalformedRequest, "neither a ClientHello nor an HTTP request head: "+rerr.Error())
+	}
+	a.http = true
+	host := req.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+	if host == "" {
+		return flight, "", refused(policy.ReasonMalformedRequest, "request names no host")
+	}
+	return flight, host, nil
+}
+
+// transparentArrival is a connection the network sent to egressd without
+// its client knowing: identified by its source address only (sources:),
+// never by anything it sends; its target must agree with where it was
+// going; a refusal is a TLS alert or an HTTP response, as its first
+// flight spoke.
+type transparentArrival struct {
+	client netip.Addr
+	// dst is the original destination; own, that it is one of egressd's
+	// own addresses (DNS steering), where the name decides alone.
+	dst   netip.AddrPort
+	own   bool
+	given GivenAddrs
+	// tls or http: what the first flight was, once read.
+	tls, http bool
+}
+
+func (*transparentArrival) via() string { return audit.ViaTransparent }
+
+// identify maps the source address; anonymous when the table is empty.
+func (a *transparentArrival) identify(ids *identity.Store, client netip.Addr) (policy.Identity, credential, policy.Reason) {
+	if ids.AllAnonymous() {
+		return identity.Anonymous, credential{source: client}, ""
+	}
+	return reauthenticate(ids, identity.Anonymous.ID, credential{source: client})
+}
+
+// vetTarget holds the name the policy allowed to where the client was
+// going: the original destination must be an address egressd's DNS gave
+// this client for that name (or the name's own address when the name is
+// one), unless it is egressd's own address. A client that resolved a
+// denied name itself, or sends an allowed SNI to another address, is
+// refused.
+func (a *transparentArrival) vetTarget(t Target, _ bool) (policy.Reason, string) {
+	if a.own {
+		return "", ""
+	}
+	dst := a.dst.Addr()
+	if ip, err := netip.ParseAddr(t.Host); err == nil {
+		if ip.Unmap() == dst {
+			return "", ""
+		}
+	} else if a.given != nil && a.given.Gave(a.client, t.Host, dst) {
+		return "", ""
+	}
+	return policy.ReasonDestinationMismatch, "original destination " + a.dst.String() + " was not given to this client for " + t.Host
+}
+
+// answerOpen writes nothing: the client believes it is connected already.
+func (*transparentArrival) answerOpen(net.Conn) error { return nil }
+
+// tlsAccessDenied is a fatal TLS alert record, access_denied (49).
+var tlsAccessDenied = []byte{0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 49}
+
+// answerRefused answers in the protocol the client spoke: a TLS
+// access_denied alert, an HTTP refusal, or nothing.
+func (a *transparentArrival) answerRefused(c net.Conn, f *flowInfo, rf refusal) error {
+	switch {
+	case a.tls:
+		_, err := c.Write(tlsAccessDenied)
+		return err
+	case a.http:
+		return rf.write(c, "", f.id)
+	}
+	return nil
+}
