@@ -21,9 +21,9 @@ func envValue(c corev1.Container, name string) string {
 }
 
 // TestKubernetesClientsIgnoringProxy (issue 26): the config's SOCKS5 and
-// transparent listeners are the pod's socks and transparent ports, and
-// the Service sends 80 and 443 (where DNS steering points clients) to the
-// transparent one and 1080 to SOCKS5.
+// transparent listeners are the pod's socks and transparent ports, DNS
+// steering answers with the Service's address, and the Service sends 80
+// and 443 to the transparent listener and 1080 to SOCKS5.
 func TestKubernetesClientsIgnoringProxy(t *testing.T) {
 	m := loadManifests(t)
 	cfg := m.egressdConfig(t)
@@ -35,8 +35,12 @@ func TestKubernetesClientsIgnoringProxy(t *testing.T) {
 		t.Errorf("proxy.socks_listen %q, transparent_listen %q; want the container ports socks %d, transparent %d",
 			cfg.Proxy.SOCKSListen, cfg.Proxy.TransparentListen, ports["socks"], ports["transparent"])
 	}
+	svc := must(t, m.services, egressdNS+"/egressd")
+	if cfg.DNS.SteerTo != svc.Spec.ClusterIP {
+		t.Errorf("dns.steer_to = %q; want the Service's clusterIP %s (its 80 and 443 are the transparent listener)", cfg.DNS.SteerTo, svc.Spec.ClusterIP)
+	}
 	want := map[int32]string{80: "transparent", 443: "transparent", 1080: "socks"}
-	for _, p := range must(t, m.services, egressdNS+"/egressd").Spec.Ports {
+	for _, p := range svc.Spec.Ports {
 		if target, ok := want[p.Port]; ok {
 			if p.Protocol != corev1.ProtocolTCP || p.TargetPort.StrVal != target {
 				t.Errorf("service port %d -> %s/%v; want TCP -> %s", p.Port, p.Protocol, p.TargetPort, target)
