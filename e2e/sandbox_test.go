@@ -12,6 +12,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsguard/dnstest"
+	"github.com/egressd/egressd/policy"
 )
 
 // sandboxToken is the sandbox identity's proxy token, its SOCKS5 password.
@@ -69,10 +70,11 @@ func TestSandboxClientsIgnoringProxy(t *testing.T) {
 	if err := os.WriteFile(rootFile, []byte(rootPEM), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	policy := WritePolicy(t, []Rule{
+	bundle := WritePolicy(t, []Rule{
 		{ID: "tunnelled", Hosts: []string{"example.com"}, Ports: []int{443}},
 		{ID: "inspected", Hosts: []string{"api.example.com"}, Ports: []int{443}, Inspect: true},
-		{ID: "plain", Hosts: []string{"plain.example.com"}, Ports: []int{80}},
+		// Plain HTTP arrives as a CONNECT to port 80: the rule says so.
+		{ID: "plain", Hosts: []string{"plain.example.com"}, Ports: []int{80}, TLS: no()},
 		{ID: "git", Hosts: []string{"git.example.com"}, Ports: []int{443}},
 		// Allowed by name; the address floor still refuses what they
 		// resolve to.
@@ -102,18 +104,18 @@ identities:
   - id: agent
     sources: [%[8]s/32]
     token_sha256: %[9]s
-%[10]s`, egressdSbAddr, socksPort, transparentPort, policy, upstreamAddr, caDir, httpsUp.CAFile,
+%[10]s`, egressdSbAddr, socksPort, transparentPort, bundle, upstreamAddr, caDir, httpsUp.CAFile,
 		sandboxAddr, hex.EncodeToString(sum[:]),
 		InternalAllow(upstreamAddr+":443", upstreamAddr+":80", gitAddr+":443", deniedAddr+":443")))
 	installRedirect(t, topo)
 
 	socks := egressdSbAddr + ":" + socksPort
 	proxyURL := "http://" + egressdSbAddr + ":3128"
-	// The sandbox's own records, by how they arrived.
-	waitVia := func(t *testing.T, via, host string, decision audit.Decision, also func(audit.Record) bool) {
+	// The sandbox's own records, by how they arrived; reason "" is any.
+	waitVia := func(t *testing.T, via, host string, decision audit.Decision, reason policy.Reason, also func(audit.Record) bool) {
 		t.Helper()
-		eg.WaitRecords(t, fmt.Sprintf("%s %s via %s from %s", decision, host, via, sandboxAddr), func(r audit.Record) bool {
-			return r.Via == via && r.Host == host && r.Decision == decision &&
+		eg.WaitRecords(t, fmt.Sprintf("%s %s (%s) via %s from %s", decision, host, reason, via, sandboxAddr), func(r audit.Record) bool {
+			return r.Via == via && r.Host == host && r.Decision == decision && (reason == "" || r.Reason == string(reason)) &&
 				strings.HasPrefix(r.Client, sandboxAddr) && (also == nil || also(r))
 		})
 	}
@@ -130,9 +132,10 @@ identities:
 			{name: "inspected", url: "https://api.example.com/bytes/7", ca: rootFile, want: "200 7",
 				host: "api.example.com", decision: "allow",
 				also: func(r audit.Record) bool { return r.Kind == "http" && r.Inspected && r.Path == "/bytes/7" }},
+			// A plaintext tunnel to port 80, bound to its Host.
 			{name: "plain http", url: "http://plain.example.com/bytes/3", want: "200 3",
 				host: "plain.example.com", decision: "allow",
-				also: func(r audit.Record) bool { return r.Kind == "http" && r.Path == "/bytes/3" }},
+				also: func(r audit.Record) bool { return r.Kind == "connect" && r.Port == 80 }},
 			// The sandbox's hosts file resolves it: egressd's DNS refuses it.
 			{name: "denied", url: "https://denied.example.com/", ca: httpsUp.CAFile, want: "refused",
 				host: "denied.example.com", decision: "deny"},
@@ -152,7 +155,7 @@ identities:
 				} else if code != 0 || got != tt.want {
 					t.Errorf("node fetch %s = %q (exit %d); want %q", tt.url, out, code, tt.want)
 				}
-				waitVia(t, audit.ViaTransparent, tt.host, tt.decision, tt.also)
+				waitVia(t, audit.ViaTransparent, tt.host, tt.decision, "", tt.also)
 			})
 		}
 	})
@@ -173,7 +176,7 @@ identities:
 		if got, code := curlStatus(t, "-x", "socks5h://agent:"+sandboxToken+"@"+socks, "--cacert", httpsUp.CAFile, "https://example.com/bytes/6"); code != 0 || got != "200" {
 			t.Errorf("curl -x socks5h://agent:…@ (identity by token) = %q (exit %d); want 200", got, code)
 		}
-		waitVia(t, audit.ViaSOCKS, "example.com", "allow", nil)
+		waitVia(t, audit.ViaSOCKS, "example.com", "allow", "", nil)
 
 		clone := filepath.Join(t.TempDir(), "clone")
 		out, code := nsRunEnv(t, topo.sandbox, []string{"GIT_SSL_CAINFO=" + gitUp.CAFile, "GIT_CONFIG_NOSYSTEM=1", "HOME=" + t.TempDir()},
@@ -185,12 +188,12 @@ identities:
 		if b, err := os.ReadFile(filepath.Join(clone, "README")); err != nil || string(b) != "hello from git\n" {
 			t.Errorf("cloned README = %q, %v; want the served commit", b, err)
 		}
-		waitVia(t, audit.ViaSOCKS, "git.example.com", "allow", nil)
+		waitVia(t, audit.ViaSOCKS, "git.example.com", "allow", "", nil)
 
 		if got, code := curlStatus(t, "--socks5-hostname", socks, "--cacert", httpsUp.CAFile, "https://secret.example.com/"); code == 0 {
 			t.Errorf("curl --socks5-hostname to a name no rule allows = %q (exit 0); want refused", got)
 		}
-		waitVia(t, audit.ViaSOCKS, "secret.example.com", "deny", nil)
+		waitVia(t, audit.ViaSOCKS, "secret.example.com", "deny", policy.ReasonNoMatchingRule, nil)
 	})
 
 	t.Run("client resolves a denied name itself", func(t *testing.T) {
@@ -203,7 +206,7 @@ identities:
 		if got, code := curlStatus(t, "--socks5", socks, "--cacert", httpsUp.CAFile, "https://denied.example.com/"); code == 0 {
 			t.Errorf("curl --socks5 https://denied.example.com/ (an IP) = %q (exit 0); want refused", got)
 		}
-		waitVia(t, audit.ViaSOCKS, deniedAddr, "deny", nil)
+		waitVia(t, audit.ViaSOCKS, deniedAddr, "deny", "", nil)
 	})
 
 	t.Run("sni differs from the redirected destination", func(t *testing.T) {
@@ -211,7 +214,7 @@ identities:
 		if got, code := curlStatus(t, "--cacert", httpsUp.CAFile, "--resolve", "example.com:443:"+deniedAddr, "https://example.com/"); code == 0 {
 			t.Errorf("curl --resolve example.com:443:%s = %q (exit 0); want refused", deniedAddr, got)
 		}
-		waitVia(t, audit.ViaTransparent, "example.com", "deny", nil)
+		waitVia(t, audit.ViaTransparent, "example.com", "deny", policy.ReasonDestinationMismatch, nil)
 		// openssl says one name, the address belongs to another.
 		out, code := nsRun(t, topo.sandbox, "sh", "-c", "openssl s_client -connect "+deniedAddr+":443 -servername example.com -CAfile "+httpsUp.CAFile+" </dev/null")
 		if code == 0 && strings.Contains(out, "Verify return code: 0") {
@@ -246,6 +249,13 @@ identities:
 				})
 			}
 		}
+		// The address floor said why, on each route; a TLS connection to
+		// the bare address through the redirect carries no name at all.
+		for _, via := range []string{audit.ViaProxy, audit.ViaSOCKS, audit.ViaTransparent} {
+			waitVia(t, via, metadataAddr, "deny", policy.ReasonMetadataAddress, nil)
+		}
+		waitVia(t, audit.ViaSOCKS, privateAddr, "deny", policy.ReasonPrivateAddress, nil)
+		waitVia(t, audit.ViaSOCKS, "127.0.0.1", "deny", policy.ReasonLoopbackAddress, nil)
 	})
 
 	t.Run("the sandbox cannot remove the redirect", func(t *testing.T) {
