@@ -1,6 +1,9 @@
 // Package proxy is the HTTP forward proxy and CONNECT tunnel that sandboxes
-// set as HTTP_PROXY: every request is identified, decided by policy, dialled
-// only to a vetted address, and audited before anything goes upstream.
+// set as HTTP_PROXY, with two more ways in for clients that ignore it: a
+// SOCKS5 listener and a transparent listener for connections the network
+// redirects (or egressd's DNS steers) to egressd. Every request is
+// identified, decided by policy, dialled only to a vetted address, and
+// audited before anything goes upstream.
 //
 // # The decision paths
 //
@@ -38,15 +41,38 @@
 //	         → proxy.responseBody.Close, goproxy done with it
 //	         → proxy.httpFlow.complete ("http_done")
 //	CONNECT  proxy.Server.ServeHTTP → proxy.Server.serveConnect
-//	         → proxy.Server.connectHijack → proxy.authenticate
+//	         → proxy.Server.connectHijack → proxy.Server.openTunnel
+//	         → proxy.connectArrival.identify (proxy.authenticate)
 //	         → policy.PreDial.DecideConnect (policy.ParseConnect;
 //	           dnsguard.Floor.Check; policy.Engine.Decide)
 //	         → proxy.Server.auditDecision → dnsguard.Dialer.DialContext
-//	         → proxy.Server.runTunnel → proxy.tunnel.run
-//	         → proxy.tunnel.firstFlight (proxy.tunnel.checkPlainFlight binds
-//	           every request of a plaintext tunnel to its host)
+//	         → proxy.Server.runTunnel (proxy.connectArrival.answerOpen:
+//	           the 200) → proxy.tunnel.run
+//	         → proxy.tunnel.firstFlight (proxy.readHello;
+//	           proxy.tunnel.checkPlainFlight binds every request of a
+//	           plaintext tunnel to its host)
 //	         → proxy.tunnel.completeRun ("connect_done")
-//	inspected proxy.Server.connectHijack, the decision saying inspect
+//	SOCKS    proxy.Server.ServeSOCKS → proxy.Server.serveRaw
+//	         → proxy.Server.serveSOCKS (socks5.ReadGreeting;
+//	           socks5.ReadCredentials; socks5.ReadRequest)
+//	         → proxy.Server.openTunnel → proxy.socksArrival.identify
+//	         → policy.PreDial.DecideConnect
+//	         → proxy.Server.auditDecision → dnsguard.Dialer.DialContext
+//	         → proxy.Server.runTunnel (proxy.socksArrival.answerOpen: reply
+//	           succeeded) → proxy.tunnel.run → proxy.tunnel.firstFlight
+//	         → proxy.tunnel.completeRun ("connect_done")
+//	transparent proxy.Server.ServeTransparent → proxy.Server.serveRaw
+//	         → proxy.Server.serveTransparent
+//	         → proxy.Server.readTransparentFlight (proxy.readHello: the
+//	           SNI; or an HTTP head's Host)
+//	         → proxy.Server.openTunnel → proxy.transparentArrival.identify
+//	         → policy.PreDial.DecideConnect
+//	         → proxy.transparentArrival.vetTarget (dnsguard.Given.Gave)
+//	         → proxy.Server.auditDecision → dnsguard.Dialer.DialContext
+//	         → proxy.Server.runTunnel → proxy.tunnel.run
+//	         → proxy.tunnel.firstFlight → proxy.tunnel.completeRun
+//	           ("connect_done")
+//	inspected proxy.Server.openTunnel, the decision saying inspect
 //	         → proxy.Server.auditDecision
 //	         → proxy.Server.runTunnel → proxy.tunnel.serveInspected
 //	           (proxy.tunnel.firstFlight: ClientHello, SNI, ECH;
@@ -60,6 +86,26 @@
 //	           (proxy.tlsTransports.get; proxy.tlsUpstream.roundTrip)
 //	         → proxy.responseBody.Close → proxy.httpFlow.complete ("http_done")
 //	         → proxy.tunnel.completeRun ("connect_done")
+//
+// The three tunnel rows share one implementation from
+// proxy.Server.openTunnel on: decide → audit → dial → first flight →
+// tunnel, and an inspected rule's termination (the inspected row) for any
+// of them. What differs is the arrival (proxy.connectArrival,
+// proxy.socksArrival, proxy.transparentArrival): how the target and the
+// identity are obtained — the CONNECT's authority and Proxy-Authorization;
+// the SOCKS5 request and RFC 1929 credentials (the identity's name and
+// token), or the source; the first flight's SNI or Host on the original
+// destination's port (SO_ORIGINAL_DST, else the local address under
+// TPROXY), and the source only — what else a target must agree with
+// (vetTarget: a transparent connection's original destination must be
+// an address egressd's DNS gave that client for the name, unless it is
+// egressd's own), and how the client is answered (HTTP 200/403; SOCKS5
+// reply codes; nothing, or a TLS access_denied alert or an HTTP
+// refusal). A transparent connection carrying plain HTTP is a tunnel to
+// its Host whose every request is bound to that host, as a plaintext
+// CONNECT is, so its rule must say "tls": false; an ECH extension (GREASE
+// included) on it is refused unless the rule inspects, since without
+// termination the SNI is the only name egressd sees.
 //
 // # Vocabulary
 //

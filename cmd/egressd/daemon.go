@@ -127,7 +127,9 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 		return nil, errors.Join(err, aw.Close())
 	}
 	dialer := dnsguard.NewDialer(res, gen.Floor, cfg.Proxy.DialTimeout)
+	given, own := transparentChecks(cfg, log)
 	d.proxy, err = proxy.New(proxy.Options{
+		Given: given, Own: own,
 		Config: cfg.Proxy, Decider: gen.Engine, Floor: gen.Floor, Identities: gen.Identities, Dialer: dialer,
 		Audit: meter, Metrics: d.metrics, Log: log, FDs: d.fds, Secrets: store,
 		Leaves: authority, UpstreamRoots: s.upstreamRoots, ArgsKey: argsKey, Budgets: budgets,
@@ -142,7 +144,7 @@ func build(ctx context.Context, cfg *config.Config, cfgPath string, log *zap.Log
 	if cfg.DNS.Listen != "" {
 		d.dns, err = dnsguard.NewServer(dnsguard.ServerOptions{
 			Config: cfg.DNS, Decider: gen.Engine, Resolver: res, Audit: counted,
-			Identities: gen.Identities, Log: log, Decisions: d.metrics.Decisions,
+			Identities: gen.Identities, Log: log, Decisions: d.metrics.Decisions, Given: given,
 		})
 		if err != nil {
 			return fail(err)

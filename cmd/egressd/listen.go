@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 
 	"go.uber.org/zap"
 
+	"github.com/egressd/egressd/cmd/egressd/config"
+	"github.com/egressd/egressd/dnsguard"
 	"github.com/egressd/egressd/internal/fdlimit"
 )
 
@@ -68,9 +71,10 @@ func (d *daemon) bind() (_ *bound, err error) {
 		}
 	}
 	if d.cfg.Proxy.TransparentListen != "" {
-		if b.transparent, err = tcp("transparent", d.cfg.Proxy.TransparentListen); err != nil {
-			return nil, err
+		if b.transparent, err = listenTransparent(d.cfg.Proxy.TransparentListen, d.log); err != nil {
+			return nil, fmt.Errorf("transparent listen: %w", err)
 		}
+		opened = append(opened, b.transparent)
 	}
 	if d.gate != nil {
 		if b.gate, err = tcp("postgres", d.cfg.Postgres.Listen); err != nil {
@@ -137,4 +141,37 @@ func descriptorBudget(log *zap.Logger) *fdlimit.Budget {
 	log.Info("file descriptor limit", zap.Uint64("soft", lim.Soft), zap.Uint64("hard", lim.Hard),
 		zap.Int("reserve", b.Reserve()))
 	return b
+}
+
+// transparentChecks are what the transparent listener checks an original
+// destination against: the answers egressd's DNS server gave each client
+// (nil without a transparent listener or a DNS listener), and egressd's
+// own addresses (dns.steer_to; the listener's address, or every local
+// address when it listens on all), where the name alone decides.
+func transparentChecks(cfg *config.Config, log *zap.Logger) (*dnsguard.Given, []netip.Addr) {
+	if cfg.Proxy.TransparentListen == "" {
+		return nil, nil
+	}
+	var own []netip.Addr
+	if a, err := netip.ParseAddr(cfg.DNS.SteerTo); err == nil {
+		own = append(own, a)
+	}
+	if ap, err := netip.ParseAddrPort(cfg.Proxy.TransparentListen); err == nil {
+		if !ap.Addr().IsUnspecified() {
+			own = append(own, ap.Addr())
+		} else if addrs, err := net.InterfaceAddrs(); err == nil {
+			for _, a := range addrs {
+				if p, err := netip.ParsePrefix(a.String()); err == nil {
+					own = append(own, p.Addr())
+				}
+			}
+		}
+	}
+	if cfg.DNS.Listen == "" {
+		log.Warn("proxy.transparent_listen is set but dns.listen is not: a redirected connection's original destination " +
+			"can be checked only against the addresses egressd's DNS gave its client, so every one not addressed to egressd " +
+			"itself is refused destination_mismatch; serve DNS to the sandboxes (dns.listen)")
+		return nil, own
+	}
+	return dnsguard.NewGiven(0, 0), own
 }

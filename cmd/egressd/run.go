@@ -80,6 +80,9 @@ func (d *daemon) run(ctx context.Context) error {
 	if b.socks != nil {
 		go func() { errc <- d.proxy.ServeSOCKS(b.socks) }()
 	}
+	if b.transparent != nil {
+		go func() { errc <- d.proxy.ServeTransparent(b.transparent) }()
+	}
 	// The admin listener is never refused for want of descriptors; at
 	// the very end it accepts into a spare one.
 	go func() { errc <- adminSrv.Serve(fdlimit.NewSpare(b.admin)) }()
