@@ -82,7 +82,7 @@ func TestComposeSharedRoots(t *testing.T) {
 		t.Errorf("ca-init exports %q to %s; want every identity of the config %q, each to <id>.crt", exported, out, ids)
 	}
 
-	sandboxIP := sb.Networks["sandbox"].IPv4Address
+	sandboxIP := c.Services["sandbox-net"].Networks["sandbox"].IPv4Address
 	var id string
 	for _, i := range cfg.Identities {
 		if slices.Contains(i.Sources, sandboxIP+"/32") {

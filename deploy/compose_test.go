@@ -44,6 +44,7 @@ type composeService struct {
 	ReadOnly    bool              `yaml:"read_only"`
 	User        string            `yaml:"user"`
 	CapDrop     []string          `yaml:"cap_drop"`
+	CapAdd      []string          `yaml:"cap_add"`
 	SecurityOpt []string          `yaml:"security_opt"`
 	Sysctls     map[string]string `yaml:"sysctls"`
 	Volumes     []string          `yaml:"volumes"`
@@ -99,9 +100,11 @@ func TestCompose(t *testing.T) {
 		}
 		return ns
 	}
+	// The sandbox and its redirect step join sandbox-net's namespace
+	// (network_mode), which is on `sandbox` only.
 	wantNetworks := map[string][]string{
 		"egressd":        {"sandbox", "db", "telemetry", "egress"},
-		"sandbox":        {"sandbox"},
+		"sandbox-net":    {"sandbox"},
 		"postgres":       {"db"},
 		"otel-collector": {"telemetry"},
 	}
@@ -133,8 +136,8 @@ func TestCompose(t *testing.T) {
 			t.Errorf("sandbox sets %s; want it unset", k)
 		}
 	}
-	if !slices.Equal(sb.DNS, []string{egressdIP}) {
-		t.Errorf("sandbox dns = %q; want [%s]", sb.DNS, egressdIP)
+	if sbNet := c.Services["sandbox-net"]; !slices.Equal(sbNet.DNS, []string{egressdIP}) {
+		t.Errorf("sandbox-net dns = %q; want [%s]", sbNet.DNS, egressdIP)
 	}
 	if !strings.Contains(sb.Environment["DATABASE_URL"], "@"+egressdIP+":5432/") {
 		t.Errorf("sandbox DATABASE_URL = %q; want the gate at %s:5432", sb.Environment["DATABASE_URL"], egressdIP)
@@ -207,7 +210,7 @@ func TestComposeConfig(t *testing.T) {
 	if e.Sysctls["net.ipv4.ip_unprivileged_port_start"] != "53" {
 		t.Errorf("egressd sysctl ip_unprivileged_port_start = %q; want 53 so non-root can bind DNS", e.Sysctls["net.ipv4.ip_unprivileged_port_start"])
 	}
-	sandboxIP := c.Services["sandbox"].Networks["sandbox"].IPv4Address
+	sandboxIP := c.Services["sandbox-net"].Networks["sandbox"].IPv4Address
 	var mapped bool
 	for _, id := range cfg.Identities {
 		mapped = mapped || slices.Contains(id.Sources, sandboxIP+"/32")

@@ -22,8 +22,9 @@ const (
 )
 
 // sandboxPorts are egressd's container ports a sandbox may reach: proxy,
-// DNS over UDP and TCP, and the Postgres gate. Nothing else.
-var sandboxPorts = []string{"TCP/3128", "UDP/5353", "TCP/5353", "TCP/5432"}
+// DNS over UDP and TCP, the Postgres gate, SOCKS5 and the transparent
+// listener. Nothing else.
+var sandboxPorts = []string{"TCP/3128", "UDP/5353", "TCP/5353", "TCP/5432", "TCP/1080", "TCP/15001"}
 
 func TestNamespacesRestricted(t *testing.T) {
 	m := loadManifests(t)
@@ -222,7 +223,8 @@ func TestServiceMatchesContainerPorts(t *testing.T) {
 	for _, p := range egressdContainer(t, sts.Spec.Template.Spec).Ports {
 		named[p.Name] = p
 	}
-	want := map[string]int32{"proxy": 3128, "dns-udp": 53, "dns-tcp": 53, "postgres": 5432}
+	want := map[string]int32{"proxy": 3128, "dns-udp": 53, "dns-tcp": 53, "postgres": 5432,
+		"socks": 1080, "http": 80, "https": 443}
 	for _, p := range svc.Spec.Ports {
 		cp, ok := named[p.TargetPort.StrVal]
 		if p.TargetPort.Type != intstr.String || !ok || cp.Protocol != p.Protocol {
@@ -333,6 +335,11 @@ func TestSandboxExample(t *testing.T) {
 			for _, v := range []string{"HTTP_PROXY", "HTTPS_PROXY"} {
 				if !strings.Contains(env[v], "@"+svc.Spec.ClusterIP+":3128") {
 					t.Errorf("%s %s = %q; want egressd's proxy at %s:3128", key, v, env[v], svc.Spec.ClusterIP)
+				}
+			}
+			for _, v := range []string{"ALL_PROXY", "all_proxy"} {
+				if got := envValue(c, v); !strings.HasPrefix(got, "socks5h://") || !strings.HasSuffix(got, "@"+svc.Spec.ClusterIP+":1080") {
+					t.Errorf("%s %s = %q; want socks5h:// to egressd's SOCKS5 listener at %s:1080", key, v, got, svc.Spec.ClusterIP)
 				}
 			}
 			if _, ok := env["NO_PROXY"]; ok {

@@ -62,13 +62,30 @@ func (s *Server) serveTransparent(c *net.TCPConn) {
 	a.own = slices.Contains(s.own, dst.Addr())
 	c.SetReadDeadline(start.Add(s.cfg.PeekTimeout))
 	flight, name, rf := s.readTransparentFlight(c, a)
-	port := strconv.Itoa(int(dst.Port()))
+	port := strconv.Itoa(int(destinationPort(c, dst, a.tls)))
 	if rf != nil {
 		refuse(net.JoinHostPort(cmp.Or(name, dst.Addr().String()), port), *rf)
 		return
 	}
 	s.openTunnel(tunnelRequest{ctx: context.Background(), client: c, early: flight, remote: remote,
 		authority: net.JoinHostPort(name, port), arrival: a, echNeedsInspection: true})
+}
+
+// destinationPort is the port the client meant to reach: the original
+// destination's, unless the connection was not redirected in egressd's
+// namespace and arrived at the listener itself (a DNAT in the sandbox's
+// namespace, a Service's port mapping, DNS steering to the listener's
+// port). Then the listener's port says nothing of it, and the protocol
+// the first flight spoke does: 443 for TLS, 80 for plain HTTP.
+func destinationPort(c net.Conn, dst netip.AddrPort, tls bool) uint16 {
+	local, ok := c.LocalAddr().(*net.TCPAddr)
+	if !ok || netip.AddrPortFrom(local.AddrPort().Addr().Unmap(), local.AddrPort().Port()) != dst {
+		return dst.Port()
+	}
+	if tls {
+		return 443
+	}
+	return 80
 }
 
 // readTransparentFlight reads the first flight and the name it carries: a

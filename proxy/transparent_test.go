@@ -327,3 +327,40 @@ func TestTransparentInspected(t *testing.T) {
 		}
 	}
 }
+
+// localConn is a connection that arrived at local.
+type localConn struct {
+	net.Conn
+	local net.Addr
+}
+
+func (c localConn) LocalAddr() net.Addr { return c.local }
+
+// TestDestinationPort: a connection redirected in egressd's namespace is
+// decided on its original destination's port; one that arrived at the
+// listener itself (a DNAT in the sandbox's namespace, a Service mapping
+// 443 to the listener's port) on its protocol's port, never on the
+// listener's, which no rule names.
+func TestDestinationPort(t *testing.T) {
+	listener := &net.TCPAddr{IP: net.ParseIP("10.0.0.53"), Port: 15001}
+	tests := []struct {
+		name string
+		dst  string
+		tls  bool
+		want uint16
+	}{
+		{name: "redirected TLS", dst: "192.0.2.10:8443", tls: true, want: 8443},
+		{name: "redirected HTTP", dst: "192.0.2.10:8080", want: 8080},
+		{name: "steered to egressd's port 443", dst: "10.0.0.53:443", tls: true, want: 443},
+		{name: "arrived at the listener, TLS", dst: "10.0.0.53:15001", tls: true, want: 443},
+		{name: "arrived at the listener, HTTP", dst: "10.0.0.53:15001", want: 80},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := destinationPort(localConn{local: listener}, netip.MustParseAddrPort(tc.dst), tc.tls)
+			if got != tc.want {
+				t.Errorf("destinationPort(%s, tls %v) = %d; want %d", tc.dst, tc.tls, got, tc.want)
+			}
+		})
+	}
+}

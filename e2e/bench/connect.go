@@ -37,9 +37,18 @@ func sendBulk(c net.Conn, n int64) (time.Duration, error) {
 	return time.Since(start), nil
 }
 
+// Ways a bulk transfer arrives at egressd besides the HTTP proxy's
+// CONNECT.
+const (
+	viaSOCKS       = "socks"
+	viaTransparent = "transparent"
+)
+
 // bulkRound measures one bulk transfer of b.o.bulk bytes to the plain or
 // TLS sink, direct (p nil) or through p: MiB/s and proxy CPU ms per GiB.
-func (b *bench) bulkRound(t *Target, p *running, withTLS bool) {
+// via is "" for a CONNECT through the HTTP proxy, or viaSOCKS or
+// viaTransparent for egressd's other listeners.
+func (b *bench) bulkRound(t *Target, p *running, withTLS bool, via string) {
 	if t.Status != "" {
 		return
 	}
@@ -54,10 +63,17 @@ func (b *bench) bulkRound(t *Target, p *running, withTLS bool) {
 	var c net.Conn
 	var err error
 	var c0 float64
-	if p == nil {
-		c, err = dialTCP(fmt.Sprintf("127.0.0.1:%d", port))
-	} else {
+	if p != nil {
 		c0 = p.cpu().Seconds()
+	}
+	switch {
+	case p == nil:
+		c, err = dialTCP(fmt.Sprintf("127.0.0.1:%d", port))
+	case via == viaSOCKS:
+		c, err = dialSOCKS(p.socks, host, port)
+	case via == viaTransparent:
+		c, err = dialTransparent(p.dnsListen, port)
+	default:
 		c, err = dialTunnel(p.addr, net.JoinHostPort(host, fmt.Sprint(port)))
 	}
 	if err != nil {
@@ -66,6 +82,9 @@ func (b *bench) bulkRound(t *Target, p *running, withTLS bool) {
 	}
 	defer c.Close()
 	if withTLS {
+		// A listener that takes the connection and never answers fails
+		// the round instead of holding the run.
+		c.SetDeadline(time.Now().Add(30 * time.Second))
 		tc := tls.Client(c, &tls.Config{ServerName: originName, RootCAs: b.org.roots})
 		if err := tc.Handshake(); err != nil {
 			t.fail("error: tls handshake: " + err.Error())

@@ -33,6 +33,9 @@ type egressdOpts struct {
 	// secret, if set, is the value of one secret the instance loads, so
 	// that it scans every request for it.
 	secret string
+	// arrivals adds the SOCKS5 and transparent listeners and the DNS
+	// listener transparent clients resolve through (issue 26).
+	arrivals bool
 }
 
 // startEgressd runs egressd with the default bundle's modules, rules for
@@ -75,10 +78,17 @@ func (b *bench) startEgressd(name, cpus string, eo egressdOpts) (*running, error
 	}
 	addr, admin := loopback(), loopback()
 	all := append(append(plain, og.https, og.inspected), eo.ports...)
+	var socks, transparent, dnsListen, arrivals string
+	dnsSection := fmt.Sprintf("dns: {upstreams: [%q]}\n", og.dns)
+	if eo.arrivals {
+		socks, transparent, dnsListen = loopback(), loopback(), loopback()
+		arrivals = fmt.Sprintf("  socks_listen: %s\n  transparent_listen: %s\n", socks, transparent)
+		dnsSection = fmt.Sprintf("dns: {upstreams: [%q], listen: %s}\n", og.dns, dnsListen)
+	}
 	cfg := fmt.Sprintf(`log: {level: warn}
 proxy:
   listen: %s
-  max_conns: 20000
+%s  max_conns: 20000
   per_identity_max_conns: 20000
   per_identity_rate: 1000000
   per_identity_burst: 1000000
@@ -86,13 +96,12 @@ admin: {listen: %s}
 # The default audit budget (10,000 records/s per identity) is meant to stop
 # one sandbox from flooding the log; this load is one identity on purpose.
 audit: {dir: %s, identity_rate: 100000000, identity_burst: 100000000}
-dns: {upstreams: [%q]}
-policy: {dir: %s}
+%spolicy: {dir: %s}
 internal:
   - cidr: 127.0.0.1
     ports: %s
     action: allow
-%s%s`, addr, admin, filepath.Join(d, "audit"), og.dns, pol, jsonInts(all), inspect, eo.gate)
+%s%s`, addr, arrivals, admin, filepath.Join(d, "audit"), dnsSection, pol, jsonInts(all), inspect, eo.gate)
 	cfgPath := filepath.Join(d, "egressd.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
@@ -116,6 +125,7 @@ internal:
 		time.Sleep(20 * time.Millisecond)
 	}
 	r.config, r.admin = cfgPath, admin
+	r.socks, r.transparent, r.dnsListen = socks, transparent, dnsListen
 	return r, nil
 }
 

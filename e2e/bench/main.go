@@ -128,6 +128,8 @@ type bench struct {
 	smokescreen string
 	res         *Results
 	started     time.Time
+	// redirected: the transparent target's nftables redirect is in place.
+	redirected bool
 }
 
 func (b *bench) progress(format string, args ...any) {
@@ -296,15 +298,25 @@ func (b *bench) proxyWorkloads(proxyCPUs, loadCPUs, tag string) []*Workload {
 				if pp.kind == kindEgressd {
 					prof = p
 				}
+				// egressd's SOCKS5 and transparent arrivals run beside its
+				// CONNECT: before it in odd rounds, after it in even ones, so
+				// no arrival gains from its place in the round.
+				arrivals := pp.kind == kindEgressd && (wl == connect || wl == connectTLS)
+				if arrivals && round%2 == 1 {
+					b.arrivalRounds(wl, p, wl == connectTLS)
+				}
 				switch wl {
 				case get:
 					b.withProfile(prof, wl.ID, round, b.o.duration-time.Second, func() { b.getRound(t, p, loadCPUs, 0) })
 				case paced:
 					b.withProfile(prof, wl.ID, round, b.o.duration-time.Second, func() { b.getRound(t, p, loadCPUs, pacedDelayMS) })
 				case connect:
-					b.withProfile(prof, wl.ID, round, time.Second, func() { b.bulkRound(t, p, false) })
+					b.withProfile(prof, wl.ID, round, time.Second, func() { b.bulkRound(t, p, false, "") })
 				case connectTLS:
-					b.withProfile(prof, wl.ID, round, time.Second, func() { b.bulkRound(t, p, true) })
+					b.withProfile(prof, wl.ID, round, time.Second, func() { b.bulkRound(t, p, true, "") })
+				}
+				if arrivals && round%2 == 0 {
+					b.arrivalRounds(wl, p, wl == connectTLS)
 				}
 			}
 		}

@@ -30,6 +30,9 @@ type running struct {
 	config string
 	// admin is egressd's admin listener (pprof).
 	admin string
+	// socks, transparent and dnsListen are egressd's SOCKS5, transparent
+	// and DNS listeners, when started with egressdOpts.arrivals.
+	socks, transparent, dnsListen string
 }
 
 // proxyPeer is one proxy the HTTP workloads run through.
@@ -42,7 +45,9 @@ type proxyPeer struct {
 // proxyPeers are the HTTP-side targets, in the order each round runs them.
 func proxyPeers() []proxyPeer {
 	return []proxyPeer{
-		{"egressd", kindEgressd, func(b *bench, cpus string) (*running, error) { return b.startEgressd("egressd", cpus, egressdOpts{}) }},
+		{"egressd", kindEgressd, func(b *bench, cpus string) (*running, error) {
+			return b.startEgressd("egressd", cpus, egressdOpts{arrivals: b.want("connect") || b.want("connect-tls")})
+		}},
 		{"squid", kindPeer, func(b *bench, cpus string) (*running, error) { return b.startSquid("squid", cpus, false) }},
 		{"tinyproxy", kindPeer, (*bench).startTinyproxy},
 		{"smokescreen", kindPeer, (*bench).startSmokescreen},

@@ -188,3 +188,13 @@ func (r *Results) writeJSON(path string) error {
 	}
 	return nil
 }
+
+// named is the target called name, or nil.
+func (w *Workload) named(name string) *Target {
+	for _, t := range w.Targets {
+		if t.Name == name {
+			return t
+		}
+	}
+	return nil
+}

@@ -6,9 +6,9 @@ import (
 	"strings"
 )
 
-// The targets issues 14, 16 and 24 judge egressd by, each checked against the
-// figures of the same run: a ratio to a named peer, the best peer or the
-// bare relay, or an absolute bound.
+// The targets issues 14, 16, 24 and 26 judge egressd by, each checked
+// against the figures of the same run: a ratio to a named peer, the best
+// peer or the bare relay, or an absolute bound.
 
 // goal is one target.
 type goal struct {
@@ -22,28 +22,36 @@ type goal struct {
 	bound   float64
 	// scale, when set, is the workload size the bound is for.
 	scale int
+	// subject, when set, is the target measured (another of egressd's
+	// listeners); else egressd's subject target.
+	subject string
 }
 
 var goals = []goal{
-	{16, "get", "rate", "squid", true, 1.5, 0},
-	{16, "get", "cpu", "squid", false, 0.45, 0},
-	{16, "get", "p99", "squid", false, 1, 0},
-	{16, "get-paced", "p99", "squid", false, 1, 0},
-	{16, "connect", "rate", "best", true, 1.25, 0},
-	{16, "connect", "rate", "ceiling", true, 0.95, 0},
-	{16, "connect-tls", "rate", "best", true, 1, 0},
-	{16, "pgbench-S", "rate", "pgbouncer (session)", true, 1.1, 0},
-	{16, "pgbench-S-extended", "rate", "pgbouncer (session)", true, 1.1, 0},
-	{16, "pgbench-tpcb", "rate", "pgbouncer (session)", true, 1.1, 0},
-	{16, "pgbench-S", "cpu", "pgbouncer (session)", false, 1.25, 0},
-	{16, "pgbench-S-extended", "cpu", "pgbouncer (session)", false, 1.25, 0},
-	{16, "pgbench-tpcb", "cpu", "pgbouncer (session)", false, 1.25, 0},
-	{16, "idle", "rate", "", false, 100, 5000},
-	{14, "https", "rate", "squid (ssl_bump)", true, 1.2, 0},
-	{14, "leaf-hit", "rate", "", false, 5, 0},
-	{14, "leaf-mint", "rate", "", false, 1000, 0},
-	{24, "check", "rate", "", false, 30, 0},
-	{24, "check-batch", "rate", "", true, 20000, 0},
+	{16, "get", "rate", "squid", true, 1.5, 0, ""},
+	{16, "get", "cpu", "squid", false, 0.45, 0, ""},
+	{16, "get", "p99", "squid", false, 1, 0, ""},
+	{16, "get-paced", "p99", "squid", false, 1, 0, ""},
+	{16, "connect", "rate", "best", true, 1.25, 0, ""},
+	{16, "connect", "rate", "ceiling", true, 0.95, 0, ""},
+	{16, "connect-tls", "rate", "best", true, 1, 0, ""},
+	{16, "pgbench-S", "rate", "pgbouncer (session)", true, 1.1, 0, ""},
+	{16, "pgbench-S-extended", "rate", "pgbouncer (session)", true, 1.1, 0, ""},
+	{16, "pgbench-tpcb", "rate", "pgbouncer (session)", true, 1.1, 0, ""},
+	{16, "pgbench-S", "cpu", "pgbouncer (session)", false, 1.25, 0, ""},
+	{16, "pgbench-S-extended", "cpu", "pgbouncer (session)", false, 1.25, 0, ""},
+	{16, "pgbench-tpcb", "cpu", "pgbouncer (session)", false, 1.25, 0, ""},
+	{16, "idle", "rate", "", false, 100, 5000, ""},
+	{14, "https", "rate", "squid (ssl_bump)", true, 1.2, 0, ""},
+	{14, "leaf-hit", "rate", "", false, 5, 0, ""},
+	{14, "leaf-mint", "rate", "", false, 1000, 0, ""},
+	{24, "check", "rate", "", false, 30, 0, ""},
+	{24, "check-batch", "rate", "", true, 20000, 0, ""},
+	// Arrivals by SOCKS5 and the transparent listener within 5% of
+	// CONNECT through the HTTP proxy, on the same egressd.
+	{26, "connect", "rate", "egressd", true, 0.95, 0, targetSOCKS},
+	{26, "connect-tls", "rate", "egressd", true, 0.95, 0, targetSOCKS},
+	{26, "connect-tls", "rate", "egressd", true, 0.95, 0, targetTransparent},
 }
 
 func (g goal) value(t *Target) float64 {
@@ -73,6 +81,9 @@ func (g goal) check(r *Results) (text, measured, verdict string, ok bool) {
 		op = "≥"
 	}
 	what := wl.Title
+	if g.subject != "" {
+		what += ", " + g.subject
+	}
 	switch g.metric {
 	case "cpu":
 		what += ": proxy CPU, " + wl.CPUUnit
@@ -90,14 +101,13 @@ func (g goal) check(r *Results) (text, measured, verdict string, ok bool) {
 		other = wl.first(kindCeiling)
 		text = fmt.Sprintf("%s %s %g× the bare relay", what, op, g.bound)
 	default:
-		for _, t := range wl.Targets {
-			if t.Name == g.against {
-				other = t
-			}
-		}
+		other = wl.named(g.against)
 		text = fmt.Sprintf("%s %s %g× %s's", what, op, g.bound, g.against)
 	}
 	e := wl.first(kindEgressd)
+	if g.subject != "" {
+		e = wl.named(g.subject)
+	}
 	switch {
 	case g.scale != 0 && wl.Scale != g.scale:
 		return text, fmt.Sprintf("measured at %d, not %d", wl.Scale, g.scale), "not measured", true
@@ -137,7 +147,7 @@ func goalsTable(b *strings.Builder, r *Results) {
 	if len(rows) == 0 {
 		return
 	}
-	b.WriteString("## Targets\n\nThe targets of issues 14, 16 and 24, checked against this run's figures (ratios of medians, same run).")
+	b.WriteString("## Targets\n\nThe targets of issues 14, 16, 24 and 26, checked against this run's figures (ratios of medians, same run).")
 	if r.Smoke {
 		b.WriteString(" A smoke run's verdicts mean nothing.")
 	}
