@@ -31,13 +31,8 @@ func (r *Running) SetBundle(ctx context.Context, f *policy.Fetched) error {
 		return r.o.Secrets.Load().Redact(err)
 	}
 	archive(engine, r.o.AuditDir, r.o.Log)
-	next := *cur
-	next.Config, next.Engine = &cfg, engine
-	for _, l := range r.o.Listeners {
-		l.Reload(next.Engine, next.Identities)
-	}
 	r.fetched = f
-	r.cur.Store(&next)
+	r.putInForce(cur.withEngine(&cfg, engine))
 	r.o.Policy.Loaded(engine.Digest(), time.Now())
 	r.o.Log.Info("policy bundle from the bundle service in force", zap.String("policy", engine.Digest()), zap.String("bundle_url", f.Source))
 	return nil

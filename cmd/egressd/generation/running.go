@@ -142,10 +142,7 @@ func (r *Running) reloadLocked(ctx context.Context) ([]string, error) {
 	// can then be loaded again (policy replay, audit explain).
 	archive(next.Engine, r.o.AuditDir, r.o.Log)
 	r.o.Secrets.Set(next.Secrets)
-	for _, l := range r.o.Listeners {
-		l.Reload(next.Engine, next.Identities)
-	}
-	r.cur.Store(next)
+	r.putInForce(next)
 	r.o.Policy.Loaded(next.Engine.Digest(), time.Now())
 	pending := restartNeeded(r.started, cfg, r.o.OpenedRoots)
 	if bundlePending {
@@ -179,13 +176,8 @@ func (r *Running) SetGrants(ctx context.Context, grants []policy.Grant, commit f
 	}
 	cfg := *cur.Config
 	cfg.Policy.Grants = grants
-	next := *cur
-	next.Config, next.Engine = &cfg, engine
-	for _, l := range r.o.Listeners {
-		l.Reload(next.Engine, next.Identities)
-	}
 	r.grants = grants
-	r.cur.Store(&next)
+	r.putInForce(cur.withEngine(&cfg, engine))
 	r.o.Log.Info("grants applied", zap.Int("grants", len(grants)), zap.String("policy", engine.Digest()))
 	return nil
 }
@@ -229,4 +221,21 @@ func restartNeeded(running, loaded *config.Config, openedRoots map[string]ca.Fil
 		out = append(out, "identities ca_cert/ca_key")
 	}
 	return out
+}
+
+// putInForce makes next the generation in force: every listener decides
+// with its engine and identities before Current returns it.
+func (r *Running) putInForce(next *Generation) {
+	for _, l := range r.o.Listeners {
+		l.Reload(next.Engine, next.Identities)
+	}
+	r.cur.Store(next)
+}
+
+// withEngine is g with another engine, built from cfg: a grant or a
+// fetched bundle changes the policy and nothing else of a generation.
+func (g *Generation) withEngine(cfg *config.Config, engine *policy.Engine) *Generation {
+	next := *g
+	next.Config, next.Engine = cfg, engine
+	return &next
 }
