@@ -48,8 +48,15 @@ func (s *Server) serveTransparent(c *net.TCPConn) {
 	start := time.Now()
 	remote := c.RemoteAddr().String()
 	a := &transparentArrival{client: clientAddr(remote), given: s.given}
+	// A refusal before the decision still names the identity the source
+	// maps to: the source is all this arrival identifies by, and a
+	// reviewer filtering by identity must see it.
 	refuse := func(authority string, rf refusal) {
-		s.auditAndRefuseTunnel(s.tunnelFlow(audit.ViaTransparent, remote, authority, start), c, a, rf)
+		f := s.tunnelFlow(audit.ViaTransparent, remote, authority, start)
+		if id, _, reason := a.identify(s.state.Load().ids, a.client); reason == "" {
+			f.identity = id.ID
+		}
+		s.auditAndRefuseTunnel(f, c, a, rf)
 	}
 	dst, err := s.origDst(c)
 	if err != nil {

@@ -364,3 +364,25 @@ func TestDestinationPort(t *testing.T) {
 		})
 	}
 }
+
+// TestTransparentEarlyRefusalNamesIdentity: a connection refused on its
+// first flight, before any decision (no SNI), is still recorded under the
+// identity its source address maps to, so a reviewer filtering by
+// identity sees it.
+func TestTransparentEarlyRefusalNamesIdentity(t *testing.T) {
+	f := startTransparentAs(t, `{"rules": [{"id": "open", "hosts": ["example.com"], "ports": [PORT]}]}`,
+		identity.Config{{ID: "sbx-3", Sources: []string{"127.0.0.0/8"}}})
+	f.goingTo(t, "10.0.0.53")
+	c, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true}) // no ServerName: no SNI
+	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	_ = tc.Handshake() // refused; the record says how
+	rec := f.lastConnect(t, 0)
+	if rec.Reason != string(policy.ReasonSNIRequired) || rec.Identity != "sbx-3" {
+		t.Errorf("record = %+v; want sni_required under identity sbx-3", rec)
+	}
+}
