@@ -101,16 +101,25 @@ func checkPlainHost(req *http.Request, host string, port uint16) string {
 	if req.Host == "" {
 		return "request names no host"
 	}
-	h, p := req.Host, ""
-	if sh, sp, err := net.SplitHostPort(req.Host); err == nil {
-		h, p = sh, sp
-	} else if len(h) > 1 && h[0] == '[' && h[len(h)-1] == ']' {
-		h = h[1 : len(h)-1]
-	}
+	h, p := splitHostHeader(req.Host)
 	if !sniMatches(h, host) || (p != "" && p != strconv.Itoa(int(port))) {
 		return "request for host " + strconv.Quote(req.Host[:min(len(req.Host), 256)])
 	}
 	return ""
+}
+
+// splitHostHeader splits a Host header into its name and its port (""
+// when it names none). Brackets come off an IPv6 literal only as a pair:
+// the transparent listener takes the name to decide from here, and the
+// tunnel checks every request against it the same way (checkPlainHost).
+func splitHostHeader(hostport string) (host, port string) {
+	if h, p, err := net.SplitHostPort(hostport); err == nil {
+		return h, p
+	}
+	if len(hostport) > 1 && hostport[0] == '[' && hostport[len(hostport)-1] == ']' {
+		return hostport[1 : len(hostport)-1], ""
+	}
+	return hostport, ""
 }
 
 // checkPlainFlight binds a plaintext tunnel to its host. When its first

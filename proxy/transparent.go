@@ -135,11 +135,8 @@ func (s *Server) readTransparentFlight(c io.Reader, a *transparentArrival) ([]by
 		return flight, "", refused(policy.ReasonMalformedRequest, "neither a ClientHello nor an HTTP request head: "+rerr.Error())
 	}
 	a.http = true
-	host := req.Host
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+	host, _ := splitHostHeader(req.Host)
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
 	if host == "" {
 		return flight, "", refused(policy.ReasonMalformedRequest, "request names no host")
 	}
