@@ -135,7 +135,10 @@ func (s *Server) readTransparentFlight(c io.Reader, a *transparentArrival) ([]by
 		return flight, "", refused(policy.ReasonMalformedRequest, "neither a ClientHello nor an HTTP request head: "+rerr.Error())
 	}
 	a.http = true
-	host, _ := splitHostHeader(req.Host)
+	host, port := splitHostHeader(req.Host)
+	if _, err := strconv.ParseUint(port, 10, 16); port != "" && err != nil {
+		return flight, "", refused(policy.ReasonMalformedRequest, "Host names no valid port: "+strconv.Quote(port[:min(len(port), 16)]))
+	}
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
 	if host == "" {
 		return flight, "", refused(policy.ReasonMalformedRequest, "request names no host")
