@@ -430,6 +430,13 @@ func (e *TestError) Error() string {
 	return b.String()
 }
 
+// testCaseTimeout bounds each Rego test of a bundle. OPA's default, 5 s,
+// refused the shipped bundle's own tests (eval_cancel_error) on a loaded
+// 2-core machine under the race detector: a start or reload must not
+// refuse a good bundle because the machine was busy. A bundle's tests are
+// the operator's, and a test that runs past this still fails.
+const testCaseTimeout = 30 * time.Second
+
 // testBundle runs the bundle's tests and returns how many passed; a
 // failure is a *TestError, a compile error an ast.Errors. With trace,
 // each failure carries its trace: for `policy test`, not for every load,
@@ -448,6 +455,7 @@ func testBundle(ctx context.Context, pb *parsedBundle, store storage.Store, trac
 		SetModules(mods).
 		RaiseBuiltinErrors(true).
 		EnableTracing(trace).
+		SetTimeout(testCaseTimeout).
 		RunTests(ctx, txn)
 	if err != nil {
 		return 0, fmt.Errorf("rego tests: %w", err)
