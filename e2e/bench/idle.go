@@ -31,7 +31,7 @@ func (b *bench) idleWorkload() *Workload {
 			t.fail("error: " + err.Error())
 			continue
 		}
-		if err := b.openIdle(p); err != nil {
+		if err := b.openIdle(p, func() { b.saveMemProfiles(p, "idle") }); err != nil {
 			t.fail("error: " + err.Error())
 		} else {
 			t.Rounds = append(t.Rounds, Round{Rate: float64(p.rss("VmHWM")) / 1024})
@@ -43,8 +43,8 @@ func (b *bench) idleWorkload() *Workload {
 }
 
 // openIdle opens the tunnels through p, waits until the holder has them
-// all, and closes them when it returns.
-func (b *bench) openIdle(p *running) error {
+// all, calls held while they are, and closes them when it returns.
+func (b *bench) openIdle(p *running, whileHeld func()) error {
 	target := fmt.Sprintf("127.0.0.1:%d", b.org.holder)
 	start := held.Load()
 	conns := make([]net.Conn, b.o.tunnels)
@@ -92,5 +92,6 @@ func (b *bench) openIdle(p *running) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	whileHeld()
 	return nil
 }
