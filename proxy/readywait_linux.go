@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"net"
+	"runtime"
 	"sync"
 	"syscall"
 
@@ -114,5 +115,9 @@ func (w *epollWaiter) loop() {
 		for _, ev := range events[:n] {
 			w.fire(uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32)
 		}
+		// Let the directions just woken run before waking more: when
+		// thousands of tunnels end at once, their goroutines should not
+		// all exist at the same time.
+		runtime.Gosched()
 	}
 }

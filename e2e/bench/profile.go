@@ -44,7 +44,7 @@ func (b *bench) saveMemProfiles(p *running, name string) {
 	if m, err := memMetrics(p.admin); err != nil {
 		b.progress("metrics %s: %v", name, err)
 	} else {
-		b.progress("%s: %s", name, m)
+		b.progress("%s: %s VmHWM=%dKiB RssAnon=%dKiB RssFile=%dKiB Threads=%d", name, m, p.rss("VmHWM"), p.rss("RssAnon"), p.rss("RssFile"), p.rss("Threads"))
 	}
 	for _, kind := range []string{"heap", "goroutine"} {
 		file := fmt.Sprintf("%s-%s-%s.pprof", b.o.profile, name, kind)
