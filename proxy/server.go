@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/x509"
@@ -81,6 +82,10 @@ type Options struct {
 	// (secretpat.MustDefaults()); a finding is recorded, and refuses where
 	// the rule or identity says so. If nil, none is looked for.
 	SecretPatterns *secretpat.Set
+	// parkAfter is how long an opaque tunnel's direction waits for bytes
+	// before it parks (tunnelrun.go). If zero, defaultParkAfter is used;
+	// tests shorten it.
+	parkAfter time.Duration
 }
 
 // state is what a reload replaces as a whole; requests read it once. The
@@ -137,6 +142,7 @@ type Server struct {
 
 	tunnelsMu sync.Mutex
 	tunnels   map[*tunnel]struct{}
+	parkAfter time.Duration
 	tunnelsWG sync.WaitGroup
 	// rawListeners are the SOCKS5 and transparent listeners (serveRaw),
 	// closed by Shutdown; under tunnelsMu.
@@ -165,28 +171,29 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("request id prefix: %w", err)
 	}
 	s := &Server{
-		cfg:      o.Config,
-		log:      o.Log.Named("proxy"),
-		audit:    o.Audit,
-		metrics:  o.Metrics,
-		dialer:   o.Dialer,
-		floor:    o.Floor,
-		fds:      o.FDs,
-		secrets:  o.Secrets,
-		argsKey:  o.ArgsKey,
-		budgets:  o.Budgets,
-		patterns: o.SecretPatterns,
-		given:    o.Given,
-		own:      unmapAll(o.Own),
-		origDst:  originalDst,
-		leaves:   o.Leaves,
-		roots:    o.UpstreamRoots,
-		limits:   newLimiter(o.Config),
-		sources:  newSourceLimiter(o.Config),
-		failLog:  audit.NewFailLog(o.Log.Named("proxy"), 0),
-		innerLog: zap.NewStdLog(o.Log.Named("proxy").Named("inspect")),
-		idPrefix: hex.EncodeToString(pfx[:]) + "-",
-		tunnels:  make(map[*tunnel]struct{}),
+		cfg:       o.Config,
+		log:       o.Log.Named("proxy"),
+		audit:     o.Audit,
+		metrics:   o.Metrics,
+		dialer:    o.Dialer,
+		floor:     o.Floor,
+		fds:       o.FDs,
+		secrets:   o.Secrets,
+		argsKey:   o.ArgsKey,
+		budgets:   o.Budgets,
+		patterns:  o.SecretPatterns,
+		given:     o.Given,
+		own:       unmapAll(o.Own),
+		origDst:   originalDst,
+		leaves:    o.Leaves,
+		roots:     o.UpstreamRoots,
+		limits:    newLimiter(o.Config),
+		sources:   newSourceLimiter(o.Config),
+		failLog:   audit.NewFailLog(o.Log.Named("proxy"), 0),
+		innerLog:  zap.NewStdLog(o.Log.Named("proxy").Named("inspect")),
+		idPrefix:  hex.EncodeToString(pfx[:]) + "-",
+		tunnels:   make(map[*tunnel]struct{}),
+		parkAfter: cmp.Or(o.parkAfter, defaultParkAfter),
 	}
 	s.state.Store(s.newState(o.Decider, o.Identities))
 

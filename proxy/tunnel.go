@@ -95,7 +95,9 @@ func (t *tunnel) firstFlight(tlsOnly bool, onHello func(flight []byte, early *by
 	// Wait before taking a buffer: idle tunnels should not each hold one.
 	if len(t.early) == 0 {
 		if err := waitReadable(t.client); err != nil {
-			if isTimeout(err) && !tlsOnly {
+			if !tlsOnly && (isTimeout(err) || t.closed.Load()) {
+				// Idle, or ended by its timer (an opaque tunnel's wait is
+				// its parking): a silent client was refused nothing.
 				return false
 			}
 			return t.auditFlightRefusal(policy.ReasonTLSRequired, "no first bytes: "+err.Error())

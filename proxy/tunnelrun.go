@@ -7,11 +7,11 @@ import (
 	"time"
 )
 
-// parkAfter is how long a direction waits for more bytes in a goroutine
+// defaultParkAfter is how long a direction waits for more bytes in a goroutine
 // of its own before it parks in the readyWaiter; short, so that a tunnel
 // gone quiet soon holds no goroutine, and long against the cost of a park
 // (one epoll_ctl, one goroutine start), so a busy tunnel rarely parks.
-const parkAfter = time.Second
+const defaultParkAfter = time.Second
 
 // direction is one way of an opaque tunnel: bytes read from src, written
 // to dst, counted in n. Between bursts it is parked (tunnel.park).
@@ -93,12 +93,13 @@ func (d *direction) run() {
 }
 
 // pump copies src to dst with io.Copy on the raw connections, so Linux
-// can splice TCP to TCP, until src has had nothing to read for parkAfter:
+// can splice TCP to TCP, until src has had nothing to read for
+// Server.parkAfter:
 // then it reports true and the direction parks. A direction that sees EOF
 // half-closes its peer; an error closes the tunnel.
 func (t *tunnel) pump(dst, src net.Conn, n *atomic.Int64) bool {
 	for {
-		src.SetReadDeadline(time.Now().Add(parkAfter))
+		src.SetReadDeadline(time.Now().Add(t.s.parkAfter))
 		// Wait for bytes before io.Copy: a splice holds a kernel pipe while
 		// it blocks.
 		if err := waitReadable(src); err != nil {
