@@ -11,7 +11,8 @@ import (
 
 // With -profile PREFIX, egressd's CPU profile during its first round of
 // each workload is saved as PREFIX-WORKLOAD.pprof (from pprof on its admin
-// listener): where a target is missed, the profile shows why. The idle
+// listener), in the first repeat: where a target is missed, the profile
+// shows why. The idle
 // workload, which spends no CPU, saves what memory is held instead: the heap
 // (PREFIX-idle-heap.pprof) and the goroutines (PREFIX-idle-goroutine.pprof)
 // while every tunnel is open.
@@ -19,7 +20,7 @@ import (
 // withProfile runs measure, profiling p (egressd) meanwhile when asked to
 // and this is the first round.
 func (b *bench) withProfile(p *running, name string, round int, d time.Duration, measure func()) {
-	if b.o.profile == "" || p == nil || p.admin == "" || round != 0 {
+	if b.o.profile == "" || p == nil || p.admin == "" || round != 0 || b.repeat != 0 {
 		measure()
 		return
 	}
@@ -38,7 +39,7 @@ func (b *bench) withProfile(p *running, name string, round int, d time.Duration,
 // saveMemProfiles saves p's heap and goroutine profiles as
 // PREFIX-NAME-heap.pprof and PREFIX-NAME-goroutine.pprof, when asked to.
 func (b *bench) saveMemProfiles(p *running, name string) {
-	if b.o.profile == "" || p == nil || p.admin == "" {
+	if b.o.profile == "" || p == nil || p.admin == "" || b.repeat != 0 {
 		return
 	}
 	if m, err := memMetrics(p.admin); err != nil {
