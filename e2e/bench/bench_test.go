@@ -169,14 +169,17 @@ func TestWriteChart(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	for _, tc := range []struct {
-		name, only, peers, want string
+		name, only, peers string
+		repeat            int
+		want              string
 	}{
-		{"defaults", strings.Join(workloadIDs, ","), "egressd,squid,tinyproxy,smokescreen,relay", ""},
-		{"unknown workload", "get,conect", "relay", `-only: unknown "conect"`},
-		{"unknown peer", "get", "relay,haproxy", `-peers: unknown "haproxy"`},
+		{"defaults", strings.Join(workloadIDs, ","), "egressd,squid,tinyproxy,smokescreen,relay", 1, ""},
+		{"unknown workload", "get,conect", "relay", 1, `-only: unknown "conect"`},
+		{"unknown peer", "get", "relay,haproxy", 1, `-peers: unknown "haproxy"`},
+		{"no repeat", "get", "relay", 0, "-repeat must be at least 1, got 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := validate(options{only: tc.only, peers: tc.peers})
+			err := validate(options{only: tc.only, peers: tc.peers, repeat: tc.repeat})
 			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 				t.Errorf("validate(%q, %q) = %v; want %q", tc.only, tc.peers, err, tc.want)
 			}
