@@ -116,7 +116,7 @@ func main() {
 // quickOptions is o shortened to a smoke run: every workload once, briefly.
 func quickOptions(o options) options {
 	o.quick = true
-	o.duration, o.rounds, o.pgRounds, o.pgSeconds, o.pgClients, o.pgScale = time.Second, 1, 1, 1, 2, 1
+	o.duration, o.rounds, o.repeat, o.pgRounds, o.pgSeconds, o.pgClients, o.pgScale = time.Second, 1, 1, 1, 1, 2, 1
 	o.bulk, o.tunnels, o.conns, o.maxReqs = 64<<20, 200, 8, 100_000
 	return o
 }
