@@ -86,6 +86,10 @@ type Options struct {
 	// before it parks (tunnelrun.go). If zero, defaultParkAfter is used;
 	// tests shorten it.
 	parkAfter time.Duration
+	// copyBuf is the size of a tunnel's copy buffer when
+	// Config.TunnelCopy is "buffer". If zero, 256 KiB is used; benchmarks
+	// vary it.
+	copyBuf int
 }
 
 // state is what a reload replaces as a whole; requests read it once. The
@@ -143,6 +147,9 @@ type Server struct {
 	tunnelsMu sync.Mutex
 	tunnels   map[*tunnel]struct{}
 	parkAfter time.Duration
+	// copyBufs pool the copy buffers of tunnels (Config.TunnelCopy
+	// "buffer"); nil when they splice.
+	copyBufs  *sync.Pool
 	tunnelsWG sync.WaitGroup
 	// rawListeners are the SOCKS5 and transparent listeners (serveRaw),
 	// closed by Shutdown; under tunnelsMu.
@@ -196,6 +203,10 @@ func New(o Options) (*Server, error) {
 		parkAfter: cmp.Or(o.parkAfter, defaultParkAfter),
 	}
 	s.state.Store(s.newState(o.Decider, o.Identities))
+	if o.Config.TunnelCopy == TunnelCopyBuffer {
+		n := cmp.Or(o.copyBuf, tunnelCopyBuf)
+		s.copyBufs = &sync.Pool{New: func() any { b := make([]byte, n); return &b }}
+	}
 
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = zapPrintf{s.log}

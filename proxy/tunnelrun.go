@@ -109,7 +109,7 @@ func (t *tunnel) pump(dst, src net.Conn, n *atomic.Int64) bool {
 			t.close()
 			return false
 		}
-		c, err := io.Copy(dst, src)
+		c, err := t.s.copyTunnel(dst, src)
 		if c > 0 {
 			n.Add(c)
 			t.lastActive.Store(time.Now().UnixNano())
@@ -187,4 +187,19 @@ func (t *tunnel) kickParked() {
 			d.kick()
 		}
 	}
+}
+
+// copyTunnel copies src to dst until EOF or an error: with io.Copy on the
+// raw TCP connections, which splices on Linux, or, when the server copies
+// in userspace (copyBuf), through a pooled buffer held only while bytes
+// flow.
+func (s *Server) copyTunnel(dst, src net.Conn) (int64, error) {
+	if s.copyBufs == nil {
+		return io.Copy(dst, src)
+	}
+	bp := s.copyBufs.Get().(*[]byte)
+	defer s.copyBufs.Put(bp)
+	// Wrapped so that neither side's ReadFrom or WriteTo (the splice)
+	// takes over from the buffer.
+	return io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *bp)
 }

@@ -12,12 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
-
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/audit/audittest"
-	"github.com/egressd/egressd/internal/identity"
 	"github.com/egressd/egressd/internal/testwait"
 	"github.com/egressd/egressd/policy"
 )
@@ -26,19 +22,8 @@ import (
 // parkAfter without bytes instead of a second.
 func startParkingServer(t *testing.T, cfg Config, e policy.Decider, a audit.Appender, parkAfter time.Duration) string {
 	t.Helper()
-	ids, _ := identity.New(nil)
-	s, err := New(Options{Config: cfg, Decider: e, Floor: openFloor{}, Identities: ids, Dialer: &net.Dialer{},
-		Audit: a, Metrics: NewMetrics(prometheus.NewRegistry()), Log: zap.NewNop(), parkAfter: parkAfter})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = s.Serve(ln) }()
-	shutdownOnCleanup(t, s)
-	return ln.Addr().String()
+	_, addr := startServerWith(t, Options{Config: cfg, Decider: e, Audit: a, parkAfter: parkAfter})
+	return addr
 }
 
 // tcpEchoUpstream echoes every connection it accepts until the test ends.

@@ -337,7 +337,7 @@ func (b *bench) proxyWorkloads(proxyCPUs, loadCPUs, tag string) []*Workload {
 				// egressd's SOCKS5 and transparent arrivals run beside its
 				// CONNECT: before it in odd rounds, after it in even ones, so
 				// no arrival gains from its place in the round.
-				arrivals := pp.kind == kindEgressd && (wl == connect || wl == connectTLS)
+				arrivals := pp.name == "egressd" && (wl == connect || wl == connectTLS)
 				if arrivals && round%2 == 1 {
 					b.arrivalRounds(wl, p, wl == connectTLS)
 				}
