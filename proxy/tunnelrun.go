@@ -7,10 +7,11 @@ import (
 	"time"
 )
 
-// defaultParkAfter is how long a direction waits for more bytes in a goroutine
-// of its own before it parks in the readyWaiter; short, so that a tunnel
-// gone quiet soon holds no goroutine, and long against the cost of a park
-// (one epoll_ctl, one goroutine start), so a busy tunnel rarely parks.
+// defaultParkAfter is how long a direction waits for more bytes in a
+// goroutine of its own before it parks in the readyWaiter; short, so that
+// a tunnel gone quiet soon holds no goroutine, and long against the cost
+// of a park (one epoll_ctl, one goroutine start), so that a busy tunnel
+// rarely parks.
 const defaultParkAfter = time.Second
 
 // direction is one way of an opaque tunnel: bytes read from src, written
