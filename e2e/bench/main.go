@@ -130,8 +130,9 @@ type bench struct {
 	smokescreen string
 	res         *Results
 	started     time.Time
-	// redirected: the transparent target's nftables redirect is in place.
-	redirected bool
+	// redirected is the transparent listener the transparent target's
+	// nftables redirect sends to; "" before there is one.
+	redirected string
 	// repeat is the repeat being measured, from 0 (-repeat).
 	repeat int
 }
