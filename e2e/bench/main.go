@@ -135,6 +135,9 @@ type bench struct {
 	redirected string
 	// repeat is the repeat being measured, from 0 (-repeat).
 	repeat int
+	// teardownMiB is each idle target's highest peak RSS through the
+	// teardown of its tunnels (noteTeardown).
+	teardownMiB map[string]float64
 }
 
 func (b *bench) progress(format string, args ...any) {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -83,22 +84,47 @@ func fetchProfile(admin, path, file string) error {
 // the heap in use, the goroutine stacks, what the runtime holds from the
 // OS, and the goroutine count.
 func memMetrics(admin string) (string, error) {
+	var out []string
+	for _, m := range []string{"go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_memstats_sys_bytes", "go_goroutines"} {
+		v, err := metricValue(admin, m)
+		if err != nil {
+			return "", err
+		}
+		out = append(out, fmt.Sprintf("%s=%g", m, v))
+	}
+	return strings.Join(out, " "), nil
+}
+
+// metricValue is the value of the sample named series (a metric name with
+// its labels as the exposition format writes them) on egressd's admin
+// listener.
+func metricValue(admin, series string) (float64, error) {
 	resp, err := http.Get(fmt.Sprintf("http://%s/metrics", admin))
 	if err != nil {
-		return "", err
+		return 0, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return "", err
+		return 0, err
 	}
-	var out []string
-	for _, m := range []string{"go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_memstats_sys_bytes", "go_goroutines"} {
-		for _, line := range strings.Split(string(body), "\n") {
-			if v, ok := strings.CutPrefix(line, m+" "); ok {
-				out = append(out, m+"="+v)
-			}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return strconv.ParseFloat(v, 64)
 		}
 	}
-	return strings.Join(out, " "), nil
+	return 0, fmt.Errorf("metrics: no %s", series)
+}
+
+// waitFor calls fn until it returns nil, or returns its last error after
+// max.
+func waitFor(max time.Duration, fn func() error) error {
+	deadline := time.Now().Add(max)
+	for {
+		err := fn()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
