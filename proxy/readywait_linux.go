@@ -43,7 +43,7 @@ func newReadyWaiter() readyWaiter {
 	return w
 }
 
-func (w *epollWaiter) park(c net.Conn, wake func()) func() {
+func (w *epollWaiter) park(c net.Conn, wake func()) parked {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return goroutineWaiter{}.park(c, wake)
@@ -57,11 +57,11 @@ func (w *epollWaiter) park(c net.Conn, wake func()) func() {
 	tok := w.next
 	w.parked[tok] = wake
 	w.mu.Unlock()
-	kick := func() { w.fire(tok) }
+	p := parked{kick: func() { w.fire(tok) }, cancel: func() bool { return w.take(tok) != nil }}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		kick()
-		return kick
+		p.kick()
+		return p
 	}
 	var ctlErr error
 	err = rc.Control(func(fd uintptr) {
@@ -75,20 +75,26 @@ func (w *epollWaiter) park(c net.Conn, wake func()) func() {
 	if err != nil || ctlErr != nil {
 		// Closed meanwhile, or not a socket epoll takes: the direction
 		// runs and finds out for itself.
-		kick()
+		p.kick()
 	}
-	return kick
+	return p
 }
 
 // fire runs the wake parked under tok, if it has not run yet.
 func (w *epollWaiter) fire(tok uint64) {
-	w.mu.Lock()
-	wake, ok := w.parked[tok]
-	delete(w.parked, tok) // a nil map once broken: a no-op
-	w.mu.Unlock()
-	if ok {
+	if wake := w.take(tok); wake != nil {
 		go wake()
 	}
+}
+
+// take removes the wake parked under tok and returns it, or nil if it
+// has run or been taken: whoever takes it owns the direction.
+func (w *epollWaiter) take(tok uint64) func() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wake := w.parked[tok]
+	delete(w.parked, tok) // a nil map once broken: a no-op
+	return wake
 }
 
 // loop waits for the parked sockets for as long as the process runs.
