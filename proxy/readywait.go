@@ -12,20 +12,9 @@ import (
 // process's memory.
 type readyWaiter interface {
 	// park runs wake once, on a goroutine of its own, when c is readable
-	// (bytes, an EOF or an error) or when it is kicked, whichever is
-	// first.
-	park(c net.Conn, wake func()) parked
-}
-
-// parked is one parked direction's wait.
-type parked struct {
-	// kick runs wake now if it has not run; it may be called any number
-	// of times, also after wake ran.
-	kick func()
-	// cancel ends the wait without running wake, and reports whether it
-	// did: false when wake has run or will, or when the waiter cannot
-	// cancel (a goroutine's wait ends when c is closed).
-	cancel func() bool
+	// (bytes, an EOF or an error) or when kick is called, whichever is
+	// first. kick may be called any number of times, also after wake ran.
+	park(c net.Conn, wake func()) (kick func())
 }
 
 // parkedWaiter is the process's one readyWaiter: an epoll instance on
@@ -41,7 +30,7 @@ type goroutineWaiter struct{}
 // longAgo is a deadline in the past: setting it wakes a blocked wait.
 var longAgo = time.Unix(1, 0)
 
-func (goroutineWaiter) park(c net.Conn, wake func()) parked {
+func (goroutineWaiter) park(c net.Conn, wake func()) func() {
 	// Cleared before the goroutine starts, so that a kick's deadline is
 	// never overwritten.
 	c.SetReadDeadline(time.Time{})
@@ -49,5 +38,5 @@ func (goroutineWaiter) park(c net.Conn, wake func()) parked {
 		_ = waitReadable(c) // ready, closed or kicked: wake looks for itself
 		wake()
 	}()
-	return parked{kick: func() { c.SetReadDeadline(longAgo) }, cancel: func() bool { return false }}
+	return func() { c.SetReadDeadline(longAgo) }
 }

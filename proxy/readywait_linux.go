@@ -43,7 +43,7 @@ func newReadyWaiter() readyWaiter {
 	return w
 }
 
-func (w *epollWaiter) park(c net.Conn, wake func()) parked {
+func (w *epollWaiter) park(c net.Conn, wake func()) func() {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return goroutineWaiter{}.park(c, wake)
@@ -57,11 +57,11 @@ func (w *epollWaiter) park(c net.Conn, wake func()) parked {
 	tok := w.next
 	w.parked[tok] = wake
 	w.mu.Unlock()
-	p := parked{kick: func() { w.fire(tok) }, cancel: func() bool { return w.take(tok) != nil }}
+	kick := func() { w.fire(tok) }
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		p.kick()
-		return p
+		kick()
+		return kick
 	}
 	var ctlErr error
 	err = rc.Control(func(fd uintptr) {
@@ -75,26 +75,20 @@ func (w *epollWaiter) park(c net.Conn, wake func()) parked {
 	if err != nil || ctlErr != nil {
 		// Closed meanwhile, or not a socket epoll takes: the direction
 		// runs and finds out for itself.
-		p.kick()
+		kick()
 	}
-	return p
+	return kick
 }
 
 // fire runs the wake parked under tok, if it has not run yet.
 func (w *epollWaiter) fire(tok uint64) {
-	if wake := w.take(tok); wake != nil {
+	w.mu.Lock()
+	wake, ok := w.parked[tok]
+	delete(w.parked, tok) // a nil map once broken: a no-op
+	w.mu.Unlock()
+	if ok {
 		go wake()
 	}
-}
-
-// take removes the wake parked under tok and returns it, or nil if it
-// has run or been taken: whoever takes it owns the direction.
-func (w *epollWaiter) take(tok uint64) func() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	wake := w.parked[tok]
-	delete(w.parked, tok) // a nil map once broken: a no-op
-	return wake
 }
 
 // loop waits for the parked sockets for as long as the process runs.

@@ -316,25 +316,14 @@ func (t *tunnel) revoke(reason policy.Reason) {
 
 // close ends the tunnel from either side (idle, lifetime, error, drain).
 func (t *tunnel) close() {
-	if t.closeConns() {
-		t.kickParked()
-	}
-}
-
-// closeConns closes the tunnel's connections, the first time only, and
-// reports whether it did. A direction that closes its tunnel calls it and
-// not close: it ends the other direction itself (directionDone).
-func (t *tunnel) closeConns() bool {
-	first := false
 	t.closeOnce.Do(func() {
-		first = true
 		t.closed.Store(true)
 		t.client.Close()
 		if t.up != nil {
 			t.up.Close()
 		}
+		t.kickParked()
 	})
-	return first
 }
 
 // peekDeadline is when a TLS-only tunnel's first flight is late:

@@ -24,9 +24,9 @@ type direction struct {
 	// checked (checkFirstFlight): nothing of it is piped before.
 	flight  atomic.Bool
 	tlsOnly bool
-	// wait is the direction's wait while parked; zero when it is not.
-	// Guarded by tunnel.mu.
-	wait parked
+	// kick wakes the direction while parked; nil when it is not. Guarded
+	// by tunnel.mu.
+	kick func()
 }
 
 // start runs an opaque tunnel without holding a goroutine while it is
@@ -66,9 +66,9 @@ func (t *tunnel) park(d *direction) {
 		go d.run()
 		return
 	}
-	d.wait = parkedWaiter().park(d.src, func() {
+	d.kick = parkedWaiter().park(d.src, func() {
 		t.mu.Lock()
-		d.wait = parked{}
+		d.kick = nil
 		t.mu.Unlock()
 		d.run()
 	})
@@ -81,8 +81,8 @@ func (d *direction) run() {
 	if d.flight.Load() {
 		d.flight.Store(false)
 		if !t.checkFirstFlight(d.tlsOnly) {
-			t.closeConns()
-			t.directionDone(d)
+			t.close()
+			t.directionDone()
 			return
 		}
 	}
@@ -90,7 +90,7 @@ func (d *direction) run() {
 		t.park(d)
 		return
 	}
-	t.directionDone(d)
+	t.directionDone()
 }
 
 // pump copies src to dst with io.Copy on the raw connections, so Linux
@@ -107,7 +107,7 @@ func (t *tunnel) pump(dst, src net.Conn, n *atomic.Int64) bool {
 			if isTimeout(err) && !t.closed.Load() {
 				return true
 			}
-			t.closeConns()
+			t.close()
 			return false
 		}
 		c, err := t.s.copyTunnel(dst, src)
@@ -122,12 +122,12 @@ func (t *tunnel) pump(dst, src net.Conn, n *atomic.Int64) bool {
 				_ = cw.CloseWrite() // the peer gone: the other direction ends too
 				return false
 			}
-			t.closeConns()
+			t.close()
 			return false
 		case isTimeout(err):
 			continue
 		default:
-			t.closeConns()
+			t.close()
 			return false
 		}
 	}
@@ -158,35 +158,17 @@ func (t *tunnel) check() {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if d := t.toUp; d.tlsOnly && d.flight.Load() && !now.Before(t.peekDeadline()) && d.wait.kick != nil {
-		d.wait.kick()
+	if d := t.toUp; d.tlsOnly && d.flight.Load() && !now.Before(t.peekDeadline()) && d.kick != nil {
+		d.kick()
 	}
 	t.timer.Reset(t.nextCheck(now))
 }
 
-// directionDone ends direction d, and the tunnel once both directions
-// have ended: its completion record, then what its opener left to do
-// (done). The other direction of a closed tunnel, if parked, is ended
-// here too rather than woken on a goroutine of its own: when thousands
-// of tunnels end at once, each costs one goroutine, not two.
-func (t *tunnel) directionDone(d *direction) {
+// directionDone ends the tunnel once both directions have ended: its
+// completion record, then what its opener left to do (done).
+func (t *tunnel) directionDone() {
 	if t.live.Add(-1) != 0 {
-		if !t.closed.Load() {
-			return
-		}
-		other := t.toUp
-		if other == d {
-			other = t.toClient
-		}
-		t.mu.Lock()
-		taken := other.wait.cancel != nil && other.wait.cancel()
-		if taken {
-			other.wait = parked{}
-		}
-		t.mu.Unlock()
-		if !taken || t.live.Add(-1) != 0 {
-			return
-		}
+		return
 	}
 	t.close()
 	t.mu.Lock()
@@ -202,8 +184,8 @@ func (t *tunnel) kickParked() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, d := range []*direction{t.toUp, t.toClient} {
-		if d != nil && d.wait.kick != nil {
-			d.wait.kick()
+		if d != nil && d.kick != nil {
+			d.kick()
 		}
 	}
 }
