@@ -54,10 +54,11 @@ type Config struct {
 	TunnelMaxLifetime time.Duration `yaml:"tunnel_max_lifetime"`
 	// TunnelCopy is how an opaque tunnel moves its bytes: "splice"
 	// (splice(2) through a kernel pipe, the bytes never in egressd's
-	// memory) or "buffer" (read and written through a 256 KiB buffer,
-	// taken from a pool only while bytes flow). Which is faster, and
-	// which costs less CPU, depends on the kernel and the network (README,
-	// Benchmarks). If empty, "splice" is used.
+	// memory) or "buffer" (read and written through a 256 KiB buffer per
+	// direction, taken from a pool only while bytes flow: up to 512 KiB
+	// per busy tunnel). Which is faster, and which costs less CPU, depends
+	// on the kernel and the network (README, File descriptors). If empty,
+	// "splice" is used.
 	TunnelCopy string `yaml:"tunnel_copy"`
 	// MaxConns caps client connections (plain and tunnels together); past
 	// it new connections are closed on accept. If zero, 10000 is used.
