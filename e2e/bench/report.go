@@ -32,7 +32,7 @@ func renderMarkdown(w io.Writer, r *Results, chart string) error {
 	b.WriteString("Medians over rounds. Ratios compare egressd with the best peer (what users would run instead), the bare relay (a ceiling) and the direct path, all measured in the same run.")
 	reps := r.repeats()
 	if reps != nil {
-		fmt.Fprintf(&b, " The workloads ran %d times (`-repeat`): figures are medians over every round of every repeat, and the range after a ratio is its spread over the repeats (min–max of each repeat's own ratio).", len(reps))
+		fmt.Fprintf(&b, " The workloads ran %d times (`-repeat`): figures are medians over every round of every repeat, and the range after a ratio is its spread over the repeats (min–max of each repeat's own ratio, of that repeat's medians; the ratio of the pooled medians need not fall inside it).", len(reps))
 	}
 	b.WriteString("\n\n| workload | egressd | best peer | egressd ÷ peer | egressd ÷ bare relay | egressd ÷ direct |\n|---|---|---|---|---|---|\n")
 	for _, wl := range r.Workloads {
