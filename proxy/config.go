@@ -52,6 +52,14 @@ type Config struct {
 	TunnelIdleTimeout time.Duration `yaml:"tunnel_idle_timeout"`
 	// TunnelMaxLifetime closes any tunnel this old. If zero, 24h is used.
 	TunnelMaxLifetime time.Duration `yaml:"tunnel_max_lifetime"`
+	// TunnelCopy is how an opaque tunnel moves its bytes: "splice"
+	// (splice(2) through a kernel pipe, the bytes never in egressd's
+	// memory) or "buffer" (read and written through a 256 KiB buffer per
+	// direction, taken from a pool only while bytes flow: up to 512 KiB
+	// per busy tunnel). Which is faster, and which costs less CPU, depends
+	// on the kernel and the network (README, File descriptors). If empty,
+	// "splice" is used.
+	TunnelCopy string `yaml:"tunnel_copy"`
 	// MaxConns caps client connections (plain and tunnels together); past
 	// it new connections are closed on accept. If zero, 10000 is used.
 	MaxConns int `yaml:"max_conns"`
@@ -77,6 +85,15 @@ type Config struct {
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
 }
 
+// The values of Config.TunnelCopy.
+const (
+	TunnelCopySplice = "splice"
+	TunnelCopyBuffer = "buffer"
+)
+
+// tunnelCopyBuf is the size of a "buffer" tunnel's copy buffer.
+const tunnelCopyBuf = 256 << 10
+
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
@@ -92,6 +109,7 @@ func DefaultConfig() Config {
 		PeekTimeout:           10 * time.Second,
 		TunnelIdleTimeout:     5 * time.Minute,
 		TunnelMaxLifetime:     24 * time.Hour,
+		TunnelCopy:            TunnelCopySplice,
 		MaxConns:              10000,
 		PerIdentityMaxConns:   2000,
 		PerIdentityRate:       2000,
@@ -122,6 +140,9 @@ func (c *Config) Validate() error {
 		if _, err := netip.ParseAddrPort(l.addr); err != nil {
 			return fmt.Errorf("%s must be IP:port, got %q: %w", l.key, l.addr, err)
 		}
+	}
+	if c.TunnelCopy != TunnelCopySplice && c.TunnelCopy != TunnelCopyBuffer {
+		return fmt.Errorf("tunnel_copy must be %q or %q, got %q", TunnelCopySplice, TunnelCopyBuffer, c.TunnelCopy)
 	}
 	durations := []struct {
 		key string

@@ -43,9 +43,9 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 // connectHijack opens the tunnel a CONNECT asks for (openTunnel), the
 // client answered in HTTP (connectArrival).
 func (s *Server) connectHijack(r *http.Request, client net.Conn, early []byte) {
-	defer s.conns.Add(-1)
 	s.openTunnel(tunnelRequest{ctx: r.Context(), client: client, early: early, remote: r.RemoteAddr,
-		authority: r.RequestURI, traceparent: traceparentOf(r.Header), arrival: connectArrival{r: r}})
+		authority: r.RequestURI, traceparent: traceparentOf(r.Header), arrival: connectArrival{r: r},
+		release: func() { s.conns.Add(-1) }})
 }
 
 // tunnelRequest is one request for a tunnel, however it arrived: the
@@ -69,15 +69,36 @@ type tunnelRequest struct {
 	// echNeedsInspection refuses an Encrypted Client Hello unless the
 	// rule inspects (tunnel.echNeedsInspection).
 	echNeedsInspection bool
+	// release gives back what the listener holds for the connection (its
+	// max_conns slot); openTunnel calls it once client is closed.
+	release func()
+}
+
+// cleanups are what openTunnel undoes, last first: when it returns, or,
+// for an opaque tunnel that runs on without it, when that tunnel ends.
+type cleanups []func()
+
+func (c *cleanups) add(f func()) { *c = append(*c, f) }
+
+func (c cleanups) run() {
+	for i := len(c) - 1; i >= 0; i-- {
+		c[i]()
+	}
 }
 
 // openTunnel is the one implementation of a tunnel, whichever listener it
 // arrived on: it identifies, decides, audits and dials, checks the first
 // client bytes, then copies the tunnel until it ends. Only how the
-// client is identified and answered is the arrival's.
+// client is identified and answered is the arrival's. An opaque tunnel
+// runs on after openTunnel returns (tunnel.start), so that its caller's
+// goroutine, and what net/http allocated for a CONNECT, are not held for
+// the tunnel's life; every other path ends before it returns.
 func (s *Server) openTunnel(req tunnelRequest) {
 	client := req.client
-	defer client.Close()
+	var undo cleanups
+	undo.add(req.release)
+	undo.add(func() { client.Close() })
+	defer func() { undo.run() }()
 	start := time.Now()
 	st := s.state.Load()
 	f := s.tunnelFlow(req.arrival.via(), req.remote, req.authority, start)
@@ -110,7 +131,7 @@ func (s *Server) openTunnel(req tunnelRequest) {
 		refuse(deniedRefusal(reason))
 		return
 	}
-	defer release()
+	undo.add(release)
 
 	out := st.decider.DecideConnect(req.ctx, id, req.authority)
 	if out.Facts != nil {
@@ -143,7 +164,10 @@ func (s *Server) openTunnel(req tunnelRequest) {
 	t := &tunnel{s: s, f: f, client: client, early: req.early, identity: id, cred: cred,
 		authority: req.authority, arrival: req.arrival, echNeedsInspection: req.echNeedsInspection}
 	if f.inspected {
-		s.runTunnel(req.ctx, st, t, t.serveInspected)
+		if s.beginTunnel(req.ctx, st, t) {
+			undo.add(func() { s.untrack(t) })
+			t.serveInspected()
+		}
 		return
 	}
 
@@ -158,13 +182,20 @@ func (s *Server) openTunnel(req tunnelRequest) {
 		return
 	}
 	t.up = up
-	defer up.Close()
+	undo.add(func() { up.Close() })
 	if ap, ok := up.RemoteAddr().(*net.TCPAddr); ok {
 		t.addr = netip.AddrPortFrom(ap.AddrPort().Addr().Unmap(), ap.AddrPort().Port())
 		t.ip = t.addr.Addr().String()
 	}
-	tlsOnly := out.Decision.TLS
-	s.runTunnel(req.ctx, st, t, func() { t.run(tlsOnly) })
+	if !s.beginTunnel(req.ctx, st, t) {
+		return
+	}
+	undo.add(func() { s.untrack(t) })
+	// The arrival's request (a CONNECT's, with its head) is not kept for
+	// the tunnel's life.
+	t.arrival = nil
+	t.start(out.Decision.TLS, undo.run)
+	undo = nil
 }
 
 // tunnelFlow is the flow of a tunnel request from remote for authority.
@@ -176,20 +207,20 @@ func (s *Server) tunnelFlow(via, remote, authority string, start time.Time) *flo
 	return f
 }
 
-// runTunnel tells the client its tunnel is open (the arrival's answer:
-// a CONNECT's 200), tracks the tunnel for
-// drains and reloads, and runs it (copies it, or serves it inspected).
-func (s *Server) runTunnel(ctx context.Context, st *state, t *tunnel, run func()) {
+// beginTunnel tells the client its tunnel is open (the arrival's answer:
+// a CONNECT's 200) and tracks the tunnel for drains and reloads; it
+// reports whether to run the tunnel, which the caller then untracks
+// when it ends.
+func (s *Server) beginTunnel(ctx context.Context, st *state, t *tunnel) bool {
 	if err := t.arrival.answerOpen(t.client); err != nil {
 		t.complete(0, "", "client gone: "+err.Error())
-		return
+		return false
 	}
 	t.client.SetDeadline(time.Time{})
 	if !s.track(t) {
 		t.complete(0, policy.ReasonShuttingDown, "")
-		return
+		return false
 	}
-	defer s.untrack(t)
 	// A reload between this tunnel's decision and track missed it in
 	// revalidate's snapshot; it swapped the state before taking that
 	// snapshot, so the change shows here.
@@ -198,7 +229,8 @@ func (s *Server) runTunnel(ctx context.Context, st *state, t *tunnel, run func()
 			t.revoke(reason)
 		}
 	}
-	run()
+	t.opened = time.Now()
+	return true
 }
 
 // auditAndRefuseTunnel audits a tunnel's refusal and answers it as its

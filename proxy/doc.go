@@ -46,8 +46,9 @@
 //	         → policy.PreDial.DecideConnect (policy.ParseConnect;
 //	           dnsguard.Floor.Check; policy.Engine.Decide)
 //	         → proxy.Server.auditDecision → dnsguard.Dialer.DialContext
-//	         → proxy.Server.runTunnel (proxy.connectArrival.answerOpen:
-//	           the 200) → proxy.tunnel.run
+//	         → proxy.Server.beginTunnel (proxy.connectArrival.answerOpen:
+//	           the 200) → proxy.tunnel.start (proxy.tunnel.park while
+//	           idle) → proxy.direction.run
 //	         → proxy.tunnel.firstFlight (proxy.readHello;
 //	           proxy.tunnel.checkPlainFlight binds every request of a
 //	           plaintext tunnel to its host)
@@ -58,8 +59,9 @@
 //	         → proxy.Server.openTunnel → proxy.socksArrival.identify
 //	         → policy.PreDial.DecideConnect
 //	         → proxy.Server.auditDecision → dnsguard.Dialer.DialContext
-//	         → proxy.Server.runTunnel (proxy.socksArrival.answerOpen: reply
-//	           succeeded) → proxy.tunnel.run → proxy.tunnel.firstFlight
+//	         → proxy.Server.beginTunnel (proxy.socksArrival.answerOpen: reply
+//	           succeeded) → proxy.tunnel.start → proxy.direction.run
+//	         → proxy.tunnel.firstFlight
 //	         → proxy.tunnel.completeRun ("connect_done")
 //	transparent proxy.Server.ServeTransparent → proxy.Server.serveRaw
 //	         → proxy.Server.serveTransparent
@@ -69,12 +71,13 @@
 //	         → policy.PreDial.DecideConnect
 //	         → proxy.transparentArrival.vetTarget (dnsguard.Given.Gave)
 //	         → proxy.Server.auditDecision → dnsguard.Dialer.DialContext
-//	         → proxy.Server.runTunnel → proxy.tunnel.run
-//	         → proxy.tunnel.firstFlight → proxy.tunnel.completeRun
+//	         → proxy.Server.beginTunnel → proxy.tunnel.start
+//	         → proxy.direction.run → proxy.tunnel.firstFlight
+//	         → proxy.tunnel.completeRun
 //	           ("connect_done")
 //	inspected proxy.Server.openTunnel, the decision saying inspect
 //	         → proxy.Server.auditDecision
-//	         → proxy.Server.runTunnel → proxy.tunnel.serveInspected
+//	         → proxy.Server.beginTunnel → proxy.tunnel.serveInspected
 //	           (proxy.tunnel.firstFlight: ClientHello, SNI, ECH;
 //	           proxy.LeafSource.Leaf; the TLS handshake)
 //	         → proxy.tunnel.serveInner (HTTP/1.1 or h2) → per request

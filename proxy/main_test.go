@@ -10,5 +10,6 @@ import (
 // pooled upstream connection's reader, a request's idle timer) outlives
 // them.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// The readyWaiter's one goroutine serves the process, not a test.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/egressd/egressd/proxy.(*epollWaiter).loop"))
 }

@@ -10,11 +10,12 @@ import (
 )
 
 // serveRaw accepts on ln until Shutdown and hands each connection to
-// handle, which owns it: the connection's max_conns slot is given back
-// when handle returns. It is the accept loop of the listeners that are
+// handle, which owns it and calls release once it is closed: that gives
+// back the connection's max_conns slot (a tunnel may run on after handle
+// returns). It is the accept loop of the listeners that are
 // not HTTP (SOCKS5, transparent), under the same limits as the proxy
 // listener's. It returns http.ErrServerClosed after a Shutdown.
-func (s *Server) serveRaw(ln net.Listener, name string, handle func(c *net.TCPConn)) error {
+func (s *Server) serveRaw(ln net.Listener, name string, handle func(c *net.TCPConn, release func())) error {
 	l, err := s.admit(ln, name)
 	if err != nil {
 		return err
@@ -52,11 +53,10 @@ func (s *Server) serveRaw(ln net.Listener, name string, handle func(c *net.TCPCo
 			continue
 		}
 		s.serving.add()
-		go func() {
-			defer s.serving.remove()
-			defer s.conns.Add(-1)
-			handle(cc.TCPConn)
-		}()
+		go handle(cc.TCPConn, func() {
+			s.conns.Add(-1)
+			s.serving.remove()
+		})
 	}
 }
 

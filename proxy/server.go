@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/x509"
@@ -81,6 +82,14 @@ type Options struct {
 	// (secretpat.MustDefaults()); a finding is recorded, and refuses where
 	// the rule or identity says so. If nil, none is looked for.
 	SecretPatterns *secretpat.Set
+	// parkAfter is how long an opaque tunnel's direction waits for bytes
+	// before it parks (tunnelrun.go). If zero, defaultParkAfter is used;
+	// tests shorten it.
+	parkAfter time.Duration
+	// copyBuf is the size of a tunnel's copy buffer when
+	// Config.TunnelCopy is "buffer". If zero, 256 KiB is used; benchmarks
+	// vary it.
+	copyBuf int
 }
 
 // state is what a reload replaces as a whole; requests read it once. The
@@ -137,6 +146,10 @@ type Server struct {
 
 	tunnelsMu sync.Mutex
 	tunnels   map[*tunnel]struct{}
+	parkAfter time.Duration
+	// copyBufs pool the copy buffers of tunnels (Config.TunnelCopy
+	// "buffer"); nil when they splice.
+	copyBufs  *sync.Pool
 	tunnelsWG sync.WaitGroup
 	// rawListeners are the SOCKS5 and transparent listeners (serveRaw),
 	// closed by Shutdown; under tunnelsMu.
@@ -165,30 +178,35 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("request id prefix: %w", err)
 	}
 	s := &Server{
-		cfg:      o.Config,
-		log:      o.Log.Named("proxy"),
-		audit:    o.Audit,
-		metrics:  o.Metrics,
-		dialer:   o.Dialer,
-		floor:    o.Floor,
-		fds:      o.FDs,
-		secrets:  o.Secrets,
-		argsKey:  o.ArgsKey,
-		budgets:  o.Budgets,
-		patterns: o.SecretPatterns,
-		given:    o.Given,
-		own:      unmapAll(o.Own),
-		origDst:  originalDst,
-		leaves:   o.Leaves,
-		roots:    o.UpstreamRoots,
-		limits:   newLimiter(o.Config),
-		sources:  newSourceLimiter(o.Config),
-		failLog:  audit.NewFailLog(o.Log.Named("proxy"), 0),
-		innerLog: zap.NewStdLog(o.Log.Named("proxy").Named("inspect")),
-		idPrefix: hex.EncodeToString(pfx[:]) + "-",
-		tunnels:  make(map[*tunnel]struct{}),
+		cfg:       o.Config,
+		log:       o.Log.Named("proxy"),
+		audit:     o.Audit,
+		metrics:   o.Metrics,
+		dialer:    o.Dialer,
+		floor:     o.Floor,
+		fds:       o.FDs,
+		secrets:   o.Secrets,
+		argsKey:   o.ArgsKey,
+		budgets:   o.Budgets,
+		patterns:  o.SecretPatterns,
+		given:     o.Given,
+		own:       unmapAll(o.Own),
+		origDst:   originalDst,
+		leaves:    o.Leaves,
+		roots:     o.UpstreamRoots,
+		limits:    newLimiter(o.Config),
+		sources:   newSourceLimiter(o.Config),
+		failLog:   audit.NewFailLog(o.Log.Named("proxy"), 0),
+		innerLog:  zap.NewStdLog(o.Log.Named("proxy").Named("inspect")),
+		idPrefix:  hex.EncodeToString(pfx[:]) + "-",
+		tunnels:   make(map[*tunnel]struct{}),
+		parkAfter: cmp.Or(o.parkAfter, defaultParkAfter),
 	}
 	s.state.Store(s.newState(o.Decider, o.Identities))
+	if o.Config.TunnelCopy == TunnelCopyBuffer {
+		n := cmp.Or(o.copyBuf, tunnelCopyBuf)
+		s.copyBufs = &sync.Pool{New: func() any { b := make([]byte, n); return &b }}
+	}
 
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = zapPrintf{s.log}

@@ -43,17 +43,30 @@ func startProxy(tb testing.TB, cfg Config, e policy.Decider, a audit.Appender) s
 
 func startServer(tb testing.TB, cfg Config, e policy.Decider, a audit.Appender) (*Server, string) {
 	tb.Helper()
-	ids, _ := identity.New(nil)
-	s, err := New(Options{
-		Config:     cfg,
-		Decider:    e,
-		Floor:      openFloor{},
-		Identities: ids,
-		Dialer:     &net.Dialer{},
-		Audit:      a,
-		Metrics:    NewMetrics(prometheus.NewRegistry()),
-		Log:        zap.NewNop(),
-	})
+	return startServerWith(tb, Options{Config: cfg, Decider: e, Audit: a})
+}
+
+// startServerWith runs a Server with o, its floor open, no identities, a
+// plain dialer, fresh metrics and no log unless o sets them, and returns
+// it and its address.
+func startServerWith(tb testing.TB, o Options) (*Server, string) {
+	tb.Helper()
+	if o.Floor == nil {
+		o.Floor = openFloor{}
+	}
+	if o.Identities == nil {
+		o.Identities, _ = identity.New(nil)
+	}
+	if o.Dialer == nil {
+		o.Dialer = &net.Dialer{}
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(prometheus.NewRegistry())
+	}
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	s, err := New(o)
 	if err != nil {
 		tb.Fatal(err)
 	}

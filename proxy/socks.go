@@ -28,8 +28,14 @@ func (s *Server) ServeSOCKS(ln net.Listener) error {
 // and opens the tunnel it asks for. A name is resolved by egressd
 // (socks5h); an address the client resolved itself is decided as an IP
 // literal. What the handshake refuses is audited as a CONNECT refusal.
-func (s *Server) serveSOCKS(c *net.TCPConn) {
-	defer c.Close()
+func (s *Server) serveSOCKS(c *net.TCPConn, release func()) {
+	opened := false
+	defer func() {
+		if !opened {
+			c.Close()
+			release()
+		}
+	}()
 	start := time.Now()
 	remote := c.RemoteAddr().String()
 	c.SetDeadline(start.Add(s.cfg.ReadHeaderTimeout))
@@ -104,7 +110,8 @@ func (s *Server) serveSOCKS(c *net.TCPConn) {
 		refuse(a, q.Authority(), rf)
 		return
 	}
-	s.openTunnel(tunnelRequest{ctx: context.Background(), client: c, remote: remote,
+	opened = true
+	s.openTunnel(tunnelRequest{ctx: context.Background(), client: c, release: release, remote: remote,
 		authority: q.Authority(), arrival: a})
 }
 

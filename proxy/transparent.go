@@ -43,8 +43,14 @@ func (s *Server) ServeTransparent(ln net.Listener) error {
 // plain HTTP connection is a tunnel to Host's name whose every request is
 // bound to that name (checkPlainFlight), so its rule must say
 // "tls": false, as for a CONNECT carrying plain HTTP.
-func (s *Server) serveTransparent(c *net.TCPConn) {
-	defer c.Close()
+func (s *Server) serveTransparent(c *net.TCPConn, release func()) {
+	opened := false
+	defer func() {
+		if !opened {
+			c.Close()
+			release()
+		}
+	}()
 	start := time.Now()
 	remote := c.RemoteAddr().String()
 	a := &transparentArrival{client: clientAddr(remote), given: s.given}
@@ -74,7 +80,8 @@ func (s *Server) serveTransparent(c *net.TCPConn) {
 		refuse(net.JoinHostPort(cmp.Or(name, dst.Addr().String()), port), *rf)
 		return
 	}
-	s.openTunnel(tunnelRequest{ctx: context.Background(), client: c, early: flight, remote: remote,
+	opened = true
+	s.openTunnel(tunnelRequest{ctx: context.Background(), client: c, release: release, early: flight, remote: remote,
 		authority: net.JoinHostPort(name, port), arrival: a, echNeedsInspection: true})
 }
 

@@ -45,6 +45,20 @@ type tunnel struct {
 	up2down, down2up atomic.Int64
 	lastActive       atomic.Int64 // unix nanos
 	closeOnce        sync.Once
+	closed           atomic.Bool
+	// opened is when the client was told the tunnel is open; a TLS-only
+	// tunnel's first flight is waited for peek_timeout from then.
+	opened time.Time
+	// An opaque tunnel's run (tunnelrun.go): its directions, how many of
+	// them still run, its idle and lifetime timer, its end of life and
+	// what its opener left to do once it ends. mu guards the directions'
+	// kicks and the timer.
+	mu             sync.Mutex
+	toUp, toClient *direction
+	live           atomic.Int32
+	timer          *time.Timer
+	end            time.Time
+	done           func()
 	// refused is the first-flight refusal reason, if any; refusedDetail
 	// says more, or alone says why an inspected tunnel ended early.
 	refused       policy.Reason
@@ -73,15 +87,17 @@ func (t *tunnel) checkFirstFlight(tlsOnly bool) bool {
 // the bytes read (flight, then what is left of early) and the hello once
 // its server name matched. It reports what onHello reports, or false.
 func (t *tunnel) firstFlight(tlsOnly bool, onHello func(flight []byte, early *bytes.Reader, h helloInfo) bool) bool {
-	wait := t.s.cfg.TunnelIdleTimeout
+	deadline := time.Now().Add(t.s.cfg.TunnelIdleTimeout)
 	if tlsOnly {
-		wait = t.s.cfg.PeekTimeout
+		deadline = t.peekDeadline()
 	}
-	t.client.SetReadDeadline(time.Now().Add(wait))
+	t.client.SetReadDeadline(deadline)
 	// Wait before taking a buffer: idle tunnels should not each hold one.
 	if len(t.early) == 0 {
 		if err := waitReadable(t.client); err != nil {
-			if isTimeout(err) && !tlsOnly {
+			if !tlsOnly && (isTimeout(err) || t.closed.Load()) {
+				// Idle, or ended by its timer (an opaque tunnel's wait is
+				// its parking): a silent client was refused nothing.
 				return false
 			}
 			return t.auditFlightRefusal(policy.ReasonTLSRequired, "no first bytes: "+err.Error())
@@ -216,26 +232,6 @@ func (t *tunnel) auditFlightRefusal(reason policy.Reason, detail string) bool {
 	return false
 }
 
-// run copies both directions until both end, the tunnel idles out, or it
-// reaches its maximum lifetime. Upstream bytes flow at once (a server may
-// speak first); client bytes only after the first flight passed its checks.
-func (t *tunnel) run(tlsOnly bool) {
-	t.lastActive.Store(time.Now().UnixNano())
-	end := t.f.start.Add(t.s.cfg.TunnelMaxLifetime)
-	done := make(chan struct{})
-	go func() {
-		t.pipe(t.client, t.up, &t.up2down, end)
-		close(done)
-	}()
-	if t.checkFirstFlight(tlsOnly) {
-		t.pipe(t.up, t.client, &t.down2up, end)
-	} else {
-		t.close()
-	}
-	<-done
-	t.completeRun()
-}
-
 // completeRun counts the bytes of a tunnel that ran and appends its
 // completion record: closed by a reload, refused on its first flight, or ended.
 func (t *tunnel) completeRun() {
@@ -256,52 +252,6 @@ func (t *tunnel) completeRun() {
 	// An error that refused nothing (an inspected client's failed
 	// handshake) is detail alone.
 	t.complete(0, "", t.refusedDetail)
-}
-
-// pipe copies src to dst with io.Copy on the raw connections, so Linux can
-// splice TCP to TCP. Deadlines bound each round: a round that moved bytes, or
-// a recent round of the other direction, starts another; a direction that
-// sees EOF half-closes its peer.
-func (t *tunnel) pipe(dst, src net.Conn, n *atomic.Int64, end time.Time) {
-	window := t.s.cfg.TunnelIdleTimeout / 2
-	idle := t.s.cfg.TunnelIdleTimeout.Nanoseconds()
-	for {
-		now := time.Now()
-		if !now.Before(end) {
-			t.close()
-			return
-		}
-		src.SetReadDeadline(minTime(now.Add(window), end))
-		// Wait for bytes before io.Copy: a splice holds a kernel pipe while
-		// it blocks, and thousands of idle tunnels should not.
-		if err := waitReadable(src); err != nil {
-			if isTimeout(err) && time.Now().UnixNano()-t.lastActive.Load() < idle {
-				continue
-			}
-			t.close()
-			return
-		}
-		c, err := io.Copy(dst, src)
-		if c > 0 {
-			n.Add(c)
-			t.lastActive.Store(time.Now().UnixNano())
-		}
-		switch {
-		case err == nil:
-			// EOF: pass the half-close on and let the other direction finish.
-			if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-				_ = cw.CloseWrite() // the peer gone: the other direction ends too
-				return
-			}
-			t.close()
-			return
-		case isTimeout(err):
-			continue
-		default:
-			t.close()
-			return
-		}
-	}
 }
 
 // waitReadable blocks until src has bytes (or EOF, or an error) or its read
@@ -367,11 +317,19 @@ func (t *tunnel) revoke(reason policy.Reason) {
 // close ends the tunnel from either side (idle, lifetime, error, drain).
 func (t *tunnel) close() {
 	t.closeOnce.Do(func() {
+		t.closed.Store(true)
 		t.client.Close()
 		if t.up != nil {
 			t.up.Close()
 		}
+		t.kickParked()
 	})
+}
+
+// peekDeadline is when a TLS-only tunnel's first flight is late:
+// peek_timeout after the client was told the tunnel is open.
+func (t *tunnel) peekDeadline() time.Time {
+	return t.opened.Add(t.s.cfg.PeekTimeout)
 }
 
 // complete appends the tunnel's completion record.

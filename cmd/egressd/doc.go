@@ -25,7 +25,8 @@
 //	          → policy.PreDial.DecideConnect (policy.ParseConnect;
 //	            dnsguard.Floor.Check; policy.Engine.Decide)
 //	          → proxy.Server.auditDecision → dnsguard.Dialer.DialContext
-//	          → proxy.tunnel.run (proxy.tunnel.firstFlight)
+//	          → proxy.tunnel.start → proxy.direction.run
+//	            (proxy.tunnel.firstFlight)
 //	          → proxy.tunnel.completeRun ("connect_done")
 //	inspected proxy.Server.connectHijack, the decision saying inspect
 //	          → proxy.tunnel.serveInspected (proxy.LeafSource.Leaf)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -106,17 +107,22 @@ func socksHandshake(c net.Conn, host string, port int) error {
 
 // redirectTransparent installs the nat output rule sending
 // transparentSource's TCP to 127.0.0.1:port to egressd's transparent
-// listener, and removes it at exit.
+// listener, replacing the rule of an earlier instance (-repeat starts a
+// new one), and removes it at exit.
 func redirectTransparent(port int, transparent string) error {
 	_, tport, err := net.SplitHostPort(transparent)
 	if err != nil {
 		return err
 	}
 	table := fmt.Sprintf("egressd_bench_%d", os.Getpid())
-	rules := fmt.Sprintf(`table ip %s {
+	// Added, deleted and written again in one transaction: the file
+	// replaces whatever the table held.
+	rules := fmt.Sprintf(`add table ip %[1]s
+delete table ip %[1]s
+table ip %[1]s {
 	chain output {
 		type nat hook output priority -100; policy accept;
-		ip saddr %s ip daddr 127.0.0.1 tcp dport %d redirect to :%s
+		ip saddr %[2]s ip daddr 127.0.0.1 tcp dport %[3]d redirect to :%[4]s
 	}
 }
 `, table, transparentSource, port, tport)
@@ -125,9 +131,14 @@ func redirectTransparent(port int, transparent string) error {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("nft (root and nftables needed for the transparent target): %w: %s", err, bytes.TrimSpace(out))
 	}
-	atExit(func() { exec.Command("nft", "delete", "table", "ip", table).Run() }) //nolint:errcheck // best effort at exit; a leftover matches only transparentSource
+	redirectCleanup.Do(func() {
+		atExit(func() { exec.Command("nft", "delete", "table", "ip", table).Run() }) //nolint:errcheck // best effort at exit; a leftover matches only transparentSource
+	})
 	return nil
 }
+
+// redirectCleanup registers the redirect's removal once.
+var redirectCleanup sync.Once
 
 // dialTransparent resolves originName through egressd's DNS and connects
 // to the answer's port from transparentSource, which the redirect sends
@@ -173,12 +184,12 @@ func (b *bench) arrivalRounds(wl *Workload, p *running, withTLS bool) {
 		return
 	}
 	tr := wl.target(targetTransparent, kindEgressd)
-	if !b.redirected {
+	if b.redirected != p.transparent {
 		if err := redirectTransparent(b.org.tlsSink, p.transparent); err != nil {
 			tr.fail("not measured: " + err.Error())
 			return
 		}
-		b.redirected = true
+		b.redirected = p.transparent
 	}
 	b.bulkRound(tr, p, withTLS, viaTransparent)
 }

@@ -169,14 +169,17 @@ func TestWriteChart(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	for _, tc := range []struct {
-		name, only, peers, want string
+		name, only, peers string
+		repeat            int
+		want              string
 	}{
-		{"defaults", strings.Join(workloadIDs, ","), "egressd,squid,tinyproxy,smokescreen,relay", ""},
-		{"unknown workload", "get,conect", "relay", `-only: unknown "conect"`},
-		{"unknown peer", "get", "relay,haproxy", `-peers: unknown "haproxy"`},
+		{"defaults", strings.Join(workloadIDs, ","), "egressd,squid,tinyproxy,smokescreen,relay", 1, ""},
+		{"unknown workload", "get,conect", "relay", 1, `-only: unknown "conect"`},
+		{"unknown peer", "get", "relay,haproxy", 1, `-peers: unknown "haproxy"`},
+		{"no repeat", "get", "relay", 0, "-repeat must be at least 1, got 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := validate(options{only: tc.only, peers: tc.peers})
+			err := validate(options{only: tc.only, peers: tc.peers, repeat: tc.repeat})
 			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 				t.Errorf("validate(%q, %q) = %v; want %q", tc.only, tc.peers, err, tc.want)
 			}
@@ -391,5 +394,98 @@ func TestRerender(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "B.png")); err != nil {
 		t.Errorf("no chart beside the rerendered report: %v", err)
+	}
+}
+
+// repeated is a CONNECT workload measured in two repeats (-repeat 2):
+// egressd's ratio to the best peer is 1.30× in the first and 1.10× in the
+// second, its CPU 0.50× and 0.55× the peer's in both.
+func repeated() *Results {
+	rd := func(repeat int, rate, cpu float64) Round { return Round{Repeat: repeat, Rate: rate, CPU: cpu} }
+	r := &Results{Command: "go run ./e2e/bench -repeat 2", Repeats: 2, Workloads: []*Workload{
+		{ID: "connect", Title: "CONNECT bulk, plain inside", Unit: "MiB/s", CPUUnit: "ms per GiB",
+			Targets: []*Target{
+				{Name: "direct", Kind: kindDirect, Rounds: []Round{rd(0, 1400, 0), rd(1, 1400, 0)}},
+				{Name: "egressd", Kind: kindEgressd, Rounds: []Round{rd(0, 1300, 250), rd(1, 1100, 275)}},
+				{Name: "squid", Kind: kindPeer, Rounds: []Round{rd(0, 1000, 500), rd(1, 1000, 500)}},
+			}},
+	}}
+	return r
+}
+
+// TestRepeatWorstRunVerdict: with -repeat, a target is met only when its
+// worst repeat meets it, judged on that repeat's own medians, and the
+// report gives each ratio's spread over the repeats.
+func TestRepeatWorstRunVerdict(t *testing.T) {
+	tests := []struct {
+		name         string
+		g            goal
+		wantMeasured string
+		wantVerdict  string
+	}{
+		{"the pooled medians meet it, one repeat does not", goal{issue: 16, workload: "connect", metric: "rate", against: "best", atLeast: true, bound: 1.15},
+			"worst of 2 repeats: 1.10× (1,100 vs 1,000); spread 1.10×–1.30×", "**missed**"},
+		{"every repeat meets it", goal{issue: 28, workload: "connect", metric: "rate", against: "best", atLeast: true, bound: 1},
+			"worst of 2 repeats: 1.10× (1,100 vs 1,000); spread 1.10×–1.30×", "met"},
+		{"an upper bound: the worst is the highest", goal{issue: 28, workload: "connect", metric: "cpu", against: "best", bound: 0.52},
+			"worst of 2 repeats: 0.55× (275 vs 500); spread 0.50×–0.55×", "**missed**"},
+		{"against direct", goal{issue: 28, workload: "connect", metric: "rate", against: kindDirect, atLeast: true, bound: 0.85},
+			"worst of 2 repeats: 0.79× (1,100 vs 1,400); spread 0.79×–0.93×", "**missed**"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, measured, verdict, ok := tt.g.check(repeated())
+			if !ok || measured != tt.wantMeasured || verdict != tt.wantVerdict {
+				t.Errorf("check = %q, %q, %v; want %q, %q", measured, verdict, ok, tt.wantMeasured, tt.wantVerdict)
+			}
+		})
+	}
+	var b strings.Builder
+	if err := renderMarkdown(&b, repeated(), ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| CONNECT bulk, plain inside | 1,200 MiB/s | squid: 1,000 MiB/s | 1.20× (1.10–1.30×) | – | **0.86×** (0.79–0.93×) |",
+		"| CONNECT bulk, plain inside: proxy CPU, ms per GiB | 262 | squid: 500 | 0.53× (0.50–0.55×) |",
+		"a target is met only when every repeat meets it",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q; got:\n%s", want, b.String())
+		}
+	}
+	// A saved repeated run renders the same again (-render).
+	dir := t.TempDir()
+	if err := repeated().writeJSON(filepath.Join(dir, "run.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rerender(filepath.Join(dir, "run.json"), filepath.Join(dir, "B.md")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "B.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "spread 1.10×–1.30×"; !strings.Contains(string(got), want) {
+		t.Errorf("rerendered report lacks %q", want)
+	}
+}
+
+// TestAddRepeat: each repeat's rounds are pooled into the same target,
+// marked with their repeat, and a repeat alone gives back its own.
+func TestAddRepeat(t *testing.T) {
+	r := &Results{}
+	for i, rate := range []float64{1300, 1100} {
+		r.addRepeat(i, []*Workload{{ID: "connect", Targets: []*Target{
+			{Name: "egressd", Kind: kindEgressd, Rounds: []Round{{Rate: rate}}}}}})
+	}
+	r.Repeats = 2
+	if n := len(r.Workloads); n != 1 {
+		t.Fatalf("pooled %d workloads; want 1", n)
+	}
+	if got := r.Workloads[0].Targets[0].Rounds; len(got) != 2 || got[1].Repeat != 1 {
+		t.Errorf("pooled rounds = %+v; want two, the second of repeat 1", got)
+	}
+	if got := r.repeat(1).Workloads[0].Targets[0].rate(); got != 1100 {
+		t.Errorf("repeat 1's rate = %v; want 1100", got)
 	}
 }

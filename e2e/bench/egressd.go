@@ -36,6 +36,8 @@ type egressdOpts struct {
 	// arrivals adds the SOCKS5 and transparent listeners and the DNS
 	// listener transparent clients resolve through (issue 26).
 	arrivals bool
+	// tunnelCopy, when set, is proxy.tunnel_copy.
+	tunnelCopy string
 }
 
 // startEgressd runs egressd with the default bundle's modules, rules for
@@ -84,6 +86,9 @@ func (b *bench) startEgressd(name, cpus string, eo egressdOpts) (*running, error
 		socks, transparent, dnsListen = loopback(), loopback(), loopback()
 		arrivals = fmt.Sprintf("  socks_listen: %s\n  transparent_listen: %s\n", socks, transparent)
 		dnsSection = fmt.Sprintf("dns: {upstreams: [%q], listen: %s}\n", og.dns, dnsListen)
+	}
+	if eo.tunnelCopy != "" {
+		arrivals += fmt.Sprintf("  tunnel_copy: %s\n", eo.tunnelCopy)
 	}
 	cfg := fmt.Sprintf(`log: {level: warn}
 proxy:

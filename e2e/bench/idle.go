@@ -20,7 +20,7 @@ var held atomic.Int64
 func (b *bench) idleWorkload() *Workload {
 	wl := &Workload{ID: "idle", Title: fmt.Sprintf("%d idle tunnels, peak RSS", b.o.tunnels), Unit: "MiB",
 		LowerIsBetter: true, Scale: b.o.tunnels,
-		Note: "A fresh instance of each proxy; peak RSS (VmHWM) summed over the proxy's processes once every tunnel has reached the origin. tinyproxy is left out: it runs a thread per connection."}
+		Note: "A fresh instance of each proxy; peak RSS (VmHWM) summed over the proxy's processes, read once every tunnel has reached the origin and before any is closed. egressd's note gives its peak through the teardown too: every tunnel closed at once, each with its completion record. tinyproxy is left out: it runs a thread per connection."}
 	for _, pp := range proxyPeers() {
 		if pp.name == "tinyproxy" || !b.wantPeer(pp.name) {
 			continue
@@ -31,20 +31,53 @@ func (b *bench) idleWorkload() *Workload {
 			t.fail("error: " + err.Error())
 			continue
 		}
-		if err := b.openIdle(p); err != nil {
+		var hwm int64
+		if err := b.openIdle(p, func() {
+			hwm = p.rss("VmHWM")
+			b.saveMemProfiles(p, "idle")
+		}); err != nil {
 			t.fail("error: " + err.Error())
 		} else {
-			t.Rounds = append(t.Rounds, Round{Rate: float64(p.rss("VmHWM")) / 1024})
-			b.progress("%s: %d idle tunnels, peak RSS %.0f MiB", t.Name, b.o.tunnels, t.Rounds[0].Rate)
+			t.Rounds = append(t.Rounds, Round{Rate: float64(hwm) / 1024})
+			b.progress("%s: %d idle tunnels, peak RSS %.0f MiB", t.Name, b.o.tunnels, float64(hwm)/1024)
+			if p.admin != "" {
+				b.noteTeardown(t, p)
+			}
 		}
 		p.stop()
 	}
 	return wl
 }
 
+// noteTeardown waits until egressd has closed every tunnel (its active
+// tunnels gauge at zero: every completion record appended) and notes its
+// peak RSS through their teardown, the highest of every round.
+func (b *bench) noteTeardown(t *Target, p *running) {
+	err := waitFor(30*time.Second, func() error {
+		v, err := metricValue(p.admin, `egressd_proxy_active{what="tunnels"}`)
+		if err == nil && v != 0 {
+			err = fmt.Errorf("%v tunnels still open", v)
+		}
+		return err
+	})
+	if err != nil {
+		b.progress("%s: teardown: %v", t.Name, err)
+		return
+	}
+	mib := float64(p.rss("VmHWM")) / 1024
+	b.progress("%s: peak RSS through the teardown %.0f MiB", t.Name, mib)
+	if mib > b.teardownMiB[t.Name] {
+		if b.teardownMiB == nil {
+			b.teardownMiB = map[string]float64{}
+		}
+		b.teardownMiB[t.Name] = mib
+		t.Note = fmt.Sprintf("peak RSS through the teardown of every tunnel at once: %.0f MiB (the highest of every round)", mib)
+	}
+}
+
 // openIdle opens the tunnels through p, waits until the holder has them
-// all, and closes them when it returns.
-func (b *bench) openIdle(p *running) error {
+// all, calls held while they are, and closes them when it returns.
+func (b *bench) openIdle(p *running, whileHeld func()) error {
 	target := fmt.Sprintf("127.0.0.1:%d", b.org.holder)
 	start := held.Load()
 	conns := make([]net.Conn, b.o.tunnels)
@@ -92,5 +125,6 @@ func (b *bench) openIdle(p *running) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	whileHeld()
 	return nil
 }

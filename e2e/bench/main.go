@@ -33,6 +33,7 @@ type options struct {
 	duration  time.Duration
 	conns     int
 	rounds    int
+	repeat    int
 	maxReqs   int64
 	bulk      int64
 	tunnels   int
@@ -61,6 +62,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "length of each HTTP load run")
 	flag.IntVar(&o.conns, "conns", 32, "keep-alive connections of the HTTP loads")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds of the proxy workloads (every target once per round); medians are reported")
+	flag.IntVar(&o.repeat, "repeat", 1, "run the chosen workloads this many times; the report gives each ratio's spread over the repeats, and a target is met only when every repeat meets it")
 	flag.Int64Var(&o.maxReqs, "max-requests", 10_000_000, "bound on requests per connection of the Go load generator")
 	flag.Int64Var(&o.bulk, "bulk", 1<<30, "bytes per CONNECT bulk transfer")
 	flag.IntVar(&o.tunnels, "tunnels", 5000, "idle tunnels for the RSS measurement")
@@ -114,7 +116,7 @@ func main() {
 // quickOptions is o shortened to a smoke run: every workload once, briefly.
 func quickOptions(o options) options {
 	o.quick = true
-	o.duration, o.rounds, o.pgRounds, o.pgSeconds, o.pgClients, o.pgScale = time.Second, 1, 1, 1, 2, 1
+	o.duration, o.rounds, o.repeat, o.pgRounds, o.pgSeconds, o.pgClients, o.pgScale = time.Second, 1, 1, 1, 1, 2, 1
 	o.bulk, o.tunnels, o.conns, o.maxReqs = 64<<20, 200, 8, 100_000
 	return o
 }
@@ -128,8 +130,14 @@ type bench struct {
 	smokescreen string
 	res         *Results
 	started     time.Time
-	// redirected: the transparent target's nftables redirect is in place.
-	redirected bool
+	// redirected is the transparent listener the transparent target's
+	// nftables redirect sends to; "" before there is one.
+	redirected string
+	// repeat is the repeat being measured, from 0 (-repeat).
+	repeat int
+	// teardownMiB is each idle target's highest peak RSS through the
+	// teardown of its tunnels (noteTeardown).
+	teardownMiB map[string]float64
 }
 
 func (b *bench) progress(format string, args ...any) {
@@ -145,6 +153,9 @@ func listHas(list, x string) bool { return strings.Contains(","+list+",", ","+x+
 // validate refuses a workload or peer name the bench does not know: a
 // typo would otherwise measure nothing and say nothing.
 func validate(o options) error {
+	if o.repeat < 1 {
+		return fmt.Errorf("-repeat must be at least 1, got %d", o.repeat)
+	}
 	var peers []string
 	for _, pp := range proxyPeers() {
 		peers = append(peers, pp.name)
@@ -177,51 +188,80 @@ func run(o options, args []string) error {
 	b.res.Commit = commit()
 	b.res.Versions = b.versions()
 	measured := time.Now()
-	if o.loadCPU != "" {
-		// This program (origins, Go load generator) and every child not
-		// pinned otherwise (wrk, pgbench, PostgreSQL) share the load core.
-		if err := exec.Command("taskset", "-a", "-p", "-c", o.loadCPU, strconv.Itoa(os.Getpid())).Run(); err != nil {
-			return fmt.Errorf("taskset self: %w", err)
-		}
-	}
 	org, err := startOrigin(b.work)
 	if err != nil {
 		return fmt.Errorf("origin: %w", err)
 	}
 	b.org = org
 	b.res.Settings = b.settings()
-
-	if b.want("get") || b.want("get-paced") || b.want("connect") || b.want("connect-tls") {
-		b.res.Workloads = append(b.res.Workloads, b.proxyWorkloads(o.proxyCPU, o.loadCPU, "")...)
-	}
-	if b.want("https") {
-		b.res.Workloads = append(b.res.Workloads, b.httpsWorkload())
-	}
-	if b.want("body") {
-		b.res.Workloads = append(b.res.Workloads, b.bodyWorkload())
-	}
-	if b.want("leaf") {
-		b.res.Workloads = append(b.res.Workloads, b.leafWorkloads()...)
-	}
-	if b.want("check") {
-		b.res.Workloads = append(b.res.Workloads, b.checkWorkloads()...)
-	}
-	if b.want("pgbench") {
-		b.res.Workloads = append(b.res.Workloads, b.pgWorkloads()...)
-	}
-	if b.want("idle") {
-		b.res.Workloads = append(b.res.Workloads, b.idleWorkload())
-	}
-	if b.want("get-unpinned") {
-		if err := b.unpin(); err != nil {
+	for i := range o.repeat {
+		if o.repeat > 1 {
+			b.progress("repeat %d of %d", i+1, o.repeat)
+		}
+		b.repeat = i
+		wls, err := b.measure()
+		if err != nil {
 			return err
 		}
-		b.res.Workloads = append(b.res.Workloads, b.proxyWorkloads("", "", "unpinned")...)
+		b.res.addRepeat(i, wls)
+	}
+	if o.repeat > 1 {
+		b.res.Repeats = o.repeat
 	}
 	b.res.Machine.LoadAvg = loadAvg()
 	b.res.Elapsed = time.Since(measured)
 	b.progress("done")
 	return b.write()
+}
+
+// pinSelf pins this program (origins, Go load generator) and every child
+// not pinned otherwise (wrk, pgbench, PostgreSQL) to the load core.
+func (b *bench) pinSelf() error {
+	if b.o.loadCPU == "" {
+		return nil
+	}
+	if err := exec.Command("taskset", "-a", "-p", "-c", b.o.loadCPU, strconv.Itoa(os.Getpid())).Run(); err != nil {
+		return fmt.Errorf("taskset self: %w", err)
+	}
+	return nil
+}
+
+// measure runs the chosen workloads once.
+func (b *bench) measure() ([]*Workload, error) {
+	// Pinned again on every repeat: the unpinned workload unpins.
+	if err := b.pinSelf(); err != nil {
+		return nil, err
+	}
+	o := b.o
+	var wls []*Workload
+	if b.want("get") || b.want("get-paced") || b.want("connect") || b.want("connect-tls") {
+		wls = append(wls, b.proxyWorkloads(o.proxyCPU, o.loadCPU, "")...)
+	}
+	if b.want("https") {
+		wls = append(wls, b.httpsWorkload())
+	}
+	if b.want("body") {
+		wls = append(wls, b.bodyWorkload())
+	}
+	if b.want("leaf") {
+		wls = append(wls, b.leafWorkloads()...)
+	}
+	if b.want("check") {
+		wls = append(wls, b.checkWorkloads()...)
+	}
+	if b.want("pgbench") {
+		wls = append(wls, b.pgWorkloads()...)
+	}
+	if b.want("idle") {
+		wls = append(wls, b.idleWorkload())
+	}
+	if b.want("get-unpinned") {
+		if err := b.unpin(); err != nil {
+			return nil, err
+		}
+		wls = append(wls, b.proxyWorkloads("", "", "unpinned")...)
+	}
+	return wls, nil
 }
 
 // unpin lets this program and its children use every CPU again.
@@ -301,7 +341,7 @@ func (b *bench) proxyWorkloads(proxyCPUs, loadCPUs, tag string) []*Workload {
 				// egressd's SOCKS5 and transparent arrivals run beside its
 				// CONNECT: before it in odd rounds, after it in even ones, so
 				// no arrival gains from its place in the round.
-				arrivals := pp.kind == kindEgressd && (wl == connect || wl == connectTLS)
+				arrivals := pp.name == "egressd" && (wl == connect || wl == connectTLS)
 				if arrivals && round%2 == 1 {
 					b.arrivalRounds(wl, p, wl == connectTLS)
 				}

@@ -102,7 +102,7 @@ func (b *bench) settings() []string {
 	}
 	return []string{
 		pin,
-		fmt.Sprintf("%d rounds of the proxy workloads, %d of pgbench; targets interleaved within each round; medians", o.rounds, o.pgRounds),
+		fmt.Sprintf("%d rounds of the proxy workloads, %d of pgbench; targets interleaved within each round; medians; the workloads run %d time(s) (-repeat)", o.rounds, o.pgRounds, o.repeat),
 		fmt.Sprintf("HTTP loads: %d keep-alive connections, %v per run; CONNECT bulk: %d MiB per transfer; %d idle tunnels", o.conns, o.duration, o.bulk>>20, o.tunnels),
 		fmt.Sprintf("pgbench: -c %d -j 2 -T %d, scale %d", o.pgClients, o.pgSeconds, o.pgScale),
 		"egressd: default bundle's modules, rules for the bench origin, audit on (sync: interval), log level warn, connection and rate limits raised past the load",

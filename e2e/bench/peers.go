@@ -48,6 +48,12 @@ func proxyPeers() []proxyPeer {
 		{"egressd", kindEgressd, func(b *bench, cpus string) (*running, error) {
 			return b.startEgressd("egressd", cpus, egressdOpts{arrivals: b.want("connect") || b.want("connect-tls")})
 		}},
+		// Not in the default -peers: egressd with its tunnels copied
+		// through a buffer instead of spliced (proxy.tunnel_copy), beside
+		// the default in the CONNECT workloads.
+		{"egressd-buffer", kindEgressd, func(b *bench, cpus string) (*running, error) {
+			return b.startEgressd("egressd-buffer", cpus, egressdOpts{tunnelCopy: "buffer"})
+		}},
 		{"squid", kindPeer, func(b *bench, cpus string) (*running, error) { return b.startSquid("squid", cpus, false) }},
 		{"tinyproxy", kindPeer, (*bench).startTinyproxy},
 		{"smokescreen", kindPeer, (*bench).startSmokescreen},

@@ -179,11 +179,11 @@ func (p *proc) cpu() time.Duration {
 	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
 }
 
-// rss sums a /proc/PID/status field (VmRSS, VmHWM) over p's processes, in
-// KiB.
+// rss sums a /proc/PID/status field (VmRSS, VmHWM in KiB; Threads) over
+// p's processes.
 func (p *proc) rss(field string) int64 {
 	var kb int64
-	re := regexp.MustCompile(field + `:\s+(\d+) kB`)
+	re := regexp.MustCompile(field + `:\s+(\d+)`)
 	for _, pid := range p.pids() {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		if err != nil {

@@ -29,10 +29,22 @@ func renderMarkdown(w io.Writer, r *Results, chart string) error {
 	}
 
 	b.WriteString("## Summary\n\n")
-	b.WriteString("Medians over rounds. Ratios compare egressd with the best peer (what users would run instead), the bare relay (a ceiling) and the direct path, all measured in the same run.\n\n")
-	b.WriteString("| workload | egressd | best peer | egressd ÷ peer | egressd ÷ bare relay | egressd ÷ direct |\n|---|---|---|---|---|---|\n")
+	b.WriteString("Medians over rounds. Ratios compare egressd with the best peer (what users would run instead), the bare relay (a ceiling) and the direct path, all measured in the same run.")
+	reps := r.repeats()
+	if reps != nil {
+		fmt.Fprintf(&b, " The workloads ran %d times (`-repeat`): figures are medians over every round of every repeat, and the range after a ratio is its spread over the repeats (min–max of each repeat's own ratio, of that repeat's medians; the ratio of the pooled medians need not fall inside it).", len(reps))
+	}
+	b.WriteString("\n\n| workload | egressd | best peer | egressd ÷ peer | egressd ÷ bare relay | egressd ÷ direct |\n|---|---|---|---|---|---|\n")
 	for _, wl := range r.Workloads {
-		summaryRows(&b, wl)
+		var each []*Workload
+		for _, rep := range reps {
+			for _, w := range rep.Workloads {
+				if w.ID == wl.ID {
+					each = append(each, w)
+				}
+			}
+		}
+		summaryRows(&b, wl, each)
 	}
 	b.WriteString("\n")
 
@@ -59,10 +71,11 @@ func renderMarkdown(w io.Writer, r *Results, chart string) error {
 	return err
 }
 
-// summaryRows writes a workload's rate row, and its CPU and p99 rows.
-func summaryRows(b *strings.Builder, wl *Workload) {
+// summaryRows writes a workload's rate row, and its CPU and p99 rows;
+// each holds the workload as each repeat alone measured it (none for a
+// single run), for the spread of every ratio.
+func summaryRows(b *strings.Builder, wl *Workload, each []*Workload) {
 	e, peer := wl.first(kindEgressd), wl.bestPeer()
-	relay, direct := wl.first(kindCeiling), wl.first(kindDirect)
 	if e == nil {
 		return
 	}
@@ -74,16 +87,18 @@ func summaryRows(b *strings.Builder, wl *Workload) {
 		ev := f(e)
 		fmt.Fprintf(b, "| %s | %s | ", label, format(ev))
 		if peer != nil && f(peer) > 0 {
-			fmt.Fprintf(b, "%s: %s | %s | ", peer.Name, format(f(peer)), ratio(ev, f(peer), lowerBetter))
+			fmt.Fprintf(b, "%s: %s | %s%s | ", peer.Name, format(f(peer)), ratio(ev, f(peer), lowerBetter),
+				spread(each, f, (*Workload).bestPeer))
 		} else {
 			b.WriteString("– | – | ")
 		}
-		for i, t := range []*Target{relay, direct} {
+		for i, kind := range []string{kindCeiling, kindDirect} {
 			if i > 0 {
 				b.WriteString(" | ")
 			}
-			if t != nil && t.ok() && f(t) > 0 {
+			if t := wl.first(kind); t != nil && t.ok() && f(t) > 0 {
 				b.WriteString(ratio(ev, f(t), lowerBetter))
+				b.WriteString(spread(each, f, func(w *Workload) *Target { return w.first(kind) }))
 			} else {
 				b.WriteString("–")
 			}
@@ -99,6 +114,25 @@ func summaryRows(b *strings.Builder, wl *Workload) {
 		p99 := slices.Index(latencyQuantiles, 99)
 		row(wl.Title+": p99 latency", func(t *Target) float64 { return t.latency(p99) }, ms, true)
 	}
+}
+
+// spread is " (lo–hi×)", the range over the repeats each of egressd's
+// figure f divided by that of the target other picks in the same repeat,
+// or "" for a single run or a repeat without both figures.
+func spread(each []*Workload, f func(*Target) float64, other func(*Workload) *Target) string {
+	if len(each) < 2 {
+		return ""
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, w := range each {
+		e, o := w.first(kindEgressd), other(w)
+		if e == nil || !e.ok() || o == nil || !o.ok() || f(o) == 0 {
+			return ""
+		}
+		x := f(e) / f(o)
+		lo, hi = min(lo, x), max(hi, x)
+	}
+	return fmt.Sprintf(" (%.2f–%.2f×)", lo, hi)
 }
 
 // detail writes a workload's own table: every target with every figure.

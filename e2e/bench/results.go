@@ -24,6 +24,9 @@ type Results struct {
 	// Commands are how each proxy was started ($DIR: its directory).
 	Commands  map[string]string `json:"commands"`
 	Workloads []*Workload       `json:"workloads"`
+	// Repeats is how many times the workloads ran (-repeat); every round
+	// says which repeat it belongs to. Zero or one: a single run.
+	Repeats int `json:"repeats,omitempty"`
 }
 
 // Machine describes where the run happened.
@@ -78,8 +81,10 @@ var latencyQuantiles = []float64{50, 75, 90, 95, 99, 99.9}
 
 // Round is one measurement of one target.
 type Round struct {
-	Rate float64 `json:"rate"`
-	CPU  float64 `json:"cpu,omitempty"`
+	// Repeat is the repeat the round belongs to, from 0 (Results.Repeats).
+	Repeat int     `json:"repeat,omitempty"`
+	Rate   float64 `json:"rate"`
+	CPU    float64 `json:"cpu,omitempty"`
 	// LatencyMS holds latencyQuantiles, in milliseconds.
 	LatencyMS []float64 `json:"latency_ms,omitempty"`
 }
@@ -197,4 +202,74 @@ func (w *Workload) named(name string) *Target {
 		}
 	}
 	return nil
+}
+
+// repeat is r as its repeat i alone measured it: every round of another
+// repeat left out.
+func (r *Results) repeat(i int) *Results {
+	one := *r
+	one.Repeats = 0
+	one.Workloads = make([]*Workload, len(r.Workloads))
+	for k, wl := range r.Workloads {
+		w := *wl
+		w.Targets = make([]*Target, len(wl.Targets))
+		for j, t := range wl.Targets {
+			c := *t
+			c.Rounds = nil
+			for _, rd := range t.Rounds {
+				if rd.Repeat == i {
+					c.Rounds = append(c.Rounds, rd)
+				}
+			}
+			w.Targets[j] = &c
+		}
+		one.Workloads[k] = &w
+	}
+	return &one
+}
+
+// repeats is every repeat of r alone, or nil for a single run.
+func (r *Results) repeats() []*Results {
+	if r.Repeats < 2 {
+		return nil
+	}
+	out := make([]*Results, r.Repeats)
+	for i := range out {
+		out[i] = r.repeat(i)
+	}
+	return out
+}
+
+// addRepeat pools the workloads repeat i measured into r's: each round
+// marked with its repeat, appended to the same target of the same
+// workload. A target that failed in one repeat keeps the first failure.
+func (r *Results) addRepeat(i int, wls []*Workload) {
+	for _, wl := range wls {
+		for _, t := range wl.Targets {
+			for k := range t.Rounds {
+				t.Rounds[k].Repeat = i
+			}
+		}
+		var pooled *Workload
+		for _, p := range r.Workloads {
+			if p.ID == wl.ID {
+				pooled = p
+			}
+		}
+		if pooled == nil {
+			r.Workloads = append(r.Workloads, wl)
+			continue
+		}
+		for _, t := range wl.Targets {
+			p := pooled.named(t.Name)
+			if p == nil {
+				pooled.Targets = append(pooled.Targets, t)
+				continue
+			}
+			p.Rounds = append(p.Rounds, t.Rounds...)
+			if t.Status != "" {
+				p.fail(fmt.Sprintf("repeat %d: %s", i+1, t.Status))
+			}
+		}
+	}
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// The targets issues 14, 16, 24 and 26 judge egressd by, each checked
+// The targets issues 14, 16, 24, 26 and 28 judge egressd by, each checked
 // against the figures of the same run: a ratio to a named peer, the best
 // peer or the bare relay, or an absolute bound.
 
@@ -16,7 +16,8 @@ type goal struct {
 	workload string
 	metric   string // "rate", "cpu" or "p99"
 	// against: a target name ("squid"), "best" (the best peer), "ceiling"
-	// (the bare relay), or "" for an absolute bound in the workload's unit.
+	// (the bare relay), "direct" (no proxy), or "" for an absolute bound
+	// in the workload's unit.
 	against string
 	atLeast bool // measured ≥ bound (else ≤)
 	bound   float64
@@ -42,6 +43,10 @@ var goals = []goal{
 	{16, "pgbench-S-extended", "cpu", "pgbouncer (session)", false, 1.25, 0, ""},
 	{16, "pgbench-tpcb", "cpu", "pgbouncer (session)", false, 1.25, 0, ""},
 	{16, "idle", "rate", "", false, 100, 5000, ""},
+	// Tunnels at the peers' speed, at a fraction of their CPU.
+	{28, "connect", "rate", "best", true, 1, 0, ""},
+	{28, "connect", "rate", kindDirect, true, 0.85, 0, ""},
+	{28, "connect", "cpu", "best", false, 0.6, 0, ""},
 	{14, "https", "rate", "squid (ssl_bump)", true, 1.2, 0, ""},
 	{14, "leaf-hit", "rate", "", false, 5, 0, ""},
 	{14, "leaf-mint", "rate", "", false, 1000, 0, ""},
@@ -64,9 +69,68 @@ func (g goal) value(t *Target) float64 {
 	return t.rate()
 }
 
+// outcome is a goal judged against the figures of one run or one repeat.
+type outcome struct {
+	text     string // the goal
+	measured string // what was measured, as the report shows it
+	// x is the figure or ratio the bound applies to; judged is false when
+	// there is none (measured says why).
+	x      float64
+	judged bool
+	ratio  bool // x is a ratio (else a figure in unit)
+	unit   string
+}
+
+// met reports whether x meets the goal's bound.
+func (g goal) met(x float64) bool { return g.atLeast && x >= g.bound || !g.atLeast && x <= g.bound }
+
+// worse reports whether x is further from meeting the goal than y.
+func (g goal) worse(x, y float64) bool { return g.atLeast && x < y || !g.atLeast && x > y }
+
 // check returns the goal's text, what was measured and the verdict, or
-// ok false when the run has no such workload.
+// ok false when the run has no such workload. A repeated run (-repeat)
+// meets a goal only when its worst repeat does; measured names that
+// repeat's figure and the spread over every repeat.
 func (g goal) check(r *Results) (text, measured, verdict string, ok bool) {
+	o, ok := g.outcome(r)
+	if !ok {
+		return "", "", "", false
+	}
+	if !o.judged {
+		return o.text, o.measured, "not measured", true
+	}
+	reps := r.repeats()
+	if reps == nil {
+		return o.text, o.measured, pass(g.met(o.x)), true
+	}
+	var worst outcome
+	lo, hi := 0.0, 0.0
+	for i, rep := range reps {
+		ro, _ := g.outcome(rep)
+		if !ro.judged {
+			return o.text, fmt.Sprintf("repeat %d: %s", i+1, ro.measured), "not measured", true
+		}
+		if i == 0 || g.worse(ro.x, worst.x) {
+			worst = ro
+		}
+		if i == 0 || ro.x < lo {
+			lo = ro.x
+		}
+		if i == 0 || ro.x > hi {
+			hi = ro.x
+		}
+	}
+	format := func(x float64) string { return num(x) + " " + o.unit }
+	if o.ratio {
+		format = func(x float64) string { return fmt.Sprintf("%.2f×", x) }
+	}
+	measured = fmt.Sprintf("worst of %d repeats: %s; spread %s–%s", len(reps), worst.measured, format(lo), format(hi))
+	return o.text, measured, pass(g.met(worst.x)), true
+}
+
+// outcome judges the goal against r's figures (medians over its rounds),
+// or returns ok false when r has no such workload.
+func (g goal) outcome(r *Results) (o outcome, ok bool) {
 	var wl *Workload
 	for _, w := range r.Workloads {
 		if w.ID == g.workload {
@@ -74,7 +138,7 @@ func (g goal) check(r *Results) (text, measured, verdict string, ok bool) {
 		}
 	}
 	if wl == nil {
-		return "", "", "", false
+		return outcome{}, false
 	}
 	op := "≤"
 	if g.atLeast {
@@ -93,39 +157,46 @@ func (g goal) check(r *Results) (text, measured, verdict string, ok bool) {
 	var other *Target
 	switch g.against {
 	case "":
-		text = fmt.Sprintf("%s %s %s %s", what, op, num(g.bound), wl.Unit)
+		o.text = fmt.Sprintf("%s %s %s %s", what, op, num(g.bound), wl.Unit)
 	case "best":
 		other = wl.bestPeer()
-		text = fmt.Sprintf("%s %s %g× the best peer", what, op, g.bound)
+		o.text = fmt.Sprintf("%s %s %g× the best peer", what, op, g.bound)
 	case "ceiling":
 		other = wl.first(kindCeiling)
-		text = fmt.Sprintf("%s %s %g× the bare relay", what, op, g.bound)
+		o.text = fmt.Sprintf("%s %s %g× the bare relay", what, op, g.bound)
+	case kindDirect:
+		other = wl.first(kindDirect)
+		o.text = fmt.Sprintf("%s %s %g× direct", what, op, g.bound)
 	default:
 		other = wl.named(g.against)
-		text = fmt.Sprintf("%s %s %g× %s's", what, op, g.bound, g.against)
+		o.text = fmt.Sprintf("%s %s %g× %s's", what, op, g.bound, g.against)
 	}
 	e := wl.first(kindEgressd)
 	if g.subject != "" {
 		e = wl.named(g.subject)
 	}
+	o.unit = wl.Unit
 	switch {
 	case g.scale != 0 && wl.Scale != g.scale:
-		return text, fmt.Sprintf("measured at %d, not %d", wl.Scale, g.scale), "not measured", true
+		o.measured = fmt.Sprintf("measured at %d, not %d", wl.Scale, g.scale)
+		return o, true
 	case e == nil || !e.ok():
-		status := "no figure"
+		o.measured = "no figure"
 		if e != nil && e.Status != "" {
-			status = e.Status
+			o.measured = e.Status
 		}
-		return text, status, "not measured", true
+		return o, true
 	case g.against == "":
-		v := g.value(e)
-		return text, num(v) + " " + wl.Unit, pass(g.atLeast && v >= g.bound || !g.atLeast && v <= g.bound), true
+		o.x, o.judged = g.value(e), true
+		o.measured = num(o.x) + " " + wl.Unit
+		return o, true
 	case other == nil || !other.ok() || g.value(other) == 0:
-		return text, "no figure for " + g.against, "not measured", true
+		o.measured = "no figure for " + g.against
+		return o, true
 	}
-	x := g.value(e) / g.value(other)
-	return text, fmt.Sprintf("%.2f× (%s vs %s)", x, num(g.value(e)), num(g.value(other))),
-		pass(g.atLeast && x >= g.bound || !g.atLeast && x <= g.bound), true
+	o.x, o.judged, o.ratio = g.value(e)/g.value(other), true, true
+	o.measured = fmt.Sprintf("%.2f× (%s vs %s)", o.x, num(g.value(e)), num(g.value(other)))
+	return o, true
 }
 
 func pass(ok bool) string {
@@ -147,7 +218,10 @@ func goalsTable(b *strings.Builder, r *Results) {
 	if len(rows) == 0 {
 		return
 	}
-	b.WriteString("## Targets\n\nThe targets of issues 14, 16, 24 and 26, checked against this run's figures (ratios of medians, same run).")
+	b.WriteString("## Targets\n\nThe targets of issues 14, 16, 24, 26 and 28, checked against this run's figures (ratios of medians, same run).")
+	if r.Repeats > 1 {
+		fmt.Fprintf(b, " The run was repeated %d times: a target is met only when every repeat meets it, judged on that repeat's own medians; measured is the worst repeat and the spread over all of them.", r.Repeats)
+	}
 	if r.Smoke {
 		b.WriteString(" A smoke run's verdicts mean nothing.")
 	}

@@ -55,6 +55,7 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"metrics equals admin", "metrics:\n  listen: 127.0.0.1:9090\n", `metrics.listen must differ from admin.listen, both are "127.0.0.1:9090"`},
 		{"bad proxy listen", "proxy:\n  listen: localhost\n", `proxy.listen must be IP:port, got "localhost"`},
 		{"bad socks listen", "proxy:\n  socks_listen: :1080\n", `proxy.socks_listen must be IP:port, got ":1080"`},
+		{"bad tunnel copy", "proxy:\n  tunnel_copy: sendfile\n", `proxy.tunnel_copy must be "splice" or "buffer", got "sendfile"`},
 		{"socks equals proxy", "proxy:\n  socks_listen: 127.0.0.1:3128\n", `proxy.socks_listen must differ from proxy.listen, both are "127.0.0.1:3128"`},
 		{"transparent equals socks", "proxy:\n  socks_listen: 127.0.0.1:1080\n  transparent_listen: 127.0.0.1:1080\n", `proxy.socks_listen must differ from proxy.transparent_listen, both are "127.0.0.1:1080"`},
 		{"steer address not an IP", "dns:\n  steer_to: egressd\n", `dns.steer_to must be an IP address, got "egressd"`},

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package proxy
+
+func newReadyWaiter() readyWaiter { return goroutineWaiter{} }
