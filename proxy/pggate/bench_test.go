@@ -1,8 +1,10 @@
 package pggate
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"os"
@@ -14,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/egressd/egressd/audit/audittest"
 	"github.com/egressd/egressd/internal/pgtest"
@@ -203,5 +207,62 @@ func benchDecideQuery(b *testing.B, s *session) {
 	b.ResetTimer()
 	for b.Loop() {
 		s.decide(benchQuery)
+	}
+}
+
+// BenchmarkSessionExchanges runs one session's whole loop (read, decide,
+// forward, relay back) on in-memory pipes against the stub upstream: the
+// simple protocol, and the extended one as pgbench -M extended sends it
+// (unnamed Parse, Bind, Describe, Execute, Sync). Each iteration pipelines
+// per exchanges and reads their answers up to the last ReadyForQuery.
+func BenchmarkSessionExchanges(b *testing.B) {
+	const per = 100
+	for _, bc := range []struct {
+		name string
+		msgs []pgproto3.FrontendMessage
+	}{
+		{"simple", []pgproto3.FrontendMessage{&pgproto3.Query{String: benchQuery}}},
+		{"extended", []pgproto3.FrontendMessage{&pgproto3.Parse{Query: benchQuery}, &pgproto3.Bind{},
+			&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			g, rec := auditedFuzzGate(b)
+			client, s, wait := pipeSession(b, g)
+			go s.run()
+			var data []byte
+			for range per {
+				data = append(data, encode(bc.msgs...)...)
+			}
+			r := bufio.NewReaderSize(client, 32<<10)
+			exchange := func() {
+				go client.Write(data)
+				for ready := 0; ready < per; {
+					hdr, err := r.Peek(5)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if hdr[0] == 'E' {
+						b.Fatalf("an exchange failed: %s", audittest.Summary(rec.Since(0)))
+					}
+					if hdr[0] == 'Z' {
+						ready++
+					}
+					if _, err := r.Discard(1 + int(binary.BigEndian.Uint32(hdr[1:]))); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			exchange()
+			g.deps.Audit = audittest.Sink{}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				exchange()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*per), "ns/exchange")
+			b.StopTimer()
+			client.Close()
+			wait()
+		})
 	}
 }

@@ -118,6 +118,25 @@ func stubUpstream(c net.Conn, marker string, got *[]string) {
 // read_only) as its client's bytes and returns the query texts that
 // reached the upstream.
 func runSession(t testing.TB, g *Gate, data []byte) []string {
+	client, s, wait := pipeSession(t, g)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); io.Copy(io.Discard, client) }()
+	go func() {
+		defer wg.Done()
+		client.Write(data)
+		client.Close()
+	}()
+	s.run()
+	wg.Wait()
+	return wait()
+}
+
+// pipeSession is a logged-in agent-ro session (profile read_only) on
+// in-memory pipes, its upstream the stub, not yet running; client is its
+// client's end. wait waits for the stub to end (the session's run must
+// have returned) and returns the query texts that reached it.
+func pipeSession(t testing.TB, g *Gate) (client net.Conn, s *session, wait func() []string) {
 	// Logged in as startup logs in (identity, verifier and table from the
 	// gate's current state): a session without them reads as revoked and
 	// is refused at its first message.
@@ -128,25 +147,16 @@ func runSession(t testing.TB, g *Gate, data []byte) []string {
 	}
 	client, gateSide := net.Pipe()
 	gateUp, up := net.Pipe()
-	s := &session{
+	s = &session{
 		g: g, cur: cur, verifier: entry.SCRAMSHA256, client: gateSide, be: g.newBackend(gateSide), upstream: gateUp,
 		fe:       pgproto3.NewFrontend(gateUp, gateUp),
 		identity: ident, database: "app", remote: "fuzz", stmts: map[string]struct{}{}, objs: newObjects(),
 	}
 	s.keyPrefix = cacheKeyPrefix(s.identity, s.database)
-	var wg sync.WaitGroup
-	wg.Add(3)
 	var got []string
-	go func() { defer wg.Done(); stubUpstream(up, g.marker, &got) }()
-	go func() { defer wg.Done(); io.Copy(io.Discard, client) }()
-	go func() {
-		defer wg.Done()
-		client.Write(data)
-		client.Close()
-	}()
-	s.run()
-	wg.Wait()
-	return got
+	done := make(chan struct{})
+	go func() { defer close(done); stubUpstream(up, g.marker, &got) }()
+	return client, s, func() []string { <-done; return got }
 }
 
 func encode(msgs ...pgproto3.FrontendMessage) []byte {

@@ -54,9 +54,12 @@ func (s *session) portalAllow(portal string) policy.Reason {
 		if reason := s.usesRevoked(t); reason != "" {
 			return reason
 		}
-		effects, err := effectsOf(t)
-		if err != nil {
-			return policy.ReasonSQLParseError
+		effects, ok := s.parsed.effectsOf(t)
+		if !ok {
+			var err error
+			if effects, err = effectsOf(t); err != nil {
+				return policy.ReasonSQLParseError
+			}
 		}
 		if !s.recordEffects(effects) {
 			return policy.ReasonSessionLimit
@@ -79,4 +82,20 @@ func (s *session) usesRevoked(text string) policy.Reason {
 		return policy.ReasonSQLParseError
 	}
 	return reason
+}
+
+// parsedText is a text an allowed verdict was given for, with the
+// verdict's effects (effectsOf of that exact text, see forText).
+type parsedText struct {
+	text    string
+	effects []effect
+	ok      bool
+}
+
+// effectsOf returns the effects of text if p holds that text.
+func (p *parsedText) effectsOf(text string) ([]effect, bool) {
+	if !p.ok || p.text != text {
+		return nil, false
+	}
+	return p.effects, true
 }

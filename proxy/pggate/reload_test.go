@@ -145,6 +145,20 @@ func TestReloadRevokesPreparedStatementsAndCursors(t *testing.T) {
 		rows(t, c, "SELECT 1")
 	})
 
+	// A PREPARE run by a protocol Execute is tracked from the effects its
+	// Parse's verdict read, the scan the Execute no longer repeats.
+	t.Run("sql prepare executed as a portal", func(t *testing.T) {
+		f := startGate(t, sharedPG(t), nil)
+		intact := seedItem(t, f, 905)
+		c := connect(t, f.dsn("agent-rw", passRW, "app"))
+		if err := c.ExecParams(ctxT(t), "PREPARE del(int) AS DELETE FROM items WHERE id = $1", nil, nil, nil, nil).Read().Err; err != nil {
+			t.Fatal(err)
+		}
+		narrowToReadOnly(t, f)
+		wantQueryDenied(t, c, "EXECUTE del(905)", "write_denied")
+		intact()
+	})
+
 	t.Run("with hold cursor", func(t *testing.T) {
 		f := startGate(t, sharedPG(t), nil)
 		c := connect(t, f.dsn("agent-ro", passRO, "app"))
