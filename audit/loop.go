@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"runtime"
 	"strconv"
 	"time"
 
@@ -31,6 +32,11 @@ type loop struct {
 
 func (w *Writer) run() {
 	defer close(w.done)
+	// The writer keeps one thread, never given back (it ends with the
+	// goroutine), so that the scheduling hint is on the thread that
+	// calls fsync.
+	runtime.LockOSThread()
+	preferWakeups()
 	l := loop{spare: make([]queued, 0, w.cfg.QueueSize)}
 	var syncC <-chan time.Time
 	if !w.always {

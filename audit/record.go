@@ -151,7 +151,9 @@ const (
 
 // Appender is what entry points need of the log. Append returns only once the
 // record is queued (or durable, with sync: always); an error means the caller
-// must deny with reason "audit_unavailable".
+// must deny with reason "audit_unavailable". Append does not keep r: the
+// caller may reuse it once Append returns (the maps it holds are shared
+// and must not change).
 type Appender interface {
 	Append(r *Record) error
 }

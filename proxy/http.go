@@ -442,6 +442,7 @@ func (f *httpFlow) complete(status int, reason policy.Reason, detail string) {
 		f.s.failLog.Failed(err, zap.String("request", f.id))
 	}
 	f.s.countBytes(f.st.ids, f.identity.ID, r.BytesIn+r.BytesOut)
+	freeRecord(r)
 	f.release()
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -53,9 +54,27 @@ type flowInfo struct {
 	via string
 }
 
-// record is a record of the flow with no decision: a completion.
+// recordPool recycles the records the proxy builds per request: every
+// audit.Appender copies the record it is given, so one can be reused once
+// Append returns. Two 680-byte records per keep-alive GET were a sixth of
+// the proxy's allocation, and so of its GC cycles (issue 28).
+var recordPool = sync.Pool{New: func() any { return new(audit.Record) }}
+
+// pooledRecord is a zero record from recordPool.
+func pooledRecord() *audit.Record { return recordPool.Get().(*audit.Record) }
+
+// freeRecord gives r back to recordPool; nothing may use r afterwards.
+func freeRecord(r *audit.Record) {
+	*r = audit.Record{}
+	recordPool.Put(r)
+}
+
+// record is a record of the flow with no decision: a completion. It comes
+// from recordPool; a caller that is done with it may free it.
 func (f *flowInfo) record(kind audit.Kind) *audit.Record {
-	return f.withTarget(&audit.Record{Kind: kind, Identity: f.identity, Client: f.clientS})
+	r := pooledRecord()
+	r.Kind, r.Identity, r.Client = kind, f.identity, f.clientS
+	return f.withTarget(r)
 }
 
 // withTarget sets r's request id, claimed user and target fields.
@@ -99,9 +118,13 @@ func (f *flowInfo) setClient(remote string) {
 	}
 }
 
-// decisionRecord is the record appended before anything goes upstream.
+// decisionRecord is the record appended before anything goes upstream. It
+// comes from recordPool; a caller that is done with it may free it.
 func (f *flowInfo) decisionRecord(v audit.Verdict) *audit.Record {
-	r := f.withTarget(audit.Decided(recordKind(f.kind), f.identity, f.clientS, v))
+	r := pooledRecord()
+	// Decided's record is copied, not kept: it stays on the stack.
+	*r = *audit.Decided(recordKind(f.kind), f.identity, f.clientS, v)
+	f.withTarget(r)
 	if f.kind == policy.KindHTTP {
 		// Not a redirect's record, which copies the flow.
 		r.Credentials = f.credentials
@@ -135,6 +158,7 @@ func allowed(d *policy.Decision) verdict {
 func (s *Server) auditDecision(f *flowInfo, v verdict) error {
 	kind := recordKind(f.kind)
 	r := f.decisionRecord(v.Verdict)
+	defer freeRecord(r)
 	r.Error = v.detail
 	if err := s.appendFlow(f, r); err != nil {
 		if v.Allow && errors.Is(err, audit.ErrOverBudget) {
@@ -144,6 +168,7 @@ func (s *Server) auditDecision(f *flowInfo, v verdict) error {
 			if derr := s.appendFlow(f, d); derr != nil {
 				s.failLog.Failed(derr, zap.String("request", f.id))
 			}
+			freeRecord(d)
 			s.metrics.decided(kind, audit.DecisionDeny, policy.ReasonAuditBudgetExceeded)
 			return err
 		}

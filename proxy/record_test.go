@@ -372,3 +372,81 @@ func TestRecordKindIsAuditKind(t *testing.T) {
 		})
 	}
 }
+
+// TestPooledRecordsStayTheirRequests: the decision and completion records
+// of concurrent keep-alive requests come from one pool (recordPool); each
+// record the log gets names its own request's path and status, and every
+// request has exactly one of each, so no record was reused while the log
+// could still read it. -race watches the reuse itself.
+func TestPooledRecordsStayTheirRequests(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var status int
+		fmt.Sscanf(r.URL.Query().Get("status"), "%d", &status)
+		w.WriteHeader(status)
+	}))
+	defer up.Close()
+	a := &audittest.Recorder{}
+	addr := startProxy(t, DefaultConfig(), allowAll{}, a)
+	const clients, each = 4, 25
+	errs := make(chan error, clients)
+	for c := range clients {
+		go func() {
+			hc := proxyClient(addr)
+			for i := range each {
+				resp, err := hc.Get(fmt.Sprintf("%s/c%d/r%d?status=%d", up.URL, c, i, 200+c*i%7))
+				if err != nil {
+					errs <- err
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			errs <- nil
+		}()
+	}
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs := a.Wait(t, func(recs []audit.Record) bool { return len(recs) >= 2*clients*each })
+	type pair struct{ decided, done int }
+	byRequest := map[string]*pair{}
+	for _, r := range recs {
+		var c, i, status int
+		if _, err := fmt.Sscanf(r.Path, "/c%d/r%d", &c, &i); err != nil {
+			t.Fatalf("record %+v: path %q names no request of this test", r, r.Path)
+		}
+		if want := fmt.Sprintf("status=%d", 200+c*i%7); r.Query != want {
+			t.Errorf("record of %s: query = %q; want %q", r.Path, r.Query, want)
+		}
+		fmt.Sscanf(r.Query, "status=%d", &status)
+		p := byRequest[r.Request]
+		if p == nil {
+			p = &pair{}
+			byRequest[r.Request] = p
+		}
+		switch r.Kind {
+		case audit.KindHTTP:
+			p.decided++
+			if r.Decision != audit.DecisionAllow || r.Status != 0 {
+				t.Errorf("decision record of %s = %s status %d; want allow, no status", r.Path, r.Decision, r.Status)
+			}
+		case audit.KindHTTPDone:
+			p.done++
+			if r.Status != status || r.Error != "" {
+				t.Errorf("completion record of %s: status %d, error %q; want %d, none", r.Path, r.Status, r.Error, status)
+			}
+		default:
+			t.Errorf("record of %s has kind %s", r.Path, r.Kind)
+		}
+	}
+	if len(byRequest) != clients*each {
+		t.Errorf("records name %d requests; want %d", len(byRequest), clients*each)
+	}
+	for id, p := range byRequest {
+		if p.decided != 1 || p.done != 1 {
+			t.Errorf("request %s: %d decision and %d completion records; want one of each", id, p.decided, p.done)
+		}
+	}
+}

@@ -58,7 +58,7 @@ func colour(t *Target) color.Color {
 // shortIDs label the relative panel's groups.
 var shortIDs = map[string]string{
 	"connect-tls": "conn TLS", "pgbench-S": "pg -S", "pgbench-S-extended": "pg ext", "pgbench-tpcb": "pg TPC-B",
-	"get-unpinned": "get unpin", "get-paced": "get paced", "leaf-hit": "leaf hit", "leaf-mint": "leaf mint",
+	"get-unpinned": "get unpin", "get-paced": "get paced", "get-equal": "get equal", "leaf-hit": "leaf hit", "leaf-mint": "leaf mint",
 }
 
 // writeChart draws three panels and saves them as one PNG: the throughput

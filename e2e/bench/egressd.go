@@ -38,6 +38,8 @@ type egressdOpts struct {
 	arrivals bool
 	// tunnelCopy, when set, is proxy.tunnel_copy.
 	tunnelCopy string
+	// auditSync, when set, is audit.sync; else the default (interval).
+	auditSync string
 }
 
 // startEgressd runs egressd with the default bundle's modules, rules for
@@ -80,7 +82,10 @@ func (b *bench) startEgressd(name, cpus string, eo egressdOpts) (*running, error
 	}
 	addr, admin := loopback(), loopback()
 	all := append(append(plain, og.https, og.inspected), eo.ports...)
-	var socks, transparent, dnsListen, arrivals string
+	var socks, transparent, dnsListen, arrivals, auditSync string
+	if eo.auditSync != "" {
+		auditSync = ", sync: " + eo.auditSync
+	}
 	dnsSection := fmt.Sprintf("dns: {upstreams: [%q]}\n", og.dns)
 	if eo.arrivals {
 		socks, transparent, dnsListen = loopback(), loopback(), loopback()
@@ -100,13 +105,13 @@ proxy:
 admin: {listen: %s}
 # The default audit budget (10,000 records/s per identity) is meant to stop
 # one sandbox from flooding the log; this load is one identity on purpose.
-audit: {dir: %s, identity_rate: 100000000, identity_burst: 100000000}
+audit: {dir: %s, identity_rate: 100000000, identity_burst: 100000000%s}
 %spolicy: {dir: %s}
 internal:
   - cidr: 127.0.0.1
     ports: %s
     action: allow
-%s%s`, addr, arrivals, admin, filepath.Join(d, "audit"), dnsSection, pol, jsonInts(all), inspect, eo.gate)
+%s%s`, addr, arrivals, admin, filepath.Join(d, "audit"), auditSync, dnsSection, pol, jsonInts(all), inspect, eo.gate)
 	cfgPath := filepath.Join(d, "egressd.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err

@@ -52,7 +52,7 @@ type options struct {
 }
 
 // workloadIDs are the parts -only selects from, in run order.
-var workloadIDs = []string{"get", "get-paced", "connect", "connect-tls", "https", "body", "leaf", "check", "pgbench", "idle", "get-unpinned"}
+var workloadIDs = []string{"get", "get-paced", "get-equal", "connect", "connect-tls", "https", "body", "leaf", "check", "pgbench", "idle", "get-unpinned"}
 
 func main() {
 	var o options
@@ -234,7 +234,7 @@ func (b *bench) measure() ([]*Workload, error) {
 	}
 	o := b.o
 	var wls []*Workload
-	if b.want("get") || b.want("get-paced") || b.want("connect") || b.want("connect-tls") {
+	if b.want("get") || b.want("get-paced") || b.want("get-equal") || b.want("connect") || b.want("connect-tls") {
 		wls = append(wls, b.proxyWorkloads(o.proxyCPU, o.loadCPU, "")...)
 	}
 	if b.want("https") {
@@ -281,11 +281,13 @@ func (b *bench) proxyWorkloads(proxyCPUs, loadCPUs, tag string) []*Workload {
 		Note: fmt.Sprintf("wrk, %d connections, %v per run, policy and audit on in egressd; Squid with its access log on and caching off; tinyproxy at LogLevel Warning.", b.o.conns, b.o.duration)}
 	paced := &Workload{ID: "get-paced", Title: "keep-alive GET 1 KiB, paced", Unit: "req/s", CPUUnit: "ms per 1,000 requests", Latency: true,
 		Note: fmt.Sprintf("wrk, %d connections, each waiting %d ms between requests (at most %d req/s in all, below every proxy's capacity): latency at one load for every proxy.", b.o.conns, pacedDelayMS, b.o.conns*1000/pacedDelayMS)}
+	equal := &Workload{ID: "get-equal", Title: "keep-alive GET 1 KiB, equal load", Unit: "req/s", CPUUnit: "ms per 1,000 requests", Latency: true,
+		Note: fmt.Sprintf("Go generator, %d connections, %v per run, every proxy offered %.0f%% of the rate Squid reached in the keep-alive GET workload's rounds so far (same run, same repeat) on a fixed schedule; latency from each request's scheduled time, so a stall counts in full.", b.o.conns, b.o.duration, equalShare*100)}
 	connect := &Workload{ID: "connect", Title: "CONNECT bulk, plain inside", Unit: "MiB/s", CPUUnit: "ms per GiB",
 		Note: fmt.Sprintf("One tunnel, %d MiB per transfer.", b.o.bulk>>20)}
 	connectTLS := &Workload{ID: "connect-tls", Title: "CONNECT bulk, TLS inside", Unit: "MiB/s", CPUUnit: "ms per GiB",
 		Note: fmt.Sprintf("One tunnel, %d MiB per transfer inside TLS (egressd checks the SNI against the CONNECT host).", b.o.bulk>>20)}
-	wls := []*Workload{get, paced, connect, connectTLS}
+	wls := []*Workload{get, paced, equal, connect, connectTLS}
 	if tag != "" {
 		get.ID, get.Title = "get-unpinned", get.Title+", unpinned"
 		get.Note += " Nothing pinned: proxies, wrk and origin share every CPU."
@@ -296,6 +298,9 @@ func (b *bench) proxyWorkloads(proxyCPUs, loadCPUs, tag string) []*Workload {
 		}
 		if !b.want("get-paced") {
 			wls = removeWorkload(wls, paced)
+		}
+		if !b.want("get-equal") {
+			wls = removeWorkload(wls, equal)
 		}
 		if !b.want("connect") {
 			wls = removeWorkload(wls, connect)
@@ -350,6 +355,8 @@ func (b *bench) proxyWorkloads(proxyCPUs, loadCPUs, tag string) []*Workload {
 					b.withProfile(prof, wl.ID, round, b.o.duration-time.Second, func() { b.getRound(t, p, loadCPUs, 0) })
 				case paced:
 					b.withProfile(prof, wl.ID, round, b.o.duration-time.Second, func() { b.getRound(t, p, loadCPUs, pacedDelayMS) })
+				case equal:
+					b.withProfile(prof, wl.ID, round, b.o.duration-time.Second, func() { b.equalRound(t, p, equalRate(get)) })
 				case connect:
 					b.withProfile(prof, wl.ID, round, time.Second, func() { b.bulkRound(t, p, false, "") })
 				case connectTLS:
@@ -408,6 +415,6 @@ func (b *bench) prepare() error {
 }
 
 func (b *bench) needsEgressd() bool {
-	proxied := b.want("get") || b.want("get-paced") || b.want("connect") || b.want("connect-tls") || b.want("idle") || b.want("get-unpinned")
+	proxied := b.want("get") || b.want("get-paced") || b.want("get-equal") || b.want("connect") || b.want("connect-tls") || b.want("idle") || b.want("get-unpinned")
 	return proxied && b.wantPeer("egressd") || b.want("https") || b.want("body") || b.want("check") || b.want("pgbench")
 }

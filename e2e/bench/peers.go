@@ -54,6 +54,12 @@ func proxyPeers() []proxyPeer {
 		{"egressd-buffer", kindEgressd, func(b *bench, cpus string) (*running, error) {
 			return b.startEgressd("egressd-buffer", cpus, egressdOpts{tunnelCopy: "buffer"})
 		}},
+		// Not in the default -peers: egressd with audit.sync: always (an
+		// fsync before every decision goes on), beside the default
+		// sync: interval in the GET workloads (issue 28).
+		{"egressd-always", kindEgressd, func(b *bench, cpus string) (*running, error) {
+			return b.startEgressd("egressd-always", cpus, egressdOpts{auditSync: "always"})
+		}},
 		{"squid", kindPeer, func(b *bench, cpus string) (*running, error) { return b.startSquid("squid", cpus, false) }},
 		{"tinyproxy", kindPeer, (*bench).startTinyproxy},
 		{"smokescreen", kindPeer, (*bench).startSmokescreen},

@@ -43,6 +43,10 @@ var goals = []goal{
 	{16, "pgbench-S-extended", "cpu", "pgbouncer (session)", false, 1.25, 0, ""},
 	{16, "pgbench-tpcb", "cpu", "pgbouncer (session)", false, 1.25, 0, ""},
 	{16, "idle", "rate", "", false, 100, 5000, ""},
+	// A tail no worse than Squid's: at one offered load (equalShare of
+	// Squid's saturated rate) and, within 1.5×, at saturation.
+	{28, "get-equal", "p99", "squid", false, 1, 0, ""},
+	{28, "get", "p99", "squid", false, 1.5, 0, ""},
 	// Tunnels at the peers' speed, at a fraction of their CPU.
 	{28, "connect", "rate", "best", true, 1, 0, ""},
 	{28, "connect", "rate", kindDirect, true, 0.85, 0, ""},
