@@ -124,9 +124,7 @@ func coldDecide(ctx context.Context, q string) error {
 	if !sqlparse.InProcess(q) {
 		return errors.New("median statement not parsed in-process")
 	}
-	if _, err := sqlparse.Normalize(ctx, q); err != nil {
-		return err
-	}
+	sqlparse.Key(q, toks)
 	sts, err := ParseContext(ctx, q, Options{Tokens: toks})
 	if err != nil {
 		return err
