@@ -104,7 +104,10 @@ const (
 // (a text's tokens would otherwise be one allocated message each) and
 // turns it into spans that cover sql.
 func decodeScan(sql string, b []byte) ([]Token, error) {
-	var raw []rawToken
+	// One allocation, not a doubling chain: every token takes a byte of
+	// sql and at least four of b (a message's tag and length, and its
+	// end and token fields, which are never zero).
+	raw := make([]rawToken, 0, min(len(sql), len(b)/4)+1)
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
