@@ -9,6 +9,7 @@ import (
 	"time"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
+	pgparser "github.com/pganalyze/pg_query_go/v5/parser"
 
 	"github.com/egressd/egressd/policy/sqlfacts/analyst"
 	"github.com/egressd/egressd/policy/sqlfacts/internal/jsontree"
@@ -135,4 +136,34 @@ func coldDecide(ctx context.Context, q string) error {
 		}
 	}
 	return nil
+}
+
+// BenchmarkColdParts is each libpg_query route on the median analyst
+// statement alone, with cpu-ns/op as BenchmarkCold reports it: the scan
+// every text gets, the JSON parse the facts are read from, the protobuf
+// parse (pg_query.Parse, the tree decoded into Go) and its C half alone,
+// and the fingerprint of the redacted statement.
+func BenchmarkColdParts(b *testing.B) {
+	q := medianAnalyst()
+	for _, bc := range []struct {
+		name string
+		f    func() error
+	}{
+		{"scan", func() error { _, err := sqlparse.Scan(q); return err }},
+		{"json", func() error { _, err := pgparser.ParseToJSON(q); return err }},
+		{"protobuf-c", func() error { _, err := pgparser.ParseToProtobuf(q); return err }},
+		{"protobuf", func() error { _, err := pg_query.Parse(q); return err }},
+		{"fingerprint", func() error { _, err := pgparser.FingerprintToHexStr(q); return err }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			start := cpuTime(b)
+			for b.Loop() {
+				if err := bc.f(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N), "cpu-ns/op")
+		})
+	}
 }
