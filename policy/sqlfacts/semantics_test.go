@@ -288,45 +288,80 @@ func TestConstantsDecideNothingUnmarked(t *testing.T) {
 	corpus = append(corpus, analyst.Queries()...)
 	variants := 0
 	for _, sql := range corpus {
-		toks, err := sqlparse.Scan(sql)
-		if err != nil {
-			continue
-		}
-		key := sqlparse.Key(sql, toks)
-		orig, err := Parse(sql, Options{Database: "app"})
-		if err != nil {
-			continue
-		}
-		for k := range 4 {
-			v := replaceLiterals(sql, toks, k)
-			if v == sql {
-				continue
-			}
-			vt, err := sqlparse.Scan(v)
-			if err != nil || sqlparse.Key(v, vt) != key {
-				t.Errorf("Key(%q) != Key(%q); want equal (literals of the same token replaced)", v, sql)
-				continue
-			}
-			sts, err := Parse(v, Options{Database: "app"})
-			if err != nil || len(sts) != len(orig) {
-				continue
-			}
-			variants++
-			for i := range sts {
-				a, b := orig[i], sts[i]
-				if a.ConstantFacts != b.ConstantFacts {
-					t.Errorf("ConstantFacts of %q = %v, of %q = %v; want equal (one Key)", sql, a.ConstantFacts, v, b.ConstantFacts)
-				} else if !a.ConstantFacts && string(a.AppendKey(nil)) != string(b.AppendKey(nil)) {
-					ja, _ := json.Marshal(a)
-					jb, _ := json.Marshal(b)
-					t.Errorf("facts of %q and %q differ without ConstantFacts:\n%s\n%s", sql, v, ja, jb)
-				}
-			}
-		}
+		variants += checkKeyVariants(t, sql, true)
 	}
 	if variants < 200 {
 		t.Errorf("%d variants checked; want at least 200", variants)
 	}
+}
+
+// FuzzKeyDeterminesFacts is TestConstantsDecideNothingUnmarked on
+// generated text: a variant of the text with the same sqlparse.Key (the
+// gate's shared cache key) must have its ConstantFacts and, when that is
+// not set, its facts.
+func FuzzKeyDeterminesFacts(f *testing.F) {
+	for _, s := range []string{
+		"SELECT nextval('s'), currval('x.y')", "EXPLAIN (ANALYZE 0) DELETE FROM t", "COPY t TO '/tmp/x'",
+		"SELECT x::varchar(10), y::float(5) FROM t WHERE a = -1 AND b = B'1' AND c = X'f'",
+		"SELECT * FROM orders WHERE customer_id = ANY (ARRAY[1, 2]) ORDER BY id LIMIT 10 OFFSET 0;",
+		"SET work_mem TO '64MB'; FETCH 5 FROM c", "SELECT interval '1' day, date '2020-01-01', 1.5e3",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, sql string) {
+		if len(sql) > 1024 {
+			return
+		}
+		checkKeyVariants(t, sql, false)
+	})
+}
+
+// checkKeyVariants parses variants of sql with its literals replaced
+// (replaceLiterals) and checks that each with sql's Key has sql's
+// ConstantFacts and, when that is not set, its facts; it returns how many
+// it checked. strict: a variant must have sql's Key (the corpus's texts
+// are ordinary enough that a replacement never changes a token).
+func checkKeyVariants(t *testing.T, sql string, strict bool) int {
+	t.Helper()
+	toks, err := sqlparse.Scan(sql)
+	if err != nil {
+		return 0
+	}
+	key := sqlparse.Key(sql, toks)
+	orig, err := Parse(sql, Options{Database: "app"})
+	if err != nil {
+		return 0
+	}
+	variants := 0
+	for k := range 4 {
+		v := replaceLiterals(sql, toks, k)
+		if v == sql {
+			continue
+		}
+		vt, err := sqlparse.Scan(v)
+		if err != nil || sqlparse.Key(v, vt) != key {
+			if strict {
+				t.Errorf("Key(%q) != Key(%q); want equal (literals of the same token replaced)", v, sql)
+			}
+			continue
+		}
+		sts, err := Parse(v, Options{Database: "app"})
+		if err != nil || len(sts) != len(orig) {
+			continue
+		}
+		variants++
+		for i := range sts {
+			a, b := orig[i], sts[i]
+			if a.ConstantFacts != b.ConstantFacts {
+				t.Errorf("ConstantFacts of %q = %v, of %q = %v; want equal (one Key)", sql, a.ConstantFacts, v, b.ConstantFacts)
+			} else if !a.ConstantFacts && string(a.AppendKey(nil)) != string(b.AppendKey(nil)) {
+				ja, _ := json.Marshal(a)
+				jb, _ := json.Marshal(b)
+				t.Errorf("facts of %q and %q differ without ConstantFacts:\n%s\n%s", sql, v, ja, jb)
+			}
+		}
+	}
+	return variants
 }
 
 // literalsOf are replacement literals by the scanner token their first
