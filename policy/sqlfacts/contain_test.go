@@ -111,8 +111,8 @@ func TestAuditTextRefusesContradiction(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := auditText(d, &tokens{src: tt.lexed, toks: toks}, raw, toks); got != RedactionFailed {
-				t.Errorf("auditText(tree of %q, text %q) = %q; want %q", tt.parsed, tt.lexed, got, RedactionFailed)
+			if got, literals := auditText(d, &tokens{src: tt.lexed, toks: toks}, raw, toks); got != RedactionFailed || literals {
+				t.Errorf("auditText(tree of %q, text %q) = %q, %v; want %q, false", tt.parsed, tt.lexed, got, literals, RedactionFailed)
 			}
 		})
 	}

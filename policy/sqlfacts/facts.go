@@ -139,8 +139,10 @@ type Statement struct {
 	Text string `json:"-"`
 	// ConstantFacts is set when some fact was read from a constant's
 	// value (a sequence or relation named by a string, a setting's value),
-	// or could have been: texts that differ only in constants, and so
-	// normalize alike, may then have different facts.
+	// or could have been (a literal the tree keeps as an option value, a
+	// type modifier or a utility statement's string rather than as a
+	// constant): texts that differ only in literals, and so have one
+	// sqlparse.Key, may then have different facts.
 	ConstantFacts bool `json:"-"`
 	// casts are the type names (last component) the statement casts to,
 	// for Catalog.resolve; they reach the policy only as the functions a

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	pg_query "github.com/pganalyze/pg_query_go/v5"
-
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/policy/sqlparse"
 )
 
 func parseOne(t *testing.T, sql string) *Statement {
@@ -224,26 +223,28 @@ func TestAppendKeyDistinguishes(t *testing.T) {
 }
 
 // TestNormalizedTextDeterminesFacts is the soundness argument for the
-// gate's verdict caches keyed by pg_query.Normalize output (and by shape):
-// texts that normalize alike must have equal facts, so the policy (a
-// function of the facts) decides them alike — unless their facts were
-// read from constants (ConstantFacts), which the gate keeps out of those
-// caches. ConstantFacts itself must depend on the tree's form only, never
-// on a constant's value (a NULL, a number, a string, all normalize alike),
-// or one text of a normalized form could be cached and decide another.
-// Function names are facts; arguments are not, except the sequence of
-// nextval, a string cast to a reg* type and a SET value. EXPLAIN's ANALYZE
-// option is read from a constant too: Normalize leaves EXPLAIN options
-// alone.
+// gate's verdict caches keyed by sqlparse.Key (and by shape): texts with
+// one Key must have equal facts, so the policy (a function of the facts)
+// decides them alike — unless their facts were or could have been read
+// from literals (ConstantFacts), which the gate keeps out of those caches.
+// ConstantFacts itself must depend on the tree's form only, never on a
+// literal's value (two strings, two integers have one Key), or one text
+// of a Key could be cached and decide another. Function names are facts;
+// arguments are not, except the sequence of nextval, a string cast to a
+// reg* type and a SET value. A literal the tree does not keep as a
+// constant (EXPLAIN's ANALYZE option, COPY's file name, a type modifier,
+// FETCH's count) marks ConstantFacts: the Key replaces it, so it must.
 func TestNormalizedTextDeterminesFacts(t *testing.T) {
 	tests := []struct {
 		name, a, b string
-		sameNorm   bool
+		sameKey    bool
 		// constant: the facts of both were read from constants.
 		constant bool
 	}{
-		{"numbers", "SELECT abalance FROM pgbench_accounts WHERE aid = 1", "SELECT abalance FROM pgbench_accounts WHERE aid = 99999999999", true, false},
-		{"string vs number", "SELECT * FROM users WHERE name = 'x'", "SELECT * FROM users WHERE name = -4.2e1", true, false},
+		{"numbers", "SELECT abalance FROM pgbench_accounts WHERE aid = 1", "SELECT abalance FROM pgbench_accounts WHERE aid = 2147483647", true, false},
+		{"integer vs integer past int32", "SELECT abalance FROM pgbench_accounts WHERE aid = 1", "SELECT abalance FROM pgbench_accounts WHERE aid = 99999999999", false, false},
+		{"string vs number", "SELECT * FROM users WHERE name = 'x'", "SELECT * FROM users WHERE name = -4.2e1", false, false},
+		{"string forms", "SELECT * FROM users WHERE name = 'x'", "SELECT * FROM users WHERE name = $$it's$$", true, false},
 		{"set_config", "SELECT set_config('application_name', 'x', false)", "SELECT set_config('role', 'postgres', false)", true, true},
 		{"current_setting", "SELECT current_setting('search_path')", "SELECT current_setting('is_superuser')", true, false},
 		{"nextval", "SELECT nextval('users_id_seq')", "SELECT nextval('private.secret_seq')", true, true},
@@ -252,30 +253,28 @@ func TestNormalizedTextDeterminesFacts(t *testing.T) {
 		{"set value", "SET application_name = 'a'", "SET application_name = 'b'", true, true},
 		{"set role", "SET ROLE 'nobody'", "SET ROLE 'postgres'", true, true},
 		{"session authorization", "SET SESSION AUTHORIZATION 'nobody'", "SET SESSION AUTHORIZATION 'postgres'", true, true},
-		{"copy query", "COPY (SELECT 1) TO STDOUT", "COPY (SELECT 'x') TO STDOUT", true, false},
-		{"copy file name kept", "COPY users TO ''", "COPY users TO '/tmp/x'", false, false},
-		{"explain analyze string kept", "EXPLAIN (ANALYZE 'off') DELETE FROM users", "EXPLAIN (ANALYZE 'on') DELETE FROM users", false, false},
-		{"parameter", "SELECT * FROM users WHERE id = $1", "SELECT * FROM users WHERE id = 7", true, false},
-		{"regclass null vs name", "SELECT NULL::regclass", "SELECT 'private.secrets'::regclass", true, true},
-		{"sequence number vs name", "SELECT currval(1)", "SELECT currval('private.s')", true, true},
-		{"set number vs string", "SET statement_timeout = 0", "SET statement_timeout = '5s'", true, true},
+		{"copy query", "COPY (SELECT 1) TO STDOUT", "COPY (SELECT 2) TO STDOUT", true, false},
+		{"copy file name", "COPY users TO ''", "COPY users TO '/tmp/x'", true, true},
+		{"explain analyze string", "EXPLAIN (ANALYZE 'off') DELETE FROM users", "EXPLAIN (ANALYZE 'on') DELETE FROM users", true, true},
+		{"explain analyze number", "EXPLAIN (ANALYZE 0) DELETE FROM users", "EXPLAIN (ANALYZE 1) DELETE FROM users", true, true},
+		{"type modifier", "SELECT name::float(5) FROM users", "SELECT name::float(50) FROM users", true, true},
+		{"fetch count", "FETCH 5 FROM c", "FETCH 6 FROM c", true, true},
+		{"unicode string", "SELECT * FROM users WHERE name = U&'x'", "SELECT * FROM users WHERE name = U&'y'", true, true},
+		{"parameter", "SELECT * FROM users WHERE id = $1", "SELECT * FROM users WHERE id = 7", false, false},
+		{"parameter vs literal numbered alike", "SELECT $1, 2", "SELECT $1, $2", false, false},
+		{"regclass null vs name", "SELECT NULL::regclass", "SELECT 'private.secrets'::regclass", false, true},
+		{"sequence number vs name", "SELECT currval(1)", "SELECT currval('private.s')", false, true},
+		{"set number vs string", "SET statement_timeout = 0", "SET statement_timeout = '5s'", false, true},
 		{"set integer shape", "SET statement_timeout = 5000", "SET statement_timeout = 0", true, true},
-		{"row type", "SELECT NULL::users", "SELECT 'x'::users", true, false},
+		{"row type", "SELECT 'y'::users", "SELECT 'x'::users", true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			na, err := pg_query.Normalize(tt.a)
-			if err != nil {
-				t.Fatal(err)
+			ka, kb := keyOf(t, tt.a), keyOf(t, tt.b)
+			if (ka == kb) != tt.sameKey {
+				t.Fatalf("Key(%q) = %q, Key(%q) = %q; want equal = %v", tt.a, ka, tt.b, kb, tt.sameKey)
 			}
-			nb, err := pg_query.Normalize(tt.b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if (na == nb) != tt.sameNorm {
-				t.Fatalf("Normalize(%q) = %q, Normalize(%q) = %q; want equal = %v", tt.a, na, tt.b, nb, tt.sameNorm)
-			}
-			if !tt.sameNorm {
+			if !tt.sameKey {
 				return
 			}
 			sa, sb := parseAll(t, tt.a), parseAll(t, tt.b)
@@ -290,6 +289,16 @@ func TestNormalizedTextDeterminesFacts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// keyOf is sqlparse.Key of sql.
+func keyOf(t *testing.T, sql string) string {
+	t.Helper()
+	toks, err := sqlparse.Scan(sql)
+	if err != nil {
+		t.Fatalf("Scan(%q) = %v; want nil error", sql, err)
+	}
+	return sqlparse.Key(sql, toks)
 }
 
 func parseAll(t *testing.T, sql string) []*Statement {

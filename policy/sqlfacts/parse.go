@@ -116,7 +116,13 @@ func ParseContext(ctx context.Context, sql string, opt Options) ([]*Statement, e
 		if c := st.Copy; c != nil && !c.File {
 			c.File = copiesToString(st.Text)
 		}
-		st.AuditSQL = auditText(d, all, raw, all.within(from, to))
+		var literals bool
+		st.AuditSQL, literals = auditText(d, all, raw, all.within(from, to))
+		// A literal the tree keeps as something other than a constant
+		// (EXPLAIN (ANALYZE 'on'), a COPY file name, a type modifier)
+		// may have decided a fact: texts of one sqlparse.Key must not
+		// share this statement's verdict.
+		st.ConstantFacts = st.ConstantFacts || !literals
 		out = append(out, st)
 		return nil
 	})

@@ -1,6 +1,7 @@
 package sqlfacts
 
 import (
+	"slices"
 	"sort"
 	"strings"
 
@@ -70,8 +71,15 @@ func (t *tokens) text(i int) string { return t.toks[i].Text(t.src) }
 // is, and the statement is logged as RedactionFailed. all is the whole
 // text's tokens, scanned once for every statement; stmt is this
 // statement's.
-func auditText(d *jsontree.Doc, all *tokens, raw int32, stmt []sqlparse.Token) string {
-	red := strings.TrimRight(strings.TrimSpace(sqlparse.RedactTokens(all.src, stmt)), ";")
+//
+// literals reports the other direction: every literal token of stmt is
+// where the tree has a constant node (A_Const), so the statement's
+// literals are all constants, none an option value, a type modifier or a
+// utility statement's string, whose value a fact may have been read
+// from. That is what sharing a verdict between texts of one
+// sqlparse.Key needs; it is false whenever red is RedactionFailed.
+func auditText(d *jsontree.Doc, all *tokens, raw int32, stmt []sqlparse.Token) (red string, literals bool) {
+	red = strings.TrimRight(strings.TrimSpace(sqlparse.RedactTokens(all.src, stmt)), ";")
 	var buf [32]int
 	locs := buf[:0]
 	checks := 0
@@ -95,18 +103,47 @@ func auditText(d *jsontree.Doc, all *tokens, raw int32, stmt []sqlparse.Token) s
 				// Each of these checks searches the whole text: bounded
 				// in number, so the check stays linear in the text.
 				if checks++; checks > maxStringChecks {
-					return RedactionFailed
+					return RedactionFailed, false
 				}
 				if key == keyDefElem && !defElemRedacted(d, all, val, red) || key != keyDefElem && containsBounded(red, d.Str(val)) {
-					return RedactionFailed
+					return RedactionFailed, false
 				}
 			}
 		}
 	}
 	if !constantsOnLiterals(all, locs) {
-		return RedactionFailed
+		return RedactionFailed, false
 	}
-	return red
+	return red, literalsOnConstants(all, stmt, locs)
+}
+
+// literalsOnConstants reports whether every literal token of stmt starts
+// at an offset in locs (the constants' locations), or follows a minus
+// sign that does (PostgreSQL folds -1 into one constant located at the
+// sign), and none is a U&'…' string.
+func literalsOnConstants(t *tokens, stmt []sqlparse.Token, locs []int) bool {
+	slices.Sort(locs)
+	for i, tok := range stmt {
+		if tok.Kind != sqlparse.String && tok.Kind != sqlparse.Number {
+			continue
+		}
+		if tok.Kind == sqlparse.String && (t.src[tok.Start] == 'U' || t.src[tok.Start] == 'u') {
+			// PostgreSQL decodes a U&'…' string's escapes after the
+			// scanner, in the grammar's token filter: one text of a Key
+			// may parse and another not.
+			return false
+		}
+		if _, ok := slices.BinarySearch(locs, tok.Start); ok {
+			continue
+		}
+		if i > 0 && stmt[i-1].Kind == sqlparse.Op && stmt[i-1].Text(t.src) == "-" {
+			if _, ok := slices.BinarySearch(locs, stmt[i-1].Start); ok {
+				continue
+			}
+		}
+		return false
+	}
+	return true
 }
 
 // maxStringChecks bounds the string constants of utility statements one

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	pg_query "github.com/pganalyze/pg_query_go/v5"
-
 	"github.com/egressd/egressd/policy/sqlfacts/analyst"
+	"github.com/egressd/egressd/policy/sqlparse"
 )
 
 // The tests of this file pin facts to what PostgreSQL does with the
@@ -265,13 +264,13 @@ func TestQualifiedName(t *testing.T) {
 }
 
 // TestConstantsDecideNothingUnmarked is the generated-input form of
-// TestNormalizedTextDeterminesFacts: every constant of every corpus text
+// TestNormalizedTextDeterminesFacts: every literal of every corpus text
 // (the drift corpus, the analyst corpus, the fact-bearing statements
-// below) is replaced by other constants, and each variant that normalizes
-// as the original does must have the original's ConstantFacts, and, when
-// that is not set, its facts. A fact read from a constant that the walker
-// failed to mark would show as two variants with one normalized form and
-// different facts.
+// below) is replaced by other literals of its grammar token, and each
+// variant with the original's sqlparse.Key must have the original's
+// ConstantFacts, and, when that is not set, its facts. A fact read from a
+// literal that the walker failed to mark would show as two variants with
+// one Key and different facts.
 func TestConstantsDecideNothingUnmarked(t *testing.T) {
 	corpus := append([]string{
 		"SELECT nextval('s'), currval('x.y')",
@@ -281,64 +280,135 @@ func TestConstantsDecideNothingUnmarked(t *testing.T) {
 		"SELECT jsonb_populate_record(NULL::pg_authid, '{}')",
 		"COPY (DELETE FROM t WHERE a = 1 RETURNING id) TO STDOUT",
 		"MERGE INTO o USING s ON o.id = s.id WHEN MATCHED AND s.x = 1 THEN DELETE",
+		"EXPLAIN (ANALYZE 0) DELETE FROM t",
+		"EXPLAIN (ANALYZE 'off') DELETE FROM t",
+		"COPY t TO '/tmp/x'",
+		"SELECT x::varchar(10), y::float(5) FROM t",
 	}, driftCorpus...)
 	corpus = append(corpus, analyst.Queries()...)
-	constants := []string{"'private.secrets'", "0", "-1", "NULL", "'5s'", "2.5", "'x'", "'1260'", "true"}
 	variants := 0
 	for _, sql := range corpus {
-		norm, err := pg_query.Normalize(sql)
-		if err != nil {
-			continue
-		}
-		orig, err := Parse(sql, Options{Database: "app"})
-		if err != nil {
-			continue
-		}
-		for _, c := range constants {
-			v := replaceParams(norm, c)
-			if v == norm {
-				break
-			}
-			if nv, err := pg_query.Normalize(v); err != nil || nv != norm {
-				continue
-			}
-			sts, err := Parse(v, Options{Database: "app"})
-			if err != nil || len(sts) != len(orig) {
-				continue
-			}
-			variants++
-			for i := range sts {
-				a, b := orig[i], sts[i]
-				if a.ConstantFacts != b.ConstantFacts {
-					t.Errorf("ConstantFacts of %q = %v, of %q = %v; want equal (one normalized form)", sql, a.ConstantFacts, v, b.ConstantFacts)
-				} else if !a.ConstantFacts && string(a.AppendKey(nil)) != string(b.AppendKey(nil)) {
-					ja, _ := json.Marshal(a)
-					jb, _ := json.Marshal(b)
-					t.Errorf("facts of %q and %q differ without ConstantFacts:\n%s\n%s", sql, v, ja, jb)
-				}
-			}
-		}
+		variants += checkKeyVariants(t, sql, true)
 	}
 	if variants < 200 {
 		t.Errorf("%d variants checked; want at least 200", variants)
 	}
 }
 
-// replaceParams replaces every $n of a normalized text by c.
-func replaceParams(norm, c string) string {
-	var b strings.Builder
-	for i := 0; i < len(norm); i++ {
-		if norm[i] == '$' && i+1 < len(norm) && norm[i+1] >= '0' && norm[i+1] <= '9' {
-			j := i + 1
-			for j < len(norm) && norm[j] >= '0' && norm[j] <= '9' {
-				j++
-			}
-			b.WriteString(c)
-			i = j - 1
+// FuzzKeyDeterminesFacts is TestConstantsDecideNothingUnmarked on
+// generated text: a variant of the text with the same sqlparse.Key (the
+// gate's shared cache key) must have its ConstantFacts and, when that is
+// not set, its facts.
+func FuzzKeyDeterminesFacts(f *testing.F) {
+	for _, s := range []string{
+		"SELECT nextval('s'), currval('x.y')", "EXPLAIN (ANALYZE 0) DELETE FROM t", "COPY t TO '/tmp/x'",
+		"SELECT x::varchar(10), y::float(5) FROM t WHERE a = -1 AND b = B'1' AND c = X'f'",
+		"SELECT * FROM orders WHERE customer_id = ANY (ARRAY[1, 2]) ORDER BY id LIMIT 10 OFFSET 0;",
+		"SET work_mem TO '64MB'; FETCH 5 FROM c", "SELECT interval '1' day, date '2020-01-01', 1.5e3",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, sql string) {
+		if len(sql) > 1024 {
+			return
+		}
+		checkKeyVariants(t, sql, false)
+	})
+}
+
+// checkKeyVariants parses variants of sql with its literals replaced
+// (replaceLiterals) and checks that each with sql's Key has sql's
+// ConstantFacts and, when that is not set, its facts; it returns how many
+// it checked. strict: a variant must have sql's Key (the corpus's texts
+// are ordinary enough that a replacement never changes a token).
+func checkKeyVariants(t *testing.T, sql string, strict bool) int {
+	t.Helper()
+	toks, err := sqlparse.Scan(sql)
+	if err != nil {
+		return 0
+	}
+	key := sqlparse.Key(sql, toks)
+	orig, err := Parse(sql, Options{Database: "app"})
+	if err != nil {
+		return 0
+	}
+	variants := 0
+	for k := range 4 {
+		v := replaceLiterals(sql, toks, k)
+		if v == sql {
 			continue
 		}
-		b.WriteByte(norm[i])
+		vt, err := sqlparse.Scan(v)
+		if err != nil || sqlparse.Key(v, vt) != key {
+			if strict {
+				t.Errorf("Key(%q) != Key(%q); want equal (literals of the same token replaced)", v, sql)
+			}
+			continue
+		}
+		sts, err := Parse(v, Options{Database: "app"})
+		if err != nil || len(sts) != len(orig) {
+			continue
+		}
+		variants++
+		for i := range sts {
+			a, b := orig[i], sts[i]
+			if a.ConstantFacts != b.ConstantFacts {
+				t.Errorf("ConstantFacts of %q = %v, of %q = %v; want equal (one Key)", sql, a.ConstantFacts, v, b.ConstantFacts)
+			} else if !a.ConstantFacts && string(a.AppendKey(nil)) != string(b.AppendKey(nil)) {
+				ja, _ := json.Marshal(a)
+				jb, _ := json.Marshal(b)
+				t.Errorf("facts of %q and %q differ without ConstantFacts:\n%s\n%s", sql, v, ja, jb)
+			}
+		}
 	}
+	return variants
+}
+
+// literalsOf are replacement literals by the scanner token their first
+// byte and form give: a string, an integer, another number, a bit string
+// and a hex string.
+var literalsOf = map[string][]string{
+	"s": {"'private.secrets'", "'5s'", "''", "'1260'"},
+	"i": {"0", "7", "1260", "2147483647"},
+	"f": {"2.5", "1e3", "99999999999", ".5"},
+	"b": {"B'1'", "B''", "B'0101'", "B'1'"},
+	"x": {"X'f'", "X''", "X'00ff'", "X'f'"},
+}
+
+// replaceLiterals replaces every literal token of sql (toks) by the k-th
+// replacement of its kind. A U&'…' string is kept (its escapes are
+// decoded after the scanner; see sqlparse.Key's test).
+func replaceLiterals(sql string, toks []sqlparse.Token, k int) string {
+	var b strings.Builder
+	prev := 0
+	for _, t := range toks {
+		if t.Kind != sqlparse.String && t.Kind != sqlparse.Number {
+			continue
+		}
+		text := t.Text(sql)
+		var class string
+		switch {
+		case t.Kind == sqlparse.Number && strings.Trim(text, "0123456789") == "" && len(text) < 10:
+			class = "i"
+		case t.Kind == sqlparse.Number:
+			if strings.Trim(text, "0123456789") == "" || strings.ContainsAny(text, "_xXoObB") {
+				continue
+			}
+			class = "f"
+		case text[0] == 'b' || text[0] == 'B':
+			class = "b"
+		case text[0] == 'x' || text[0] == 'X':
+			class = "x"
+		case text[0] == 'u' || text[0] == 'U':
+			continue
+		default:
+			class = "s"
+		}
+		b.WriteString(sql[prev:t.Start])
+		b.WriteString(literalsOf[class][k])
+		prev = t.End
+	}
+	b.WriteString(sql[prev:])
 	return b.String()
 }
 

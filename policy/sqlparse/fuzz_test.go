@@ -21,8 +21,9 @@ var fuzzSeeds = []string{
 // decoder reports it, in both directions: every token of pg_query.Scan is
 // a token of Scan with the same start and the same literal/comment class,
 // and the reverse; every byte outside the tokens is whitespace; Levels
-// never exceeds the text's length (InProcess relies on it); and the
-// redacted text scans again with no literal and no comment left.
+// never exceeds the text's length (InProcess relies on it); Key marks
+// each literal with the grammar token PostgreSQL's scanner reports for it;
+// and the redacted text scans again with no literal and no comment left.
 func FuzzScan(f *testing.F) {
 	for _, s := range fuzzSeeds {
 		f.Add(s)
@@ -61,6 +62,9 @@ func FuzzScan(f *testing.F) {
 			}
 			prev = got.End
 		}
+		if want := refKey(sql, toks, ref.Tokens); Key(sql, toks) != want {
+			t.Fatalf("Key(%q) = %q; want %q (from PostgreSQL's tokens)", sql, Key(sql, toks), want)
+		}
 		if n := Levels(toks); n > len(sql) {
 			t.Fatalf("Levels(%q) = %d; more than its %d bytes", sql, n, len(sql))
 		}
@@ -93,4 +97,30 @@ func hasNUL(s string) bool {
 		}
 	}
 	return false
+}
+
+// refKey is Key built from PostgreSQL's scanner's own token types (ref)
+// over Scan's spans (toks, already checked to start where ref's do).
+func refKey(sql string, toks []Token, ref []*pg_query.ScanToken) string {
+	if len(toks) == 0 {
+		return ""
+	}
+	classes := map[pg_query.Token]string{
+		pg_query.Token_SCONST: "s", pg_query.Token_USCONST: "s", pg_query.Token_BCONST: "b",
+		pg_query.Token_XCONST: "x", pg_query.Token_ICONST: "i", pg_query.Token_FCONST: "f",
+	}
+	var b []byte
+	prev := toks[0].Start
+	for i, tok := range toks {
+		b = append(b, sql[prev:tok.Start]...)
+		prev = tok.End
+		if c, ok := classes[ref[i].Token]; ok {
+			b = append(b, 0, c[0])
+		} else if ref[i].Token == pg_query.Token_SQL_COMMENT || ref[i].Token == pg_query.Token_C_COMMENT {
+			b = append(b, ' ')
+		} else {
+			b = append(b, sql[tok.Start:tok.End]...)
+		}
+	}
+	return string(b)
 }

@@ -76,12 +76,16 @@ func TestServeWorkerRefusesBadRequests(t *testing.T) {
 		})
 	}
 	var out bytes.Buffer
-	in := append(reply(byte(opNormalize), "SELECT 1"), reply(byte(opJSON), "SELEC")...)
+	in := append(reply(byte(opFingerprint), "SELECT 1"), reply(byte(opJSON), "SELEC")...)
 	if got := serveWorker(bytes.NewReader(in), &out); got != 0 {
 		t.Fatalf("serveWorker = %d; want 0", got)
 	}
-	if got, err := readReply(&out); err != nil || string(got) != "SELECT $1" {
-		t.Errorf("first reply = %q, %v; want SELECT $1", got, err)
+	want, err := run(opFingerprint, "SELECT 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readReply(&out); err != nil || string(got) != want {
+		t.Errorf("first reply = %q, %v; want %q, the in-process fingerprint", got, err, want)
 	}
 	var pe *Error
 	if _, err := readReply(&out); !errors.As(err, &pe) {
@@ -134,9 +138,13 @@ func TestPoolServesIdentitiesInTurn(t *testing.T) {
 	// b is served as soon as its worker starts.
 	ctx, cancel := context.WithTimeout(WithIdentity(context.Background(), "b"), 30*time.Second)
 	defer cancel()
-	got, err := p.do(ctx, opNormalize, "SELECT 2")
-	if err != nil || string(got) != "SELECT $1" {
-		t.Errorf("b's parse while a's hold the pool = %q, %v; want SELECT $1 at once", got, err)
+	want, err := run(opFingerprint, "SELECT 2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := p.do(ctx, opFingerprint, "SELECT 2")
+	if err != nil || string(got) != want {
+		t.Errorf("b's parse while a's hold the pool = %q, %v; want %q at once", got, err, want)
 	}
 	// a's parses are served one at a time, in order.
 	for i := range a {

@@ -45,7 +45,10 @@ const (
 
 // Token is one token of the text: its kind and byte span [Start, End).
 type Token struct {
-	Kind       TokenKind
+	Kind TokenKind
+	// class is the grammar's token of a String or Number (see
+	// literalClass), 0 for any other kind.
+	class      byte
 	Start, End int
 }
 
@@ -101,7 +104,10 @@ const (
 // (a text's tokens would otherwise be one allocated message each) and
 // turns it into spans that cover sql.
 func decodeScan(sql string, b []byte) ([]Token, error) {
-	var raw []rawToken
+	// One allocation, not a doubling chain: every token takes a byte of
+	// sql and at least four of b (a message's tag and length, and its
+	// end and token fields, which are never zero).
+	raw := make([]rawToken, 0, min(len(sql), len(b)/4)+1)
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -199,7 +205,7 @@ func spans(sql string, raw []rawToken) ([]Token, error) {
 				return nil, fmt.Errorf("%w: byte %d is in no token", ErrScan, j)
 			}
 		}
-		out[i] = Token{Kind: kindOf(r.tok, sql[r.start]), Start: r.start, End: end}
+		out[i] = Token{Kind: kindOf(r.tok, sql[r.start]), class: literalClass(r.tok), Start: r.start, End: end}
 		prev = end
 	}
 	for j := prev; j < len(sql); j++ {
@@ -213,6 +219,27 @@ func spans(sql string, raw []rawToken) ([]Token, error) {
 // isSpace is PostgreSQL's scanner_isspace: the whitespace of scan.l.
 func isSpace(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f'
+}
+
+// literalClass is the token PostgreSQL's grammar sees for a literal, as
+// one byte: 's' a string (U&'…' reaches the grammar as one), 'b' a bit
+// string, 'x' a hex string, 'i' an integer, 'f' any other number (an
+// integer past int32 included: the scanner decides by value). 0 for a
+// token that is not a literal.
+func literalClass(tok pg_query.Token) byte {
+	switch tok {
+	case pg_query.Token_SCONST, pg_query.Token_USCONST:
+		return 's'
+	case pg_query.Token_BCONST:
+		return 'b'
+	case pg_query.Token_XCONST:
+		return 'x'
+	case pg_query.Token_ICONST:
+		return 'i'
+	case pg_query.Token_FCONST:
+		return 'f'
+	}
+	return 0
 }
 
 // kindOf maps a scanner token to its kind; first is its first byte.

@@ -45,7 +45,8 @@ import (
 // (– : no crash up to 1 MiB.) Bracket nesting, CASE, nested calls,
 // arrays, ROW and subselects fail cleanly in the grammar (its stack stops
 // at 10,000) before any walker recurses. The smallest, 22,290 (Normalize
-// of a sum), is 5.5 times the bound: room for productions or code paths
+// of a sum, which egressd no longer calls: the gate's cache key is Key),
+// is 5.5 times the bound: room for productions or code paths
 // the generator does not reach, while ordinary queries (a few hundred
 // levels even for a wide ORM SELECT) stay on the fast path. Fingerprint
 // did not crash on any construct up to 1 MiB. One wide text failed too:
@@ -102,7 +103,6 @@ type op byte
 const (
 	opJSON op = iota + 1
 	opProtobuf
-	opNormalize
 	opFingerprint
 )
 
@@ -158,8 +158,6 @@ func run(o op, sql string) (string, error) {
 		var b []byte
 		b, err = parser.ParseToProtobuf(sql)
 		out = string(b)
-	case opNormalize:
-		out, err = parser.Normalize(sql)
 	case opFingerprint:
 		out, err = parser.FingerprintToHexStr(sql)
 	default:
@@ -191,12 +189,6 @@ func Parse(ctx context.Context, sql string) (*pg_query.ParseResult, error) {
 		return nil, fmt.Errorf("decode parse tree: %w", err)
 	}
 	return tree, nil
-}
-
-// Normalize is pg_query.Normalize, contained. It leaves the literals of
-// utility statements in place: never log its output (see Redact).
-func Normalize(ctx context.Context, sql string) (string, error) {
-	return call(ctx, opNormalize, sql)
 }
 
 // Fingerprint is pg_query.Fingerprint, contained. Give it redacted text:

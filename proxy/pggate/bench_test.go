@@ -39,7 +39,7 @@ func benchSession(b *testing.B, cacheSize int) *session {
 
 // BenchmarkDecide measures parse + decide + audit-record building for one
 // query: cold (every cache off, the gate's and the engine's, so every
-// call pre-scans, normalizes, parses with pg_query and evaluates
+// call pre-scans, keys, parses with pg_query and evaluates
 // rego/sql.rego), uncached (the gate's caches off, the engine's
 // facts-keyed cache warm) and cached (exact-text hit).
 func BenchmarkDecide(b *testing.B) {
@@ -64,8 +64,8 @@ func BenchmarkDecide(b *testing.B) {
 		})
 	}
 	// New literals in a known shape (pgbench's pattern): the exact-text
-	// cache misses, the normalized one hits, so pg_query parses nothing
-	// but a Normalize.
+	// cache misses, the normalized one (sqlparse.Key) hits, so pg_query
+	// only scans.
 	b.Run("new-literals", func(b *testing.B) {
 		s := benchSession(b, 10000)
 		s.decide(benchQuery)

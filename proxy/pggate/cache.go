@@ -10,7 +10,7 @@ import (
 
 // verdictCache holds the gate's verdicts under the three keys a text has:
 // its exact text, its shape (shapeOf) and its normalized form
-// (pg_query.Normalize). The exact texts are kept apart from the shared
+// (sqlparse.Key). The exact texts are kept apart from the shared
 // keys so that a stream of one-off literals cannot evict the shapes. A nil
 // *verdictCache caches nothing (postgres.cache_size off, and
 // `egressd check sql`).
@@ -91,7 +91,7 @@ func (c *verdictCache) storeNormalized(sc cacheScope, norm string, v *verdict) {
 }
 
 // storeShape caches v under the text's shape, but only when the shape is
-// what Normalize made of the text, norm (see shapeMatches).
+// what the text's sqlparse.Key, norm, agrees with (see shapeMatches).
 func (c *verdictCache) storeShape(sc cacheScope, l shapeLookup, norm string, v *verdict) {
 	if c != nil && l.ok && shapeMatches(l.shape, norm) {
 		c.shared.add(sc.key(keyShape, l.shape), v)

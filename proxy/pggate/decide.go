@@ -50,26 +50,17 @@ func (g *Gate) evaluate(ctx context.Context, sc cacheScope, sl shapeLookup, q qu
 			return tv
 		}
 	}
-	// The normalized form keys verdicts only for texts parsed in-process:
-	// Normalize costs a parse of its own, and a deep or long text is not
-	// worth the second one.
-	var norm string
-	normalized := sqlparse.InProcess(text)
-	if normalized {
-		var err error
-		if norm, err = sqlparse.Normalize(ctx, text); err != nil {
-			return g.refused(ctx, &policy.DenyError{Reason: policy.ReasonSQLParseError, Err: err}, text)
-		}
-		// Facts carry no literal values, so every text with this
-		// normalized form gets the same verdict
-		// (TestNormalizedTextDeterminesFacts in sqlfacts), except texts
-		// whose facts were read from constants, which are never stored
-		// here (see below).
-		if v := g.verdicts.byNormalized(sc, norm); v != nil {
-			if tv := forText(v, text, toks); tv != nil {
-				g.verdicts.storeShape(sc, sl, norm, v)
-				return tv
-			}
+	// The normalized form is the text's sqlparse.Key, made from the
+	// pre-scan's tokens without a parse. Facts carry no literal values, so
+	// every text with this key gets the same verdict
+	// (TestNormalizedTextDeterminesFacts in sqlfacts), except texts whose
+	// facts were or could have been read from literals, which are never
+	// stored here (see below).
+	norm := sqlparse.Key(text, toks)
+	if v := g.verdicts.byNormalized(sc, norm); v != nil {
+		if tv := forText(v, text, toks); tv != nil {
+			g.verdicts.storeShape(sc, sl, norm, v)
+			return tv
 		}
 	}
 	opt := g.parseOptions(q.db, q.cat)
@@ -118,7 +109,7 @@ func (g *Gate) evaluate(ctx context.Context, sc cacheScope, sl shapeLookup, q qu
 	} else {
 		v.effects = statementEffects(text, sqlfacts.Statements(text, toks))
 	}
-	if v.cacheable && shared && normalized {
+	if v.cacheable && shared {
 		g.verdicts.storeNormalized(sc, norm, v)
 		g.verdicts.storeShape(sc, sl, norm, v)
 	}

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/egressd/egressd/policy/sqlparse"
 )
 
 // shapeOf computes, without cgo, the normalized form of the queries
@@ -21,9 +23,10 @@ import (
 // values (or fail to parse, upstream too). No fact is read from an integer
 // value except EXPLAIN's ANALYZE option, so EXPLAIN is refused here, and
 // those of statements marked sqlfacts.Statement.ConstantFacts (a SET
-// value), whose verdicts the gate never stores under a shape. The
-// gate stores a verdict under a shape only when pg_query.Normalize agrees
-// (shapeMatches). The shape is a cache key only: a hit's audit SQL is
+// value, a literal the tree does not keep as a constant), whose verdicts
+// the gate never stores under a shape. The gate stores a verdict under a
+// shape only when the text's sqlparse.Key, from PostgreSQL's scanner,
+// agrees (shapeMatches). The shape is a cache key only: a hit's audit SQL is
 // redacted from the text itself, by PostgreSQL's scanner (forText).
 func shapeOf(text string, buf []byte) (shape []byte, ok bool) {
 	if len(text) > 4096 {
@@ -91,14 +94,34 @@ func hasFoldPrefix(s, w string) bool {
 	return true
 }
 
-// shapeMatches reports whether norm, pg_query.Normalize's output for a
-// text, is that text's shape: every integer token was a constant and
-// nothing else was. PostgreSQL folds a unary minus into the constant
-// (`+ -5` normalizes to `+ $1`), so the shape with every "-$" collapsed
-// also matches; either way texts of this shape differ only in the digits
-// of the same constants, so they normalize alike.
-func shapeMatches(shape, norm string) bool {
-	return shape == norm || strings.Contains(shape, "-$") && strings.ReplaceAll(shape, "-$", "$") == norm
+// shapeMatches reports whether key, sqlparse.Key of a text, agrees with
+// that text's shape: PostgreSQL's scanner found an integer literal
+// (sqlparse.IntegerKey) at each $n of the shape and no other literal, and
+// every other byte is the same (the Key leaves out the whitespace before
+// the first token and after the last). Texts of this shape then differ
+// only in the digits of those integer tokens, each a constant of the tree
+// wherever the verdict may be shared (sqlfacts.Statement.ConstantFacts).
+// A digit run the scanner takes for another kind of number (one past
+// int32) has another marker: that text stores nothing under its shape.
+func shapeMatches(shape, key string) bool {
+	shape = strings.Trim(shape, " \t\r\n")
+	for i := 0; i < len(shape); i++ {
+		if shape[i] != '$' {
+			if key == "" || key[0] != shape[i] {
+				return false
+			}
+			key = key[1:]
+			continue
+		}
+		for i+1 < len(shape) && shape[i+1] >= '0' && shape[i+1] <= '9' {
+			i++
+		}
+		var ok bool
+		if key, ok = strings.CutPrefix(key, sqlparse.IntegerKey); !ok {
+			return false
+		}
+	}
+	return key == ""
 }
 
 // forShape is v, a verdict cached under shape, made the verdict of a text
@@ -106,7 +129,7 @@ func shapeMatches(shape, norm string) bool {
 // statements at its `;` and numbered from $1 in each, as PostgreSQL's
 // scanner would redact the text. The shape is the text with each integer
 // token replaced, and a verdict is cached under it only when it is what
-// pg_query's Normalize made of the text that filled it (shapeMatches), so
+// the Key of the text that filled it agrees with (shapeMatches), so
 // it holds no literal: it is this text's own redaction, not another's. A
 // verdict whose statements create or drop named objects, or whose
 // statements do not line up with the shape's, is left to forText (nil).
