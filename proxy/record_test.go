@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -380,8 +381,10 @@ func TestRecordKindIsAuditKind(t *testing.T) {
 // could still read it. -race watches the reuse itself.
 func TestPooledRecordsStayTheirRequests(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var status int
-		fmt.Sscanf(r.URL.Query().Get("status"), "%d", &status)
+		status, err := strconv.Atoi(r.URL.Query().Get("status"))
+		if err != nil {
+			status = http.StatusBadRequest
+		}
 		w.WriteHeader(status)
 	}))
 	defer up.Close()
@@ -413,14 +416,14 @@ func TestPooledRecordsStayTheirRequests(t *testing.T) {
 	type pair struct{ decided, done int }
 	byRequest := map[string]*pair{}
 	for _, r := range recs {
-		var c, i, status int
+		var c, i int
 		if _, err := fmt.Sscanf(r.Path, "/c%d/r%d", &c, &i); err != nil {
 			t.Fatalf("record %+v: path %q names no request of this test", r, r.Path)
 		}
-		if want := fmt.Sprintf("status=%d", 200+c*i%7); r.Query != want {
+		status := 200 + c*i%7
+		if want := fmt.Sprintf("status=%d", status); r.Query != want {
 			t.Errorf("record of %s: query = %q; want %q", r.Path, r.Query, want)
 		}
-		fmt.Sscanf(r.Query, "status=%d", &status)
 		p := byRequest[r.Request]
 		if p == nil {
 			p = &pair{}
