@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -129,20 +128,8 @@ func pacedClient(ctx context.Context, c net.Conn, req []byte, next time.Time, pe
 				return nil
 			}
 		}
-		if _, err := c.Write(req); err != nil {
-			return ctxErr(ctx, err)
-		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			return ctxErr(ctx, err)
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return ctxErr(ctx, err)
-		}
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET: %s (%q)", resp.Status, resp.Header.Get("X-Egressd-Decision"))
+		if err := exchange(ctx, c, br, req); err != nil {
+			return err
 		}
 		h.add(time.Since(next))
 		*n++
@@ -188,16 +175,10 @@ func (b *bench) equalRound(t *Target, p *running, rate float64) {
 		t.fail("error: " + err.Error())
 		return
 	}
-	if res.requests == 0 {
-		t.fail("error: no request completed")
+	r, err := res.round(p, c0)
+	if err != nil {
+		t.fail("error: " + err.Error())
 		return
-	}
-	r := Round{Rate: res.rps()}
-	for _, q := range latencyQuantiles {
-		r.LatencyMS = append(r.LatencyMS, float64(res.lat.quantile(q/100))/float64(time.Millisecond))
-	}
-	if p != nil {
-		r.CPU = (p.cpu().Seconds() - c0) * 1000 / (float64(res.requests) / 1000)
 	}
 	t.Rounds = append(t.Rounds, r)
 	b.progress("%s: GET at %.0f req/s offered: %.0f req/s, p50 %.2f ms, p99 %.2f ms", t.Name, rate, r.Rate,

@@ -145,16 +145,10 @@ func (b *bench) loadRound(t *Target, p *running, spec loadSpec) {
 		t.fail("error: " + err.Error())
 		return
 	}
-	if res.requests == 0 {
-		t.fail("error: no request completed")
+	r, err := res.round(p, c0)
+	if err != nil {
+		t.fail("error: " + err.Error())
 		return
-	}
-	r := Round{Rate: res.rps()}
-	for _, q := range latencyQuantiles {
-		r.LatencyMS = append(r.LatencyMS, float64(res.lat.quantile(q/100).Microseconds())/1000)
-	}
-	if p != nil {
-		r.CPU = (p.cpu().Seconds() - c0) * 1000 / (float64(res.requests) / 1000)
 	}
 	t.Rounds = append(t.Rounds, r)
 	b.progress("%s: %.0f req/s over TLS", t.Name, r.Rate)

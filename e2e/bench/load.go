@@ -215,20 +215,8 @@ func client(ctx context.Context, c net.Conn, req []byte, max int64, h *hist, n *
 	br := bufio.NewReaderSize(c, 16<<10)
 	for *n < max || max == 0 {
 		t0 := time.Now()
-		if _, err := c.Write(req); err != nil {
-			return ctxErr(ctx, err)
-		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			return ctxErr(ctx, err)
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return ctxErr(ctx, err)
-		}
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s (%q)", req[:bytes.IndexByte(req, ' ')], resp.Status, resp.Header.Get("X-Egressd-Decision"))
+		if err := exchange(ctx, c, br, req); err != nil {
+			return err
 		}
 		h.add(time.Since(t0))
 		*n++
@@ -242,4 +230,42 @@ func ctxErr(ctx context.Context, err error) error {
 		return nil
 	}
 	return err
+}
+
+// round is one round of a load result: the achieved rate, the latency
+// percentiles and, when p is the proxy measured, its CPU per 1,000
+// requests since cpu0 (its CPU seconds when the load began).
+func (res loadResult) round(p *running, cpu0 float64) (Round, error) {
+	if res.requests == 0 {
+		return Round{}, errors.New("no request completed")
+	}
+	r := Round{Rate: res.rps()}
+	for _, q := range latencyQuantiles {
+		r.LatencyMS = append(r.LatencyMS, float64(res.lat.quantile(q/100))/float64(time.Millisecond))
+	}
+	if p != nil {
+		r.CPU = (p.cpu().Seconds() - cpu0) * 1000 / (float64(res.requests) / 1000)
+	}
+	return r, nil
+}
+
+// exchange writes req on c and reads its response whole from br, which
+// must be 200.
+func exchange(ctx context.Context, c net.Conn, br *bufio.Reader, req []byte) error {
+	if _, err := c.Write(req); err != nil {
+		return ctxErr(ctx, err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return ctxErr(ctx, err)
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return ctxErr(ctx, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s (%q)", req[:bytes.IndexByte(req, ' ')], resp.Status, resp.Header.Get("X-Egressd-Decision"))
+	}
+	return nil
 }
