@@ -143,9 +143,15 @@ func TestPolicyFromBundleServer(t *testing.T) {
 	} {
 		failed := w.metric(t, `egressd_bundle_polls_total{result="failed"}`)
 		w.srv.Set(w.tarball(t, tt.kind, tt.rev, "upstream.test", "next.test"))
+		// A poll of the previous bundle may still be under way when the
+		// server changes: it fails too, with the previous error, so the
+		// wait is for this bundle's error, not for any failed poll.
 		testwait.For(t, "the "+tt.kind+" bundle refused", 15*time.Second, func() error {
 			if v := w.metric(t, `egressd_bundle_polls_total{result="failed"}`); v <= failed {
 				return fmt.Errorf("polls failed = %v", v)
+			}
+			if _, body, _ := w.e.Admin(http.MethodGet, "/readyz"); !strings.Contains(body, tt.says) {
+				return fmt.Errorf("/readyz = %q", body)
 			}
 			return nil
 		})
