@@ -128,8 +128,8 @@ func pacedClient(ctx context.Context, c net.Conn, req []byte, next time.Time, pe
 				return nil
 			}
 		}
-		if err := exchange(ctx, c, br, req); err != nil {
-			return err
+		if err := exchange(c, br, req); err != nil {
+			return ctxErr(ctx, err)
 		}
 		h.add(time.Since(next))
 		*n++

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -87,5 +88,26 @@ func TestEqualRate(t *testing.T) {
 	sq.fail("error: wrk")
 	if r := equalRate(get); r != 0 {
 		t.Errorf("equalRate of a failed squid = %g; want 0", r)
+	}
+}
+
+// TestRunPacedEndsWithItsDuration: a run whose time is up while requests
+// are in flight ends, and counts only the requests the origin answered
+// (an exchange cut by the deadline once counted as a request, and the
+// loop went on counting failed writes up to maxReqs).
+func TestRunPacedEndsWithItsDuration(t *testing.T) {
+	var served atomic.Int64
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		w.Write(make([]byte, 1024))
+	}))
+	defer origin.Close()
+	const conns, maxReqs = 2, 1_000_000
+	res, err := runPaced(pacedSpec{url: origin.URL + "/bytes/1024", conns: conns, rate: 20_000, duration: 300 * time.Millisecond, maxReqs: maxReqs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.requests == 0 || res.requests > served.Load() || res.lat.count() != res.requests {
+		t.Errorf("runPaced = %d requests, %d latencies; the origin answered %d", res.requests, res.lat.count(), served.Load())
 	}
 }

@@ -215,8 +215,8 @@ func client(ctx context.Context, c net.Conn, req []byte, max int64, h *hist, n *
 	br := bufio.NewReaderSize(c, 16<<10)
 	for *n < max || max == 0 {
 		t0 := time.Now()
-		if err := exchange(ctx, c, br, req); err != nil {
-			return err
+		if err := exchange(c, br, req); err != nil {
+			return ctxErr(ctx, err)
 		}
 		h.add(time.Since(t0))
 		*n++
@@ -250,19 +250,20 @@ func (res loadResult) round(p *running, cpu0 float64) (Round, error) {
 }
 
 // exchange writes req on c and reads its response whole from br, which
-// must be 200.
-func exchange(ctx context.Context, c net.Conn, br *bufio.Reader, req []byte) error {
+// must be 200. Its caller ends on any error, through ctxErr: an error
+// because the run's time is up is the end of the run, not a request.
+func exchange(c net.Conn, br *bufio.Reader, req []byte) error {
 	if _, err := c.Write(req); err != nil {
-		return ctxErr(ctx, err)
+		return err
 	}
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
-		return ctxErr(ctx, err)
+		return err
 	}
 	_, err = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if err != nil {
-		return ctxErr(ctx, err)
+		return err
 	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%s: %s (%q)", req[:bytes.IndexByte(req, ' ')], resp.Status, resp.Header.Get("X-Egressd-Decision"))
