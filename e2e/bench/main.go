@@ -77,7 +77,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write; the chart (.png) and raw results (.json) go beside it; empty: none")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs and logs of every proxy)")
 	flag.StringVar(&o.profile, "profile", "", "save egressd's CPU profile during its first round of each workload as PREFIX-WORKLOAD.pprof")
-	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "end the run (stopping every process) if it takes longer")
+	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "per repeat: end the run (stopping every process) if it takes longer than this times -repeat")
 	render := flag.String("render", "", "write the report (-out) and chart from a saved results JSON instead of measuring")
 	relayFlags(flag.CommandLine)
 	flag.Parse()
@@ -96,8 +96,11 @@ func main() {
 		o = quickOptions(o)
 	}
 	cleanupOnSignal()
-	time.AfterFunc(o.timeout, func() {
-		fmt.Fprintf(os.Stderr, "bench: the run took longer than -timeout %v: stopping every process of this run\n", o.timeout)
+	// A whole run of every workload takes about 15 minutes here: a bound
+	// for the whole run cut -repeat 2 short in its last workload.
+	limit := o.timeout * time.Duration(max(o.repeat, 1))
+	time.AfterFunc(limit, func() {
+		fmt.Fprintf(os.Stderr, "bench: the run took longer than %v (-timeout %v per repeat): stopping every process of this run\n", limit, o.timeout)
 		if err := cleanup(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 		}
