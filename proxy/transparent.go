@@ -143,7 +143,10 @@ func (s *Server) readTransparentFlight(c io.Reader, a *transparentArrival) ([]by
 	}
 	a.http = true
 	host, port := splitHostHeader(req.Host)
-	if _, err := strconv.ParseUint(port, 10, 16); port != "" && err != nil {
+	// The tunnel compares each request's port as text with the original
+	// destination's (checkPlainHost), so only the canonical form passes
+	// here: "080" would be decided here and refused there.
+	if n, err := strconv.ParseUint(port, 10, 16); port != "" && (err != nil || strconv.FormatUint(n, 10) != port) {
 		return flight, "", refused(policy.ReasonMalformedRequest, "Host names no valid port: "+strconv.Quote(port[:min(len(port), 16)]))
 	}
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
