@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"sync"
 	"time"
 )
 
@@ -45,59 +44,20 @@ func runPaced(spec pacedSpec) (loadResult, error) {
 	if err != nil {
 		return loadResult{}, err
 	}
-	conns := make([]net.Conn, spec.conns)
-	for i := range conns {
-		c, err := dialTCP(addr)
-		if err != nil {
-			for _, c := range conns[:i] {
-				c.Close()
-			}
-			return loadResult{}, err
-		}
-		conns[i] = c
+	conns, err := openConns(spec.conns, func() (net.Conn, error) { return dialTCP(addr) })
+	if err != nil {
+		return loadResult{}, err
 	}
 	// Each connection sends every period, the connections' schedules
 	// spread evenly over one period.
 	period := time.Duration(float64(spec.conns) / spec.rate * float64(time.Second))
-	var (
-		mu    sync.Mutex
-		res   loadResult
-		first error
-		wg    sync.WaitGroup
-	)
-	ctx, cancel := context.WithTimeout(context.Background(), spec.duration)
-	defer cancel()
-	start := time.Now()
-	for i, c := range conns {
-		offset := period * time.Duration(i) / time.Duration(spec.conns)
-		wg.Go(func() {
-			defer c.Close()
-			var h hist
-			var n int64
-			err := pacedClient(ctx, c, req, start.Add(offset), period, spec.maxReqs, &h, &n)
-			mu.Lock()
-			defer mu.Unlock()
-			res.lat.merge(&h)
-			res.requests += n
-			if err != nil && first == nil {
-				first = err
-				cancel()
-			}
+	return runClients(spec.duration, conns, func(c net.Conn) net.Conn { return c },
+		func(ctx context.Context, start time.Time, i int, c net.Conn, h *hist, n *int64) error {
+			offset := period * time.Duration(i) / time.Duration(spec.conns)
+			return pacedClient(ctx, c, req, start.Add(offset), period, spec.maxReqs, h, n)
 		})
-	}
-	stop := context.AfterFunc(ctx, func() {
-		for _, c := range conns {
-			c.SetDeadline(time.Now())
-		}
-	})
-	defer stop()
-	wg.Wait()
-	res.elapsed = time.Since(start)
-	return res, first
 }
 
-// pacedRequest is the address to dial and the request to send: in
-// absolute form through a proxy, in origin form direct.
 func pacedRequest(spec pacedSpec) (addr string, req []byte, err error) {
 	r, err := http.NewRequest(http.MethodGet, spec.url, nil)
 	if err != nil {

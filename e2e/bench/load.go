@@ -125,23 +125,10 @@ func (r loadResult) rps() float64 { return float64(r.requests) / r.elapsed.Secon
 // runLoad runs spec's clients until its duration passes or every client
 // has sent maxReqs requests. The first error of any client ends the run.
 func runLoad(spec loadSpec) (loadResult, error) {
-	conns := make([]*tls.Conn, spec.conns)
-	for i := range conns {
-		c, err := openTLS(spec)
-		if err != nil {
-			for _, c := range conns[:i] {
-				c.Close()
-			}
-			return loadResult{}, err
-		}
-		conns[i] = c
+	conns, err := openConns(spec.conns, func() (*tls.Conn, error) { return openTLS(spec) })
+	if err != nil {
+		return loadResult{}, err
 	}
-	var (
-		mu    sync.Mutex
-		res   loadResult
-		first error
-		wg    sync.WaitGroup
-	)
 	// Host names the port too, as clients do for a non-default port (and
 	// Squid's ssl_bump routes by it).
 	host, port, _ := net.SplitHostPort(spec.target)
@@ -153,15 +140,50 @@ func runLoad(spec loadSpec) (loadResult, error) {
 	if spec.request != nil {
 		req = spec.request(host)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), spec.duration)
+	return runClients(spec.duration, conns, (*tls.Conn).NetConn,
+		func(ctx context.Context, _ time.Time, _ int, c *tls.Conn, h *hist, n *int64) error {
+			return client(ctx, c, req, spec.maxReqs, h, n)
+		})
+}
+
+// openConns opens n connections, or none: on an error it closes those it
+// opened.
+func openConns[C net.Conn](n int, open func() (C, error)) ([]C, error) {
+	conns := make([]C, 0, n)
+	for range n {
+		c, err := open()
+		if err != nil {
+			for _, c := range conns {
+				c.Close()
+			}
+			return nil, err
+		}
+		conns = append(conns, c)
+	}
+	return conns, nil
+}
+
+// runClients runs each for every connection, for d at most, and merges
+// their latencies and counts. The first error ends every client. A client
+// blocked in a read when the time is up is woken by a deadline on its
+// connection's socket (raw). Every connection is closed on return.
+func runClients[C net.Conn](d time.Duration, conns []C, raw func(C) net.Conn,
+	each func(ctx context.Context, start time.Time, i int, c C, h *hist, n *int64) error) (loadResult, error) {
+	var (
+		mu    sync.Mutex
+		res   loadResult
+		first error
+		wg    sync.WaitGroup
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	start := time.Now()
-	for _, c := range conns {
+	for i, c := range conns {
 		wg.Go(func() {
 			defer c.Close()
 			var h hist
 			var n int64
-			err := client(ctx, c, req, spec.maxReqs, &h, &n)
+			err := each(ctx, start, i, c, &h, &n)
 			mu.Lock()
 			defer mu.Unlock()
 			res.lat.merge(&h)
@@ -172,10 +194,9 @@ func runLoad(spec loadSpec) (loadResult, error) {
 			}
 		})
 	}
-	// A client blocked in a read when the time is up is woken by a deadline.
 	stop := context.AfterFunc(ctx, func() {
 		for _, c := range conns {
-			c.NetConn().SetDeadline(time.Now())
+			raw(c).SetDeadline(time.Now())
 		}
 	})
 	defer stop()
