@@ -128,7 +128,11 @@ func (s *Server) readTransparentFlight(c io.Reader, a *transparentArrival) ([]by
 		}
 		return flight, strings.ToLower(strings.TrimSuffix(h.sni, ".")), nil
 	}
-	for !bytes.Contains(flight, []byte("\r\n\r\n")) {
+	// Each read searches only the bytes it added (and the three before
+	// them, where an end could begin), so a head trickled a byte at a time
+	// costs linear work.
+	for from := 0; !bytes.Contains(flight[from:], []byte("\r\n\r\n")); {
+		from = max(len(flight)-3, 0)
 		if err != nil {
 			return flight, "", refused(policy.ReasonMalformedRequest, "neither a ClientHello nor an HTTP request head: "+err.Error())
 		}
