@@ -29,26 +29,35 @@ func TestPostgresGate(t *testing.T) {
 		gateIdentity{"agent-ro", roPass, "read_only"}, gateIdentity{"agent-rw", rwPass, "read_write"})
 
 	// session runs psql through the gate as user with script on stdin and
-	// args after the connection flags.
-	session := func(user, pass, script string, args ...string) (string, string, error) {
-		cmd := exec.Command(pg.Bin("psql"), append([]string{"-X", "-A", "-t",
+	// args after the connection flags. A psql still running after a
+	// minute fails t with egressd's goroutines: this test once hung under
+	// load, and a hang must leave evidence, not a stalled run.
+	session := func(t *testing.T, user, pass, script string, args ...string) (string, string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, pg.Bin("psql"), append([]string{"-X", "-A", "-t",
 			"-h", "127.0.0.1", "-p", strings.TrimPrefix(gate, "127.0.0.1:"), "-U", user, "-d", "app"}, args...)...)
 		cmd.Env = append(cleanEnv(), "PGPASSWORD="+pass, "PGSSLMODE=disable", "PGCONNECT_TIMEOUT=10")
 		cmd.Stdin = strings.NewReader(script)
+		cmd.WaitDelay = 5 * time.Second
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		err := cmd.Run()
+		if ctx.Err() != nil {
+			_, stacks, serr := e.Admin("GET", "/debug/pprof/goroutine?debug=2")
+			t.Fatalf("psql as %s running %q did not end in a minute; egressd's goroutines (%v):\n%s", user, script+strings.Join(args, " "), serr, stacks)
+		}
 		return out.String(), errb.String(), err
 	}
-	psql := func(user, pass, sql string) (string, string, error) {
-		return session(user, pass, "", "-v", "ON_ERROR_STOP=1", "-c", sql)
+	psql := func(t *testing.T, user, pass, sql string) (string, string, error) {
+		return session(t, user, pass, "", "-v", "ON_ERROR_STOP=1", "-c", sql)
 	}
 
-	out, stderr, err := psql("agent-ro", roPass, "SELECT body FROM notes ORDER BY id")
+	out, stderr, err := psql(t, "agent-ro", roPass, "SELECT body FROM notes ORDER BY id")
 	if err != nil || out != "alpha\nbeta\n" {
 		t.Fatalf("read-only SELECT = %q, %v (%s); want alpha beta", out, err, stderr)
 	}
-	if _, stderr, err = psql("agent-ro", "wrong", "SELECT 1"); err == nil || !strings.Contains(stderr, "authentication failed") {
+	if _, stderr, err = psql(t, "agent-ro", "wrong", "SELECT 1"); err == nil || !strings.Contains(stderr, "authentication failed") {
 		t.Errorf("wrong password = %v, %q; want authentication failed", err, stderr)
 	}
 	// Logins and statements are counted like the proxy's requests (issue
@@ -77,7 +86,7 @@ func TestPostgresGate(t *testing.T) {
 	}
 	for _, tt := range denied {
 		t.Run(tt.name, func(t *testing.T) {
-			_, stderr, err := psql(tt.user, tt.pass, tt.sql)
+			_, stderr, err := psql(t, tt.user, tt.pass, tt.sql)
 			if err == nil || !strings.Contains(stderr, "egressd: denied: "+tt.reason) {
 				t.Fatalf("psql %q = %v, %q; want egressd: denied: %s", tt.sql, err, stderr, tt.reason)
 			}
@@ -88,11 +97,11 @@ func TestPostgresGate(t *testing.T) {
 	// upstream, and the session stays usable afterwards.
 	script := "BEGIN;\nINSERT INTO notes VALUES (3, 'gamma');\nDELETE FROM notes;\nCOMMIT;\nSELECT count(*) FROM notes;\n"
 	// psql exits non-zero on the deny; the output says what happened.
-	sout, serr, _ := session("agent-rw", rwPass, script)
+	sout, serr, _ := session(t, "agent-rw", rwPass, script)
 	if !strings.Contains(serr, "egressd: denied:") || !strings.HasSuffix(sout, "2\n") {
 		t.Errorf("transaction session: stdout %q stderr %q; want a deny and count 2 afterwards", sout, serr)
 	}
-	if out, stderr, err := psql("agent-ro", roPass, "SELECT count(*) FROM notes WHERE id = 3"); err != nil || out != "0\n" {
+	if out, stderr, err := psql(t, "agent-ro", roPass, "SELECT count(*) FROM notes WHERE id = 3"); err != nil || out != "0\n" {
 		t.Errorf("row of the failed transaction = %q, %v (%s); want 0 (nothing committed)", out, err, stderr)
 	}
 
