@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	xproxy "golang.org/x/net/proxy"
+
 	"github.com/egressd/egressd/audit/audittest"
 )
 
@@ -88,36 +90,74 @@ func BenchmarkProxyConnectBulk(b *testing.B) {
 	for _, v := range []struct {
 		name    string
 		copyBuf int
-	}{{"splice", 0}, {"copy-32KiB", 32 << 10}, {"copy-256KiB", 256 << 10}, {"copy-1MiB", 1 << 20}} {
+		socks   bool
+	}{{"splice", 0, false}, {"socks-splice", 0, true}, {"copy-32KiB", 32 << 10, false}, {"copy-256KiB", 256 << 10, false}, {"copy-1MiB", 1 << 20, false}} {
 		b.Run(v.name, func(b *testing.B) {
 			cfg := DefaultConfig()
 			if v.copyBuf != 0 {
 				cfg.TunnelCopy = TunnelCopyBuffer
 			}
-			_, addr := startServerWith(b, Options{Config: cfg, Decider: allowAll{}, Audit: audittest.Sink{}, copyBuf: v.copyBuf})
-			benchBulk(b, addr, sink.Addr().String())
+			s, addr := startServerWith(b, Options{Config: cfg, Decider: allowAll{}, Audit: audittest.Sink{}, copyBuf: v.copyBuf})
+			open := func() net.Conn { return connectTunnel(b, addr, sink.Addr().String()) }
+			if v.socks {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					b.Fatal(err)
+				}
+				go s.ServeSOCKS(ln) //nolint:errcheck // ends with the server's Shutdown
+				// x/net's SOCKS client wraps the connection; the bulk is
+				// written to the raw one it dialled, as the CONNECT's is.
+				var raw rawDialer
+				d, err := xproxy.SOCKS5("tcp", ln.Addr().String(), nil, &raw)
+				if err != nil {
+					b.Fatal(err)
+				}
+				open = func() net.Conn {
+					if _, err := d.Dial("tcp", sink.Addr().String()); err != nil {
+						b.Fatal(err)
+					}
+					return raw.last
+				}
+			}
+			benchBulk(b, open)
 		})
 	}
 }
 
-// benchBulk sends 64 MiB per iteration through a CONNECT tunnel to sink
-// and waits for the sink's acknowledgement.
-func benchBulk(b *testing.B, addr, sink string) {
+// rawDialer dials TCP and keeps the last connection it dialled.
+type rawDialer struct{ last net.Conn }
+
+func (r *rawDialer) Dial(network, addr string) (net.Conn, error) {
+	c, err := net.Dial(network, addr)
+	r.last = c
+	return c, err
+}
+
+// connectTunnel opens a CONNECT tunnel through the proxy at addr to sink.
+func connectTunnel(b *testing.B, addr, sink string) net.Conn {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	io.WriteString(c, "CONNECT "+sink+" HTTP/1.1\r\n\r\n")
+	head := make([]byte, len("HTTP/1.1 200 Connection established\r\n\r\n"))
+	if _, err := io.ReadFull(c, head); err != nil || !bytes.HasPrefix(head, []byte("HTTP/1.1 200")) {
+		b.Fatalf("CONNECT: %q, %v", head, err)
+	}
+	return c
+}
+
+// benchBulk sends 64 MiB per iteration through a tunnel open gives to the
+// sink and waits for the sink's acknowledgement.
+func benchBulk(b *testing.B, open func() net.Conn) {
 	buf := bytes.Repeat([]byte{0xab}, 256<<10)
 	const total = 64 << 20
 	b.SetBytes(total)
 	b.ReportAllocs()
 	cpu0 := cpuTime()
+	head := make([]byte, 1)
 	for b.Loop() {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			b.Fatal(err)
-		}
-		io.WriteString(c, "CONNECT "+sink+" HTTP/1.1\r\n\r\n")
-		head := make([]byte, len("HTTP/1.1 200 Connection established\r\n\r\n"))
-		if _, err := io.ReadFull(c, head); err != nil || !bytes.HasPrefix(head, []byte("HTTP/1.1 200")) {
-			b.Fatalf("CONNECT: %q, %v", head, err)
-		}
+		c := open()
 		for sent := 0; sent < total; sent += len(buf) {
 			if _, err := c.Write(buf); err != nil {
 				b.Fatal(err)
