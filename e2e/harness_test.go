@@ -324,7 +324,13 @@ func (e *Egressd) Admin(method, path string) (int, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
-	c := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	timeout := 5 * time.Second
+	if method == http.MethodPost && path == "/-/reload" {
+		// A reload compiles the bundle and runs its Rego tests before it
+		// answers: seconds on a CI machine busy with other packages.
+		timeout = 2 * time.Minute
+	}
+	c := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}, Timeout: timeout}
 	resp, err := c.Do(req)
 	if err != nil {
 		return 0, "", err

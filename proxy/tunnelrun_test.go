@@ -147,8 +147,10 @@ func TestParkedTunnelTimers(t *testing.T) {
 		{name: "idle timeout before a first flight", engine: allowAll{}, atLeast: 300 * time.Millisecond,
 			cfg:        func(c *Config) { c.TunnelIdleTimeout = 300 * time.Millisecond },
 			wantRecord: "connect:allow:allowed,connect_done::"},
-		{name: "maximum lifetime", engine: allowAll{}, early: "<pi>", atLeast: 300 * time.Millisecond,
-			cfg:        func(c *Config) { c.TunnelMaxLifetime = 300 * time.Millisecond },
+		// Long enough that the echo of the first flight, under a loaded
+		// CI machine, ends before the lifetime does (300 ms did not).
+		{name: "maximum lifetime", engine: allowAll{}, early: "<pi>", atLeast: 2 * time.Second,
+			cfg:        func(c *Config) { c.TunnelMaxLifetime = 2 * time.Second },
 			wantRecord: "connect:allow:allowed,connect_done::"},
 		{name: "TLS-only rule, no first flight", engine: tlsOnlyAll{}, atLeast: 300 * time.Millisecond,
 			cfg: func(c *Config) { c.PeekTimeout = 300 * time.Millisecond },
