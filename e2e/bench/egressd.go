@@ -40,6 +40,8 @@ type egressdOpts struct {
 	tunnelCopy string
 	// auditSync, when set, is audit.sync; else the default (interval).
 	auditSync string
+	// syncInterval, when set, is audit.sync_interval; else the default.
+	syncInterval string
 }
 
 // startEgressd runs egressd with the default bundle's modules, rules for
@@ -85,6 +87,9 @@ func (b *bench) startEgressd(name, cpus string, eo egressdOpts) (*running, error
 	var socks, transparent, dnsListen, arrivals, auditSync string
 	if eo.auditSync != "" {
 		auditSync = ", sync: " + eo.auditSync
+	}
+	if eo.syncInterval != "" {
+		auditSync += ", sync_interval: " + eo.syncInterval
 	}
 	dnsSection := fmt.Sprintf("dns: {upstreams: [%q]}\n", og.dns)
 	if eo.arrivals {

@@ -60,6 +60,12 @@ func proxyPeers() []proxyPeer {
 		{"egressd-always", kindEgressd, func(b *bench, cpus string) (*running, error) {
 			return b.startEgressd("egressd-always", cpus, egressdOpts{auditSync: "always"})
 		}},
+		// Not in the default -peers: egressd with a 50 ms audit window
+		// (audit.sync_interval) instead of the default 10 ms, to size
+		// what the window costs the tail (issue 28).
+		{"egressd-window50", kindEgressd, func(b *bench, cpus string) (*running, error) {
+			return b.startEgressd("egressd-window50", cpus, egressdOpts{syncInterval: "50ms"})
+		}},
 		{"squid", kindPeer, func(b *bench, cpus string) (*running, error) { return b.startSquid("squid", cpus, false) }},
 		{"tinyproxy", kindPeer, (*bench).startTinyproxy},
 		{"smokescreen", kindPeer, (*bench).startSmokescreen},
