@@ -58,6 +58,8 @@ func runPaced(spec pacedSpec) (loadResult, error) {
 		})
 }
 
+// pacedRequest is the address to dial and the request to send: in
+// absolute form through a proxy, in origin form direct.
 func pacedRequest(spec pacedSpec) (addr string, req []byte, err error) {
 	r, err := http.NewRequest(http.MethodGet, spec.url, nil)
 	if err != nil {
