@@ -222,9 +222,32 @@ func TestRelayRunLeavesNoProcess(t *testing.T) {
 }
 
 // TestInterruptedRunLeavesNoProcess interrupts a run (this binary as the
-// bench, with a run tag the test chose) while its relay moves bytes, and
-// checks that the bench exits 130 and that no process with the tag is left.
+// bench, with a run tag the test chose) and checks that the bench exits 130
+// and that no process with the tag is left: once while its relay moves
+// bytes, and once as soon as it has any child, which is most often one it
+// runs and waits for before its first workload (git, nproc): it used to
+// outlive the bench when the run forked it after the cleanup's last scan.
 func TestInterruptedRunLeavesNoProcess(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// started is the processes whose presence means the run is where
+		// the case interrupts it.
+		started func(marker string) []int
+	}{
+		{"relay moving bytes", tagged},
+		{"starting", leftovers},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for range 5 {
+				interruptRun(t, tc.started)
+			}
+		})
+	}
+}
+
+// interruptRun starts a bench run and sends it SIGTERM once started
+// reports a process of it other than the bench itself.
+func interruptRun(t *testing.T, started func(marker string) []int) {
 	marker := fmt.Sprintf("test-%d-%d", os.Getpid(), time.Now().UnixNano())
 	self, err := os.Executable()
 	if err != nil {
@@ -244,14 +267,16 @@ func TestInterruptedRunLeavesNoProcess(t *testing.T) {
 			syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // cleanup of a process that may be gone
 		}
 	})
-	// The bench itself and its relay.
 	// stderr is read only once the bench has exited: exec's copying
 	// goroutine writes it until then.
-	if err := testwait.Poll("the bench and its relay to start", 60*time.Second, func() error {
-		if pids := leftovers(marker); len(pids) < 2 {
-			return fmt.Errorf("processes %v", pids)
+	if err := testwait.Poll("the bench run to start", 60*time.Second, func() error {
+		// The bench itself carries the marker too.
+		for _, pid := range started(marker) {
+			if pid != cmd.Process.Pid {
+				return nil
+			}
 		}
-		return nil
+		return fmt.Errorf("not yet; the run's processes are %v", leftovers(marker))
 	}); err != nil {
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -268,6 +293,20 @@ func TestInterruptedRunLeavesNoProcess(t *testing.T) {
 	if left := leftovers(marker); len(left) > 0 {
 		t.Errorf("processes left after the interrupted run: %v", left)
 	}
+}
+
+// tagged lists the live processes the run marked marker started with
+// startProc (and their descendants): their tag (procEnv) is the marker and
+// a sequence number.
+func tagged(marker string) []int {
+	var out []int
+	forEachProc(func(pid int, stat []string) {
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err == nil && stat[0] != "Z" && strings.Contains("\x00"+string(env), "\x00"+procEnv+"="+marker+"-") {
+			out = append(out, pid)
+		}
+	})
+	return out
 }
 
 func TestHistQuantile(t *testing.T) {

@@ -100,11 +100,7 @@ func main() {
 	// for the whole run cut -repeat 2 short in its last workload.
 	limit := o.timeout * time.Duration(max(o.repeat, 1))
 	time.AfterFunc(limit, func() {
-		fmt.Fprintf(os.Stderr, "bench: the run took longer than %v (-timeout %v per repeat): stopping every process of this run\n", limit, o.timeout)
-		if err := cleanup(); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-		}
-		os.Exit(1)
+		stopRun(fmt.Sprintf("the run took longer than %v (-timeout %v per repeat)", limit, o.timeout), 1)
 	})
 	err := run(o, os.Args[1:])
 	if cerr := cleanup(); err == nil {

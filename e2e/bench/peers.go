@@ -60,12 +60,8 @@ func proxyPeers() []proxyPeer {
 		{"egressd-always", kindEgressd, func(b *bench, cpus string) (*running, error) {
 			return b.startEgressd("egressd-always", cpus, egressdOpts{auditSync: "always"})
 		}},
-		// Not in the default -peers: egressd with a 50 ms audit window
-		// (audit.sync_interval) instead of the default 10 ms, to size
-		// what the window costs the tail (issue 28).
-		{"egressd-window50", kindEgressd, func(b *bench, cpus string) (*running, error) {
-			return b.startEgressd("egressd-window50", cpus, egressdOpts{syncInterval: "50ms"})
-		}},
+		windowPeer(20),
+		windowPeer(50),
 		{"squid", kindPeer, func(b *bench, cpus string) (*running, error) { return b.startSquid("squid", cpus, false) }},
 		{"tinyproxy", kindPeer, (*bench).startTinyproxy},
 		{"smokescreen", kindPeer, (*bench).startSmokescreen},
@@ -73,6 +69,16 @@ func proxyPeers() []proxyPeer {
 		// Not in the default -peers: the library egressd builds on, bare.
 		{"goproxy", kindCeiling, (*bench).startGoproxy},
 	}
+}
+
+// windowPeer is egressd-windowMS, not in the default -peers: egressd with
+// an audit window (audit.sync_interval) of ms milliseconds instead of the
+// default 10, to size what the window costs the tail (issue 28).
+func windowPeer(ms int) proxyPeer {
+	name := fmt.Sprintf("egressd-window%d", ms)
+	return proxyPeer{name, kindEgressd, func(b *bench, cpus string) (*running, error) {
+		return b.startEgressd(name, cpus, egressdOpts{syncInterval: fmt.Sprintf("%dms", ms)})
+	}}
 }
 
 // dir makes a fresh directory for one proxy instance, owned by owner when

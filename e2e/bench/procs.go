@@ -260,7 +260,11 @@ var cleanupMu sync.Mutex
 // cleanup stops every registered process, runs the cleanup functions, then
 // kills any process still carrying this run's marker and says so: a
 // benchmark must leave nothing behind.
-func cleanup() error {
+func cleanup() error { return cleanupGated(nil) }
+
+// cleanupGated is cleanup with gate run after the cleanup functions (which
+// may fork: nft) and before the last scan for the run's processes.
+func cleanupGated(gate func()) error {
 	cleanupMu.Lock()
 	defer cleanupMu.Unlock()
 	registry.Lock()
@@ -278,6 +282,9 @@ func cleanup() error {
 	wg.Wait()
 	for i := len(fs) - 1; i >= 0; i-- {
 		fs[i]()
+	}
+	if gate != nil {
+		gate()
 	}
 	left := leftovers(runMarker)
 	if len(left) == 0 {
@@ -297,21 +304,31 @@ func cleanup() error {
 	return fmt.Errorf("processes left behind (killed now): %v", left)
 }
 
-// cleanupOnSignal runs cleanup when the run is interrupted, then exits.
+// cleanupOnSignal stops the run when it is interrupted, exiting 130.
 func cleanupOnSignal() {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	go func() {
 		s := <-ch
-		fmt.Fprintf(os.Stderr, "bench: %v: stopping every process of this run\n", s)
-		registry.Lock()
-		registry.closed = true
-		registry.Unlock()
-		if err := cleanup(); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-		}
-		os.Exit(130)
+		stopRun(fmt.Sprintf("%v", s), 130)
 	}()
+}
+
+// stopRun ends the run from a goroutine other than the one running it,
+// which goes on meanwhile, and exits with code. Nothing it starts may
+// outlive the exit: startProc refuses once registry.closed is set, and no
+// child (git, nproc, a peer's version) is forked after the last scan for
+// the run's processes, because every fork takes syscall.ForkLock for
+// writing and this holds it for reading until the exit.
+func stopRun(why string, code int) {
+	fmt.Fprintf(os.Stderr, "bench: %s: stopping every process of this run\n", why)
+	registry.Lock()
+	registry.closed = true
+	registry.Unlock()
+	if err := cleanupGated(syscall.ForkLock.RLock); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+	}
+	os.Exit(code)
 }
 
 // waitTCP waits until addr accepts a connection or p exits.
