@@ -61,8 +61,9 @@ var registry struct {
 	sync.Mutex
 	procs    map[*proc]bool
 	cleanups []func()
-	// closed is set when an interrupted run begins its cleanup: a
-	// process the run starts after the cleanup's snapshot would outlive it.
+	// closed is set when an interrupted or overdue run (stopRun) begins
+	// its cleanup: a process the run starts after the cleanup's snapshot
+	// would outlive it.
 	closed bool
 }
 
