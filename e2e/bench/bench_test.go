@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -300,9 +301,9 @@ func interruptRun(t *testing.T, started func(marker string) []int) {
 // a sequence number.
 func tagged(marker string) []int {
 	var out []int
+	tag := []byte(procEnv + "=" + marker + "-")
 	forEachProc(func(pid int, stat []string) {
-		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		if err == nil && stat[0] != "Z" && strings.Contains("\x00"+string(env), "\x00"+procEnv+"="+marker+"-") {
+		if stat[0] != "Z" && envHas(pid, func(kv []byte) bool { return bytes.HasPrefix(kv, tag) }) {
 			out = append(out, pid)
 		}
 	})

@@ -200,12 +200,18 @@ func (p *proc) rss(field string) int64 {
 
 // hasEnv reports whether process pid's environment holds kv ("K=V").
 func hasEnv(pid int, kv string) bool {
+	return envHas(pid, func(e []byte) bool { return string(e) == kv })
+}
+
+// envHas reports whether process pid's environment holds an entry ("K=V")
+// that match accepts.
+func envHas(pid int, match func(kv []byte) bool) bool {
 	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 	if err != nil {
 		return false
 	}
 	for _, e := range bytes.Split(env, []byte{0}) {
-		if string(e) == kv {
+		if match(e) {
 			return true
 		}
 	}
