@@ -49,7 +49,10 @@ func commit() string {
 		return "unknown (not a git checkout)"
 	}
 	c := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+	// --no-optional-locks: an interrupted run kills this child (stopRun),
+	// and a status killed while refreshing the index would leave the
+	// repository's index.lock behind.
+	if st, err := exec.Command("git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
 		c += " (with uncommitted changes)"
 	}
 	return c
